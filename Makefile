@@ -1,0 +1,32 @@
+# HeraldLab. `make test` is the test command; `make demo` the main job on the simulated lab.
+SWIFT ?= swift
+APT_PACKAGES := pkg-config libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all deps build release test bench simulate demo test-bluez clean
+
+all: build
+
+# Installs the system packages the build needs, only those that are missing.
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release
+
+test: deps
+	$(SWIFT) test
+
+# Simulates the office plan in virtual time into results/.
+simulate: build
+	$(SWIFT) run herald-lab simulate plans/office-10.yaml --out results/office-10-sim
+
+clean:
+	rm -rf .build Benchmarks/.build

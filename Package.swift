@@ -1,0 +1,72 @@
+// swift-tools-version:6.0
+// HeraldLab: a test lab for the Herald BLE proximity protocol.
+// Module map (what each may depend on) is in ARCHITECTURE.md.
+import PackageDescription
+
+let package = Package(
+    name: "HeraldLab",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "herald-lab", targets: ["HeraldLabCLI"]),
+        .library(name: "HeraldSensor", targets: ["HeraldSensor"]),
+        .library(name: "HeraldAnalysis", targets: ["HeraldAnalysis"]),
+        .library(name: "LabNode", targets: ["LabNode"]),
+        .library(name: "LabAgent", targets: ["LabAgent"]),
+        .library(name: "LabCoordinator", targets: ["LabCoordinator"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/swhitty/FlyingFox", from: "0.27.1"),
+    ],
+    targets: [
+        // MARK: Herald protocol: types, payloads, codecs (no dependencies).
+        .target(name: "HeraldCore"),
+        // MARK: Radio abstraction: the one transport protocol the sensor uses, clocks, schedulers.
+        .target(name: "HeraldRadio", dependencies: ["HeraldCore"]),
+        // MARK: Herald-format log files.
+        .target(name: "HeraldLogs", dependencies: ["HeraldCore"]),
+        // MARK: The Herald sensor engine (Android-like), over HeraldRadio only.
+        .target(name: "HeraldSensor", dependencies: ["HeraldCore", "HeraldRadio", "HeraldLogs"]),
+        // MARK: Simulated radio: propagation model, virtual-time medium, simulated transport.
+        .target(name: "RadioSim", dependencies: ["HeraldCore", "HeraldRadio"]),
+        // MARK: Test plans (YAML) and the results bundle manifest.
+        .target(name: "LabPlan", dependencies: ["HeraldCore", .product(name: "Yams", package: "Yams")]),
+        // MARK: One lab node (sensor + loggers over a transport) and the virtual-time simulation of a plan.
+        .target(name: "LabNode", dependencies: ["HeraldCore", "HeraldRadio", "HeraldLogs", "HeraldSensor", "RadioSim", "LabPlan"]),
+        // MARK: Analysis of Herald log folders and bundles; run history in SQLite.
+        .target(name: "HeraldAnalysis", dependencies: ["LabPlan"]),
+        .target(name: "LabHistory", dependencies: ["HeraldAnalysis", .product(name: "GRDB", package: "GRDB.swift")]),
+        // MARK: HTTP plumbing shared by agent, coordinator and air (FlyingFox server, URLSession client, token auth).
+        .target(name: "LabHTTP", dependencies: [.product(name: "FlyingFox", package: "FlyingFox")]),
+        // MARK: Real-time simulated radio medium for many processes (herald-lab air).
+        .target(name: "RadioAir", dependencies: ["HeraldRadio", "RadioSim", "LabHTTP"]),
+        // MARK: Agent (runs a node on a Linux machine) and coordinator (plans, barrier, gather).
+        .target(name: "LabAgent", dependencies: ["LabNode", "LabPlan", "LabHTTP", "RadioAir", "BlueZRadio"]),
+        .target(name: "LabCoordinator", dependencies: ["LabPlan", "LabHTTP", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift")]),
+        // MARK: BlueZ over D-Bus (libdbus) and controller identity (libbluetooth).
+        .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
+        .target(name: "DBus", dependencies: ["CDBus"]),
+        .systemLibrary(name: "CBluetooth", pkgConfig: "bluez", providers: [.apt(["libbluetooth-dev"])]),
+        .target(name: "BlueZRadio", dependencies: ["HeraldCore", "HeraldRadio", "DBus", "CBluetooth"]),
+        // MARK: The herald-lab command.
+        .executableTarget(name: "HeraldLabCLI", dependencies: [
+            "LabNode", "LabPlan", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+
+        // MARK: Tests mirror the modules one to one; end-to-end tests start real processes.
+        .testTarget(name: "HeraldCoreTests", dependencies: ["HeraldCore"]),
+        .testTarget(name: "HeraldLogsTests", dependencies: ["HeraldLogs", "HeraldCore"]),
+        .testTarget(name: "HeraldSensorTests", dependencies: ["HeraldSensor", "RadioSim", "HeraldRadio", "HeraldCore", "HeraldLogs"]),
+        .testTarget(name: "RadioSimTests", dependencies: ["RadioSim", "HeraldRadio", "HeraldCore"]),
+        .testTarget(name: "LabPlanTests", dependencies: ["LabPlan"]),
+        .testTarget(name: "LabNodeTests", dependencies: ["LabNode", "LabPlan"]),
+        .testTarget(name: "HeraldAnalysisTests", dependencies: ["HeraldAnalysis", "LabHistory", "LabNode", "LabPlan"]),
+        .testTarget(name: "DBusTests", dependencies: ["DBus"]),
+        .testTarget(name: "BlueZRadioTests", dependencies: ["BlueZRadio", "DBus", "HeraldRadio", "HeraldCore"]),
+        .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabHTTP", "RadioAir", "LabPlan"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["LabPlan"]),
+    ]
+)

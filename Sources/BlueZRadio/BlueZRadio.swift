@@ -1,0 +1,1 @@
+// BlueZRadio module (work in progress).

@@ -1,0 +1,1 @@
+// DBus module (work in progress).

@@ -1,0 +1,1 @@
+// HeraldAnalysis module (work in progress).

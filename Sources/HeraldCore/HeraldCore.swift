@@ -1,0 +1,1 @@
+// HeraldCore module (work in progress).

@@ -1,0 +1,9 @@
+import ArgumentParser
+
+struct HeraldLab: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "herald-lab",
+        abstract: "A test lab for the Herald BLE proximity protocol.",
+        subcommands: []
+    )
+}

@@ -1,0 +1,2 @@
+import ArgumentParser
+HeraldLab.main()

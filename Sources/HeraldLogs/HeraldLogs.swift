@@ -1,0 +1,1 @@
+// HeraldLogs module (work in progress).

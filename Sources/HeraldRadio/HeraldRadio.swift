@@ -1,0 +1,1 @@
+// HeraldRadio module (work in progress).

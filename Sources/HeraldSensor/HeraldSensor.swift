@@ -1,0 +1,1 @@
+// HeraldSensor module (work in progress).

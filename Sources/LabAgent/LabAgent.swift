@@ -1,0 +1,1 @@
+// LabAgent module (work in progress).

@@ -1,0 +1,1 @@
+// LabCoordinator module (work in progress).

@@ -1,0 +1,1 @@
+// LabHTTP module (work in progress).

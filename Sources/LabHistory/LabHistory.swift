@@ -1,0 +1,1 @@
+// LabHistory module (work in progress).

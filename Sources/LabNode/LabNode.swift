@@ -1,0 +1,1 @@
+// LabNode module (work in progress).

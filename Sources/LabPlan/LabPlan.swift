@@ -1,0 +1,1 @@
+// LabPlan module (work in progress).

@@ -1,0 +1,1 @@
+// RadioAir module (work in progress).

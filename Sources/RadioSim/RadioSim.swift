@@ -1,0 +1,1 @@
+// RadioSim module (work in progress).
