@@ -1,1 +1,0 @@
-// HeraldRadio module (work in progress).
