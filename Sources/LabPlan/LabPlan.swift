@@ -1,1 +1,0 @@
-// LabPlan module (work in progress).

@@ -1,0 +1,155 @@
+import Foundation
+import HeraldCore
+
+/// The software that wrote a bundle.
+public enum HeraldLabVersion {
+    public static let name = "herald-lab"
+    public static let version = "0.1.0"
+}
+
+/// One node's slice of a plan, as the simulator builds it and as a coordinator sends it to an agent.
+public struct NodeAssignment: Codable, Sendable, Equatable {
+    public var runId: String
+    public var planName: String
+    public var node: NodeSpec
+    public var sensor: SensorSettings
+    public var radio: RadioSettings
+    /// Seed of the node's random generators (derived from the run's seed and the node name).
+    public var seed: UInt64
+    /// Seconds.
+    public var duration: TimeInterval
+    public var warmup: TimeInterval
+    /// OS version written to detection.csv.
+    public var osVersion: String
+
+    public init(runId: String, plan: Plan, node: NodeSpec, seed: UInt64? = nil, osVersion: String = "6.1") {
+        self.runId = runId
+        self.planName = plan.name
+        self.node = node
+        self.sensor = plan.sensor
+        self.radio = plan.radio
+        self.seed = seed ?? plan.seed
+        self.duration = plan.duration
+        self.warmup = plan.warmup
+        self.osVersion = osVersion
+    }
+}
+
+/// `manifest.json` of a results bundle (docs/BUNDLE.md).
+public struct Manifest: Codable, Sendable, Equatable {
+    public static let formatName = "heraldlab-bundle/1"
+
+    public struct Software: Codable, Sendable, Equatable {
+        public var name = HeraldLabVersion.name
+        public var version = HeraldLabVersion.version
+        public init() {}
+    }
+
+    public struct Skew: Codable, Sendable, Equatable {
+        public var p50Ms: Double
+        public var p99Ms: Double
+        public var maxMs: Double
+        public init(p50Ms: Double, p99Ms: Double, maxMs: Double) { self.p50Ms = p50Ms; self.p99Ms = p99Ms; self.maxMs = maxMs }
+    }
+
+    public struct FileEntry: Codable, Sendable, Equatable {
+        public var bytes: Int64
+        public var sha256: String
+        public init(bytes: Int64, sha256: String) { self.bytes = bytes; self.sha256 = sha256 }
+    }
+
+    public struct AgentInfo: Codable, Sendable, Equatable {
+        public var name: String
+        public var url: String
+        public var tags: [String]
+        public var version: String
+        public init(name: String, url: String, tags: [String], version: String) { self.name = name; self.url = url; self.tags = tags; self.version = version }
+    }
+
+    public enum NodeState: String, Codable, Sendable { case complete, partial, lost }
+
+    public struct Node: Codable, Sendable, Equatable {
+        public var name: String
+        public var identifier: Int32
+        public var shortName: String
+        public var os: String = "Linux"
+        public var osVersion: String
+        public var position: Position?
+        public var radio: String
+        public var clockOffset: Double = 0
+        public var clockRoundTrip: Double?
+        public var startedAt: Date?
+        public var state: NodeState = .complete
+        /// Controller identity: a JSON object as the BlueZ radio reports it, or nil.
+        public var controller: [String: String]?
+        public var agent: AgentInfo?
+        public var files: [String: FileEntry] = [:]
+        public init(name: String, identifier: Int32, shortName: String, osVersion: String, position: Position?, radio: String) {
+            self.name = name
+            self.identifier = identifier
+            self.shortName = shortName
+            self.osVersion = osVersion
+            self.position = position
+            self.radio = radio
+        }
+    }
+
+    public var format = Manifest.formatName
+    public var runId: String
+    public var createdAt: Date
+    public var software = Software()
+    public var mode: String
+    public var seed: UInt64
+    public var plan: Plan
+    public var planText: String
+    public var contactEvent: ContactEventWindow
+    public var startSkew: Skew?
+    public var nodes: [Node]
+
+    public init(runId: String, createdAt: Date, mode: String, seed: UInt64, plan: Plan, planText: String, contactEvent: ContactEventWindow, nodes: [Node]) {
+        self.runId = runId
+        self.createdAt = createdAt
+        self.mode = mode
+        self.seed = seed
+        self.plan = plan
+        self.planText = planText
+        self.contactEvent = contactEvent
+        self.nodes = nodes
+    }
+
+    /// JSON with ISO 8601 millisecond times, keys sorted, pretty-printed.
+    public func encoded() throws -> Data {
+        try Manifest.encoder.encode(self)
+    }
+
+    public func write(to url: URL) throws {
+        try encoded().write(to: url, options: .atomic)
+    }
+
+    public static func read(from url: URL) throws -> Manifest {
+        try decoder.decode(Manifest.self, from: Data(contentsOf: url))
+    }
+
+    public static var encoder: JSONEncoder {
+        let e = JSONEncoder()
+        e.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        e.dateEncodingStrategy = .custom { date, encoder in
+            var c = encoder.singleValueContainer()
+            try c.encode(HeraldTimestamp.iso8601(date))
+        }
+        return e
+    }
+
+    public static var decoder: JSONDecoder {
+        let d = JSONDecoder()
+        d.dateDecodingStrategy = .custom { decoder in
+            let c = try decoder.singleValueContainer()
+            let s = try c.decode(String.self)
+            guard let date = HeraldTimestamp.parse(s) else {
+                throw DecodingError.dataCorruptedError(in: c, debugDescription: "not an ISO 8601 time: \(s)")
+            }
+            return date
+        }
+        return d
+    }
+}

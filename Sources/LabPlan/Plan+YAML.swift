@@ -1,0 +1,372 @@
+import Foundation
+import HeraldCore
+import Yams
+
+/// A plan that could not be read: every problem, each with its field path.
+public struct PlanError: Error, CustomStringConvertible, Sendable {
+    public struct Problem: Sendable, Equatable, CustomStringConvertible {
+        /// Field path such as `sensor.scan.on` or `nodes[3].name`; empty for the whole document.
+        public var path: String
+        public var message: String
+        /// 1-based line in the file, when known.
+        public var line: Int?
+        public var description: String {
+            let at = path.isEmpty ? "" : "\(path): "
+            let ln = line.map { " (line \($0))" } ?? ""
+            return "\(at)\(message)\(ln)"
+        }
+    }
+    public var source: String
+    public var problems: [Problem]
+    public var description: String {
+        problems.map { "\(source): \($0)" }.joined(separator: "\n")
+    }
+}
+
+extension Plan {
+    /// Reads and validates a plan file.
+    public static func load(path: String) throws(PlanError) -> Plan {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw PlanError(source: path, problems: [.init(path: "", message: "cannot read the file: \(error.localizedDescription)")])
+        }
+        return try parse(yaml: text, source: path)
+    }
+
+    /// Parses and validates plan YAML; `source` names the input in error messages.
+    public static func parse(yaml: String, source: String = "plan") throws(PlanError) -> Plan {
+        let root: Node?
+        do {
+            root = try Yams.compose(yaml: yaml)
+        } catch {
+            throw PlanError(source: source, problems: [.init(path: "", message: "not valid YAML: \(error)")])
+        }
+        guard let root else {
+            throw PlanError(source: source, problems: [.init(path: "", message: "the file is empty; a plan needs at least name, duration and nodes")])
+        }
+        var reader = PlanReader()
+        let plan = reader.plan(root)
+        if let plan, reader.problems.isEmpty { return plan }
+        throw PlanError(source: source, problems: reader.problems.isEmpty
+            ? [.init(path: "", message: "invalid plan")] : reader.problems)
+    }
+}
+
+/// Walks the YAML tree, collecting every problem with its field path.
+struct PlanReader {
+    var problems: [PlanError.Problem] = []
+
+    mutating func fail(_ path: String, _ node: Node?, _ message: String) {
+        problems.append(.init(path: path, message: message, line: node?.mark?.line))
+    }
+
+    /// The entries of a mapping whose keys must all be among `known`.
+    mutating func mapping(_ node: Node, _ path: String, known: [String]) -> [String: Node]? {
+        guard case .mapping(let m) = node else {
+            fail(path, node, "expected a mapping with fields \(known.joined(separator: ", "))")
+            return nil
+        }
+        var out = [String: Node]()
+        for (k, v) in m {
+            guard let key = k.string else { fail(path, k, "field names must be text"); continue }
+            let sub = path.isEmpty ? key : "\(path).\(key)"
+            if !known.contains(key) {
+                fail(sub, k, "unknown field (known: \(known.joined(separator: ", ")))")
+                continue
+            }
+            if out[key] != nil { fail(sub, k, "given twice"); continue }
+            out[key] = v
+        }
+        return out
+    }
+
+    mutating func string(_ node: Node, _ path: String) -> String? {
+        guard case .scalar(let s) = node else { fail(path, node, "expected text"); return nil }
+        return s.string
+    }
+
+    mutating func name(_ node: Node, _ path: String) -> String? {
+        guard let s = string(node, path) else { return nil }
+        if let problem = SafeName.problem(with: s) { fail(path, node, "\"\(s)\" \(problem)"); return nil }
+        return s
+    }
+
+    mutating func number(_ node: Node, _ path: String, in range: ClosedRange<Double>? = nil, what: String = "a number") -> Double? {
+        guard case .scalar(let s) = node, let v = Double(s.string.trimmingCharacters(in: .whitespaces)), v.isFinite else {
+            fail(path, node, "expected \(what), got \(Self.show(node))")
+            return nil
+        }
+        if let range, !range.contains(v) {
+            fail(path, node, "\(Self.format(v)) is out of range; expected \(what) from \(Self.format(range.lowerBound)) to \(Self.format(range.upperBound))")
+            return nil
+        }
+        return v
+    }
+
+    mutating func integer(_ node: Node, _ path: String, in range: ClosedRange<Int>) -> Int? {
+        guard case .scalar(let s) = node, let v = Int(s.string.trimmingCharacters(in: .whitespaces)) else {
+            fail(path, node, "expected a whole number, got \(Self.show(node))")
+            return nil
+        }
+        if !range.contains(v) { fail(path, node, "\(v) is out of range; expected \(range.lowerBound) to \(range.upperBound)"); return nil }
+        return v
+    }
+
+    mutating func bool(_ node: Node, _ path: String) -> Bool? {
+        guard case .scalar(let s) = node else { fail(path, node, "expected true or false"); return nil }
+        switch s.string.lowercased() {
+        case "true", "yes", "on": return true
+        case "false", "no", "off": return false
+        default: fail(path, node, "expected true or false, got \(Self.show(node))"); return nil
+        }
+    }
+
+    /// `500ms`, `4s`, `1.5s`, `30m`, `8h`. Bare numbers are refused.
+    mutating func duration(_ node: Node, _ path: String, allowZero: Bool = true) -> TimeInterval? {
+        guard case .scalar(let s) = node else { fail(path, node, "expected a duration such as 4s, 500ms, 2m or 1h"); return nil }
+        let text = s.string.trimmingCharacters(in: .whitespaces)
+        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600)]
+        for (suffix, scale) in units where text.hasSuffix(suffix) {
+            let number = String(text.dropLast(suffix.count)).trimmingCharacters(in: .whitespaces)
+            // "4ms" also ends in "s": only accept the longest matching unit.
+            if suffix == "s", number.hasSuffix("m") { continue }
+            guard let v = Double(number), v.isFinite else { break }
+            if v < 0 { fail(path, node, "negative duration \"\(text)\""); return nil }
+            if v == 0 && !allowZero { fail(path, node, "must be longer than 0"); return nil }
+            return v * scale
+        }
+        if Double(text) != nil {
+            fail(path, node, "\"\(text)\" has no unit; write a duration such as \(text)s, 500ms, 2m or 1h")
+        } else {
+            fail(path, node, "\"\(text)\" is not a duration; write one such as 4s, 500ms, 2m or 1h (units ms, s, m, h)")
+        }
+        return nil
+    }
+
+    /// Metres: a number, or text with `m` or `cm`.
+    mutating func distance(_ node: Node, _ path: String) -> Double? {
+        guard case .scalar(let s) = node else { fail(path, node, "expected a distance in metres such as 2 or 2m"); return nil }
+        let text = s.string.trimmingCharacters(in: .whitespaces)
+        if let v = Double(text) { return v }
+        if text.hasSuffix("cm"), let v = Double(text.dropLast(2).trimmingCharacters(in: .whitespaces)) { return v / 100 }
+        if text.hasSuffix("mm") { fail(path, node, "\"\(text)\": use m or cm"); return nil }
+        if text.hasSuffix("m"), let v = Double(text.dropLast(1).trimmingCharacters(in: .whitespaces)) { return v }
+        fail(path, node, "\"\(text)\" is not a distance; write metres such as 2, 2m or 150cm")
+        return nil
+    }
+
+    mutating func stringList(_ node: Node, _ path: String) -> [String]? {
+        guard case .sequence(let seq) = node else { fail(path, node, "expected a list"); return nil }
+        var out = [String]()
+        for (i, item) in seq.enumerated() { if let s = string(item, "\(path)[\(i)]") { out.append(s) } }
+        return out
+    }
+
+    static func show(_ node: Node) -> String {
+        switch node {
+        case .scalar(let s): return "\"\(s.string)\""
+        case .mapping: return "a mapping"
+        case .sequence: return "a list"
+        case .alias: return "an alias"
+        }
+    }
+
+    static func format(_ v: Double) -> String { v == v.rounded() && abs(v) < 1e15 ? String(Int(v)) : String(v) }
+
+    // MARK: The plan
+
+    mutating func plan(_ root: Node) -> Plan? {
+        guard let m = mapping(root, "", known: ["name", "description", "variant", "duration", "warmup", "start", "seed", "nodes", "sensor", "radio", "thresholds", "agents"]) else { return nil }
+        var name: String?
+        if let n = m["name"] { name = self.name(n, "name") } else { fail("name", nil, "required: the plan's name") }
+        var duration: TimeInterval?
+        if let n = m["duration"] { duration = self.duration(n, "duration", allowZero: false) } else { fail("duration", nil, "required: how long the test runs, e.g. 30m") }
+        var nodes: [NodeSpec]?
+        if let n = m["nodes"] { nodes = self.nodes(n, "nodes") } else { fail("nodes", nil, "required: a list of nodes, or count and grid") }
+
+        var plan = Plan(name: name ?? "", duration: duration ?? 1, nodes: nodes ?? [])
+        if let n = m["description"], let s = string(n, "description") { plan.description = s }
+        if let n = m["variant"], let s = string(n, "variant") { plan.variant = s }
+        if let n = m["warmup"], let w = self.duration(n, "warmup") {
+            if let duration, w >= duration { fail("warmup", n, "must be shorter than duration") } else { plan.warmup = w }
+        }
+        if let n = m["start"], let s = string(n, "start") {
+            if let d = HeraldTimestamp.parse(s) { plan.start = d } else { fail("start", n, "\"\(s)\" is not a time; write 2026-01-01T00:00:00Z") }
+        }
+        if let n = m["seed"], let v = integer(n, "seed", in: 0...Int.max) { plan.seed = UInt64(v) }
+        if let n = m["sensor"], let s = sensor(n, "sensor") { plan.sensor = s }
+        if let n = m["radio"], let r = radio(n, "radio") { plan.radio = r }
+        if let n = m["thresholds"], let t = thresholds(n, "thresholds") { plan.thresholds = t }
+        if let n = m["agents"], let a = agents(n, "agents", nodeCount: plan.nodes.count) { plan.agents = a }
+        if let duration {
+            for (i, node) in plan.nodes.enumerated() {
+                for (j, p) in node.power.enumerated() where p.off >= duration {
+                    fail("nodes[\(i)].power[\(j)].off", nil, "is at or after the end of the run (\(Self.format(duration))s)")
+                }
+            }
+        }
+        return problems.isEmpty ? plan : nil
+    }
+
+    mutating func nodes(_ node: Node, _ path: String) -> [NodeSpec]? {
+        var specs = [NodeSpec]()
+        switch node {
+        case .sequence(let seq):
+            if seq.count == 0 { fail(path, node, "needs at least 2 nodes"); return nil }
+            for (i, item) in seq.enumerated() {
+                if let spec = nodeSpec(item, "\(path)[\(i)]", index: i) { specs.append(spec) }
+            }
+        case .mapping:
+            guard let m = mapping(node, path, known: ["count", "prefix", "grid", "identifiers"]) else { return nil }
+            guard let countNode = m["count"] else { fail("\(path).count", node, "required with a grid: how many nodes"); return nil }
+            guard let count = integer(countNode, "\(path).count", in: 1...1000) else { return nil }
+            var prefix = "node"
+            if let p = m["prefix"], let s = name(p, "\(path).prefix") { prefix = s }
+            var columns = max(1, Int(Double(count).squareRoot().rounded(.up)))
+            var spacing = 2.0
+            if let g = m["grid"], let gm = mapping(g, "\(path).grid", known: ["columns", "spacing"]) {
+                if let c = gm["columns"], let v = integer(c, "\(path).grid.columns", in: 1...1000) { columns = v }
+                if let s = gm["spacing"], let v = distance(s, "\(path).grid.spacing") {
+                    if v <= 0 { fail("\(path).grid.spacing", s, "must be more than 0 m") } else { spacing = v }
+                }
+            }
+            var pinned = [Int32?](repeating: nil, count: count)
+            if let ids = m["identifiers"] {
+                if case .sequence(let seq) = ids, seq.count == count {
+                    for (i, item) in seq.enumerated() {
+                        if let v = integer(item, "\(path).identifiers[\(i)]", in: Int(Int32.min)...Int(Int32.max)) { pinned[i] = Int32(v) }
+                    }
+                } else {
+                    fail("\(path).identifiers", ids, "expected a list of \(count) identifiers, one per node")
+                }
+            }
+            for i in 0..<count {
+                specs.append(NodeSpec(name: "\(prefix)\(i + 1)", identifier: pinned[i],
+                                      position: Position(x: Double(i % columns) * spacing, y: Double(i / columns) * spacing)))
+            }
+        default:
+            fail(path, node, "expected a list of nodes, or a mapping with count, prefix and grid")
+            return nil
+        }
+        if specs.count == 1 { fail(path, node, "needs at least 2 nodes: a proximity test of one node detects nothing") }
+        var seenNames = [String: Int]()
+        var seenShort = [String: Int]()
+        for (i, s) in specs.enumerated() {
+            if let j = seenNames[s.name] { fail("\(path)[\(i)].name", nil, "duplicate node name \"\(s.name)\" (also \(path)[\(j)])") } else { seenNames[s.name] = i }
+            if let j = seenShort[s.shortName] {
+                fail("\(path)[\(i)].identifier", nil, "gives shortName \"\(s.shortName)\", the same as \(path)[\(j)] (\(specs[j].name)); logs could not tell them apart")
+            } else { seenShort[s.shortName] = i }
+        }
+        return specs
+    }
+
+    mutating func nodeSpec(_ node: Node, _ path: String, index: Int) -> NodeSpec? {
+        if case .scalar = node, let n = name(node, path) {
+            return NodeSpec(name: n, position: Position(x: Double(index), y: 0))
+        }
+        guard let m = mapping(node, path, known: ["name", "position", "identifier", "tags", "power"]) else { return nil }
+        guard let nameNode = m["name"] else { fail("\(path).name", node, "required"); return nil }
+        guard let name = self.name(nameNode, "\(path).name") else { return nil }
+        var position = Position(x: Double(index), y: 0)
+        if let p = m["position"] {
+            if case .sequence(let seq) = p, seq.count == 2 {
+                if let x = distance(seq[0], "\(path).position[0]"), let y = distance(seq[1], "\(path).position[1]") { position = Position(x: x, y: y) }
+            } else {
+                fail("\(path).position", p, "expected [x, y] in metres")
+            }
+        }
+        var identifier: Int32?
+        if let n = m["identifier"], let v = integer(n, "\(path).identifier", in: Int(Int32.min)...Int(Int32.max)) { identifier = Int32(v) }
+        var tags = [String]()
+        if let t = m["tags"], let list = stringList(t, "\(path).tags") { tags = list }
+        var power = [PowerInterval]()
+        if let p = m["power"] {
+            if case .sequence(let seq) = p {
+                for (j, item) in seq.enumerated() {
+                    let ip = "\(path).power[\(j)]"
+                    guard let pm = mapping(item, ip, known: ["off", "on"]) else { continue }
+                    guard let offNode = pm["off"], let off = duration(offNode, "\(ip).off") else {
+                        if pm["off"] == nil { fail("\(ip).off", item, "required: when the node powers off") }
+                        continue
+                    }
+                    var on: TimeInterval?
+                    if let onNode = pm["on"], let v = duration(onNode, "\(ip).on") {
+                        if v <= off { fail("\(ip).on", onNode, "must be after off") } else { on = v }
+                    }
+                    power.append(PowerInterval(off: off, on: on))
+                }
+            } else { fail("\(path).power", p, "expected a list of {off, on} intervals") }
+        }
+        return NodeSpec(name: name, identifier: identifier, position: position, tags: tags, power: power)
+    }
+
+    mutating func sensor(_ node: Node, _ path: String) -> SensorSettings? {
+        guard let m = mapping(node, path, known: ["scan", "advertInterval", "txPower", "includeTxPower", "pseudoAddress", "connectionTimeout", "payloadSharing", "logLevel", "purgeAfter"]) else { return nil }
+        var s = SensorSettings()
+        if let n = m["scan"], let sm = mapping(n, "\(path).scan", known: ["on", "rest", "off"]) {
+            if let v = sm["on"], let d = duration(v, "\(path).scan.on", allowZero: false) { s.scanOn = d }
+            if let v = sm["rest"], let d = duration(v, "\(path).scan.rest") { s.scanRest = d }
+            if let v = sm["off"], let d = duration(v, "\(path).scan.off") { s.scanOff = d }
+        }
+        if let n = m["advertInterval"], let d = duration(n, "\(path).advertInterval") {
+            if d < 0.02 || d > 10.24 { fail("\(path).advertInterval", n, "BLE advertising intervals run from 20ms to 10.24s") } else { s.advertInterval = d }
+        }
+        if let n = m["txPower"], let v = integer(n, "\(path).txPower", in: -127...20) { s.txPower = v }
+        if let n = m["includeTxPower"], let v = bool(n, "\(path).includeTxPower") { s.includeTxPower = v }
+        if let n = m["pseudoAddress"], let v = bool(n, "\(path).pseudoAddress") { s.pseudoAddress = v }
+        if let n = m["connectionTimeout"], let d = duration(n, "\(path).connectionTimeout", allowZero: false) { s.connectionTimeout = d }
+        if let n = m["payloadSharing"], let v = bool(n, "\(path).payloadSharing") { s.payloadSharing = v }
+        if let n = m["logLevel"], let v = string(n, "\(path).logLevel") {
+            if let l = LogLevelSetting(rawValue: v) { s.logLevel = l } else { fail("\(path).logLevel", n, "\"\(v)\" is not a level; use debug, info or fault") }
+        }
+        if let n = m["purgeAfter"], let d = duration(n, "\(path).purgeAfter", allowZero: false) { s.purgeAfter = d }
+        return s
+    }
+
+    mutating func radio(_ node: Node, _ path: String) -> RadioSettings? {
+        guard let m = mapping(node, path, known: ["kind", "adapter", "referencePower", "pathLossExponent", "shadowing", "sensitivity", "reportLoss", "connectSuccess", "connectLatency", "macRotation"]) else { return nil }
+        var r = RadioSettings()
+        if let n = m["kind"], let v = string(n, "\(path).kind") {
+            if let k = RadioKind(rawValue: v) { r.kind = k } else { fail("\(path).kind", n, "\"\(v)\" is not a radio; use sim or bluez") }
+        }
+        if let n = m["adapter"], let v = string(n, "\(path).adapter") { r.adapter = v }
+        if let n = m["referencePower"], let v = number(n, "\(path).referencePower", in: -120...0, what: "dBm") { r.referencePower = v }
+        if let n = m["pathLossExponent"], let v = number(n, "\(path).pathLossExponent", in: 1...6) { r.pathLossExponent = v }
+        if let n = m["shadowing"], let v = number(n, "\(path).shadowing", in: 0...30, what: "dB") { r.shadowing = v }
+        if let n = m["sensitivity"], let v = number(n, "\(path).sensitivity", in: -130...0, what: "dBm") { r.sensitivity = v }
+        if let n = m["reportLoss"], let v = number(n, "\(path).reportLoss", in: 0...1, what: "a probability") { r.reportLoss = v }
+        if let n = m["connectSuccess"], let v = number(n, "\(path).connectSuccess", in: 0...1, what: "a probability") { r.connectSuccess = v }
+        if let n = m["connectLatency"], let d = duration(n, "\(path).connectLatency") { r.connectLatency = d }
+        if let n = m["macRotation"], let d = duration(n, "\(path).macRotation") {
+            if d > 0 && d < 1 { fail("\(path).macRotation", n, "rotating more often than every 1s is not realistic") } else { r.macRotation = d }
+        }
+        return r
+    }
+
+    mutating func thresholds(_ node: Node, _ path: String) -> Thresholds? {
+        guard let m = mapping(node, path, known: ["detectionPct", "continuityPct", "pairContinuityPct", "timeToFirstDetection", "timeToFirstRead", "regressionTolerancePct"]) else { return nil }
+        var t = Thresholds()
+        if let n = m["detectionPct"], let v = number(n, "\(path).detectionPct", in: 0...100, what: "a percentage") { t.detectionPct = v }
+        if let n = m["continuityPct"], let v = number(n, "\(path).continuityPct", in: 0...100, what: "a percentage") { t.continuityPct = v }
+        if let n = m["pairContinuityPct"], let v = number(n, "\(path).pairContinuityPct", in: 0...100, what: "a percentage") { t.pairContinuityPct = v }
+        if let n = m["timeToFirstDetection"], let d = duration(n, "\(path).timeToFirstDetection") { t.timeToFirstDetection = d }
+        if let n = m["timeToFirstRead"], let d = duration(n, "\(path).timeToFirstRead") { t.timeToFirstRead = d }
+        if let n = m["regressionTolerancePct"], let v = number(n, "\(path).regressionTolerancePct", in: 0...100, what: "percentage points") { t.regressionTolerancePct = v }
+        return t
+    }
+
+    mutating func agents(_ node: Node, _ path: String, nodeCount: Int) -> AgentSelection? {
+        guard let m = mapping(node, path, known: ["count", "names", "tags"]) else { return nil }
+        var a = AgentSelection()
+        if let n = m["count"], let v = integer(n, "\(path).count", in: 1...10000) {
+            if nodeCount > 0, v != nodeCount { fail("\(path).count", n, "is \(v) but the plan has \(nodeCount) nodes; one agent runs one node") } else { a.count = v }
+        }
+        if let n = m["names"], let v = stringList(n, "\(path).names") {
+            if nodeCount > 0, v.count != nodeCount { fail("\(path).names", n, "names \(v.count) agents but the plan has \(nodeCount) nodes") } else { a.names = v }
+        }
+        if let n = m["tags"], let v = stringList(n, "\(path).tags") { a.tags = v }
+        return a
+    }
+}

@@ -1,0 +1,165 @@
+import Foundation
+import HeraldCore
+
+/// A test plan: which nodes take part, where they stand, how their sensors are set, how long the
+/// test runs and what counts as a pass. Parsed from YAML (`Plan.load`), documented in plans/README.md.
+/// Encoded as JSON (durations in seconds) inside manifests and agent assignments.
+public struct Plan: Codable, Sendable, Equatable {
+    public var name: String
+    public var description: String = ""
+    public var variant: String = ""
+    /// Seconds.
+    public var duration: TimeInterval
+    /// Seconds after start before the contact event begins.
+    public var warmup: TimeInterval = 0
+    /// Virtual-time epoch for simulations.
+    public var start: Date = Plan.defaultStart
+    public var seed: UInt64 = 1
+    public var nodes: [NodeSpec]
+    public var sensor: SensorSettings = SensorSettings()
+    public var radio: RadioSettings = RadioSettings()
+    public var thresholds: Thresholds = Thresholds()
+    public var agents: AgentSelection = AgentSelection()
+
+    public static let defaultStart = Date(timeIntervalSince1970: 1_767_225_600) // 2026-01-01T00:00:00Z
+
+    public init(name: String, duration: TimeInterval, nodes: [NodeSpec]) {
+        self.name = name
+        self.duration = duration
+        self.nodes = nodes
+    }
+
+    /// The contact-event window of a run that starts at `start`: from the end of warm-up to the end.
+    public func contactEvent(startingAt start: Date) -> ContactEventWindow {
+        ContactEventWindow(start: start.addingTimeInterval(warmup), end: start.addingTimeInterval(duration))
+    }
+}
+
+public struct ContactEventWindow: Codable, Sendable, Equatable {
+    public var start: Date
+    public var end: Date
+    public init(start: Date, end: Date) { self.start = start; self.end = end }
+}
+
+/// One node of a plan.
+public struct NodeSpec: Codable, Sendable, Equatable {
+    public var name: String
+    /// Fixed payload identifier (pinned in the plan, or derived from the name).
+    public var identifier: Int32
+    /// Herald shortName of the node's payload, as every log shows it.
+    public var shortName: String
+    public var position: Position
+    public var tags: [String] = []
+    /// Power-off intervals, seconds after start.
+    public var power: [PowerInterval] = []
+
+    public init(name: String, identifier: Int32? = nil, position: Position, tags: [String] = [], power: [PowerInterval] = []) {
+        self.name = name
+        let id = identifier ?? TestIdentifier.derive(from: TestIdentifier.deviceText(nodeName: name))
+        self.identifier = id
+        self.shortName = FixedPayloadSupplier(identifier: id).shortName
+        self.position = position
+        self.tags = tags
+        self.power = power
+    }
+}
+
+/// A position in metres; encoded as `[x, y]`.
+public struct Position: Codable, Sendable, Equatable, CustomStringConvertible {
+    public var x: Double
+    public var y: Double
+    public init(x: Double, y: Double) { self.x = x; self.y = y }
+    public init(from decoder: Decoder) throws {
+        var c = try decoder.unkeyedContainer()
+        x = try c.decode(Double.self)
+        y = try c.decode(Double.self)
+    }
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.unkeyedContainer()
+        try c.encode(x)
+        try c.encode(y)
+    }
+    public func distance(to other: Position) -> Double { ((x - other.x) * (x - other.x) + (y - other.y) * (y - other.y)).squareRoot() }
+    public var description: String { "(\(x), \(y))" }
+}
+
+/// A node is off from `off` until `on` (seconds after start; nil: until the end).
+public struct PowerInterval: Codable, Sendable, Equatable {
+    public var off: TimeInterval
+    public var on: TimeInterval?
+    public init(off: TimeInterval, on: TimeInterval?) { self.off = off; self.on = on }
+}
+
+/// Herald sensor settings, the same for every node of a plan.
+public struct SensorSettings: Codable, Sendable, Equatable {
+    public var scanOn: TimeInterval = 4
+    public var scanRest: TimeInterval = 1
+    public var scanOff: TimeInterval = 2
+    public var advertInterval: TimeInterval = 0.25
+    public var txPower: Int = -4
+    public var includeTxPower: Bool = false
+    public var pseudoAddress: Bool = true
+    public var connectionTimeout: TimeInterval = 8
+    public var payloadSharing: Bool = true
+    public var logLevel: LogLevelSetting = .info
+    public var purgeAfter: TimeInterval = 15 * 60
+    public init() {}
+}
+
+public enum LogLevelSetting: String, Codable, Sendable, CaseIterable { case debug, info, fault }
+
+public enum RadioKind: String, Codable, Sendable, CaseIterable { case sim, bluez }
+
+/// Which radio the nodes use, and the simulated radio's parameters.
+public struct RadioSettings: Codable, Sendable, Equatable {
+    public var kind: RadioKind = .sim
+    public var adapter: String = "hci0"
+    public var referencePower: Double = -59
+    public var pathLossExponent: Double = 2.0
+    public var shadowing: Double = 4
+    public var sensitivity: Double = -100
+    public var reportLoss: Double = 0.1
+    public var connectSuccess: Double = 0.95
+    public var connectLatency: TimeInterval = 0.3
+    public var macRotation: TimeInterval = 0
+    public init() {}
+}
+
+/// Pass/fail limits for reports, JUnit and regression checks.
+public struct Thresholds: Codable, Sendable, Equatable {
+    public var detectionPct: Double = 100
+    public var continuityPct: Double = 90
+    public var pairContinuityPct: Double = 80
+    public var timeToFirstDetection: TimeInterval = 60
+    public var timeToFirstRead: TimeInterval = 120
+    public var regressionTolerancePct: Double = 2
+    public init() {}
+}
+
+/// How a coordinator picks agents for a plan.
+public struct AgentSelection: Codable, Sendable, Equatable {
+    public var count: Int?
+    public var names: [String]?
+    public var tags: [String]?
+    public init(count: Int? = nil, names: [String]? = nil, tags: [String]? = nil) {
+        self.count = count
+        self.names = names
+        self.tags = tags
+    }
+}
+
+/// Names that become folder names (plans, runs, nodes): letters, digits, `-`, `_`, `.`, not
+/// starting with `.`, at most 64 characters. Nothing named this way can escape its folder.
+public enum SafeName {
+    public static func problem(with name: String) -> String? {
+        if name.isEmpty { return "is empty" }
+        if name.count > 64 { return "is longer than 64 characters" }
+        if name.hasPrefix(".") { return "must not start with '.'" }
+        for c in name.unicodeScalars {
+            let ok = (c >= "a" && c <= "z") || (c >= "A" && c <= "Z") || (c >= "0" && c <= "9") || c == "-" || c == "_" || c == "."
+            if !ok { return "may hold only letters, digits, '-', '_' and '.' (found \"\(c)\")" }
+        }
+        return nil
+    }
+    public static func isValid(_ name: String) -> Bool { problem(with: name) == nil }
+}
