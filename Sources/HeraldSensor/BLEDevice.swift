@@ -1,0 +1,50 @@
+import Foundation
+import HeraldCore
+import HeraldRadio
+
+/// What the sensor believes a peer runs.
+public enum PeerOS: String, Sendable {
+    case unknown, android, ios, iosProbable, linux, notHerald
+}
+
+/// One entry of the device database: a peer, followed across MAC changes by its pseudo address.
+public final class BLEDevice {
+    /// Stable identity for logs: the first MAC seen (or a generated UUID for devices known only
+    /// through sharing). It does not change when the MAC rotates.
+    public let identifier: TargetIdentifier
+    /// The MAC to use on air now.
+    public internal(set) var address: RadioAddress?
+    public internal(set) var pseudoAddress: PseudoDeviceAddress?
+    public internal(set) var os: PeerOS = .unknown
+    public internal(set) var payload: PayloadData?
+    public internal(set) var payloadReadAt: Date?
+    public internal(set) var rssi: Int?
+    public internal(set) var txPower: Int?
+    public internal(set) var createdAt: Date
+    /// Last advert or interaction.
+    public internal(set) var lastUpdatedAt: Date
+    /// Ignored (not a Herald device) until then.
+    public internal(set) var ignoreUntil: Date?
+    var ignoreCount = 0
+    public internal(set) var hasHeraldService = false
+    public internal(set) var hasAppleData = false
+    /// The peer serves the Android-style (write) or iOS-style signal characteristic.
+    public internal(set) var signalCharacteristic: BluetoothUUID?
+    var lastPayloadSharingAt: Date?
+    var lastPayloadWriteAt: Date?
+    var lastRSSIWriteAt: Date?
+    var payloadWritten = false
+    var sharedPayloads = Set<PayloadData>()
+    var failedConnections = 0
+    var nextAttemptAt: Date?
+    /// Known only through a sharing bundle (no radio address).
+    public let receiveOnly: Bool
+
+    init(identifier: TargetIdentifier, address: RadioAddress?, now: Date, receiveOnly: Bool = false) {
+        self.identifier = identifier
+        self.address = address
+        self.createdAt = now
+        self.lastUpdatedAt = now
+        self.receiveOnly = receiveOnly
+    }
+}

@@ -1,0 +1,50 @@
+import Foundation
+
+/// Settings of the BLE sensor. Defaults follow Herald's Android sensor (PROTOCOL.md).
+public struct BLESensorSettings: Sendable, Equatable {
+    /// Scan cycle: scan, rest (process results), off.
+    public var scanOn: TimeInterval = 4
+    public var scanRest: TimeInterval = 1
+    public var scanOff: TimeInterval = 2
+    public var advertInterval: TimeInterval = 0.25
+    public var txPower: Int = -4
+    public var includeTxPower: Bool = false
+    /// Advertise a 0x05F1 pseudo device address.
+    public var pseudoAddress: Bool = true
+    /// Connect + discover + read/write must finish within this.
+    public var connectionTimeout: TimeInterval = 8
+    /// Write payload-sharing bundles to iOS peers.
+    public var payloadSharing: Bool = true
+    /// Devices not updated for this long are purged.
+    public var purgeAfter: TimeInterval = 15 * 60
+    /// Non-Herald devices are ignored for `ignoreBase`, growing by `ignoreFactor` per repeat up to `ignoreMax`.
+    public var ignoreBase: TimeInterval = 60
+    public var ignoreFactor: Double = 1.2
+    public var ignoreMax: TimeInterval = 180
+    /// Minimum time between payload-sharing writes to one iOS peer.
+    public var payloadSharingInterval: TimeInterval = 15
+    /// Payloads seen this recently may be shared.
+    public var payloadSharingWindow: TimeInterval = 5 * 60
+    /// A node that cannot advertise writes its payload this often, and its RSSI at least this often.
+    public var receiveOnlyPayloadInterval: TimeInterval = 5 * 60
+    public var receiveOnlyRSSIInterval: TimeInterval = 15
+    /// The pseudo address is renewed when nothing has connected for this long.
+    public var pseudoAddressRenewal: TimeInterval = 20 * 60
+    /// Signal writes are split into fragments of this size.
+    public var writeFragmentSize: Int = 20
+
+    public init() {}
+}
+
+/// Levels of the sensor's own log (log.txt).
+public enum SensorLogLevel: Int, Sendable, Comparable {
+    case debug = 0, info = 1, fault = 2
+    public static func < (a: SensorLogLevel, b: SensorLogLevel) -> Bool { a.rawValue < b.rawValue }
+}
+
+/// Where the sensor writes its diagnostic log (log.txt through HeraldLogs' SensorLogger).
+public protocol SensorLog: AnyObject {
+    func log(_ level: SensorLogLevel, subsystem: String, category: String, _ message: String)
+    /// Whether messages of `level` are written at all (skips building them).
+    func isEnabled(_ level: SensorLogLevel) -> Bool
+}

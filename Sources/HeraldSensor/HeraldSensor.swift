@@ -1,1 +1,0 @@
-// HeraldSensor module (work in progress).
