@@ -1,0 +1,104 @@
+import XCTest
+@testable import HeraldCore
+
+final class CodecTests: XCTestCase {
+    func testRSSIBundleBytesFromProtocol() throws {
+        XCTAssertEqual(try SignalBundle.writeRSSI(-60).encoded(), Data([0x02, 0xC4, 0xFF]))
+    }
+
+    func testPayloadBundleHeaderFromProtocol() throws {
+        let payload = FixedPayloadSupplier(identifier: 1).payloadData
+        let encoded = try SignalBundle.writePayload(payload).encoded()
+        XCTAssertEqual(Array(encoded.prefix(3)), [0x01, 0x81, 0x00])
+        XCTAssertEqual(encoded.count, 3 + 129)
+    }
+
+    func testEveryBundleRoundTrips() throws {
+        let bundles: [SignalBundle] = [
+            .writePayload(FixedPayloadSupplier(identifier: 5).payloadData),
+            .writeRSSI(-127), .writeRSSI(20),
+            .payloadSharing(rssi: 127, data: Data()),
+            .payloadSharing(rssi: -55, data: FixedPayloadSupplier(identifier: 9).payloadData.data + FixedPayloadSupplier(identifier: 10).payloadData.data),
+            .immediateSend(Data([1, 2, 3])), .immediateSend(Data()),
+        ]
+        for b in bundles {
+            XCTAssertEqual(SignalBundle.decode(try b.encoded()), .success(b), "\(b)")
+        }
+    }
+
+    func testSharingLayout() throws {
+        let e = try SignalBundle.payloadSharing(rssi: -2, data: Data([0xAA, 0xBB])).encoded()
+        XCTAssertEqual(e, Data([0x03, 0xFE, 0xFF, 0x02, 0x00, 0xAA, 0xBB]))
+    }
+
+    func testRejectionsCarryReasons() {
+        XCTAssertEqual(SignalBundle.decode(Data([0x09])), .failure(.unknownAction(0x09)))
+        if case .failure(.truncated) = SignalBundle.decode(Data([0x02, 0xC4])) {} else { XCTFail("short RSSI") }
+        if case .failure(.invalidLength) = SignalBundle.decode(Data([0x02, 0xC4, 0xFF, 0x00])) {} else { XCTFail("long RSSI") }
+        if case .failure(.truncated) = SignalBundle.decode(Data([0x01, 0x05, 0x00, 1, 2])) {} else { XCTFail("truncated payload") }
+        if case .failure(.invalidLength) = SignalBundle.decode(Data([0x01, 0x01, 0x00, 1, 2])) {} else { XCTFail("trailing bytes") }
+        if case .failure(.tooLarge) = SignalBundle.decode(Data([0x01, 0xFF, 0x01])) {} else { XCTFail("511 bytes") }
+        if case .failure(.invalidLength) = SignalBundle.decode(Data([0x04, 0xFF, 0xFF])) {} else { XCTFail("negative length") }
+        XCTAssertThrowsError(try SignalBundle.writePayload(PayloadData(Data(count: 511))).encoded())
+        XCTAssertNoThrow(try SignalBundle.writePayload(PayloadData(Data(count: 510))).encoded())
+    }
+
+    func testFragmentsReassemblePerCentral() throws {
+        let payload = FixedPayloadSupplier(identifier: 77).payloadData
+        let encoded = try SignalBundle.writePayload(payload).encoded()
+        let fragments = SignalBundle.fragments(of: encoded, size: 20)
+        XCTAssertEqual(fragments.count, 7)
+        var r = SignalReassembler<String>()
+        // Interleave another central's RSSI write between fragments.
+        for (i, f) in fragments.enumerated() {
+            let outcome = r.append(f, from: "A")
+            if i < fragments.count - 1 { XCTAssertEqual(outcome, .waiting) } else { XCTAssertEqual(outcome, .bundle(.writePayload(payload))) }
+            if i == 2 { XCTAssertEqual(r.append(Data([0x02, 0xC4, 0xFF]), from: "B"), .bundle(.writeRSSI(-60))) }
+        }
+        XCTAssertEqual(r.pendingCount, 0)
+    }
+
+    func testReassemblerDropsGarbageAndClearsOnDisconnect() {
+        var r = SignalReassembler<String>()
+        if case .rejected(.unknownAction(0x7F)) = r.append(Data([0x7F, 0, 0]), from: "A") {} else { XCTFail() }
+        XCTAssertEqual(r.append(Data([0x01, 0x81]), from: "A"), .waiting)
+        r.clear("A")
+        XCTAssertEqual(r.append(Data([0x02, 0xC4, 0xFF]), from: "A"), .bundle(.writeRSSI(-60)))
+    }
+
+    func testManufacturerDataParsing() {
+        let six: [UInt8] = [1, 2, 3, 4, 5, 6]
+        XCTAssertEqual(HeraldManufacturerData.parse([0x05F1: Data(six)]).pseudoDeviceAddress?.bytes, six)
+        XCTAssertEqual(HeraldManufacturerData.parse([0xFFFA: Data(six)]).pseudoDeviceAddress?.bytes, six)
+        XCTAssertNil(HeraldManufacturerData.parse([0x05F1: Data([1, 2, 3])]).pseudoDeviceAddress, "Android needs exactly 6 bytes")
+        XCTAssertNil(HeraldManufacturerData.parse([0x05F1: Data(six + [7])]).pseudoDeviceAddress)
+        let apple = HeraldManufacturerData.parse([0x004C: Data([0x01, 0x00])])
+        XCTAssertTrue(apple.hasAppleData)
+        XCTAssertNil(apple.pseudoDeviceAddress)
+    }
+
+    func testPseudoAddressFromGeneratorIsSixBytesAndAdvertisedUnder05F1() {
+        var g = SeededGenerator(seed: 1)
+        let a = PseudoDeviceAddress(using: &g)
+        XCTAssertEqual(a.bytes.count, 6)
+        XCTAssertEqual(HeraldManufacturerData.advertised(a), [0x05F1: a.data])
+    }
+
+    func testRawAdvertisingDataParsing() throws {
+        // Flags, 16-bit UUID FCF6, manufacturer data F1 05 + 6 bytes (company id little-endian on air).
+        let raw = Data([0x02, 0x01, 0x06, 0x03, 0x03, 0xF6, 0xFC, 0x09, 0xFF, 0xF1, 0x05, 1, 2, 3, 4, 5, 6])
+        let parsed = try AdvertisingData.parse(raw).get()
+        XCTAssertEqual(parsed.serviceUUIDs, [HeraldUUIDs.service])
+        XCTAssertEqual(parsed.manufacturerData[0x05F1], Data([1, 2, 3, 4, 5, 6]))
+        if case .failure(.truncated) = AdvertisingData.parse(Data([0x09, 0xFF, 0xF1])) {} else { XCTFail("truncated AD") }
+        if case .failure(.invalidLength) = AdvertisingData.parse(Data([0x02, 0xFF, 0xF1])) {} else { XCTFail("no company id") }
+    }
+
+    func testUUIDForms() {
+        XCTAssertEqual(BluetoothUUID("fcf6"), HeraldUUIDs.service)
+        XCTAssertEqual(BluetoothUUID("0000FCF6-0000-1000-8000-00805f9b34fb"), HeraldUUIDs.service)
+        XCTAssertEqual(HeraldUUIDs.service.shortValue, 0xFCF6)
+        XCTAssertNil(HeraldUUIDs.payloadCharacteristic.shortValue)
+        XCTAssertNil(BluetoothUUID("not-a-uuid"))
+    }
+}
