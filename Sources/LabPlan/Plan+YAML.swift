@@ -214,14 +214,14 @@ struct PlanReader {
         var specs = [NodeSpec]()
         switch node {
         case .sequence(let seq):
-            if seq.count == 0 { fail(path, node, "needs at least 2 nodes"); return nil }
+            if seq.count < 2 { fail(path, node, "needs at least 2 nodes: a proximity test of one node detects nothing"); return nil }
             for (i, item) in seq.enumerated() {
                 if let spec = nodeSpec(item, "\(path)[\(i)]", index: i) { specs.append(spec) }
             }
         case .mapping:
             guard let m = mapping(node, path, known: ["count", "prefix", "grid", "identifiers"]) else { return nil }
             guard let countNode = m["count"] else { fail("\(path).count", node, "required with a grid: how many nodes"); return nil }
-            guard let count = integer(countNode, "\(path).count", in: 1...1000) else { return nil }
+            guard let count = integer(countNode, "\(path).count", in: 2...1000) else { return nil }
             var prefix = "node"
             if let p = m["prefix"], let s = name(p, "\(path).prefix") { prefix = s }
             var columns = max(1, Int(Double(count).squareRoot().rounded(.up)))
@@ -250,11 +250,11 @@ struct PlanReader {
             fail(path, node, "expected a list of nodes, or a mapping with count, prefix and grid")
             return nil
         }
-        if specs.count == 1 { fail(path, node, "needs at least 2 nodes: a proximity test of one node detects nothing") }
         var seenNames = [String: Int]()
         var seenShort = [String: Int]()
         for (i, s) in specs.enumerated() {
-            if let j = seenNames[s.name] { fail("\(path)[\(i)].name", nil, "duplicate node name \"\(s.name)\" (also \(path)[\(j)])") } else { seenNames[s.name] = i }
+            if let j = seenNames[s.name] { fail("\(path)[\(i)].name", nil, "duplicate node name \"\(s.name)\" (also \(path)[\(j)])"); continue }
+            seenNames[s.name] = i
             if let j = seenShort[s.shortName] {
                 fail("\(path)[\(i)].identifier", nil, "gives shortName \"\(s.shortName)\", the same as \(path)[\(j)] (\(specs[j].name)); logs could not tell them apart")
             } else { seenShort[s.shortName] = i }
@@ -263,7 +263,8 @@ struct PlanReader {
     }
 
     mutating func nodeSpec(_ node: Node, _ path: String, index: Int) -> NodeSpec? {
-        if case .scalar = node, let n = name(node, path) {
+        if case .scalar = node {
+            guard let n = name(node, path) else { return nil }
             return NodeSpec(name: n, position: Position(x: Double(index), y: 0))
         }
         guard let m = mapping(node, path, known: ["name", "position", "identifier", "tags", "power"]) else { return nil }
