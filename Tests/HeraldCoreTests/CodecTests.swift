@@ -102,3 +102,45 @@ final class CodecTests: XCTestCase {
         XCTAssertNil(BluetoothUUID("not-a-uuid"))
     }
 }
+
+final class SHA256Tests: XCTestCase {
+    func testFIPSVectors() {
+        XCTAssertEqual(SHA256.hash(Data()), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        XCTAssertEqual(SHA256.hash(Data("abc".utf8)), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        XCTAssertEqual(SHA256.hash(Data("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8)),
+                       "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
+        XCTAssertEqual(SHA256.hash(Data(repeating: UInt8(ascii: "a"), count: 1_000_000)),
+                       "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
+    }
+
+    func testStreamingInOddChunksMatchesOneShot() {
+        let data = Data((0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        var s = SHA256()
+        var i = 0
+        for size in [1, 63, 64, 65, 7, 1000, 3] + Array(repeating: 997, count: 20) where i < data.count {
+            let end = min(i + size, data.count)
+            s.update(data[i..<end])
+            i = end
+        }
+        s.update(data[i...])
+        XCTAssertEqual(s.finalizeHex(), SHA256.hash(data))
+    }
+
+    func testFileHashMatchesSha256sum() throws {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("sha-\(UUID().uuidString)")
+        let data = Data((0..<3_000_001).map { UInt8(truncatingIfNeeded: $0 ^ ($0 >> 8)) })
+        try data.write(to: url)
+        defer { try? FileManager.default.removeItem(at: url) }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
+        p.arguments = [url.path]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        try p.run()
+        p.waitUntilExit()
+        let expected = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).prefix(64)
+        let (hex, bytes) = try SHA256.hash(fileAt: url)
+        XCTAssertEqual(hex, String(expected))
+        XCTAssertEqual(bytes, 3_000_001)
+    }
+}
