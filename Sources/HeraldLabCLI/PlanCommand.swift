@@ -1,0 +1,50 @@
+import ArgumentParser
+import Foundation
+import LabPlan
+
+/// `herald-lab plan check PLAN`: validate a plan and print it as parsed.
+struct PlanCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "plan",
+        abstract: "Check test plans.",
+        subcommands: [Check.self]
+    )
+
+    struct Check: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Validate a plan; print the nodes and settings it gives, or every problem with its field path (exit 2).")
+
+        @Argument(help: "Plan file (YAML).")
+        var plan: String
+
+        func run() throws {
+            let plan = try loadPlan(self.plan)
+            print("\(plan.name): \(plan.nodes.count) nodes, \(formatDuration(plan.duration)) (warm-up \(formatDuration(plan.warmup))), radio \(plan.radio.kind.rawValue)")
+            for n in plan.nodes {
+                print("  \(n.name)\tidentifier \(n.identifier)\tshortName \(n.shortName)\tat \(n.position)")
+            }
+            let s = plan.sensor
+            print("  sensor: scan \(formatDuration(s.scanOn)) on / \(formatDuration(s.scanRest)) rest / \(formatDuration(s.scanOff)) off, advert every \(formatDuration(s.advertInterval)), tx \(s.txPower) dBm, pseudo address \(s.pseudoAddress ? "on" : "off")")
+        }
+    }
+}
+
+/// Loads a plan or exits 2 with every problem and its field path.
+func loadPlan(_ path: String) throws -> Plan {
+    do {
+        return try Plan.load(path: path)
+    } catch {
+        FileHandle.standardError.write(Data((error.description + "\n").utf8))
+        throw ExitCode(2)
+    }
+}
+
+func formatDuration(_ seconds: TimeInterval) -> String {
+    if seconds == 0 { return "0s" }
+    if seconds < 1 { return "\(Int((seconds * 1000).rounded()))ms" }
+    var s = Int(seconds.rounded())
+    var parts = [String]()
+    if s >= 3600 { parts.append("\(s / 3600)h"); s %= 3600 }
+    if s >= 60 { parts.append("\(s / 60)m"); s %= 60 }
+    if s > 0 || parts.isEmpty { parts.append("\(s)s") }
+    return parts.joined()
+}
