@@ -1,1 +1,0 @@
-// LabNode module (work in progress).

@@ -1,0 +1,68 @@
+import Foundation
+import HeraldCore
+import HeraldRadio
+
+/// What a running node reports: the agent serves it, `herald-lab run` shows it live.
+public struct NodeStatus: Codable, Sendable, Equatable {
+    public enum State: String, Codable, Sendable { case idle, armed, running, stopped, failed }
+    public var state: State
+    /// Distinct peers whose payload is known (read or shared).
+    public var peersDetected: Int
+    /// Payload reads (didRead events).
+    public var payloadsRead: Int
+    /// RSSI measurements in the last 60 seconds of the node's clock.
+    public var rssiLastMinute: Int
+    public var rssiTotal: Int
+    /// ShortNames of the peers detected, sorted.
+    public var peers: [String]
+    public init(state: State, peersDetected: Int = 0, payloadsRead: Int = 0, rssiLastMinute: Int = 0, rssiTotal: Int = 0, peers: [String] = []) {
+        self.state = state
+        self.peersDetected = peersDetected
+        self.payloadsRead = payloadsRead
+        self.rssiLastMinute = rssiLastMinute
+        self.rssiTotal = rssiTotal
+        self.peers = peers
+    }
+}
+
+/// Counts what the sensor sees, for `NodeStatus`. Used on the scheduler's executor.
+final class NodeCounters: SensorDelegate {
+    private let scheduler: any Scheduler
+    private let ownShortName: String
+    private(set) var peers = Set<String>()
+    private(set) var payloadsRead = 0
+    private(set) var rssiTotal = 0
+    /// RSSI counts per whole second, for the last minute (a ring of 60 buckets).
+    private var buckets = [Int](repeating: 0, count: 60)
+    private var bucketSecond = [Int64](repeating: -1, count: 60)
+
+    init(scheduler: any Scheduler, ownShortName: String) {
+        self.scheduler = scheduler
+        self.ownShortName = ownShortName
+    }
+
+    func sensor(_ sensor: SensorType, didRead: PayloadData, fromTarget: TargetIdentifier) {
+        payloadsRead += 1
+        let name = didRead.shortName
+        if name != ownShortName { peers.insert(name) }
+    }
+
+    func sensor(_ sensor: SensorType, didShare: [PayloadData], fromTarget: TargetIdentifier) {
+        for p in didShare where p.shortName != ownShortName { peers.insert(p.shortName) }
+    }
+
+    func sensor(_ sensor: SensorType, didMeasure: Proximity, fromTarget: TargetIdentifier) {
+        rssiTotal += 1
+        let second = Int64(scheduler.now.timeIntervalSince1970.rounded(.down))
+        let i = Int(second % 60)
+        if bucketSecond[i] != second { bucketSecond[i] = second; buckets[i] = 0 }
+        buckets[i] += 1
+    }
+
+    var rssiLastMinute: Int {
+        let now = Int64(scheduler.now.timeIntervalSince1970.rounded(.down))
+        var total = 0
+        for i in 0..<60 where bucketSecond[i] > now - 60 && bucketSecond[i] <= now { total += buckets[i] }
+        return total
+    }
+}
