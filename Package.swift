@@ -26,7 +26,7 @@ let package = Package(
         // MARK: Radio abstraction: the one transport protocol the sensor uses, clocks, schedulers.
         .target(name: "HeraldRadio", dependencies: ["HeraldCore"]),
         // MARK: Herald-format log files.
-        .target(name: "HeraldLogs", dependencies: ["HeraldCore"]),
+        .target(name: "HeraldLogs", dependencies: ["HeraldCore", "HeraldRadio"]),
         // MARK: The Herald sensor engine (Android-like), over HeraldRadio only.
         .target(name: "HeraldSensor", dependencies: ["HeraldCore", "HeraldRadio", "HeraldLogs"]),
         // MARK: Simulated radio: propagation model, virtual-time medium, simulated transport.

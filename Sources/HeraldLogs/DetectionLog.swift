@@ -1,0 +1,46 @@
+import Foundation
+import HeraldCore
+
+/// detection.csv: one line, no header, rewritten whole (atomically) on each change:
+/// `<deviceName>,<OS>,<OSVersion>,<ownShortName>,<seen1>,<seen2>,...`, seen names sorted,
+/// self excluded; from didRead and didShare.
+public final class DetectionLog: SensorDelegate {
+    public let url: URL
+    private let deviceName: String
+    private let os: String
+    private let osVersion: String
+    private let ownShortName: String
+    public private(set) var seen = Set<String>()
+
+    public init(url: URL, deviceName: String, os: String = "Linux", osVersion: String, ownShortName: String) {
+        self.url = url
+        self.deviceName = deviceName
+        self.os = os
+        self.osVersion = osVersion
+        self.ownShortName = ownShortName
+        write()
+    }
+
+    /// The line as written.
+    public var line: String {
+        var out = [UInt8]()
+        for (i, v) in ([deviceName, os, osVersion, ownShortName] + seen.sorted()).enumerated() {
+            if i > 0 { out.append(44) }
+            Bytes.appendCSV(v, to: &out)
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    private func write() { AtomicFile.write(line + "\n", to: url) }
+
+    private func add(_ name: String) {
+        guard !name.isEmpty, name != ownShortName, !seen.contains(name) else { return }
+        seen.insert(name)
+        write()
+    }
+
+    public func sensor(_ sensor: SensorType, didRead: PayloadData, fromTarget: TargetIdentifier) { add(didRead.shortName) }
+    public func sensor(_ sensor: SensorType, didShare: [PayloadData], fromTarget: TargetIdentifier) {
+        for p in didShare { add(p.shortName) }
+    }
+}

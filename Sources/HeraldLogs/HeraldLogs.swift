@@ -1,1 +1,0 @@
-// HeraldLogs module (work in progress).

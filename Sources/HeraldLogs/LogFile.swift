@@ -1,0 +1,120 @@
+import Foundation
+import HeraldRadio
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An append-only log file, buffered in memory and flushed when the buffer passes 64 KiB, at
+/// least every `flushInterval` seconds of scheduler time, and on `flush()` / `close()`: a crash
+/// loses seconds, not the run. Lines are built as bytes; nothing on the hot path formats dates.
+public final class LogFile {
+    public let url: URL
+    private var fd: Int32 = -1
+    private var buffer: [UInt8] = []
+    private let limit = 64 * 1024
+    private var flushTask: ScheduledTask?
+    public private(set) var bytesWritten: Int64 = 0
+    /// The size of the file on disk plus what is buffered.
+    public var size: Int64 { bytesWritten + Int64(buffer.count) }
+    /// The file was empty (or new) when opened.
+    public let wasEmpty: Bool
+
+    public init(url: URL, scheduler: (any Scheduler)?, flushInterval: TimeInterval = 2) {
+        self.url = url
+        try? FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        fd = open(url.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+        var st = stat()
+        if fd >= 0, fstat(fd, &st) == 0 { bytesWritten = Int64(st.st_size) }
+        wasEmpty = bytesWritten == 0
+        buffer.reserveCapacity(limit + 1024)
+        if let scheduler {
+            flushTask = scheduler.scheduleRepeating(every: flushInterval) { [weak self] in self?.flush() }
+        }
+    }
+
+    deinit { close() }
+
+    public var isOpen: Bool { fd >= 0 }
+
+    @inline(__always) public func append(_ bytes: [UInt8]) {
+        buffer.append(contentsOf: bytes)
+        if buffer.count >= limit { flush() }
+    }
+
+    @inline(__always) public func append(_ text: String) {
+        var t = text
+        t.withUTF8 { buffer.append(contentsOf: $0) }
+        if buffer.count >= limit { flush() }
+    }
+
+    /// Appends with a closure that writes into the buffer directly (no intermediate arrays).
+    @inline(__always) public func appendLine(_ build: (inout [UInt8]) -> Void) {
+        build(&buffer)
+        buffer.append(10)
+        if buffer.count >= limit { flush() }
+    }
+
+    public func flush() {
+        guard fd >= 0, !buffer.isEmpty else { return }
+        buffer.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if n <= 0 { if errno == EINTR { continue }; break }
+                offset += n
+            }
+            bytesWritten += Int64(offset)
+        }
+        buffer.removeAll(keepingCapacity: true)
+    }
+
+    public func close() {
+        flushTask?.cancel()
+        flushTask = nil
+        flush()
+        if fd >= 0 { _ = Glibc.close(fd); fd = -1 }
+    }
+}
+
+/// Writes a whole small file atomically (temporary file + rename), so a crash never leaves it
+/// empty or half written.
+enum AtomicFile {
+    static func write(_ text: String, to url: URL) {
+        try? FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let tmp = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).tmp")
+        do {
+            try Data(text.utf8).write(to: tmp)
+            if rename(tmp.path, url.path) != 0 { try Data(text.utf8).write(to: url) }
+        } catch {
+            try? Data(text.utf8).write(to: url)
+        }
+    }
+}
+
+/// Byte-level helpers for building CSV lines.
+enum Bytes {
+    /// Herald's CSV rule: wrap in double quotes if the value contains `,` `"` `'` or `’`;
+    /// inner quotes are not escaped.
+    static func appendCSV(_ value: String, to out: inout [UInt8]) {
+        var v = value
+        v.withUTF8 { u in
+            var needs = false
+            var i = 0
+            while i < u.count {
+                let c = u[i]
+                if c == 44 || c == 34 || c == 39 { needs = true; break }
+                // ’ is E2 80 99
+                if c == 0xE2, i + 2 < u.count, u[i + 1] == 0x80, u[i + 2] == 0x99 { needs = true; break }
+                i += 1
+            }
+            if needs { out.append(34) }
+            out.append(contentsOf: u)
+            if needs { out.append(34) }
+        }
+    }
+
+    static func appendRaw(_ value: String, to out: inout [UInt8]) {
+        var v = value
+        v.withUTF8 { out.append(contentsOf: $0) }
+    }
+}

@@ -1,0 +1,25 @@
+import Foundation
+import HeraldCore
+
+/// Appends `yyyy-MM-dd HH:mm:ss.SSS+0000` (UTC) to a byte buffer, reusing the date-and-time part
+/// while the second does not change: cheap enough for millions of rows.
+struct TimestampWriter {
+    private var cachedSecond: Int64 = .min
+    private var prefix: [UInt8] = []
+
+    mutating func append(_ date: Date, to out: inout [UInt8]) {
+        let ms = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        let second = ms >= 0 ? ms / 1000 : (ms - 999) / 1000
+        if second != cachedSecond {
+            cachedSecond = second
+            prefix = Array(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: TimeInterval(second))).utf8)
+        }
+        out.append(contentsOf: prefix)
+        let milli = Int(ms - second * 1000)
+        out.append(46)
+        out.append(UInt8(48 + milli / 100))
+        out.append(UInt8(48 + milli / 10 % 10))
+        out.append(UInt8(48 + milli % 10))
+        out.append(contentsOf: [43, 48, 48, 48, 48]) // +0000
+    }
+}
