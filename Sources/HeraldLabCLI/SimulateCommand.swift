@@ -1,0 +1,54 @@
+import ArgumentParser
+import Foundation
+import LabNode
+import LabPlan
+
+/// `herald-lab simulate PLAN [--out DIR] [--seed N]`
+struct SimulateCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "simulate",
+        abstract: "Run every node of a plan in one process on virtual time and write a results bundle."
+    )
+
+    @Argument(help: "Plan file (YAML).")
+    var plan: String
+
+    @Option(help: "Bundle folder (default: results/<plan>-sim-s<seed>).")
+    var out: String?
+
+    @Option(help: "Seed of every random generator (default: the plan's seed).")
+    var seed: UInt64?
+
+    @Flag(help: "Print no progress.")
+    var quiet = false
+
+    func run() throws {
+        let plan = try loadPlan(self.plan)
+        let text = (try? String(contentsOfFile: self.plan, encoding: .utf8)) ?? ""
+        let seed = self.seed ?? plan.seed
+        let out = URL(fileURLWithPath: self.out ?? "results/\(plan.name)-sim-s\(seed)")
+        let sim = Simulation(plan: plan, planText: text, seed: seed, output: out)
+        if !quiet { log("simulating \(plan.name): \(plan.nodes.count) nodes for \(formatDuration(plan.duration)) (seed \(seed))") }
+        var lastPrinted = Date.distantPast
+        let result: Simulation.Result
+        do {
+            result = try sim.run { fraction in
+                guard !quiet, Date().timeIntervalSince(lastPrinted) >= 1 || fraction >= 1 else { return }
+                lastPrinted = Date()
+                log(String(format: "  %3.0f%%  %@ of %@ simulated", fraction * 100, formatDuration(plan.duration * fraction), formatDuration(plan.duration)))
+            }
+        } catch let error as SimulationError {
+            log("herald-lab simulate: \(error)")
+            throw ExitCode(2)
+        }
+        let rate = result.simulatedSeconds / 3600 / max(result.wallSeconds, 1e-6)
+        print("bundle: \(result.bundle.path)")
+        print(String(format: "simulated %@ in %.2f s wall (%.1f simulated hours per second); %d adverts, %d reports",
+                     formatDuration(result.simulatedSeconds), result.wallSeconds, rate, result.advertisingEvents, result.reportsDelivered))
+        print("next: herald-lab analyse \(result.bundle.path)")
+    }
+}
+
+func log(_ text: String) {
+    FileHandle.standardError.write(Data((text + "\n").utf8))
+}

@@ -1,1 +1,0 @@
-// RadioSim module (work in progress).
