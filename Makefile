@@ -3,7 +3,7 @@ SWIFT ?= swift
 APT_PACKAGES := pkg-config libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release test bench simulate demo test-bluez clean
+.PHONY: all deps build release test bench bench-sim simulate demo test-bluez clean
 
 all: build
 
@@ -30,3 +30,11 @@ simulate: build
 
 clean:
 	rm -rf .build Benchmarks/.build
+
+# Benchmarks (release build): figures and ratios, never asserted in tests.
+bench: bench-sim
+
+bench-sim: release
+	@echo "== simulator: plans/longevity-10.yaml (10 nodes x 8 h, virtual time); target <= 30 s wall, < 1 GB"
+	@rm -rf .build/bench/longevity-10
+	@.build/release/herald-lab simulate plans/longevity-10.yaml --out .build/bench/longevity-10 --quiet

@@ -43,10 +43,18 @@ struct SimulateCommand: ParsableCommand {
         }
         let rate = result.simulatedSeconds / 3600 / max(result.wallSeconds, 1e-6)
         print("bundle: \(result.bundle.path)")
-        print(String(format: "simulated %@ in %.2f s wall (%.1f simulated hours per second); %d adverts, %d reports",
-                     formatDuration(result.simulatedSeconds), result.wallSeconds, rate, result.advertisingEvents, result.reportsDelivered))
+        print(String(format: "simulated %@ x %d nodes in %.2f s wall: %.2f simulated hours per wall second (%.1f node-hours/s); %d adverts, %d reports; peak memory %.0f MB",
+                     formatDuration(result.simulatedSeconds), plan.nodes.count, result.wallSeconds, rate, rate * Double(plan.nodes.count),
+                     result.advertisingEvents, result.reportsDelivered, peakMemoryMB()))
         print("next: herald-lab analyse \(result.bundle.path)")
     }
+}
+
+/// Peak resident memory of this process, MB (getrusage).
+func peakMemoryMB() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF, &usage)
+    return Double(usage.ru_maxrss) / 1024
 }
 
 func log(_ text: String) {

@@ -139,14 +139,18 @@ public final class DispatchScheduler: Scheduler, @unchecked Sendable {
 
     @discardableResult
     public func schedule(after delay: TimeInterval, _ action: @escaping () -> Void) -> ScheduledTask {
-        let task = ScheduledTask()
-        let box = UncheckedBox((task, action))
-        let work: @Sendable () -> Void = {
-            let (task, action) = box.value
-            if !task.isCancelled { action() }
-        }
+        let job = Job(action)
+        let box = UncheckedBox(job)
+        let work: @Sendable () -> Void = { box.value.run() }
         if delay <= 0 { queue.async(execute: work) } else { queue.asyncAfter(deadline: .now() + delay, execute: work) }
-        return task
+        return job.task
+    }
+
+    private final class Job {
+        let task = ScheduledTask()
+        let action: () -> Void
+        init(_ action: @escaping () -> Void) { self.action = action }
+        func run() { if !task.isCancelled { action() } }
     }
 
     /// Runs `body` on the queue and waits for its result. Never call from the queue itself.
