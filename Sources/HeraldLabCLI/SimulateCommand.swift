@@ -53,7 +53,7 @@ struct SimulateCommand: ParsableCommand {
 /// Peak resident memory of this process, MB (getrusage).
 func peakMemoryMB() -> Double {
     var usage = rusage()
-    getrusage(RUSAGE_SELF, &usage)
+    getrusage(RUSAGE_SELF.rawValue, &usage)
     return Double(usage.ru_maxrss) / 1024
 }
 
