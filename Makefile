@@ -22,7 +22,7 @@ release: deps
 	$(SWIFT) build -c release
 
 test: deps
-	$(SWIFT) test
+	$(SWIFT) test --disable-swift-testing
 
 # Simulates the office plan in virtual time into results/.
 simulate: build
