@@ -1,0 +1,212 @@
+import Foundation
+
+/// Turns a bundle or a folder of device folders into Herald's efficacy figures, in both modes,
+/// from one streaming parse (two passes over each contacts.csv: read rows first, since an id's
+/// RSSI rows come before its read row).
+public enum Analyser {
+    public static func analyse(_ path: URL, options: AnalysisOptions = AnalysisOptions()) throws -> AnalysisReport {
+        let clockStart = Date()
+        let (input, inputs, opts, _) = try InputLoader.load(path, options: options)
+        guard let ceStart = opts.ceStart, let ceEnd = opts.ceEnd else {
+            throw AnalysisError.missingWindow("give --ce-start and --ce-end (YYYY-MM-DD HH:MM:SS, in the logs' time base), or analyse a bundle whose manifest has one")
+        }
+        guard ceEnd > ceStart else { throw AnalysisError.missingWindow("--ce-end must be after --ce-start") }
+        let filterStart = opts.filterStart ?? ceStart
+        let filterEnd = opts.filterEnd ?? ceEnd
+        let cetotal = Int((ceEnd - ceStart) / 30).advanced(by: (ceEnd - ceStart).truncatingRemainder(dividingBy: 30) > 0 ? 1 : 0)
+        let ceStartSec = Int64(ceStart.rounded(.down)), ceEndSec = Int64(ceEnd.rounded(.down))
+        let ceSeconds = Int(ceEndSec - ceStartSec)
+
+        let n = inputs.count
+        var byShortName = [String: Int]()
+        for (i, d) in inputs.enumerated() where !d.shortName.isEmpty && byShortName[d.shortName] == nil { byShortName[d.shortName] = i }
+        var pairs = [[PairAccumulator?]](repeating: [PairAccumulator?](repeating: nil, count: n), count: n)
+        let acc: (Int, Int) -> PairAccumulator = { _, _ in PairAccumulator(ceSeconds: ceSeconds, bins: cetotal) }
+        var devices = [AnalysisResult.Device]()
+        var problems = [String]()
+        var bytesRead: Int64 = 0
+
+        for (o, dev) in inputs.enumerated() {
+            var summary = AnalysisResult.Device(index: o + 1, folder: dev.folder, label: "\(o + 1) - \(dev.model) - \(dev.os) \(dev.osVersion)",
+                                                shortName: dev.shortName, model: dev.model, os: dev.os, osVersion: dev.osVersion, shift: dev.shift,
+                                                rows: 0, malformedLines: 0, measureRows: 0, readRows: 0, shareRows: 0, problems: dev.problems)
+            readBattery(dev.url, into: &summary)
+            let contacts = dev.url.appendingPathComponent("contacts.csv")
+            let attributes = try? FileManager.default.attributesOfItem(atPath: contacts.path)
+            let size = (attributes?[.size] as? NSNumber)?.int64Value
+            if size == nil {
+                summary.problems.append("contacts.csv is missing")
+            } else if size == 0 {
+                summary.problems.append("contacts.csv is empty")
+            } else {
+                bytesRead += size!
+                do {
+                    try scanContacts(contacts, observer: o, inputs: inputs, byShortName: byShortName, summary: &summary, pairs: &pairs, make: acc,
+                                     window: (ceStart, ceEnd, ceStartSec, filterStart, filterEnd, cetotal))
+                } catch {
+                    summary.problems.append("contacts.csv cannot be read: \(error.localizedDescription)")
+                }
+            }
+            if summary.malformedLines > 0 { summary.problems.append("contacts.csv: \(summary.malformedLines) malformed line(s) skipped") }
+            for p in summary.problems { problems.append("\(dev.folder): \(p)") }
+            devices.append(summary)
+        }
+
+        // herald mode: per observer, 30 s bins from its first observation in the window (to the second).
+        var heraldPairs = [AnalysisResult.PairWindows](), strictPairs = [AnalysisResult.PairWindows]()
+        var heraldDetected = [[String]](), strictDetected = [[String]]()
+        var heraldWindows = [[Int]](repeating: [Int](repeating: 0, count: n), count: n)
+        for o in 0..<n {
+            var start: Int?
+            for d in 0..<n where d != o { if let f = pairs[o][d]?.heraldSeconds.first { start = min(start ?? f, f) } }
+            guard let s = start else { continue }
+            for d in 0..<n where d != o {
+                guard let a = pairs[o][d], !a.heraldSeconds.isEmpty else { continue }
+                var bins = Set<Int>()
+                a.heraldSeconds.forEach { bins.insert(($0 - s) / 30) }
+                heraldWindows[o][d] = bins.count
+            }
+        }
+        for o in 0..<n {
+            for d in 0..<n where d != o {
+                let a = pairs[o][d]
+                let hw = heraldWindows[o][d]
+                if a?.heraldDetected == true { heraldDetected.append([devices[o].label, devices[d].label]) }
+                if a?.strictDetected == true { strictDetected.append([devices[o].label, devices[d].label]) }
+                if hw > 0 {
+                    heraldPairs.append(.init(observer: devices[o].label, observed: devices[d].label, detected: a?.heraldDetected ?? false, windows: hw, scorePct: 100 * Double(hw) / Double(cetotal)))
+                }
+                let sw = a?.strictBins.cardinality ?? 0
+                strictPairs.append(.init(observer: devices[o].label, observed: devices[d].label, detected: a?.strictDetected ?? false, windows: sw, scorePct: 100 * Double(sw) / Double(cetotal)))
+            }
+        }
+        // Herald orders formal-continuity by observer, then observed label.
+        heraldPairs.sort { ($0.observer.sortIndex(devices), $0.observed) < ($1.observer.sortIndex(devices), $1.observed) }
+
+        let herald = mode("herald", n: n, cetotal: cetotal, pairs: heraldPairs, detected: heraldDetected,
+                          longevity: heraldLongevity(pairs, n: n, ceStartSec: ceStartSec, ceEndSec: ceEndSec))
+        let strict = mode("strict", n: n, cetotal: cetotal, pairs: strictPairs, detected: strictDetected,
+                          longevity: strictLongevity(pairs, n: n, cetotal: cetotal))
+
+        // Beyond Herald, per pair.
+        var metrics = [AnalysisResult.PairMetrics]()
+        var charts = ChartData()
+        charts.intervalHistogram = [UInt32](repeating: 0, count: PairAccumulator.intervalBuckets)
+        for o in 0..<n {
+            for d in 0..<n where d != o {
+                let a = pairs[o][d]
+                var m = AnalysisResult.PairMetrics(observer: devices[o].folder, observed: devices[d].folder, detected: a?.strictDetected ?? false,
+                                                   heraldWindows: heraldWindows[o][d], strictWindows: a?.strictBins.cardinality ?? 0,
+                                                   strictScorePct: 100 * Double(a?.strictBins.cardinality ?? 0) / Double(cetotal),
+                                                   rssiSamples: a?.rssiSamples ?? 0, longestGap: ceEnd - ceStart)
+                if let a {
+                    m.timeToFirstDetection = a.firstObservation.map { $0 - filterStart }
+                    m.timeToFirstRead = a.firstRead.map { max(0, $0 - filterStart) }
+                    if a.intervalCount > 0 {
+                        let mean = a.intervalSum / Double(a.intervalCount)
+                        m.intervalMean = mean
+                        m.intervalSD = a.intervalCount > 1 ? max(0, (a.intervalSumSquares - Double(a.intervalCount) * mean * mean) / Double(a.intervalCount - 1)).squareRoot() : 0
+                        m.intervalMin = a.intervalMin
+                        m.intervalMax = a.intervalMax
+                        m.intervalP50 = a.intervalPercentile(0.5)
+                        m.intervalP95 = a.intervalPercentile(0.95)
+                    }
+                    if let first = a.firstSample, let last = a.lastSample {
+                        m.longestGap = max(first - ceStart, a.intervalMax, ceEnd - last)
+                    }
+                    m.rssiMedian = a.rssiPercentile(0.5)
+                    m.rssiP5 = a.rssiPercentile(0.05)
+                    m.rssiP95 = a.rssiPercentile(0.95)
+                    if let q3 = a.rssiPercentile(0.75), let q1 = a.rssiPercentile(0.25) { m.rssiSpread = q3 - q1 }
+                    for (i, c) in a.intervalHistogram.enumerated() { charts.intervalHistogram[i] += c }
+                    var series = [(Int, Double)]()
+                    for b in 0..<a.binRSSICount.count where a.binRSSICount[b] > 0 { series.append((b, Double(a.binRSSISum[b]) / Double(a.binRSSICount[b]))) }
+                    charts.rssiSeries["\(devices[o].folder)\u{1F}\(devices[d].folder)"] = series
+                }
+                metrics.append(m)
+            }
+        }
+
+        let thresholds = opts.thresholds ?? AnalysisThresholds()
+        let checks = Verdict.checks(strict: strict, pairs: metrics, thresholds: thresholds)
+        let result = AnalysisResult(
+            input: input,
+            parameters: .init(ceStart: LogTime.format(ceStart), ceEnd: LogTime.format(ceEnd), filterStart: LogTime.format(filterStart), filterEnd: LogTime.format(filterEnd), cetotal: cetotal),
+            devices: devices, herald: herald, strict: strict, pairs: metrics, thresholds: thresholds, checks: checks,
+            passed: checks.allSatisfy(\.passed), problems: problems, elapsedSeconds: Date().timeIntervalSince(clockStart), bytesRead: bytesRead)
+        return AnalysisReport(result: result, charts: charts)
+    }
+
+    static func mode(_ name: String, n: Int, cetotal: Int, pairs: [AnalysisResult.PairWindows], detected: [[String]], longevity: (Int, Int)) -> AnalysisResult.Mode {
+        let nn = n * (n - 1)
+        let achieved = pairs.reduce(0) { $0 + $1.windows }
+        let maxwindows = nn * cetotal
+        let cehourtotal = Double(120 * nn)
+        let errStart = cehourtotal > 0 ? 100 * (1 - Double(longevity.0) / cehourtotal) : 0
+        let errEnd = cehourtotal > 0 ? 100 * (1 - Double(longevity.1) / cehourtotal) : 0
+        return AnalysisResult.Mode(
+            mode: name, phonescount: n, maxpairs: nn, achieveddetections: detected.count,
+            detectionpct: nn > 0 ? 100 * Double(detected.count) / Double(nn) : 0,
+            maxwindows: maxwindows, achievedwindows: achieved,
+            continuitypct: maxwindows > 0 ? 100 * Double(achieved) / Double(maxwindows) : 0,
+            deltacewindowspct: maxwindows > 0 ? 100 * (1 - Double(achieved) / Double(maxwindows)) : 0,
+            windowsFirstHour: longevity.0, windowsLastHour: longevity.1, longevity: abs(errStart - errEnd), pairs: pairs, detectedPairs: detected)
+    }
+
+    /// Herald's longevity count: observations of all observers pooled, grouped by (observed, bin)
+    /// without the observer (the reference script's undercount), bins from the first observation
+    /// of the hour.
+    static func heraldLongevity(_ pairs: [[PairAccumulator?]], n: Int, ceStartSec: Int64, ceEndSec: Int64) -> (Int, Int) {
+        func count(_ from: Int, _ to: Int) -> Int {
+            var perObserved = [Set<Int>](repeating: [], count: n)
+            var start: Int?
+            for o in 0..<n {
+                for d in 0..<n where d != o {
+                    guard let a = pairs[o][d] else { continue }
+                    a.heraldSeconds.forEach { s in
+                        guard s >= from, s <= to else { return }
+                        perObserved[d].insert(s)
+                        start = min(start ?? s, s)
+                    }
+                }
+            }
+            guard let s0 = start else { return 0 }
+            return perObserved.reduce(0) { total, seconds in total + Set(seconds.map { ($0 - s0) / 30 }).count }
+        }
+        let ce = Int(ceEndSec - ceStartSec)
+        return (count(0, min(3600, ce)), count(max(0, ce - 3600), ce))
+    }
+
+    /// Strict longevity: windows per ordered pair, bins aligned to the contact-event start.
+    static func strictLongevity(_ pairs: [[PairAccumulator?]], n: Int, cetotal: Int) -> (Int, Int) {
+        var first = 0, last = 0
+        for o in 0..<n {
+            for d in 0..<n where d != o {
+                guard let a = pairs[o][d] else { continue }
+                for b in 0..<min(120, cetotal) where a.strictBins.contains(b) { first += 1 }
+                for b in max(0, cetotal - 120)..<cetotal where a.strictBins.contains(b) { last += 1 }
+            }
+        }
+        return (first, last)
+    }
+
+    static func readBattery(_ dir: URL, into summary: inout AnalysisResult.Device) {
+        let url = dir.appendingPathComponent("battery.csv")
+        guard FileManager.default.fileExists(atPath: url.path) else { return }
+        _ = try? CSVScanner.scan(url: url) { p, line, _ in
+            guard line.count >= 3, LogTime.parse(p, line.starts[0], line.ends[0]) != nil else {
+                return p.equals(line.starts[0], line.ends[0], "time") // header (optional) is fine
+            }
+            let source = p.string(line.starts[1], line.ends[1])
+            guard let level = Double(p.string(line.starts[2], line.ends[2])) else { return false }
+            summary.batterySource = source
+            if summary.batteryFirst == nil { summary.batteryFirst = level }
+            summary.batteryLast = level
+            return true
+        }
+    }
+}
+
+extension String {
+    fileprivate func sortIndex(_ devices: [AnalysisResult.Device]) -> Int { devices.firstIndex { $0.label == self } ?? Int.max }
+}

@@ -1,0 +1,244 @@
+import Foundation
+
+/// What to analyse and how: windows, shifts, thresholds. Times are seconds since 1970 in the
+/// logs' own time base (wall clock; HeraldLab nodes write UTC).
+public struct AnalysisOptions: Sendable {
+    public var ceStart: Double?
+    public var ceEnd: Double?
+    public var filterStart: Double?
+    public var filterEnd: Double?
+    /// Seconds to add to a device's times, by folder name or shortName.
+    public var timeshifts: [String: Double] = [:]
+    public var thresholds: AnalysisThresholds?
+    public init() {}
+}
+
+/// Pass/fail limits (a plan's `thresholds`).
+public struct AnalysisThresholds: Codable, Sendable, Equatable {
+    public var detectionPct: Double = 100
+    public var continuityPct: Double = 90
+    public var pairContinuityPct: Double = 80
+    public var timeToFirstDetection: Double = 60
+    public var timeToFirstRead: Double = 120
+    public var regressionTolerancePct: Double = 2
+    public init() {}
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        let d = AnalysisThresholds.init()
+        detectionPct = try c.decodeIfPresent(Double.self, forKey: .detectionPct) ?? d.detectionPct
+        continuityPct = try c.decodeIfPresent(Double.self, forKey: .continuityPct) ?? d.continuityPct
+        pairContinuityPct = try c.decodeIfPresent(Double.self, forKey: .pairContinuityPct) ?? d.pairContinuityPct
+        timeToFirstDetection = try c.decodeIfPresent(Double.self, forKey: .timeToFirstDetection) ?? d.timeToFirstDetection
+        timeToFirstRead = try c.decodeIfPresent(Double.self, forKey: .timeToFirstRead) ?? d.timeToFirstRead
+        regressionTolerancePct = try c.decodeIfPresent(Double.self, forKey: .regressionTolerancePct) ?? d.regressionTolerancePct
+    }
+}
+
+/// One device folder to analyse.
+public struct DeviceInput: Sendable {
+    public var folder: String
+    public var url: URL
+    /// From detection.csv (or the manifest).
+    public var model: String
+    public var os: String
+    public var osVersion: String
+    public var shortName: String
+    /// Seconds added to this device's times (flags), minus its clock offset (bundles).
+    public var shift: Double
+    public var problems: [String]
+}
+
+/// The manifest fields the analyser needs (docs/BUNDLE.md), read leniently.
+struct BundleManifest: Decodable {
+    struct Window: Decodable { var start: String; var end: String }
+    struct Node: Decodable {
+        var name: String
+        var shortName: String?
+        var os: String?
+        var osVersion: String?
+        var clockOffset: Double?
+        var state: String?
+        var controller: [String: String]?
+    }
+    struct PlanPart: Decodable {
+        var name: String?
+        var variant: String?
+        var warmup: Double?
+        var duration: Double?
+        var thresholds: AnalysisThresholds?
+        var sensor: [String: JSONValue]?
+    }
+    var runId: String?
+    var mode: String?
+    var seed: UInt64?
+    var createdAt: String?
+    var contactEvent: Window?
+    var nodes: [Node]?
+    var plan: PlanPart?
+    var software: [String: String]?
+}
+
+/// A loose JSON value (sensor settings are shown, compared and stored, not interpreted).
+public enum JSONValue: Codable, Sendable, Equatable, CustomStringConvertible {
+    case number(Double), string(String), bool(Bool), null, array([JSONValue]), object([String: JSONValue])
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if c.decodeNil() { self = .null }
+        else if let b = try? c.decode(Bool.self) { self = .bool(b) }
+        else if let n = try? c.decode(Double.self) { self = .number(n) }
+        else if let s = try? c.decode(String.self) { self = .string(s) }
+        else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
+        else { self = .object(try c.decode([String: JSONValue].self)) }
+    }
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.singleValueContainer()
+        switch self {
+        case .number(let n): try c.encode(n)
+        case .string(let s): try c.encode(s)
+        case .bool(let b): try c.encode(b)
+        case .null: try c.encodeNil()
+        case .array(let a): try c.encode(a)
+        case .object(let o): try c.encode(o)
+        }
+    }
+    public var description: String {
+        switch self {
+        case .number(let n): return n == n.rounded() && abs(n) < 1e12 ? String(Int(n)) : String(n)
+        case .string(let s): return s
+        case .bool(let b): return String(b)
+        case .null: return "null"
+        case .array(let a): return "[" + a.map(\.description).joined(separator: ", ") + "]"
+        case .object(let o): return "{" + o.keys.sorted().map { "\($0): \(o[$0]!)" }.joined(separator: ", ") + "}"
+        }
+    }
+}
+
+/// Where the analysis input came from.
+public struct InputDescription: Codable, Sendable {
+    public var path: String
+    /// `bundle` or `folder`.
+    public var kind: String
+    public var runId: String?
+    public var plan: String?
+    public var variant: String?
+    public var seed: UInt64?
+    public var createdAt: String?
+    public var sensor: [String: JSONValue]?
+    /// Controller identities by node (bundles from real radios).
+    public var controllers: [String: String]?
+}
+
+public enum AnalysisError: Error, CustomStringConvertible {
+    case notFound(String)
+    case noDevices(String)
+    case missingWindow(String)
+    case badFlag(String)
+    public var description: String {
+        switch self {
+        case .notFound(let p): return "\(p): no such folder"
+        case .noDevices(let p): return "\(p): no device folders found (a bundle has nodes/<node>/, a plain test folder has one folder per device)"
+        case .missingWindow(let what): return "no contact-event window: \(what)"
+        case .badFlag(let what): return what
+        }
+    }
+}
+
+/// Finds the devices and windows of a bundle or a folder of device folders.
+enum InputLoader {
+    static func load(_ path: URL, options: AnalysisOptions) throws -> (InputDescription, [DeviceInput], AnalysisOptions, BundleManifest?) {
+        let fm = FileManager.default
+        var isDir: ObjCBool = false
+        guard fm.fileExists(atPath: path.path, isDirectory: &isDir), isDir.boolValue else { throw AnalysisError.notFound(path.path) }
+        var opts = options
+        var manifest: BundleManifest?
+        let manifestURL = path.appendingPathComponent("manifest.json")
+        var devicesRoot = path
+        var description = InputDescription(path: path.path, kind: "folder")
+        if fm.fileExists(atPath: manifestURL.path) {
+            description.kind = "bundle"
+            devicesRoot = path.appendingPathComponent("nodes")
+            if let data = try? Data(contentsOf: manifestURL), let m = try? JSONDecoder().decode(BundleManifest.self, from: data) {
+                manifest = m
+                description.runId = m.runId
+                description.plan = m.plan?.name
+                description.variant = m.plan?.variant
+                description.seed = m.seed
+                description.createdAt = m.createdAt
+                description.sensor = m.plan?.sensor
+                var controllers = [String: String]()
+                for n in m.nodes ?? [] { if let c = n.controller { controllers[n.name] = c.keys.sorted().map { "\($0)=\(c[$0]!)" }.joined(separator: " ") } }
+                if !controllers.isEmpty { description.controllers = controllers }
+                if let ce = m.contactEvent {
+                    let start = parseISO(ce.start), end = parseISO(ce.end)
+                    if opts.ceStart == nil { opts.ceStart = start }
+                    if opts.ceEnd == nil { opts.ceEnd = end }
+                    if opts.filterStart == nil, let s = start { opts.filterStart = s - (m.plan?.warmup ?? 0) }
+                    if opts.filterEnd == nil { opts.filterEnd = end }
+                }
+                if opts.thresholds == nil { opts.thresholds = m.plan?.thresholds }
+            }
+        }
+        guard let entries = try? fm.contentsOfDirectory(at: devicesRoot, includingPropertiesForKeys: [.isDirectoryKey]) else {
+            throw AnalysisError.noDevices(path.path)
+        }
+        let folders = entries.filter { (try? $0.resourceValues(forKeys: [.isDirectoryKey]).isDirectory) == true && !$0.lastPathComponent.hasPrefix(".") }
+            .sorted { $0.lastPathComponent < $1.lastPathComponent }
+        guard !folders.isEmpty else { throw AnalysisError.noDevices(path.path) }
+        var devices = [DeviceInput]()
+        for url in folders {
+            let name = url.lastPathComponent
+            let node = manifest?.nodes?.first { $0.name == name }
+            var device = DeviceInput(folder: name, url: url, model: name, os: node?.os ?? "", osVersion: node?.osVersion ?? "",
+                                     shortName: node?.shortName ?? "", shift: -(node?.clockOffset ?? 0), problems: [])
+            if let state = node?.state, state != "complete" { device.problems.append("node state is \(state) in the manifest") }
+            readDetection(&device)
+            if let s = opts.timeshifts[name] ?? opts.timeshifts[device.shortName] { device.shift += s }
+            devices.append(device)
+        }
+        if let m = manifest {
+            for n in m.nodes ?? [] where !devices.contains(where: { $0.folder == n.name }) {
+                devices.append(DeviceInput(folder: n.name, url: devicesRoot.appendingPathComponent(n.name), model: n.name, os: n.os ?? "", osVersion: n.osVersion ?? "",
+                                           shortName: n.shortName ?? "", shift: 0, problems: ["node folder missing from the bundle (state \(n.state ?? "unknown"))"]))
+            }
+            devices.sort { $0.folder < $1.folder }
+        }
+        let known = Set(devices.map(\.folder) + devices.map(\.shortName))
+        for key in opts.timeshifts.keys where !known.contains(key) {
+            throw AnalysisError.badFlag("--timeshift \(key)=...: no device folder or shortName \"\(key)\" (devices: \(devices.map(\.folder).joined(separator: ", ")))")
+        }
+        return (description, devices, opts, manifest)
+    }
+
+    static func parseISO(_ s: String) -> Double? {
+        var t = s
+        return t.withUTF8 { u in LogTime.parse(u, 0, u.count)?.absolute }
+    }
+
+    /// detection.csv: `<name>,<OS>,<OSVersion>,<ownShortName>,...`.
+    static func readDetection(_ device: inout DeviceInput) {
+        let url = device.url.appendingPathComponent("detection.csv")
+        guard FileManager.default.fileExists(atPath: url.path) else {
+            device.problems.append("detection.csv is missing")
+            return
+        }
+        var fields: [String]?
+        do {
+            try CSVScanner.scan(url: url) { p, line, _ in
+                if fields == nil { fields = (0..<line.count).map { p.string(line.starts[$0], line.ends[$0]) } }
+                return true
+            }
+        } catch {
+            device.problems.append("detection.csv cannot be read: \(error.localizedDescription)")
+            return
+        }
+        guard let f = fields, f.count >= 4 else {
+            device.problems.append(fields == nil ? "detection.csv is empty" : "detection.csv is truncated: \(fields!.count) fields, 4 needed")
+            return
+        }
+        device.model = f[0]
+        device.os = f[1]
+        device.osVersion = f[2]
+        if device.shortName.isEmpty { device.shortName = f[3] }
+        else if device.shortName != f[3] { device.problems.append("detection.csv names shortName \(f[3]) but the manifest says \(device.shortName)") }
+    }
+}

@@ -1,0 +1,188 @@
+import Foundation
+
+/// Streams a CSV file in 1 MiB chunks and hands each line's fields to a callback as byte
+/// slices, without building Strings: memory stays bounded whatever the file size.
+/// Tolerates a UTF-8 BOM, CRLF line ends, quoted fields (Herald does not escape inner quotes:
+/// a quote ends a quoted field only when a comma or the line end follows) and a last line
+/// without a newline. Lines with NUL bytes or over 64 KiB are reported as malformed.
+struct CSVScanner {
+    struct Line {
+        /// Field boundaries into `bytes`.
+        var starts: [Int] = []
+        var ends: [Int] = []
+        var count: Int { starts.count }
+    }
+
+    static let maximumLine = 64 * 1024
+
+    /// Calls `row(bytes, line, lineNumber)` for each line; returns (lines, malformed, truncatedLast).
+    /// `row` returns false for a line it judges malformed.
+    @discardableResult
+    static func scan(url: URL, _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) throws -> (lines: Int, malformed: Int, missingFinalNewline: Bool) {
+        let handle = try FileHandle(forReadingFrom: url)
+        defer { try? handle.close() }
+        var carry = [UInt8]()
+        var lineNumber = 0
+        var malformed = 0
+        var first = true
+        var line = Line()
+        line.starts.reserveCapacity(16)
+        line.ends.reserveCapacity(16)
+        var sawAny = false
+        var endedWithNewline = true
+
+        func process(_ p: UnsafeBufferPointer<UInt8>, _ from: Int, _ to: Int) {
+            var start = from
+            var end = to
+            if first {
+                first = false
+                if end - start >= 3, p[start] == 0xEF, p[start + 1] == 0xBB, p[start + 2] == 0xBF { start += 3 }
+            }
+            if end > start, p[end - 1] == 13 { end -= 1 }
+            lineNumber += 1
+            if end == start { return }
+            if end - start > maximumLine { malformed += 1; return }
+            line.starts.removeAll(keepingCapacity: true)
+            line.ends.removeAll(keepingCapacity: true)
+            var i = start
+            var ok = true
+            while true {
+                if i < end, p[i] == 34 {
+                    // Quoted field: ends at a quote followed by a comma or the line end.
+                    let fs = i + 1
+                    var j = fs
+                    var closed = -1
+                    while j < end {
+                        if p[j] == 34, j + 1 == end || p[j + 1] == 44 { closed = j; break }
+                        j += 1
+                    }
+                    if closed < 0 { ok = false; line.starts.append(fs); line.ends.append(end); break }
+                    line.starts.append(fs); line.ends.append(closed)
+                    i = closed + 1
+                } else {
+                    let fs = i
+                    while i < end, p[i] != 44 { if p[i] == 0 { ok = false }; i += 1 }
+                    line.starts.append(fs); line.ends.append(i)
+                }
+                if i >= end { break }
+                i += 1 // comma
+                if i == end { line.starts.append(end); line.ends.append(end); break }
+            }
+            if !ok || !row(p, &line, lineNumber) { malformed += 1 }
+        }
+
+        while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty {
+            sawAny = true
+            var buffer = carry
+            buffer.append(contentsOf: chunk)
+            carry.removeAll(keepingCapacity: true)
+            buffer.withUnsafeBufferPointer { p in
+                var s = 0
+                var i = 0
+                let n = p.count
+                while i < n {
+                    if p[i] == 10 {
+                        process(p, s, i)
+                        s = i + 1
+                    }
+                    i += 1
+                }
+                if s < n { carry.append(contentsOf: p[s..<n]) }
+            }
+            if carry.count > maximumLine {
+                // A "line" longer than any Herald line: garbage. Drop it.
+                malformed += 1
+                carry.removeAll()
+            }
+            endedWithNewline = carry.isEmpty
+        }
+        if !carry.isEmpty {
+            carry.withUnsafeBufferPointer { process($0, 0, $0.count) }
+        }
+        return (lineNumber, malformed, sawAny && !endedWithNewline)
+    }
+}
+
+extension UnsafeBufferPointer where Element == UInt8 {
+    @inline(__always) func string(_ s: Int, _ e: Int) -> String { String(decoding: UnsafeBufferPointer(rebasing: self[s..<e]), as: UTF8.self) }
+    @inline(__always) func equals(_ s: Int, _ e: Int, _ ascii: StaticString) -> Bool {
+        guard e - s == ascii.utf8CodeUnitCount else { return false }
+        let a = ascii.utf8Start
+        for k in 0..<(e - s) where self[s + k] != a[k] { return false }
+        return true
+    }
+}
+
+/// Times as Herald logs write them, parsed from bytes.
+enum LogTime {
+    /// Seconds since 1970 of `yyyy-MM-dd HH:mm:ss` read as a wall clock (no zone), the
+    /// fractional part (milliseconds), and the zone offset in seconds if the text had one.
+    struct Parsed { var wallSecond: Int64; var millis: Int; var zoneOffset: Int?
+        /// Absolute time: wall clock + fraction - zone.
+        var absolute: Double { Double(wallSecond - Int64(zoneOffset ?? 0)) + Double(millis) / 1000 }
+    }
+
+    @inline(__always) static func parse(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Parsed? {
+        guard e - s >= 19 else { return nil }
+        @inline(__always) func d(_ k: Int) -> Int? { let c = p[s + k]; return c >= 48 && c <= 57 ? Int(c - 48) : nil }
+        guard let y0 = d(0), let y1 = d(1), let y2 = d(2), let y3 = d(3), p[s + 4] == 45,
+              let m0 = d(5), let m1 = d(6), p[s + 7] == 45, let d0 = d(8), let d1 = d(9),
+              p[s + 10] == 32 || p[s + 10] == 84,
+              let h0 = d(11), let h1 = d(12), p[s + 13] == 58, let i0 = d(14), let i1 = d(15), p[s + 16] == 58,
+              let s0 = d(17), let s1 = d(18) else { return nil }
+        let year = y0 * 1000 + y1 * 100 + y2 * 10 + y3, month = m0 * 10 + m1, day = d0 * 10 + d1
+        let hour = h0 * 10 + h1, minute = i0 * 10 + i1, second = s0 * 10 + s1
+        guard (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
+        let days = daysFromCivil(year, month, day)
+        var result = Parsed(wallSecond: Int64(days) * 86400 + Int64(hour * 3600 + minute * 60 + second), millis: 0, zoneOffset: nil)
+        var k = s + 19
+        if k < e, p[k] == 46 {
+            k += 1
+            var scale = 100, ms = 0
+            while k < e, p[k] >= 48, p[k] <= 57 { ms += Int(p[k] - 48) * scale; scale /= 10; k += 1 }
+            result.millis = ms
+        }
+        if k < e {
+            if p[k] == 90 { result.zoneOffset = 0 }
+            else if p[k] == 43 || p[k] == 45, e - k >= 5 {
+                let sign = p[k] == 43 ? 1 : -1
+                var digits = [Int]()
+                var j = k + 1
+                while j < e, digits.count < 4 { let c = p[j]; if c >= 48 && c <= 57 { digits.append(Int(c - 48)) } else if c != 58 { break }; j += 1 }
+                if digits.count == 4 { result.zoneOffset = sign * ((digits[0] * 10 + digits[1]) * 3600 + (digits[2] * 10 + digits[3]) * 60) }
+            }
+        }
+        return result
+    }
+
+    static func daysFromCivil(_ y0: Int, _ m: Int, _ d: Int) -> Int {
+        let y = m <= 2 ? y0 - 1 : y0
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146_097 + doe - 719_468
+    }
+
+    /// Parses `YYYY-MM-DD HH:MM:SS` (flags) as a wall clock.
+    static func parseFlag(_ text: String) -> Double? {
+        var t = text
+        return t.withUTF8 { u in parse(u, 0, u.count).map { Double($0.wallSecond) + Double($0.millis) / 1000 } }
+    }
+
+    static func format(_ seconds: Double) -> String {
+        let s = Int64(seconds.rounded(.down))
+        let days = s >= 0 ? s / 86400 : (s - 86399) / 86400
+        let sod = Int(s - days * 86400)
+        let z = Int(days) + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp + (mp < 10 ? 3 : -9)
+        let y = yoe + era * 400 + (m <= 2 ? 1 : 0)
+        return String(format: "%04d-%02d-%02d %02d:%02d:%02d", y, m, d, sod / 3600, sod / 60 % 60, sod % 60)
+    }
+}

@@ -1,1 +1,0 @@
-// HeraldAnalysis module (work in progress).

@@ -1,0 +1,86 @@
+import Foundation
+
+/// Everything kept about one ordered pair (observer, observed) while the logs stream past:
+/// bounded by the test's length, never by the size of the logs.
+struct PairAccumulator {
+    // herald mode
+    var heraldSeconds: Bitset
+    var heraldDetected = false
+    // strict mode
+    var strictBins: Bitset
+    var strictDetected = false
+    // beyond Herald (strict time base)
+    var firstObservation: Double?
+    var firstRead: Double?
+    var rssiSamples = 0
+    var lastSample: Double?
+    var intervalCount = 0
+    var intervalSum = 0.0
+    var intervalSumSquares = 0.0
+    var intervalMin = Double.infinity
+    var intervalMax = 0.0
+    var intervalHistogram: [UInt32]
+    var firstSample: Double?
+    var rssiHistogram = [UInt32](repeating: 0, count: PairAccumulator.rssiBuckets)
+    var binRSSISum: [Float]
+    var binRSSICount: [UInt16]
+
+    static let intervalBucket = 0.05
+    static let intervalBuckets = 2400 // 120 s; more goes to the last bucket
+    static let rssiMin = -130
+    static let rssiBuckets = 161 // -130 ... 30 dBm
+
+    init(ceSeconds: Int, bins: Int) {
+        heraldSeconds = Bitset(count: ceSeconds + 1)
+        strictBins = Bitset(count: bins)
+        intervalHistogram = [UInt32](repeating: 0, count: Self.intervalBuckets)
+        binRSSISum = [Float](repeating: 0, count: bins)
+        binRSSICount = [UInt16](repeating: 0, count: bins)
+    }
+
+    mutating func addSample(at t: Double, rssi: Int?, bin: Int) {
+        rssiSamples += 1
+        if firstSample == nil { firstSample = t }
+        if let last = lastSample {
+            let dt = abs(t - last)
+            intervalCount += 1
+            intervalSum += dt
+            intervalSumSquares += dt * dt
+            if dt < intervalMin { intervalMin = dt }
+            if dt > intervalMax { intervalMax = dt }
+            intervalHistogram[min(Self.intervalBuckets - 1, Int(dt / Self.intervalBucket))] += 1
+        }
+        lastSample = t
+        if let rssi {
+            rssiHistogram[max(0, min(Self.rssiBuckets - 1, rssi - Self.rssiMin))] += 1
+            if bin >= 0, bin < binRSSISum.count, binRSSICount[bin] < UInt16.max {
+                binRSSISum[bin] += Float(rssi)
+                binRSSICount[bin] += 1
+            }
+        }
+    }
+
+    /// Percentile (0...1) of the interval histogram, in seconds (bucket upper edge, capped at max).
+    func intervalPercentile(_ q: Double) -> Double? {
+        guard intervalCount > 0 else { return nil }
+        let target = max(1, Int((q * Double(intervalCount)).rounded(.up)))
+        var seen = 0
+        for (i, c) in intervalHistogram.enumerated() {
+            seen += Int(c)
+            if seen >= target { return min(intervalMax, Double(i + 1) * Self.intervalBucket) }
+        }
+        return intervalMax
+    }
+
+    func rssiPercentile(_ q: Double) -> Double? {
+        let total = rssiHistogram.reduce(0) { $0 + Int($1) }
+        guard total > 0 else { return nil }
+        let target = max(1, Int((q * Double(total)).rounded(.up)))
+        var seen = 0
+        for (i, c) in rssiHistogram.enumerated() {
+            seen += Int(c)
+            if seen >= target { return Double(i + Self.rssiMin) }
+        }
+        return nil
+    }
+}

@@ -1,0 +1,98 @@
+import Foundation
+
+/// Times given on the command line, in the logs' own time base.
+public enum AnalysisTime {
+    public static func parse(_ text: String) -> Double? { LogTime.parseFlag(text) }
+    public static func format(_ seconds: Double) -> String { LogTime.format(seconds) }
+}
+
+/// Writes every output of an analysis into one folder (never inside a node's folder).
+public enum ReportWriter {
+    /// A bundle's `report/`; beside a plain folder of device folders, `<folder>-report`.
+    public static func defaultOutput(for input: URL, kind: String) -> URL {
+        kind == "bundle" ? input.appendingPathComponent("report")
+            : input.deletingLastPathComponent().appendingPathComponent(input.lastPathComponent + "-report")
+    }
+
+    public static func write(_ report: AnalysisReport, to dir: URL) throws {
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let r = report.result
+        try RCSV.formalSummary(r.herald).write(to: dir.appendingPathComponent("formal-summary.csv"), atomically: true, encoding: .utf8)
+        try RCSV.formalContinuity(r.herald).write(to: dir.appendingPathComponent("formal-continuity.csv"), atomically: true, encoding: .utf8)
+        try RCSV.discoveryPairs(r).write(to: dir.appendingPathComponent("summary-discovery-pairs.csv"), atomically: true, encoding: .utf8)
+        try pairsCSV(r).write(to: dir.appendingPathComponent("pairs.csv"), atomically: true, encoding: .utf8)
+        try summaryJSON(r).write(to: dir.appendingPathComponent("summary.json"), options: .atomic)
+        try JUnit.xml(r).write(to: dir.appendingPathComponent("junit.xml"), atomically: true, encoding: .utf8)
+        try HTMLReport.render(report).write(to: dir.appendingPathComponent("report.html"), atomically: true, encoding: .utf8)
+    }
+
+    public static func summaryJSON(_ r: AnalysisResult) throws -> Data {
+        let e = JSONEncoder()
+        e.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        e.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
+        return try e.encode(r)
+    }
+
+    public static func readSummary(_ url: URL) throws -> AnalysisResult {
+        let d = JSONDecoder()
+        d.nonConformingFloatDecodingStrategy = .convertFromString(positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
+        return try d.decode(AnalysisResult.self, from: Data(contentsOf: url))
+    }
+
+    static func pairsCSV(_ r: AnalysisResult) -> String {
+        var out = "observer,observed,detected,herald_windows,strict_windows,strict_score_pct,time_to_first_detection_s,time_to_first_read_s,rssi_samples,interval_mean_s,interval_sd_s,interval_min_s,interval_p50_s,interval_p95_s,interval_max_s,longest_gap_s,rssi_median,rssi_p5,rssi_p95,rssi_spread\n"
+        func f(_ v: Double?) -> String { v.map { String(format: "%.3f", $0) } ?? "" }
+        for p in r.pairs {
+            out += [p.observer, p.observed, p.detected ? "true" : "false", String(p.heraldWindows), String(p.strictWindows), f(p.strictScorePct),
+                    f(p.timeToFirstDetection), f(p.timeToFirstRead), String(p.rssiSamples), f(p.intervalMean), f(p.intervalSD), f(p.intervalMin),
+                    f(p.intervalP50), f(p.intervalP95), f(p.intervalMax), f(p.longestGap), f(p.rssiMedian), f(p.rssiP5), f(p.rssiP95), f(p.rssiSpread)]
+                .map(csvField).joined(separator: ",") + "\n"
+        }
+        return out
+    }
+
+    static func csvField(_ s: String) -> String {
+        s.contains(",") || s.contains("\"") ? "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : s
+    }
+}
+
+/// The reference script's files, as R's write.csv writes them: a quoted header with an empty
+/// first name, a row-number column, quoted strings, NA for missing, numbers with 15 significant digits.
+enum RCSV {
+    static func number(_ v: Double) -> String {
+        if v.isNaN { return "NA" }
+        if v == v.rounded(), abs(v) < 1e15 { return String(Int64(v)) }
+        var s = String(format: "%.15g", v)
+        if s.contains("e") { return s }
+        if s.contains(".") { while s.hasSuffix("0") { s.removeLast() }; if s.hasSuffix(".") { s.removeLast() } }
+        return s
+    }
+    static func q(_ s: String) -> String { "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+
+    static func formalSummary(_ m: AnalysisResult.Mode) -> String {
+        let header = ["", "phonescount", "maxpairs", "achieveddetections", "detectionpct", "maxwindows", "achievedwindows", "deltacewindowspct", "longevity"].map(q).joined(separator: ",")
+        let row = [q("1"), String(m.phonescount), String(m.maxpairs), String(m.achieveddetections), number(m.detectionpct), String(m.maxwindows),
+                   String(m.achievedwindows), number(m.deltacewindowspct), number(m.longevity)].joined(separator: ",")
+        return header + "\n" + row + "\n"
+    }
+
+    static func formalContinuity(_ m: AnalysisResult.Mode) -> String {
+        var out = ["", "shortname", "windows", "seenby", "scorepct", "deltacewindowspct"].map(q).joined(separator: ",") + "\n"
+        for (i, p) in m.pairs.enumerated() {
+            out += [q(String(i + 1)), q(p.observed), String(p.windows), q(p.observer), number(p.scorePct), number(100 - p.scorePct)].joined(separator: ",") + "\n"
+        }
+        return out
+    }
+
+    static func discoveryPairs(_ r: AnalysisResult) -> String {
+        let labels = r.devices.map(\.label)
+        let detected = r.heraldDetectedPairs
+        var out = (["", "observer"] + labels).map(q).joined(separator: ",") + "\n"
+        for (i, o) in labels.enumerated() {
+            var row = [q(String(i + 1)), q(o)]
+            for d in labels { row.append(o != d && detected.contains(o + "\u{1F}" + d) ? "TRUE" : "NA") }
+            out += row.joined(separator: ",") + "\n"
+        }
+        return out
+    }
+}

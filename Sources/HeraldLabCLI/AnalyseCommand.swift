@@ -1,0 +1,97 @@
+import ArgumentParser
+import Foundation
+import HeraldAnalysis
+import LabHistory
+
+/// `herald-lab analyse PATH ...`
+struct AnalyseCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "analyse",
+        abstract: "Herald-exact and strict efficacy figures, report.html, junit.xml and summary.json for a bundle or a folder of device folders."
+    )
+
+    @Argument(help: "A results bundle (with manifest.json) or a folder holding one folder per device.")
+    var path: String
+
+    @Option(help: "Report folder (default: the bundle's report/, or <folder>-report beside a plain folder).")
+    var out: String?
+
+    @Option(help: "Mode of the headline figures printed: herald (the reference script's numbers) or strict. Both are always written.")
+    var mode: String = "strict"
+
+    @Option(name: .customLong("ce-start"), help: "Contact-event start, YYYY-MM-DD HH:MM:SS in the logs' time base.")
+    var ceStart: String?
+    @Option(name: .customLong("ce-end"), help: "Contact-event end.")
+    var ceEnd: String?
+    @Option(name: .customLong("filter-start"), help: "Filter-window start (default: the contact-event start).")
+    var filterStart: String?
+    @Option(name: .customLong("filter-end"), help: "Filter-window end (default: the contact-event end).")
+    var filterEnd: String?
+
+    @Option(name: .customLong("timeshift"), help: "DEVICE=SECONDS: seconds to add to a device's times (folder name or shortName); repeatable.")
+    var timeshifts: [String] = []
+
+    @Option(help: "Results folder holding history.sqlite (default: $HERALDLAB_RESULTS or results).")
+    var results: String?
+
+    @Flag(help: "Do not record the run in the history database.")
+    var noHistory = false
+
+    @Flag(help: "Print how long each step took.")
+    var timings = false
+
+    func run() throws {
+        guard mode == "herald" || mode == "strict" else { log("--mode must be herald or strict"); throw ExitCode(2) }
+        var options = AnalysisOptions()
+        func time(_ flag: String, _ value: String?) throws -> Double? {
+            guard let value else { return nil }
+            guard let t = AnalysisTime.parse(value) else { log("\(flag) \"\(value)\": expected YYYY-MM-DD HH:MM:SS"); throw ExitCode(2) }
+            return t
+        }
+        options.ceStart = try time("--ce-start", ceStart)
+        options.ceEnd = try time("--ce-end", ceEnd)
+        options.filterStart = try time("--filter-start", filterStart)
+        options.filterEnd = try time("--filter-end", filterEnd)
+        for s in timeshifts {
+            let parts = s.split(separator: "=", maxSplits: 1).map(String.init)
+            guard parts.count == 2, let v = Double(parts[1]) else { log("--timeshift \"\(s)\": expected DEVICE=SECONDS"); throw ExitCode(2) }
+            options.timeshifts[parts[0]] = v
+        }
+        let input = URL(fileURLWithPath: path).standardizedFileURL
+        let started = Date()
+        let report: AnalysisReport
+        do {
+            report = try Analyser.analyse(input, options: options)
+        } catch {
+            log("herald-lab analyse: \(error)")
+            throw ExitCode(2)
+        }
+        let analysed = Date()
+        let outDir = out.map { URL(fileURLWithPath: $0) } ?? ReportWriter.defaultOutput(for: input, kind: report.result.input.kind)
+        do {
+            try ReportWriter.write(report, to: outDir)
+        } catch {
+            log("herald-lab analyse: cannot write the report to \(outDir.path): \(error.localizedDescription)")
+            throw ExitCode(2)
+        }
+        let written = Date()
+        if !noHistory {
+            let resultsDir = URL(fileURLWithPath: results ?? ProcessInfo.processInfo.environment["HERALDLAB_RESULTS"] ?? "results")
+            do {
+                let store = try HistoryStore(url: resultsDir.appendingPathComponent("history.sqlite"))
+                try store.record(report.result, reportPath: outDir.path)
+            } catch {
+                log("warning: run not recorded in history (\(error)); the report is complete")
+            }
+        }
+        print(Summary.text(report.result, mode: mode))
+        print("report: \(outDir.appendingPathComponent("report.html").path)")
+        if timings {
+            let r = report.result
+            let mb = Double(r.bytesRead) / 1_048_576
+            print(String(format: "timings: analyse %.3f s (%.1f MB, %.0f MB/s), write %.3f s, total %.3f s; peak memory %.0f MB",
+                         analysed.timeIntervalSince(started), mb, mb / max(analysed.timeIntervalSince(started), 1e-9),
+                         written.timeIntervalSince(analysed), Date().timeIntervalSince(started), peakMemoryMB()))
+        }
+    }
+}

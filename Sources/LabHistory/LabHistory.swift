@@ -1,1 +1,0 @@
-// LabHistory module (work in progress).
