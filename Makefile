@@ -1,9 +1,9 @@
 # HeraldLab. `make test` is the test command; `make demo` the main job on the simulated lab.
 SWIFT ?= swift
-APT_PACKAGES := pkg-config libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus
+APT_PACKAGES := pkg-config libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus xz-utils chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release test bench bench-sim simulate demo test-bluez clean
+.PHONY: all deps build release test bench bench-sim bench-analysis simulate demo test-bluez clean
 
 all: build
 
@@ -22,6 +22,7 @@ release: deps
 	$(SWIFT) build -c release
 
 test: deps
+	$(SWIFT) build
 	$(SWIFT) test --disable-swift-testing
 
 # Simulates the office plan in virtual time into results/.
@@ -32,9 +33,18 @@ clean:
 	rm -rf .build Benchmarks/.build
 
 # Benchmarks (release build): figures and ratios, never asserted in tests.
-bench: bench-sim
+bench: bench-sim bench-analysis
 
 bench-sim: release
 	@echo "== simulator: plans/longevity-10.yaml (10 nodes x 8 h, virtual time); target <= 30 s wall, < 1 GB"
 	@rm -rf .build/bench/longevity-10
 	@.build/release/herald-lab simulate plans/longevity-10.yaml --out .build/bench/longevity-10 --quiet
+
+FIXTURE := ../shared/herald/fixtures/herald-2020-12-08.tar.xz
+bench-analysis: release
+	@echo "== analyser: Herald's published 2020-12-08 test (4 phones, 12 h, 43 MB), herald parameters; target < 0.4 s wall, < 200 MB"
+	@mkdir -p .build/bench && [ -d .build/bench/herald-2020-12-08 ] || tar -xJf $(FIXTURE) -C .build/bench
+	@rm -rf .build/bench/herald-2020-12-08-report
+	@.build/release/herald-lab analyse .build/bench/herald-2020-12-08 --mode herald --no-history --timings \
+	  --ce-start "2020-12-08 23:20:00" --ce-end "2020-12-09 11:00:00" --filter-start "2020-12-08 23:00:00" --filter-end "2020-12-09 11:20:00"
+	@echo "(Herald's R script: about 80 s on the same data)"

@@ -61,11 +61,15 @@ extension Analyser {
                 columns = Columns.guess(line.count)
             }
             let c = columns!
-            guard line.count == c.count || line.count == c.count + 0, let t = LogTime.parse(p, line.starts[c.time], line.ends[c.time]) else {
-                return false
+            guard line.count == c.count else { return false }
+            guard isEvent(p, line, c.read, 50) else {
+                // Only a row's shape is checked here; its time is parsed in pass 2 when it matters.
+                rows += 1
+                let s = line.starts[c.time]
+                return line.ends[c.time] - s >= 19 && p[s + 4] == 45 && p[s + 13] == 58
             }
+            guard let t = LogTime.parse(p, line.starts[c.time], line.ends[c.time]) else { return false }
             rows += 1
-            guard isEvent(p, line, c.read, 50) else { return true }
             let (ds, de) = field(p, line, c.data)
             let data = p.string(ds, de)
             let bid = String(data.prefix(6))
@@ -83,7 +87,7 @@ extension Analyser {
         if first.missingFinalNewline { summary.problems.append("contacts.csv ends in the middle of a line (truncated?)") }
         if columns == nil { summary.problems.append("contacts.csv has no rows") ; return }
         for (d, t) in firstRead {
-            var a = pairs[o][d] ?? make(o, d)
+            let a = pairs[o][d] ?? make(o, d)
             a.firstRead = t
             pairs[o][d] = a
         }
@@ -94,9 +98,7 @@ extension Analyser {
         var measure = 0, read = 0, share = 0
         let c = columns!
         try CSVScanner.scan(url: url) { p, line, number in
-            guard line.count == c.count, let t = LogTime.parse(p, line.starts[c.time], line.ends[c.time]) else { return true }
-            let heraldT = t.wallSecond + heraldShift
-            let strictT = t.absolute + shift
+            guard line.count == c.count else { return true }
             if isEvent(p, line, c.measure, 51) {
                 measure += 1
                 let s = line.starts[c.id], e = line.ends[c.id]
@@ -104,31 +106,37 @@ extension Analyser {
                 guard let entry = idCache[h]?.first(where: { entry in
                     entry.key.count == e - s && entry.key.withUnsafeBufferPointer { k in (0..<(e - s)).allSatisfy { k[$0] == p[s + $0] } }
                 }) else { return true }
+                guard let t = LogTime.parse(p, line.starts[c.time], line.ends[c.time]) else { return true }
+                let heraldT = t.wallSecond + heraldShift
+                let strictT = t.absolute + shift
                 let (ds, de) = field(p, line, c.data)
                 let rssi = Self.rssi(p, ds, de)
                 for d in entry.devices {
-                    var a = pairs[o][d] ?? make(o, d)
-                    Self.observe(&a, heraldT: heraldT, strictT: strictT, window: w, isRSSI: true, rssi: rssi)
-                    pairs[o][d] = a
+                    let a: PairAccumulator
+                    if let existing = pairs[o][d] { a = existing } else { a = make(o, d); pairs[o][d] = a }
+                    Self.observe(a, heraldT: heraldT, strictT: strictT, window: w, isRSSI: true, rssi: rssi)
                 }
             } else if isEvent(p, line, c.share, 52) {
                 share += 1
+                guard let t = LogTime.parse(p, line.starts[c.time], line.ends[c.time]) else { return true }
+                let heraldT = t.wallSecond + heraldShift
+                let strictT = t.absolute + shift
                 let (ds, de) = field(p, line, c.data)
                 let name = p.string(ds, de)
                 // herald mode: the shared name must be an initialBID read in this file (the reference join).
                 for d in readBIDs[name] ?? [] where d != o {
-                    var a = pairs[o][d] ?? make(o, d)
-                    a.heraldDetected = true
-                    Self.observeHerald(&a, heraldT: heraldT, window: w)
+                    let a = pairs[o][d] ?? make(o, d)
                     pairs[o][d] = a
+                    a.heraldDetected = true
+                    Self.observeHerald(a, heraldT: heraldT, window: w)
                 }
                 // strict mode: the shared shortName itself.
                 if let d = byShortName[name], d != o {
-                    var a = pairs[o][d] ?? make(o, d)
-                    a.strictDetected = true
-                    Self.observeStrict(&a, strictT: strictT, window: w)
-                    if strictT >= w.filterStart, strictT <= w.filterEnd, a.firstObservation.map({ strictT < $0 }) ?? true { a.firstObservation = strictT }
+                    let a = pairs[o][d] ?? make(o, d)
                     pairs[o][d] = a
+                    a.strictDetected = true
+                    Self.observeStrict(a, strictT: strictT, window: w)
+                    if strictT >= w.filterStart, strictT <= w.filterEnd, a.firstObservation.map({ strictT < $0 }) ?? true { a.firstObservation = strictT }
                 }
             } else if isEvent(p, line, c.read, 50) {
                 read += 1
@@ -140,27 +148,27 @@ extension Analyser {
         summary.shareRows = share
     }
 
-    @inline(__always) static func observe(_ a: inout PairAccumulator, heraldT: Int64, strictT: Double, window w: Window, isRSSI: Bool, rssi: Int?) {
+    @inline(__always) static func observe(_ a: PairAccumulator, heraldT: Int64, strictT: Double, window w: Window, isRSSI: Bool, rssi: Int?) {
         // Detection: an RSSI row inside the filter window.
         if Double(heraldT) >= w.filterStart.rounded(.up), Double(heraldT) <= w.filterEnd { a.heraldDetected = true }
         if strictT >= w.filterStart, strictT <= w.filterEnd {
             a.strictDetected = true
             if a.firstObservation.map({ strictT < $0 }) ?? true { a.firstObservation = strictT }
         }
-        observeHerald(&a, heraldT: heraldT, window: w)
-        if observeStrict(&a, strictT: strictT, window: w) {
+        observeHerald(a, heraldT: heraldT, window: w)
+        if observeStrict(a, strictT: strictT, window: w) {
             a.addSample(at: strictT, rssi: rssi, bin: Int((strictT - w.ceStart) / 30))
         }
     }
 
-    @inline(__always) static func observeHerald(_ a: inout PairAccumulator, heraldT: Int64, window w: Window) {
+    @inline(__always) static func observeHerald(_ a: PairAccumulator, heraldT: Int64, window w: Window) {
         let k = heraldT - w.ceStartSec
         if k >= 0, k < Int64(a.heraldSeconds.count), Double(heraldT) >= w.ceStart, Double(heraldT) <= w.ceEnd { a.heraldSeconds.insert(Int(k)) }
     }
 
     /// Returns whether the time is inside the contact event.
     @discardableResult
-    @inline(__always) static func observeStrict(_ a: inout PairAccumulator, strictT: Double, window w: Window) -> Bool {
+    @inline(__always) static func observeStrict(_ a: PairAccumulator, strictT: Double, window w: Window) -> Bool {
         guard strictT >= w.ceStart, strictT < w.ceEnd else { return false }
         a.strictBins.insert(Int((strictT - w.ceStart) / 30))
         return true

@@ -189,7 +189,7 @@ enum InputLoader {
             let name = url.lastPathComponent
             let node = manifest?.nodes?.first { $0.name == name }
             var device = DeviceInput(folder: name, url: url, model: name, os: node?.os ?? "", osVersion: node?.osVersion ?? "",
-                                     shortName: node?.shortName ?? "", shift: -(node?.clockOffset ?? 0), problems: [])
+                                     shortName: node?.shortName ?? "", shift: 0 - (node?.clockOffset ?? 0), problems: [])
             if let state = node?.state, state != "complete" { device.problems.append("node state is \(state) in the manifest") }
             readDetection(&device)
             if let s = opts.timeshifts[name] ?? opts.timeshifts[device.shortName] { device.shift += s }

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Streams a CSV file in 1 MiB chunks and hands each line's fields to a callback as byte
 /// slices, without building Strings: memory stays bounded whatever the file size.
@@ -6,100 +9,122 @@ import Foundation
 /// a quote ends a quoted field only when a comma or the line end follows) and a last line
 /// without a newline. Lines with NUL bytes or over 64 KiB are reported as malformed.
 struct CSVScanner {
+    /// The fields of one line: `starts[k]..<ends[k]` index into the line's buffer.
     struct Line {
-        /// Field boundaries into `bytes`.
-        var starts: [Int] = []
-        var ends: [Int] = []
-        var count: Int { starts.count }
+        static let capacity = 64
+        let starts: UnsafeMutablePointer<Int>
+        let ends: UnsafeMutablePointer<Int>
+        var count = 0
+        @inline(__always) mutating func append(_ s: Int, _ e: Int) {
+            guard count < Self.capacity else { return }
+            starts[count] = s
+            ends[count] = e
+            count += 1
+        }
     }
 
     static let maximumLine = 64 * 1024
 
-    /// Calls `row(bytes, line, lineNumber)` for each line; returns (lines, malformed, truncatedLast).
+    /// Per-scan state, kept out of closures so the hot loop touches no boxed variables.
+    private struct State {
+        var line: Line
+        var lineNumber = 0
+        var malformed = 0
+        var first = true
+        var overflow = false
+    }
+
+    /// Splits one line (without its newline) into fields and hands it to `row`.
+    @inline(__always)
+    private static func process(_ p: UnsafeBufferPointer<UInt8>, _ from: Int, _ to: Int, _ st: inout State,
+                                _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) {
+        var start = from
+        var end = to
+        if st.first {
+            st.first = false
+            if end - start >= 3, p[start] == 0xEF, p[start + 1] == 0xBB, p[start + 2] == 0xBF { start += 3 }
+        }
+        if end > start, p[end - 1] == 13 { end -= 1 }
+        st.lineNumber += 1
+        if end == start { return }
+        if end - start > maximumLine { st.malformed += 1; return }
+        st.line.count = 0
+        var i = start
+        var ok = true
+        while true {
+            if i < end, p[i] == 34 {
+                // Quoted field: ends at a quote followed by a comma or the line end.
+                let fs = i + 1
+                var j = fs
+                var closed = -1
+                while j < end {
+                    if p[j] == 34, j + 1 == end || p[j + 1] == 44 { closed = j; break }
+                    j += 1
+                }
+                if closed < 0 { ok = false; st.line.append(fs, end); break }
+                st.line.append(fs, closed)
+                i = closed + 1
+            } else {
+                let fs = i
+                while i < end {
+                    let c = p[i]
+                    if c == 44 { break }
+                    if c == 0 { ok = false }
+                    i += 1
+                }
+                st.line.append(fs, i)
+            }
+            if i >= end { break }
+            i += 1 // comma
+            if i == end { st.line.append(end, end); break }
+        }
+        if st.line.count >= Line.capacity { ok = false }
+        if !ok || !row(p, &st.line, st.lineNumber) { st.malformed += 1 }
+    }
+
+    /// Calls `row(bytes, line, lineNumber)` for each line; returns (lines, malformed, missing final newline).
     /// `row` returns false for a line it judges malformed.
     @discardableResult
     static func scan(url: URL, _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) throws -> (lines: Int, malformed: Int, missingFinalNewline: Bool) {
         let handle = try FileHandle(forReadingFrom: url)
         defer { try? handle.close() }
+        let starts = UnsafeMutablePointer<Int>.allocate(capacity: Line.capacity)
+        let ends = UnsafeMutablePointer<Int>.allocate(capacity: Line.capacity)
+        defer { starts.deallocate(); ends.deallocate() }
+        var st = State(line: Line(starts: starts, ends: ends))
         var carry = [UInt8]()
-        var lineNumber = 0
-        var malformed = 0
-        var first = true
-        var line = Line()
-        line.starts.reserveCapacity(16)
-        line.ends.reserveCapacity(16)
+        var buffer = [UInt8]()
         var sawAny = false
         var endedWithNewline = true
 
-        func process(_ p: UnsafeBufferPointer<UInt8>, _ from: Int, _ to: Int) {
-            var start = from
-            var end = to
-            if first {
-                first = false
-                if end - start >= 3, p[start] == 0xEF, p[start + 1] == 0xBB, p[start + 2] == 0xBF { start += 3 }
-            }
-            if end > start, p[end - 1] == 13 { end -= 1 }
-            lineNumber += 1
-            if end == start { return }
-            if end - start > maximumLine { malformed += 1; return }
-            line.starts.removeAll(keepingCapacity: true)
-            line.ends.removeAll(keepingCapacity: true)
-            var i = start
-            var ok = true
-            while true {
-                if i < end, p[i] == 34 {
-                    // Quoted field: ends at a quote followed by a comma or the line end.
-                    let fs = i + 1
-                    var j = fs
-                    var closed = -1
-                    while j < end {
-                        if p[j] == 34, j + 1 == end || p[j + 1] == 44 { closed = j; break }
-                        j += 1
-                    }
-                    if closed < 0 { ok = false; line.starts.append(fs); line.ends.append(end); break }
-                    line.starts.append(fs); line.ends.append(closed)
-                    i = closed + 1
-                } else {
-                    let fs = i
-                    while i < end, p[i] != 44 { if p[i] == 0 { ok = false }; i += 1 }
-                    line.starts.append(fs); line.ends.append(i)
-                }
-                if i >= end { break }
-                i += 1 // comma
-                if i == end { line.starts.append(end); line.ends.append(end); break }
-            }
-            if !ok || !row(p, &line, lineNumber) { malformed += 1 }
-        }
-
         while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty {
             sawAny = true
-            var buffer = carry
+            buffer.removeAll(keepingCapacity: true)
+            buffer.append(contentsOf: carry)
             buffer.append(contentsOf: chunk)
             carry.removeAll(keepingCapacity: true)
             buffer.withUnsafeBufferPointer { p in
                 var s = 0
-                var i = 0
                 let n = p.count
-                while i < n {
-                    if p[i] == 10 {
-                        process(p, s, i)
-                        s = i + 1
-                    }
-                    i += 1
+                guard let base = p.baseAddress else { return }
+                while s < n, let hit = memchr(base + s, 10, n - s) {
+                    let i = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
+                    process(p, s, i, &st, row)
+                    s = i + 1
                 }
                 if s < n { carry.append(contentsOf: p[s..<n]) }
             }
             if carry.count > maximumLine {
                 // A "line" longer than any Herald line: garbage. Drop it.
-                malformed += 1
+                st.malformed += 1
                 carry.removeAll()
             }
             endedWithNewline = carry.isEmpty
         }
         if !carry.isEmpty {
-            carry.withUnsafeBufferPointer { process($0, 0, $0.count) }
+            carry.withUnsafeBufferPointer { process($0, 0, $0.count, &st, row) }
         }
-        return (lineNumber, malformed, sawAny && !endedWithNewline)
+        return (st.lineNumber, st.malformed, sawAny && !endedWithNewline)
     }
 }
 

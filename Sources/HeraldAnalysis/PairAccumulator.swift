@@ -2,7 +2,7 @@ import Foundation
 
 /// Everything kept about one ordered pair (observer, observed) while the logs stream past:
 /// bounded by the test's length, never by the size of the logs.
-struct PairAccumulator {
+final class PairAccumulator {
     // herald mode
     var heraldSeconds: Bitset
     var heraldDetected = false
@@ -38,7 +38,7 @@ struct PairAccumulator {
         binRSSICount = [UInt16](repeating: 0, count: bins)
     }
 
-    mutating func addSample(at t: Double, rssi: Int?, bin: Int) {
+    func addSample(at t: Double, rssi: Int?, bin: Int) {
         rssiSamples += 1
         if firstSample == nil { firstSample = t }
         if let last = lastSample {
