@@ -41,10 +41,10 @@ let package = Package(
         // MARK: HTTP plumbing shared by agent, coordinator and air (FlyingFox server, URLSession client, token auth).
         .target(name: "LabHTTP", dependencies: [.product(name: "FlyingFox", package: "FlyingFox")]),
         // MARK: Real-time simulated radio medium for many processes (herald-lab air).
-        .target(name: "RadioAir", dependencies: ["HeraldRadio", "RadioSim", "LabHTTP"]),
+        .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim"]),
         // MARK: Agent (runs a node on a Linux machine) and coordinator (plans, barrier, gather).
-        .target(name: "LabAgent", dependencies: ["LabNode", "LabPlan", "LabHTTP", "RadioAir", "BlueZRadio"]),
-        .target(name: "LabCoordinator", dependencies: ["LabPlan", "LabHTTP", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift")]),
+        .target(name: "LabAgent", dependencies: ["HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "RadioAir", "RadioSim", .product(name: "FlyingFox", package: "FlyingFox")]),
+        .target(name: "LabCoordinator", dependencies: ["HeraldCore", "LabPlan", "LabHTTP", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams"), .product(name: "FlyingFox", package: "FlyingFox")]),
         // MARK: BlueZ over D-Bus (libdbus) and controller identity (libbluetooth).
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .target(name: "DBus", dependencies: ["CDBus"]),
@@ -52,7 +52,7 @@ let package = Package(
         .target(name: "BlueZRadio", dependencies: ["HeraldCore", "HeraldRadio", "DBus", "CBluetooth"]),
         // MARK: The herald-lab command.
         .executableTarget(name: "HeraldLabCLI", dependencies: [
-            "LabNode", "LabPlan", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir",
+            "LabNode", "LabPlan", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 

@@ -1,9 +1,11 @@
 import ArgumentParser
 
-struct HeraldLab: ParsableCommand {
+@available(macOS 10.15, macCatalyst 13, iOS 13, tvOS 13, watchOS 6, *)
+@main
+struct HeraldLab: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald-lab",
         abstract: "A test lab for the Herald BLE proximity protocol.",
-        subcommands: [PlanCommand.self, SimulateCommand.self, AnalyseCommand.self, CompareCommand.self, RegressCommand.self, HistoryCommand.self]
+        subcommands: [PlanCommand.self, SimulateCommand.self, AnalyseCommand.self, CompareCommand.self, RegressCommand.self, HistoryCommand.self, AirCommand.self, AgentCommand.self, CoordinatorCommand.self, RunCommand.self]
     )
 }

@@ -1,0 +1,177 @@
+import ArgumentParser
+import Foundation
+import LabAgent
+import LabCoordinator
+import LabHTTP
+import LabPlan
+import RadioAir
+import RadioSim
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Options every lab service shares.
+struct ServiceOptions: ParsableArguments {
+    @Option(help: "Address to listen on.")
+    var host: String = "127.0.0.1"
+
+    @Option(help: "Port to listen on (0: any free port; the port is printed).")
+    var port: UInt16 = 0
+
+    @Option(name: .customLong("token-file"), help: "File holding the shared token (default: $HERALDLAB_TOKEN).")
+    var tokenFile: String?
+
+    @Option(name: .customLong("port-file"), help: "Write the bound port to this file once listening.")
+    var portFile: String?
+
+    func token() throws -> String? {
+        do { return try LabToken.load(file: tokenFile) } catch {
+            log("\(error)")
+            throw ExitCode(2)
+        }
+    }
+
+    func announce(_ port: UInt16, _ what: String) {
+        print("\(what) listening on \(host):\(port)")
+        fflush(nil)
+        if let portFile { try? "\(port)\n".write(toFile: portFile, atomically: true, encoding: .utf8) }
+    }
+}
+
+/// Blocks until SIGINT or SIGTERM.
+func waitForTermination() async {
+    signal(SIGINT, SIG_IGN)
+    signal(SIGTERM, SIG_IGN)
+    await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+        let queue = DispatchQueue(label: "heraldlab.signals")
+        let sources = [SIGINT, SIGTERM].map { DispatchSource.makeSignalSource(signal: $0, queue: queue) }
+        let once = UncheckedOnce(c)
+        for s in sources {
+            s.setEventHandler { once.resume() }
+            s.resume()
+        }
+        withExtendedLifetime(sources) {}
+        KeepAlive.sources = sources
+    }
+}
+
+enum KeepAlive { nonisolated(unsafe) static var sources: [DispatchSourceSignal] = [] }
+
+final class UncheckedOnce: @unchecked Sendable {
+    private var c: CheckedContinuation<Void, Never>?
+    private let lock = NSLock()
+    init(_ c: CheckedContinuation<Void, Never>) { self.c = c }
+    func resume() { lock.lock(); let x = c; c = nil; lock.unlock(); x?.resume() }
+}
+
+struct AirCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "air", abstract: "The simulated radio medium as a service, for agents with radio sim (real time, loopback).")
+
+    @OptionGroup var service: ServiceOptions
+
+    @Option(help: "Seed of the medium's random generator.")
+    var seed: UInt64 = 1
+
+    func run() async throws {
+        let air = AirServer(parameters: RadioParameters(), seed: seed)
+        let port: UInt16
+        do { port = try air.start(host: service.host, port: service.port) } catch {
+            log("herald-lab air: \(error)")
+            throw ExitCode(1)
+        }
+        service.announce(port, "air")
+        await waitForTermination()
+        air.stop()
+    }
+}
+
+struct AgentCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "agent", abstract: "Run one node of a plan on this machine, for a coordinator.")
+
+    @OptionGroup var service: ServiceOptions
+
+    @Option(help: "Agent name (letters, digits, -, _, .).")
+    var name: String
+
+    @Option(help: "Data directory: assignments and logs are kept here until gathered.")
+    var data: String
+
+    @Option(help: "Coordinator URL to register with, e.g. http://127.0.0.1:8700.")
+    var coordinator: String?
+
+    @Option(help: "Comma-separated tags for plan selection.")
+    var tags: String = ""
+
+    @Option(help: "Radio: sim (attach to the air) or bluez.")
+    var radio: String = "sim"
+
+    @Option(help: "BlueZ adapter (bluez radio).")
+    var adapter: String?
+
+    @Option(help: "The air to attach to (HOST:PORT) when the coordinator names none.")
+    var air: String?
+
+    func run() async throws {
+        guard SafeName.isValid(name) else { log("--name \"\(name)\" \(SafeName.problem(with: name)!)"); throw ExitCode(2) }
+        guard radio == "sim" || radio == "bluez" else { log("--radio must be sim or bluez"); throw ExitCode(2) }
+        var config = Agent.Config(name: name, dataDirectory: URL(fileURLWithPath: data))
+        config.host = service.host
+        config.port = service.port
+        config.token = try service.token()
+        config.coordinator = coordinator.flatMap(URL.init(string:))
+        config.tags = tags.split(separator: ",").map(String.init)
+        config.radio = radio
+        config.adapter = adapter
+        if let air {
+            let parts = air.split(separator: ":")
+            guard parts.count == 2, let p = UInt16(parts[1]) else { log("--air expects HOST:PORT"); throw ExitCode(2) }
+            config.air = LabWire.AirAddress(host: String(parts[0]), port: p)
+        }
+        let agent = Agent(config: config)
+        let port = try await agent.start()
+        service.announce(port, "agent \(name)")
+        await waitForTermination()
+        await agent.stop()
+    }
+}
+
+struct CoordinatorCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "coordinator", abstract: "Distribute plans to agents, start them together, gather their logs into bundles.")
+
+    @OptionGroup var service: ServiceOptions
+
+    @Option(help: "Results folder (bundles, coordinator.sqlite, history.sqlite).")
+    var results: String = "results"
+
+    @Option(help: "Inventory of expected agents (YAML).")
+    var inventory: String?
+
+    @Option(help: "The air agents with radio sim attach to (HOST:PORT).")
+    var air: String?
+
+    @Option(name: .customLong("gather-patience"), help: "Seconds gathering keeps retrying an unreachable agent.")
+    var gatherPatience: Double = 60
+
+    func run() async throws {
+        var config = Coordinator.Config(results: URL(fileURLWithPath: results))
+        config.host = service.host
+        config.port = service.port
+        config.token = try service.token()
+        config.inventory = inventory.map { URL(fileURLWithPath: $0) }
+        config.gatherPatience = gatherPatience
+        if let air {
+            let parts = air.split(separator: ":")
+            guard parts.count == 2, let p = UInt16(parts[1]) else { log("--air expects HOST:PORT"); throw ExitCode(2) }
+            config.air = LabWire.AirAddress(host: String(parts[0]), port: p)
+        }
+        let coordinator: Coordinator
+        do { coordinator = try Coordinator(config: config) } catch {
+            log("herald-lab coordinator: \(error)")
+            throw ExitCode(2)
+        }
+        let port = try await coordinator.start()
+        service.announce(port, "coordinator")
+        await waitForTermination()
+        await coordinator.stop()
+    }
+}

@@ -1,0 +1,103 @@
+import ArgumentParser
+import Foundation
+import HeraldAnalysis
+import LabCoordinator
+import LabHTTP
+import LabPlan
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `herald-lab run PLAN --coordinator URL`
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Submit a plan to a coordinator, show the nodes live, fetch the bundle and exit with the plan's verdict (0 pass, 1 fail, 2 error)."
+    )
+
+    @Argument(help: "Plan file (YAML).")
+    var plan: String
+
+    @Option(help: "Coordinator URL, e.g. http://127.0.0.1:8700.")
+    var coordinator: String
+
+    @Option(name: .customLong("token-file"), help: "File holding the shared token (default: $HERALDLAB_TOKEN).")
+    var tokenFile: String?
+
+    @Option(help: "Folder to unpack the bundle into (default: results).")
+    var out: String = "results"
+
+    func run() async throws {
+        _ = try loadPlan(plan) // refuse a bad plan here, with field paths
+        let text = try String(contentsOfFile: plan, encoding: .utf8)
+        guard let base = URL(string: coordinator) else { log("--coordinator: not a URL"); throw ExitCode(2) }
+        let token: String?
+        do { token = try LabToken.load(file: tokenFile) } catch { log("\(error)"); throw ExitCode(2) }
+        let client = LabClient(base: base, token: token, timeout: 10)
+        let (status, body, _) = try await client.request("POST", "/v1/runs?name=\(URL(fileURLWithPath: plan).lastPathComponent)", body: Data(text.utf8))
+        guard status == 201, let record = try? JSONDecoder().decode(RunRecord.self, from: body) else {
+            let message = (try? JSONDecoder().decode([String: String].self, from: body))?["error"] ?? String(decoding: body, as: UTF8.self)
+            log("herald-lab run: the coordinator refused the plan (HTTP \(status)):\n\(message)")
+            throw ExitCode(2)
+        }
+        print("run \(record.id) submitted: \(record.nodes.count) nodes for \(formatDuration(record.duration))")
+        let live = isatty(STDOUT_FILENO) == 1
+        var drawnLines = 0
+        var lastPlain = Date.distantPast
+        var current = record
+        while true {
+            if let r: RunRecord = try? await client.call("GET", "/v1/runs/\(record.id)") { current = r }
+            let lines = Self.table(current)
+            if live {
+                if drawnLines > 0 { print("\u{1B}[\(drawnLines)A", terminator: "") }
+                for l in lines { print("\u{1B}[2K" + l) }
+                drawnLines = lines.count
+            } else if Date().timeIntervalSince(lastPlain) >= 10 || [.complete, .failed, .cancelled].contains(current.state) {
+                print(lines.joined(separator: "\n"))
+                lastPlain = Date()
+            }
+            fflush(nil)
+            if [.complete, .failed, .cancelled].contains(current.state) { break }
+            try await Task.sleep(nanoseconds: 1_000_000_000)
+        }
+        guard current.state == .complete else {
+            log("herald-lab run: run \(current.id) \(current.state.rawValue): \(current.message ?? "")")
+            throw ExitCode(2)
+        }
+        // Fetch and unpack the bundle.
+        let (bs, archive, _) = try await client.request("GET", "/v1/runs/\(current.id)/bundle", timeout: 300)
+        guard bs == 200 else { log("herald-lab run: cannot fetch the bundle (HTTP \(bs))"); throw ExitCode(2) }
+        let outDir = URL(fileURLWithPath: out)
+        try FileManager.default.createDirectory(at: outDir, withIntermediateDirectories: true)
+        let tarURL = outDir.appendingPathComponent("\(current.id).tar.gz")
+        if !FileManager.default.fileExists(atPath: tarURL.path) || (try? Data(contentsOf: tarURL)) != archive {
+            try archive.write(to: tarURL)
+            let tar = Process()
+            tar.executableURL = URL(fileURLWithPath: "/bin/tar")
+            tar.arguments = ["-xzf", tarURL.path, "-C", outDir.path]
+            try tar.run()
+            tar.waitUntilExit()
+        }
+        let bundle = outDir.appendingPathComponent(current.id)
+        print("bundle: \(bundle.path)")
+        if let summary = try? ReportWriter.readSummary(bundle.appendingPathComponent("report/summary.json")) {
+            print(Summary.text(summary, mode: "strict"))
+            print("report: \(bundle.appendingPathComponent("report/report.html").path)")
+            if !summary.passed { throw ExitCode(1) }
+        } else {
+            log("herald-lab run: the bundle has no report (\(current.message ?? "analysis failed"))")
+            throw ExitCode(2)
+        }
+    }
+
+    static func table(_ r: RunRecord) -> [String] {
+        var lines = ["run \(r.id): \(r.state.rawValue)\(r.startAt.map { t in r.state == .running ? String(format: " (%.0f s left)", max(0, t + r.duration - Date().timeIntervalSince1970)) : "" } ?? "")"]
+        lines.append("node            agent           state      peers  reads  RSSI/min")
+        for n in r.nodes {
+            let s = n.status
+            lines.append(String(format: "%@ %@ %@ %5d  %5d  %8d", n.name.padding(toLength: 15, withPad: " ", startingAt: 0), n.agent.padding(toLength: 15, withPad: " ", startingAt: 0),
+                                n.state.padding(toLength: 10, withPad: " ", startingAt: 0), s?.peersDetected ?? 0, s?.payloadsRead ?? 0, s?.rssiLastMinute ?? 0))
+        }
+        return lines
+    }
+}

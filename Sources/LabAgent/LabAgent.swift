@@ -1,1 +1,0 @@
-// LabAgent module (work in progress).

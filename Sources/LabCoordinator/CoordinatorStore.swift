@@ -1,0 +1,100 @@
+import Foundation
+import GRDB
+import LabPlan
+
+/// What the coordinator keeps in SQLite so that a restart picks up where it was: registered
+/// agents and every run with its state.
+final class CoordinatorStore: @unchecked Sendable {
+    private let db: DatabaseQueue
+
+    init(url: URL) throws {
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        db = try DatabaseQueue(path: url.path)
+        var m = DatabaseMigrator()
+        m.registerMigration("v1") { db in
+            try db.create(table: "agent") { t in
+                t.primaryKey("name", .text)
+                t.column("info", .text).notNull()
+                t.column("lastSeen", .double).notNull()
+            }
+            try db.create(table: "run") { t in
+                t.primaryKey("id", .text)
+                t.column("state", .text).notNull()
+                t.column("created", .double).notNull()
+                t.column("record", .text).notNull()
+            }
+        }
+        try m.migrate(db)
+    }
+
+    func saveAgent(_ info: LabWire.AgentInfo, lastSeen: Double) throws {
+        let json = String(decoding: try JSONEncoder().encode(info), as: UTF8.self)
+        try db.write { db in
+            try db.execute(sql: "INSERT INTO agent(name, info, lastSeen) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET info = excluded.info, lastSeen = excluded.lastSeen",
+                           arguments: [info.name, json, lastSeen])
+        }
+    }
+
+    func agents() throws -> [(LabWire.AgentInfo, Double)] {
+        try db.read { db in
+            try Row.fetchAll(db, sql: "SELECT info, lastSeen FROM agent ORDER BY name").compactMap { row in
+                let info: String = row["info"]
+                guard let a = try? JSONDecoder().decode(LabWire.AgentInfo.self, from: Data(info.utf8)) else { return nil }
+                return (a, row["lastSeen"])
+            }
+        }
+    }
+
+    func saveRun(_ r: RunRecord) throws {
+        let json = String(decoding: try JSONEncoder().encode(r), as: UTF8.self)
+        try db.write { db in
+            try db.execute(sql: "INSERT INTO run(id, state, created, record) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET state = excluded.state, record = excluded.record",
+                           arguments: [r.id, r.state.rawValue, r.created, json])
+        }
+    }
+
+    func runs() throws -> [RunRecord] {
+        try db.read { db in
+            try Row.fetchAll(db, sql: "SELECT record FROM run ORDER BY created").compactMap { row in
+                let json: String = row["record"]
+                return try? JSONDecoder().decode(RunRecord.self, from: Data(json.utf8))
+            }
+        }
+    }
+}
+
+/// A run as the coordinator tracks it (and serves it on GET /v1/runs/:id).
+public struct RunRecord: Codable, Sendable {
+    public enum State: String, Codable, Sendable { case arming, running, gathering, complete, failed, cancelled }
+
+    public struct Node: Codable, Sendable {
+        public var name: String
+        public var agent: String
+        public var agentURL: String
+        public var clockBefore: LabWire.ClockSample?
+        public var clockAfter: LabWire.ClockSample?
+        /// Coordinator clock.
+        public var startedAt: Double?
+        public var status: LabWire.AgentStatus?
+        /// complete, partial or lost (after gathering), else the agent's state.
+        public var state: String
+        public var files: [LabWire.FileInfo]
+        public var message: String?
+    }
+
+    public var id: String
+    public var plan: String
+    public var planText: String
+    public var state: State
+    public var created: Double
+    /// Coordinator clock.
+    public var startAt: Double?
+    public var duration: Double
+    public var warmup: Double
+    public var air: LabWire.AirAddress?
+    public var nodes: [Node]
+    public var message: String?
+    public var bundle: String?
+    public var passed: Bool?
+    public var headline: String?
+}

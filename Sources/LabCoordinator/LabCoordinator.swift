@@ -1,1 +1,0 @@
-// LabCoordinator module (work in progress).

@@ -1,1 +1,0 @@
-// LabHTTP module (work in progress).

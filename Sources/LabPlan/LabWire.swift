@@ -1,0 +1,105 @@
+import Foundation
+
+/// What agents and the coordinator say to each other over HTTP (docs/API.md). Times on the wire
+/// are seconds since 1970 as numbers, each in the clock of the side that took them.
+public enum LabWire {
+    public static let apiVersion = "v1"
+
+    /// An agent introduces itself.
+    public struct AgentInfo: Codable, Sendable, Equatable {
+        public var name: String
+        public var url: String
+        public var tags: [String]
+        /// `sim` (attached to the air) or `bluez`.
+        public var radio: String
+        public var adapter: String?
+        public var controller: [String: String]?
+        public var version: String
+        public init(name: String, url: String, tags: [String], radio: String, adapter: String?, controller: [String: String]?, version: String = HeraldLabVersion.version) {
+            self.name = name; self.url = url; self.tags = tags; self.radio = radio; self.adapter = adapter; self.controller = controller; self.version = version
+        }
+    }
+
+    public enum AgentState: String, Codable, Sendable { case idle, armed, running, finished, failed }
+
+    /// An agent's state, in heartbeats and on GET /v1/status.
+    public struct AgentStatus: Codable, Sendable, Equatable {
+        public var name: String
+        public var state: AgentState
+        public var runId: String?
+        public var node: String?
+        /// Agent clock.
+        public var startAt: Double?
+        public var startedAt: Double?
+        public var endsAt: Double?
+        /// The run was resumed after the agent restarted (its logs have a gap).
+        public var resumed: Bool
+        public var peersDetected: Int
+        public var payloadsRead: Int
+        public var rssiLastMinute: Int
+        public var rssiTotal: Int
+        public var message: String?
+        public init(name: String, state: AgentState) {
+            self.name = name; self.state = state; resumed = false; peersDetected = 0; payloadsRead = 0; rssiLastMinute = 0; rssiTotal = 0
+        }
+    }
+
+    /// Answer to a clock probe: when the agent received it and when it answered (agent clock).
+    public struct ClockReply: Codable, Sendable {
+        public var received: Double
+        public var sent: Double
+        public init(received: Double, sent: Double) { self.received = received; self.sent = sent }
+    }
+
+    /// The air an agent with a simulated radio attaches to.
+    public struct AirAddress: Codable, Sendable, Equatable {
+        public var host: String
+        public var port: UInt16
+        public init(host: String, port: UInt16) { self.host = host; self.port = port }
+    }
+
+    public struct ArmRequest: Codable, Sendable {
+        public var assignment: NodeAssignment
+        public var air: AirAddress?
+        public init(assignment: NodeAssignment, air: AirAddress?) { self.assignment = assignment; self.air = air }
+    }
+
+    public struct StartRequest: Codable, Sendable {
+        public var runId: String
+        /// Start instant in the agent's clock.
+        public var startAt: Double
+        public init(runId: String, startAt: Double) { self.runId = runId; self.startAt = startAt }
+    }
+
+    public struct FileInfo: Codable, Sendable, Equatable {
+        public var name: String
+        public var bytes: Int64
+        public var sha256: String
+        public init(name: String, bytes: Int64, sha256: String) { self.name = name; self.bytes = bytes; self.sha256 = sha256 }
+    }
+
+    public struct FileList: Codable, Sendable {
+        public var runId: String
+        public var node: String
+        public var resumed: Bool
+        public var startedAt: Double?
+        public var files: [FileInfo]
+        public init(runId: String, node: String, resumed: Bool, startedAt: Double?, files: [FileInfo]) {
+            self.runId = runId; self.node = node; self.resumed = resumed; self.startedAt = startedAt; self.files = files
+        }
+    }
+
+    /// NTP-style estimate from one probe: t0 sent and t3 received in the coordinator's clock,
+    /// t1 received and t2 sent in the agent's: offset = agent - coordinator.
+    public struct ClockSample: Codable, Sendable, Equatable {
+        public var offset: Double
+        public var roundTrip: Double
+        public init(t0: Double, t1: Double, t2: Double, t3: Double) {
+            offset = ((t1 - t0) + (t2 - t3)) / 2
+            roundTrip = (t3 - t0) - (t2 - t1)
+        }
+        public init(offset: Double, roundTrip: Double) { self.offset = offset; self.roundTrip = roundTrip }
+        /// The sample with the smallest round trip is the most trustworthy.
+        public static func best(_ samples: [ClockSample]) -> ClockSample? { samples.min { $0.roundTrip < $1.roundTrip } }
+    }
+}

@@ -1,0 +1,225 @@
+import Foundation
+import HeraldCore
+import HeraldRadio
+import RadioSim
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `herald-lab air`: the simulated medium as a service on loopback, for many processes in real
+/// time. It runs the same `SimMedium` and propagation model as the virtual-time simulator, on a
+/// `DispatchScheduler`. Each node's process attaches with an `AirTransport` over TCP
+/// (newline-delimited JSON); the air holds one `SimTransport` per attached node and relays.
+public final class AirServer: @unchecked Sendable {
+    public let scheduler: DispatchScheduler
+    private let seed: UInt64
+    private let defaultParameters: RadioParameters
+    private var medium: SimMedium?
+    private var listenFD: Int32 = -1
+    private var nodes: [Int: AttachedNode] = [:]   // by connection id, on the scheduler queue
+    private var nextConnection = 0
+    public let log: @Sendable (String) -> Void
+
+    public init(parameters: RadioParameters = RadioParameters(), seed: UInt64 = 1, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+        self.defaultParameters = parameters
+        self.seed = seed
+        self.log = log
+        scheduler = DispatchScheduler(label: "heraldlab.air")
+    }
+
+    /// Listens on `host:port` (0: any free port) and returns the bound port.
+    public func start(host: String = "127.0.0.1", port: UInt16) throws -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw AirError.socket("socket: errno \(errno)") }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = port.bigEndian
+        inet_pton(AF_INET, host, &addr.sin_addr)
+        let b = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard b == 0, listen(fd, 128) == 0 else { Glibc.close(fd); throw AirError.socket("cannot listen on \(host):\(port) (errno \(errno))") }
+        var bound = sockaddr_in()
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &bound) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        listenFD = fd
+        let thread = Thread { [weak self] in self?.acceptLoop(fd) }
+        thread.start()
+        return UInt16(bigEndian: bound.sin_port)
+    }
+
+    public func stop() {
+        if listenFD >= 0 { shutdown(listenFD, Int32(SHUT_RDWR)); Glibc.close(listenFD); listenFD = -1 }
+        scheduler.sync { for n in nodes.values { n.socket.close() } }
+    }
+
+    /// How many nodes are attached now.
+    public var attachedCount: Int { scheduler.sync { nodes.count } }
+
+    private func acceptLoop(_ fd: Int32) {
+        while true {
+            let c = accept(fd, nil, nil)
+            if c < 0 { if errno == EINTR { continue }; return }
+            let socket = LineSocket(fd: c)
+            scheduler.execute { [self] in
+                nextConnection += 1
+                let id = nextConnection
+                socket.startReading(onMessage: { [weak self] m in
+                    self?.scheduler.execute { self?.received(m, connection: id, socket: socket) }
+                }, onClose: { [weak self] in
+                    self?.scheduler.execute { self?.closed(id) }
+                })
+            }
+        }
+    }
+
+    private func closed(_ id: Int) {
+        guard let node = nodes.removeValue(forKey: id) else { return }
+        log("air: \(node.name) left")
+        node.detach()
+        if nodes.isEmpty { medium = nil }
+    }
+
+    private func received(_ m: AirMessage, connection id: Int, socket: LineSocket) {
+        if m.t == "hello" {
+            if medium == nil { medium = SimMedium(scheduler: scheduler, parameters: m.parameters ?? defaultParameters, seed: seed) }
+            let name = m.node ?? "node\(id)"
+            let transport = medium!.addNode(name: "\(name)#\(id)", x: m.x ?? 0, y: m.y ?? 0)
+            let node = AttachedNode(name: name, transport: transport, socket: socket)
+            nodes[id] = node
+            log("air: \(name) attached at (\(m.x ?? 0), \(m.y ?? 0)) as \(transport.address)")
+            var r = AirMessage("hello", id: m.id)
+            r.ok = true
+            r.address = transport.address.value
+            socket.send(r)
+            return
+        }
+        nodes[id]?.handle(m)
+    }
+}
+
+/// One attached node: its SimTransport in the medium, and the socket to its process.
+final class AttachedNode: BLETransportDelegate, GATTServerDelegate {
+    let name: String
+    let transport: SimTransport
+    let socket: LineSocket
+    /// Last full value of each readable characteristic, refreshed by the node.
+    var values: [BluetoothUUID: Data] = [:]
+
+    init(name: String, transport: SimTransport, socket: LineSocket) {
+        self.name = name
+        self.transport = transport
+        self.socket = socket
+        transport.delegate = self
+    }
+
+    func detach() {
+        transport.delegate = nil
+        transport.stopAdvertising { _ in }
+        transport.stopScanning { _ in }
+    }
+
+    private func reply(_ id: Int?, _ result: Result<Void, TransportError>) {
+        var r = AirMessage("reply", id: id)
+        switch result {
+        case .success: r.ok = true
+        case .failure(let e): r.ok = false; (r.errorKind, r.error) = AirMessage.errorFields(e)
+        }
+        socket.send(r)
+    }
+
+    func handle(_ m: AirMessage) {
+        let id = m.id
+        switch m.t {
+        case "powerOn": transport.powerOn { self.reply(id, $0) }
+        case "register":
+            guard let w = m.services?.first, let s = AirMessage.service(w) else { reply(id, .failure(.failed("no service"))); return }
+            for (k, v) in m.values ?? [:] { if let u = BluetoothUUID(k), let d = Data(base64Encoded: v) { values[u] = d } }
+            transport.register(service: s, server: self) { self.reply(id, $0) }
+        case "values":
+            for (k, v) in m.values ?? [:] { if let u = BluetoothUUID(k), let d = Data(base64Encoded: v) { values[u] = d } }
+        case "startAdvertising":
+            let ad = Advertisement(serviceUUIDs: (m.uuids ?? []).compactMap(BluetoothUUID.init), manufacturerData: AirMessage.mfr(m.mfr),
+                                   txPower: m.txPower, includeTxPower: m.includeTxPower ?? false, interval: m.interval)
+            transport.startAdvertising(ad) { self.reply(id, $0) }
+        case "stopAdvertising": transport.stopAdvertising { self.reply(id, $0) }
+        case "startScanning": transport.startScanning(filter: ScanFilter()) { self.reply(id, $0) }
+        case "stopScanning": transport.stopScanning { self.reply(id, $0) }
+        case "connect": transport.connect(RadioAddress(m.address ?? ""), timeout: m.timeout ?? 8) { self.reply(id, $0) }
+        case "disconnect": transport.disconnect(RadioAddress(m.address ?? "")) { self.reply(id, $0) }
+        case "discover":
+            transport.discoverServices(RadioAddress(m.address ?? "")) { result in
+                var r = AirMessage("reply", id: id)
+                switch result {
+                case .success(let s): r.ok = true; r.services = s.map(AirMessage.wire)
+                case .failure(let e): r.ok = false; (r.errorKind, r.error) = AirMessage.errorFields(e)
+                }
+                self.socket.send(r)
+            }
+        case "read":
+            guard let s = m.service.flatMap(BluetoothUUID.init), let c = m.characteristic.flatMap(BluetoothUUID.init) else { reply(id, .failure(.failed("bad read"))); return }
+            transport.read(RadioAddress(m.address ?? ""), service: s, characteristic: c) { result in
+                var r = AirMessage("reply", id: id)
+                switch result {
+                case .success(let d): r.ok = true; r.value = d.base64EncodedString()
+                case .failure(let e): r.ok = false; (r.errorKind, r.error) = AirMessage.errorFields(e)
+                }
+                self.socket.send(r)
+            }
+        case "write":
+            guard let s = m.service.flatMap(BluetoothUUID.init), let c = m.characteristic.flatMap(BluetoothUUID.init),
+                  let v = m.value.flatMap({ Data(base64Encoded: $0) }) else { reply(id, .failure(.failed("bad write"))); return }
+            transport.write(RadioAddress(m.address ?? ""), service: s, characteristic: c, value: v, withResponse: m.withResponse ?? true) { self.reply(id, $0) }
+        default:
+            break
+        }
+    }
+
+    // BLETransportDelegate: relay the medium's events to the node's process.
+    func transport(didUpdateState state: RadioState) {
+        var m = AirMessage("state")
+        m.state = state.rawValue
+        socket.send(m)
+    }
+    func transport(didReceive report: ScanReport) {
+        var m = AirMessage("report")
+        m.address = report.address.value
+        m.rssi = report.rssi
+        m.txPower = report.txPower
+        m.mfr = AirMessage.mfrWire(report.manufacturerData)
+        m.uuids = report.serviceUUIDs.map(\.uuidString)
+        socket.send(m)
+    }
+    func transport(didDisconnect address: RadioAddress) {
+        var m = AirMessage("disconnected")
+        m.address = address.value
+        socket.send(m)
+    }
+
+    // GATTServerDelegate: reads come from the node's last value (the medium needs them at once);
+    // every read and write is also relayed so the node's own GATT server sees it.
+    func gattRead(characteristic: BluetoothUUID, offset: Int, central: RadioAddress) -> Result<Data, ATTError> {
+        var m = AirMessage("gattRead")
+        m.characteristic = characteristic.uuidString
+        m.offset = offset
+        m.central = central.value
+        socket.send(m)
+        guard let v = values[characteristic] else { return .failure(.notSupported) }
+        guard offset <= v.count else { return .failure(.invalidOffset) }
+        return .success(Data(v.dropFirst(offset)))
+    }
+    func gattWrite(characteristic: BluetoothUUID, value: Data, offset: Int, central: RadioAddress) -> Result<Void, ATTError> {
+        var m = AirMessage("gattWrite")
+        m.characteristic = characteristic.uuidString
+        m.value = value.base64EncodedString()
+        m.offset = offset
+        m.central = central.value
+        socket.send(m)
+        return .success(())
+    }
+    func gattCentralDisconnected(_ central: RadioAddress) {
+        var m = AirMessage("centralDisconnected")
+        m.central = central.value
+        socket.send(m)
+    }
+}

@@ -1,0 +1,202 @@
+import Foundation
+import HeraldCore
+import HeraldRadio
+import RadioSim
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One message between an AirTransport and the air, a JSON object per line.
+struct AirMessage: Codable {
+    var t: String
+    var id: Int?
+    var node: String?
+    var x: Double?
+    var y: Double?
+    var parameters: RadioParameters?
+    var ok: Bool?
+    var error: String?
+    var errorKind: String?
+    var address: String?
+    var rssi: Int?
+    var txPower: Int?
+    var includeTxPower: Bool?
+    var interval: Double?
+    var mfr: [String: String]?
+    var uuids: [String]?
+    var services: [ServiceWire]?
+    var service: String?
+    var characteristic: String?
+    var value: String?
+    var withResponse: Bool?
+    var offset: Int?
+    var central: String?
+    var state: String?
+    var timeout: Double?
+    var values: [String: String]?
+
+    init(_ t: String, id: Int? = nil) { self.t = t; self.id = id }
+
+    struct ServiceWire: Codable {
+        var uuid: String
+        var characteristics: [[String]] // [uuid, flags...]
+    }
+
+    static func wire(_ s: GATTService) -> ServiceWire {
+        ServiceWire(uuid: s.uuid.uuidString, characteristics: s.characteristics.map { [$0.uuid.uuidString] + $0.properties.bluezFlags })
+    }
+
+    static func service(_ w: ServiceWire) -> GATTService? {
+        guard let u = BluetoothUUID(w.uuid) else { return nil }
+        return GATTService(uuid: u, characteristics: w.characteristics.compactMap { c in
+            guard let first = c.first, let cu = BluetoothUUID(first) else { return nil }
+            var p = CharacteristicProperties()
+            for f in c.dropFirst() {
+                switch f {
+                case "read": p.insert(.read)
+                case "write": p.insert(.write)
+                case "write-without-response": p.insert(.writeWithoutResponse)
+                case "notify": p.insert(.notify)
+                default: break
+                }
+            }
+            return GATTCharacteristic(uuid: cu, properties: p)
+        })
+    }
+
+    static func mfrWire(_ m: [UInt16: Data]) -> [String: String] {
+        var out = [String: String]()
+        for (k, v) in m { out[String(k)] = v.base64EncodedString() }
+        return out
+    }
+
+    static func mfr(_ w: [String: String]?) -> [UInt16: Data] {
+        var out = [UInt16: Data]()
+        for (k, v) in w ?? [:] { if let id = UInt16(k), let d = Data(base64Encoded: v) { out[id] = d } }
+        return out
+    }
+
+    static func errorFields(_ e: TransportError) -> (String, String) {
+        switch e {
+        case .adapterUnavailable(let s): return ("adapterUnavailable", s)
+        case .timeout(let s): return ("timeout", s)
+        case .notConnected: return ("notConnected", "")
+        case .connectionFailed(let s): return ("connectionFailed", s)
+        case .inProgress: return ("inProgress", "")
+        case .notPermitted: return ("notPermitted", "")
+        case .notSupported(let s): return ("notSupported", s)
+        case .invalidOffset: return ("invalidOffset", "")
+        case .invalidValueLength: return ("invalidValueLength", "")
+        case .deviceNotFound(let a): return ("deviceNotFound", a.value)
+        case .serviceNotFound(let u): return ("serviceNotFound", u.uuidString)
+        case .characteristicNotFound(let u): return ("characteristicNotFound", u.uuidString)
+        case .failed(let s): return ("failed", s)
+        }
+    }
+
+    static func transportError(kind: String?, _ message: String?) -> TransportError {
+        let m = message ?? ""
+        switch kind {
+        case "adapterUnavailable": return .adapterUnavailable(m)
+        case "timeout": return .timeout(m)
+        case "notConnected": return .notConnected
+        case "connectionFailed": return .connectionFailed(m)
+        case "inProgress": return .inProgress
+        case "notPermitted": return .notPermitted
+        case "notSupported": return .notSupported(m)
+        case "invalidOffset": return .invalidOffset
+        case "invalidValueLength": return .invalidValueLength
+        case "deviceNotFound": return .deviceNotFound(RadioAddress(m))
+        case "serviceNotFound": return BluetoothUUID(m).map { .serviceNotFound($0) } ?? .failed(m)
+        case "characteristicNotFound": return BluetoothUUID(m).map { .characteristicNotFound($0) } ?? .failed(m)
+        default: return .failed(m)
+        }
+    }
+}
+
+/// A TCP connection carrying newline-delimited JSON, with a reader thread.
+final class LineSocket: @unchecked Sendable {
+    let fd: Int32
+    private let writeQueue = DispatchQueue(label: "heraldlab.air.write")
+    private var closed = false
+    private let lock = NSLock()
+
+    init(fd: Int32) {
+        self.fd = fd
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    static func connect(host: String, port: UInt16) throws -> LineSocket {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw AirError.socket("socket: errno \(errno)") }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = port.bigEndian
+        guard inet_pton(AF_INET, host, &addr.sin_addr) == 1 else { Glibc.close(fd); throw AirError.socket("bad address \(host)") }
+        let r = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard r == 0 else { Glibc.close(fd); throw AirError.socket("cannot connect to the air at \(host):\(port) (errno \(errno)); is `herald-lab air` running?") }
+        return LineSocket(fd: fd)
+    }
+
+    func send(_ message: AirMessage) {
+        guard var encoded = try? JSONEncoder().encode(message) else { return }
+        encoded.append(10)
+        let data = encoded
+        writeQueue.async { [self] in
+            lock.lock(); let isClosed = closed; lock.unlock()
+            guard !isClosed else { return }
+            data.withUnsafeBytes { raw in
+                var off = 0
+                while off < raw.count {
+                    let n = Glibc.send(fd, raw.baseAddress! + off, raw.count - off, Int32(MSG_NOSIGNAL))
+                    if n <= 0 { if errno == EINTR { continue }; break }
+                    off += n
+                }
+            }
+        }
+    }
+
+    /// Reads lines until EOF on a thread of its own; `onLine` gets each decoded message.
+    func startReading(onMessage: @escaping @Sendable (AirMessage) -> Void, onClose: @escaping @Sendable () -> Void) {
+        let fd = self.fd
+        let thread = Thread {
+            var pending = [UInt8]()
+            var buf = [UInt8](repeating: 0, count: 65536)
+            let decoder = JSONDecoder()
+            while true {
+                let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
+                if n <= 0 { if n < 0 && errno == EINTR { continue }; break }
+                pending.append(contentsOf: buf[0..<n])
+                var start = 0
+                while let nl = pending[start...].firstIndex(of: 10) {
+                    let line = Data(pending[start..<nl])
+                    start = nl + 1
+                    if let m = try? decoder.decode(AirMessage.self, from: line) { onMessage(m) }
+                }
+                pending.removeFirst(start)
+            }
+            onClose()
+        }
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+
+    func close() {
+        lock.lock()
+        let was = closed
+        closed = true
+        lock.unlock()
+        if !was {
+            shutdown(fd, Int32(SHUT_RDWR))
+            writeQueue.async { Glibc.close(self.fd) }
+        }
+    }
+}
+
+public enum AirError: Error, CustomStringConvertible {
+    case socket(String)
+    public var description: String {
+        switch self { case .socket(let s): return s }
+    }
+}

@@ -1,1 +1,0 @@
-// RadioAir module (work in progress).

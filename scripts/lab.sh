@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Starts a whole lab on loopback (the air, a coordinator, N agents), runs a plan through it with
+# `herald-lab run`, and stops every process it started, whatever happens.
+# Usage: scripts/lab.sh PLAN [AGENTS] [RESULTS]     (BIN=path/to/herald-lab to choose the binary)
+set -uo pipefail
+plan=${1:?usage: scripts/lab.sh PLAN [AGENTS] [RESULTS]}
+agents=${2:-3}
+results=${3:-results}
+bin=${BIN:-.build/debug/herald-lab}
+[ -x "$bin" ] || { echo "lab: $bin not found; run make build first" >&2; exit 2; }
+
+work=$(mktemp -d /tmp/heraldlab-lab.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+wait_for_file() { # FILE SECONDS
+  for _ in $(seq 1 $(( $2 * 10 ))); do [ -s "$1" ] && return 0; sleep 0.1; done
+  echo "lab: timed out waiting for $1" >&2; return 1
+}
+
+token="$work/token"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$token"
+mkdir -p "$results" "$work/logs"
+
+"$bin" air --port 0 --port-file "$work/air.port" >"$work/logs/air.log" 2>&1 & pids+=($!)
+wait_for_file "$work/air.port" 20 || exit 2
+air="127.0.0.1:$(cat "$work/air.port")"
+
+"$bin" coordinator --port 0 --port-file "$work/coordinator.port" --token-file "$token" --results "$results" --air "$air" \
+  >"$work/logs/coordinator.log" 2>&1 & pids+=($!)
+wait_for_file "$work/coordinator.port" 20 || exit 2
+coordinator="http://127.0.0.1:$(cat "$work/coordinator.port")"
+
+for i in $(seq 1 "$agents"); do
+  "$bin" agent --name "agent$i" --port 0 --port-file "$work/agent$i.port" --token-file "$token" \
+    --data "$work/agent$i" --coordinator "$coordinator" --air "$air" >"$work/logs/agent$i.log" 2>&1 & pids+=($!)
+done
+for i in $(seq 1 "$agents"); do wait_for_file "$work/agent$i.port" 20 || exit 2; done
+sleep 1.5 # first heartbeats
+
+echo "lab: air $air, coordinator $coordinator, $agents agents"
+"$bin" run "$plan" --coordinator "$coordinator" --token-file "$token" --out "$results"
+status=$?
+if [ $status -eq 2 ]; then
+  echo "lab: the run did not complete; service logs:" >&2
+  tail -n 20 "$work"/logs/*.log >&2
+fi
+exit $status
