@@ -1,0 +1,167 @@
+import Foundation
+import XCTest
+import LabHTTP
+import LabPlan
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Starts real `herald-lab` processes on loopback (air, coordinator, agents) and cleans them up.
+final class LabProcesses {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let binary = root.appendingPathComponent(".build/debug/herald-lab")
+
+    let dir: URL
+    let token = LabToken.generate()
+    let tokenFile: URL
+    var processes: [String: Process] = [:]
+    var ports: [String: UInt16] = [:]
+    var results: URL { dir.appendingPathComponent("results") }
+
+    init() throws {
+        dir = FileManager.default.temporaryDirectory.appendingPathComponent("lab-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        tokenFile = dir.appendingPathComponent("token")
+        try token.write(to: tokenFile, atomically: true, encoding: .utf8)
+    }
+
+    deinit { stopAll() }
+
+    func stopAll() {
+        for p in processes.values where p.isRunning { kill(p.processIdentifier, SIGTERM) }
+        let deadline = Date().addingTimeInterval(5)
+        for p in processes.values { while p.isRunning && Date() < deadline { usleep(20_000) } }
+        for p in processes.values where p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() }
+        processes.removeAll()
+        try? FileManager.default.removeItem(at: dir)
+    }
+
+    /// Starts `herald-lab ARGS --port-file ...` as `name`; waits until it listens; returns its port.
+    @discardableResult
+    func start(_ name: String, _ args: [String], port: UInt16 = 0) throws -> UInt16 {
+        let portFile = dir.appendingPathComponent("\(name).port")
+        try? FileManager.default.removeItem(at: portFile)
+        let p = Process()
+        p.executableURL = Self.binary
+        p.arguments = args + ["--port", String(port), "--port-file", portFile.path]
+        let log = dir.appendingPathComponent("\(name).log")
+        if !FileManager.default.fileExists(atPath: log.path) { FileManager.default.createFile(atPath: log.path, contents: nil) }
+        let handle = try FileHandle(forWritingTo: log)
+        handle.seekToEndOfFile()
+        p.standardOutput = handle
+        p.standardError = handle
+        try p.run()
+        processes[name] = p
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            if let text = try? String(contentsOf: portFile, encoding: .utf8), let port = UInt16(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+                ports[name] = port
+                return port
+            }
+            guard p.isRunning else { break }
+            usleep(50_000)
+        }
+        throw NSError(domain: "lab", code: 1, userInfo: [NSLocalizedDescriptionKey: "\(name) did not start: \(self.log(name))"])
+    }
+
+    func log(_ name: String) -> String { (try? String(contentsOf: dir.appendingPathComponent("\(name).log"), encoding: .utf8)) ?? "" }
+
+    func kill9(_ name: String) {
+        guard let p = processes[name] else { return }
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+    }
+
+    var coordinatorURL: String { "http://127.0.0.1:\(ports["coordinator"]!)" }
+    var airAddress: String { "127.0.0.1:\(ports["air"]!)" }
+
+    func startAir() throws { try start("air", ["air"]) }
+
+    func startCoordinator(port: UInt16 = 0) throws {
+        try start("coordinator", ["coordinator", "--token-file", tokenFile.path, "--results", results.path, "--air", airAddress, "--gather-patience", "30"], port: port)
+    }
+
+    func startAgent(_ i: Int, port: UInt16 = 0) throws {
+        try start("agent\(i)", ["agent", "--name", "agent\(i)", "--token-file", tokenFile.path, "--data", dir.appendingPathComponent("agent\(i)").path,
+                                "--coordinator", coordinatorURL, "--air", airAddress], port: port)
+    }
+
+    /// A lab with the air, a coordinator and `agents` agents, all registered.
+    static func make(agents: Int) throws -> LabProcesses {
+        guard FileManager.default.isExecutableFile(atPath: binary.path) else { throw XCTSkip("build herald-lab first (make test builds it)") }
+        let lab = try LabProcesses()
+        try lab.startAir()
+        try lab.startCoordinator()
+        for i in 1...agents { try lab.startAgent(i) }
+        try lab.waitUntil(timeout: 20, "agents registered") { (try? lab.aliveAgents()) == agents }
+        return lab
+    }
+
+    var client: LabClient { LabClient(base: URL(string: coordinatorURL)!, token: token, timeout: 5) }
+
+    func aliveAgents() throws -> Int {
+        let sem = DispatchSemaphore(value: 0)
+        let box = ResultBox<Int>()
+        let c = client
+        Task {
+            defer { sem.signal() }
+            guard let (status, data, _) = try? await c.request("GET", "/v1/agents"), status == 200,
+                  let list = try? JSONSerialization.jsonObject(with: data) as? [[String: Any]] else { return }
+            box.value = list.filter { $0["state"] as? String == "alive" }.count
+        }
+        sem.wait()
+        return box.value ?? 0
+    }
+
+    /// Calls the coordinator synchronously.
+    func call(_ method: String, _ path: String, body: Data? = nil, token: String?? = nil) -> (Int, Data) {
+        let sem = DispatchSemaphore(value: 0)
+        let box = ResultBox<(Int, Data)>()
+        let c = LabClient(base: URL(string: coordinatorURL)!, token: token ?? self.token, timeout: 10)
+        Task {
+            defer { sem.signal() }
+            if let (s, d, _) = try? await c.request(method, path, body: body) { box.value = (s, d) }
+        }
+        sem.wait()
+        return box.value ?? (0, Data())
+    }
+
+    func runRecord(_ id: String) -> [String: Any]? {
+        let (s, d) = call("GET", "/v1/runs/\(id)")
+        guard s == 200 else { return nil }
+        return try? JSONSerialization.jsonObject(with: d) as? [String: Any]
+    }
+
+    func submit(_ plan: String) throws -> String {
+        let (s, d) = call("POST", "/v1/runs", body: Data(plan.utf8))
+        guard s == 201, let obj = try? JSONSerialization.jsonObject(with: d) as? [String: Any], let id = obj["id"] as? String else {
+            throw NSError(domain: "lab", code: s, userInfo: [NSLocalizedDescriptionKey: String(decoding: d, as: UTF8.self)])
+        }
+        return id
+    }
+
+    func waitUntil(timeout: TimeInterval, _ what: String, _ condition: () -> Bool) throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if condition() { return }
+            usleep(100_000)
+        }
+        throw NSError(domain: "lab", code: 2, userInfo: [NSLocalizedDescriptionKey: "timed out waiting for \(what)\ncoordinator log:\n\(log("coordinator").suffix(3000))"])
+    }
+
+    /// Runs `herald-lab ARGS` to completion.
+    func cli(_ args: [String]) throws -> (Int32, String) {
+        let p = Process()
+        p.executableURL = Self.binary
+        p.arguments = args
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardError = pipe
+        try p.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+}
+
+final class ResultBox<T>: @unchecked Sendable { var value: T? }
