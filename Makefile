@@ -25,6 +25,12 @@ test: deps
 	$(SWIFT) build
 	$(SWIFT) test --disable-swift-testing
 
+# The main job on the built-in simulated lab: the air, a coordinator and three agents on
+# loopback run plans/smoke.yaml; the bundle and its report land in results/.
+demo: build
+	@scripts/lab.sh plans/smoke.yaml 3 results; status=$$?; \
+	 if [ $$status -le 1 ]; then echo "demo: report in $$(ls -td results/smoke-*/ | head -1)report/report.html"; fi; exit $$status
+
 # Simulates the office plan in virtual time into results/.
 simulate: build
 	$(SWIFT) run herald-lab simulate plans/office-10.yaml --out results/office-10-sim

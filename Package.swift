@@ -39,7 +39,7 @@ let package = Package(
         .target(name: "HeraldAnalysis"),
         .target(name: "LabHistory", dependencies: ["HeraldAnalysis", .product(name: "GRDB", package: "GRDB.swift")]),
         // MARK: HTTP plumbing shared by agent, coordinator and air (FlyingFox server, URLSession client, token auth).
-        .target(name: "LabHTTP", dependencies: [.product(name: "FlyingFox", package: "FlyingFox")]),
+        .target(name: "LabHTTP", dependencies: ["HeraldCore", .product(name: "FlyingFox", package: "FlyingFox")]),
         // MARK: Real-time simulated radio medium for many processes (herald-lab air).
         .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim"]),
         // MARK: Agent (runs a node on a Linux machine) and coordinator (plans, barrier, gather).

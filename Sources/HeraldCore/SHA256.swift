@@ -97,11 +97,7 @@ public struct SHA256 {
     private mutating func compress(_ p: UnsafeRawPointer) {
         withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 64) { w in
             for t in 0..<16 {
-                let b0 = UInt32(p.load(fromByteOffset: 4 * t, as: UInt8.self))
-                let b1 = UInt32(p.load(fromByteOffset: 4 * t + 1, as: UInt8.self))
-                let b2 = UInt32(p.load(fromByteOffset: 4 * t + 2, as: UInt8.self))
-                let b3 = UInt32(p.load(fromByteOffset: 4 * t + 3, as: UInt8.self))
-                w[t] = b0 << 24 | b1 << 16 | b2 << 8 | b3
+                w[t] = UInt32(bigEndian: p.loadUnaligned(fromByteOffset: 4 * t, as: UInt32.self))
             }
             for t in 16..<64 {
                 let s0 = Self.rotr(w[t - 15], 7) ^ Self.rotr(w[t - 15], 18) ^ (w[t - 15] >> 3)

@@ -80,6 +80,12 @@ struct RunCommand: AsyncParsableCommand {
         }
         let bundle = outDir.appendingPathComponent(current.id)
         print("bundle: \(bundle.path)")
+        if let m = try? Manifest.read(from: bundle.appendingPathComponent("manifest.json")) {
+            let offsets = m.nodes.map { String(format: "%@ %+.2f ms", $0.name, $0.clockOffset * 1000) }.joined(separator: ", ")
+            if let s = m.startSkew { print(String(format: "start skew: p50 %.3f ms, p99 %.3f ms, max %.3f ms; clock offsets: %@", s.p50Ms, s.p99Ms, s.maxMs, offsets)) }
+            let partial = m.nodes.filter { $0.state != .complete }
+            if !partial.isEmpty { print("nodes not complete: " + partial.map { "\($0.name) \($0.state.rawValue)" }.joined(separator: ", ")) }
+        }
         if let summary = try? ReportWriter.readSummary(bundle.appendingPathComponent("report/summary.json")) {
             print(Summary.text(summary, mode: "strict"))
             print("report: \(bundle.appendingPathComponent("report/report.html").path)")

@@ -95,7 +95,9 @@ public final class Agent: @unchecked Sendable {
     public func stop() async {
         heartbeat?.cancel()
         scheduler.sync {
-            if let r = run, r.state == .running { finish(r, interrupted: true) }
+            guard let r = run else { return }
+            for t in r.tasks { t.cancel() }
+            if r.state == .running { finish(r, interrupted: true) }
         }
         await http.stop()
     }

@@ -261,6 +261,8 @@ extension Coordinator {
         return (nil, clock, lastError)
     }
 
+    /// Fetches one file into `dir`, resuming a partial copy with a byte range, hashing as it
+    /// streams; the file gets its name only once its size and SHA-256 match the agent's.
     func download(_ c: LabClient, runId: String, file: LabWire.FileInfo, to dir: URL) async throws {
         let target = dir.appendingPathComponent(file.name)
         if let (sha, bytes) = try? SHA256.hash(fileAt: target), sha == file.sha256, bytes == file.bytes { return }
@@ -269,16 +271,27 @@ extension Coordinator {
         if !fm.fileExists(atPath: part.path) { fm.createFile(atPath: part.path, contents: nil) }
         var have = ((try? fm.attributesOfItem(atPath: part.path))?[.size] as? NSNumber)?.int64Value ?? 0
         if have > file.bytes { try Data().write(to: part); have = 0 }
-        if have < file.bytes {
-            let headers = have > 0 ? ["Range": "bytes=\(have)-"] : [:]
-            let (status, data, _) = try await c.request("GET", "/v1/runs/\(runId)/files/\(file.name)", headers: headers, timeout: 120)
-            guard status == 200 || status == 206 else { throw LabClient.Failure(status: status, message: "download of \(file.name) refused") }
-            let handle = try FileHandle(forWritingTo: part)
-            if status == 200 { try handle.truncate(atOffset: 0) } else { try handle.seekToEnd() }
-            try handle.write(contentsOf: data)
-            try handle.close()
+        var hasher = SHA256()
+        if have > 0 {
+            // Hash what is already there, then ask for the rest.
+            let h = try FileHandle(forReadingFrom: part)
+            while let chunk = try h.read(upToCount: 1 << 20), !chunk.isEmpty { hasher.update(chunk) }
+            try h.close()
         }
-        let (sha, bytes) = try SHA256.hash(fileAt: part)
+        if have < file.bytes {
+            let url = c.base.appendingPathComponent("v1/runs/\(runId)/files/\(file.name)")
+            var headers = ["Authorization": "Bearer \(c.token ?? "")"]
+            if have > 0 { headers["Range"] = "bytes=\(have)-" }
+            let result = try FileDownload.get(url, headers: headers, appendingTo: part, hasher: &hasher, timeout: 60)
+            if result.status == 200, have > 0 { // the agent ignored the range: the file was rewritten whole
+                hasher = SHA256()
+                let h = try FileHandle(forReadingFrom: part)
+                while let chunk = try h.read(upToCount: 1 << 20), !chunk.isEmpty { hasher.update(chunk) }
+                try h.close()
+            }
+        }
+        let bytes = ((try? fm.attributesOfItem(atPath: part.path))?[.size] as? NSNumber)?.int64Value ?? -1
+        let sha = hasher.finalizeHex()
         guard sha == file.sha256, bytes == file.bytes else {
             try? fm.removeItem(at: part)
             throw LabClient.Failure(status: nil, message: "\(file.name): checksum mismatch (\(bytes) bytes, expected \(file.bytes)); fetching again")

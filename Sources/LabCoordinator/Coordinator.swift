@@ -22,7 +22,7 @@ public final class Coordinator: @unchecked Sendable {
         public var startMargin: Double = 1.0
         /// An agent is missing after this long without a heartbeat, lost after `lostAfter`.
         public var missingAfter: Double = 5
-        public var lostAfter: Double = 30
+        public var lostAfter: Double = 60
         /// How long gathering keeps retrying an agent.
         public var gatherPatience: Double = 60
         public init(results: URL) { self.results = results }

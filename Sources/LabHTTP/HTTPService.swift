@@ -58,7 +58,7 @@ public final class HTTPService: @unchecked Sendable {
     /// Starts listening on `host:port` (port 0: any free port); returns the bound port.
     public func start(host: String = "127.0.0.1", port: UInt16) async throws -> UInt16 {
         let address = try sockaddr_in.inet(ip4: host, port: port)
-        let server = HTTPServer(address: address, timeout: 60, logger: .disabled)
+        let server = HTTPServer(address: address, timeout: 60, pool: SharedSocketPool.shared, logger: .disabled)
         await server.appendRoute("*") { [self] request in await self.handle(request) }
         self.server = server
         task = Task { try? await server.run() }

@@ -16,21 +16,28 @@ public final class LabClient: @unchecked Sendable {
         public init(status: Int?, message: String) { self.status = status; self.message = message }
     }
 
+    /// One session for the whole process: on Linux every URLSession holds threads of its own, and
+    /// hundreds of them (a coordinator arming 200 agents) exhaust the dispatch thread pool.
+    private static let shared: URLSession = {
+        let config = URLSessionConfiguration.ephemeral
+        config.timeoutIntervalForResource = 600
+        config.httpMaximumConnectionsPerHost = 512
+        return URLSession(configuration: config)
+    }()
+    private let timeout: TimeInterval
+
     public init(base: URL, token: String?, timeout: TimeInterval = 10) {
         self.base = base
         self.token = token
-        let config = URLSessionConfiguration.ephemeral
-        config.timeoutIntervalForRequest = timeout
-        config.timeoutIntervalForResource = max(timeout, 600)
-        config.httpMaximumConnectionsPerHost = 8
-        session = URLSession(configuration: config)
+        self.timeout = timeout
+        session = Self.shared
     }
 
     public func request(_ method: String, _ path: String, body: Data? = nil, headers: [String: String] = [:], timeout: TimeInterval? = nil) async throws -> (Int, Data, [String: String]) {
         guard let url = URL(string: path, relativeTo: base) else { throw Failure(status: nil, message: "bad path \(path)") }
         var r = URLRequest(url: url)
         r.httpMethod = method
-        if let timeout { r.timeoutInterval = timeout }
+        r.timeoutInterval = timeout ?? self.timeout
         if let token { r.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         if let body {
             r.httpBody = body
@@ -62,7 +69,8 @@ public final class LabClient: @unchecked Sendable {
         }
     }
 
-    public func invalidate() { session.invalidateAndCancel() }
+    /// Nothing to release: the session is shared (kept for call sites that end a conversation).
+    public func invalidate() {}
 }
 
 /// An empty JSON object, for calls without a body or an answer of interest.

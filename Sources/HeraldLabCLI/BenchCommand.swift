@@ -1,0 +1,136 @@
+import ArgumentParser
+import Foundation
+import HeraldCore
+import LabAgent
+import LabCoordinator
+import LabHTTP
+import LabPlan
+import RadioAir
+import RadioSim
+
+/// `herald-lab bench arm|gather`: harness benchmarks run in one process (make bench).
+struct BenchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "bench", abstract: "Harness benchmarks (make bench).", shouldDisplay: false,
+                                                    subcommands: [Arm.self, Gather.self, Hash.self])
+
+    struct Arm: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Time to arm N agents, each with its own HTTP listener, in one process.")
+        @Option var agents = 200
+
+        func run() async throws {
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("heraldlab-bench-arm-\(getpid())")
+            defer { try? FileManager.default.removeItem(at: dir) }
+            let token = LabToken.generate()
+            let verbose = ProcessInfo.processInfo.environment["HERALDLAB_VERBOSE"] != nil
+            let quiet: @Sendable (String) -> Void = { if verbose { log($0) } }
+            let air = AirServer(log: quiet)
+            let airPort = try air.start(port: 0)
+            var config = Coordinator.Config(results: dir.appendingPathComponent("results"))
+            config.token = token
+            config.air = LabWire.AirAddress(host: "127.0.0.1", port: airPort)
+            config.startMargin = 30 // long enough that no sensor starts during the measurement
+            config.missingAfter = 120 // these agents heartbeat rarely: only the arming is measured
+            let coordinator = try Coordinator(config: config, log: quiet)
+            let port = try await coordinator.start()
+            var list = [Agent]()
+            let started = Date()
+            for i in 1...agents {
+                var c = Agent.Config(name: "a\(i)", dataDirectory: dir.appendingPathComponent("a\(i)"))
+                c.token = token
+                c.coordinator = URL(string: "http://127.0.0.1:\(port)")
+                c.heartbeatInterval = 30
+                let a = Agent(config: c, log: quiet)
+                _ = try await a.start()
+                list.append(a)
+            }
+            log(String(format: "%d agents listening in %.2f s", agents, Date().timeIntervalSince(started)))
+            while coordinator.agentViews.filter({ $0.state == .alive }).count < agents { try await Task.sleep(nanoseconds: 100_000_000) }
+            log(String(format: "%d agents registered after %.2f s", agents, Date().timeIntervalSince(started)))
+            let columns = Int(Double(agents).squareRoot().rounded(.up))
+            let plan = "name: arm\(agents)\nduration: 10s\nnodes: {count: \(agents), prefix: n, grid: {columns: \(columns), spacing: 2m}}\n"
+            let t0 = Date()
+            let record = try coordinator.submit(planText: plan, source: "bench")
+            while coordinator.state(of: record.id) == .arming { try await Task.sleep(nanoseconds: 5_000_000) }
+            let armed = Date().timeIntervalSince(t0)
+            log(String(format: "arm %d agents (clock probes, assignment, start instant to each): %.3f s (target <= 3 s); state %@",
+                         agents, armed, coordinator.state(of: record.id)?.rawValue ?? "?"))
+            for a in list { await a.stop() }
+            await coordinator.stop()
+            air.stop()
+        }
+    }
+
+    struct Hash: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "SHA-256 speed on a file.")
+        @Argument var file: String
+        func run() throws {
+            let t0 = Date()
+            let (sha, bytes) = try SHA256.hash(fileAt: URL(fileURLWithPath: file))
+            let s = Date().timeIntervalSince(t0)
+            print(String(format: "%@  %.0f MB in %.2f s: %.0f MB/s", sha, Double(bytes) / 1_048_576, s, Double(bytes) / 1_048_576 / s))
+        }
+    }
+
+    struct Gather: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Gather throughput on loopback: files served by an agent, fetched and verified by the coordinator.")
+        @Option(help: "Megabytes of logs on the agent.") var megabytes = 400
+
+        func run() async throws {
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("heraldlab-bench-gather-\(getpid())")
+            defer { try? FileManager.default.removeItem(at: dir) }
+            let quiet: @Sendable (String) -> Void = { _ in }
+            // A finished run on the agent's disk, as an agent leaves it.
+            let runId = "bench-gather"
+            let runDir = dir.appendingPathComponent("agent/runs/\(runId)")
+            let nodeDir = runDir.appendingPathComponent("node")
+            try FileManager.default.createDirectory(at: nodeDir, withIntermediateDirectories: true)
+            let plan = try Plan.parse(yaml: "name: g\nduration: 1h\nnodes: [a, b]\n")
+            try LabJSON.encoder.encode(NodeAssignment(runId: runId, plan: plan, node: plan.nodes[0])).write(to: runDir.appendingPathComponent("assignment.json"))
+            var line = Data("2026-01-01 00:00:00.000+0000,BLE,C0:00:00:00:00:01,,,3,,,,,RSSI:-55.0\n".utf8)
+            var block = Data()
+            while block.count < 1 << 20 { block.append(line) }
+            line = Data()
+            var files = [LabWire.FileInfo]()
+            for name in ["contacts.csv", "detection.csv", "statistics.csv", "battery.csv", "log.txt"] {
+                let url = nodeDir.appendingPathComponent(name)
+                FileManager.default.createFile(atPath: url.path, contents: nil)
+                let h = try FileHandle(forWritingTo: url)
+                let mb = name == "contacts.csv" ? megabytes : 1
+                for _ in 0..<mb { try h.write(contentsOf: block) }
+                try h.close()
+                let (sha, bytes) = try SHA256.hash(fileAt: url)
+                files.append(LabWire.FileInfo(name: name, bytes: bytes, sha256: sha))
+            }
+            let state: [String: Any] = ["state": "finished", "resumed": false, "startAt": 0, "startedAt": 0,
+                                        "files": files.map { ["name": $0.name, "bytes": $0.bytes, "sha256": $0.sha256] }]
+            try JSONSerialization.data(withJSONObject: state).write(to: runDir.appendingPathComponent("state.json"))
+            let token = LabToken.generate()
+            var ac = Agent.Config(name: "agent", dataDirectory: dir.appendingPathComponent("agent"))
+            ac.token = token
+            let agent = Agent(config: ac, log: quiet)
+            let agentPort = try await agent.start()
+            var cc = Coordinator.Config(results: dir.appendingPathComponent("results"))
+            cc.token = token
+            let coordinator = try Coordinator(config: cc, log: quiet)
+            let total = files.reduce(Int64(0)) { $0 + $1.bytes }
+            if FileManager.default.isExecutableFile(atPath: "/usr/bin/curl") {
+                let p = Process()
+                p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+                p.arguments = ["-s", "-o", "/dev/null", "-w", "%{speed_download}", "-H", "Authorization: Bearer \(token)", "http://127.0.0.1:\(agentPort)/v1/runs/\(runId)/files/contacts.csv"]
+                let pipe = Pipe()
+                p.standardOutput = pipe
+                try p.run()
+                p.waitUntilExit()
+                let speed = Double(String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)) ?? 0
+                print(String(format: "(reference: curl fetches the same file from the agent at %.0f MB/s)", speed / 1_048_576))
+            }
+            let t0 = Date()
+            let bytes = try await coordinator.fetchFiles(agentURL: "http://127.0.0.1:\(agentPort)", runId: runId, node: "a", into: dir.appendingPathComponent("gathered"))
+            let seconds = Date().timeIntervalSince(t0)
+            let mb = Double(bytes) / 1_048_576
+            print(String(format: "gather %.0f MB in %.2f s, SHA-256 verified: %.0f MB/s (target >= 200 MB/s)", mb, seconds, mb / seconds))
+            precondition(bytes == total)
+            await agent.stop()
+        }
+    }
+}

@@ -1,0 +1,136 @@
+import Foundation
+import HeraldCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Streams an HTTP GET body straight into a file while hashing it: no body is held in memory,
+/// and the checksum is ready when the last byte lands. Used to gather logs (hundreds of MB/s on
+/// loopback, where URLSession on Linux manages about a tenth of that).
+public enum FileDownload {
+    public struct Result: Sendable {
+        public var status: Int
+        /// Bytes written by this request.
+        public var bytes: Int64
+    }
+
+    /// GETs `url` (http only) with `headers`; on 200 the file is truncated first, on 206 the body is
+    /// appended. Every written byte is fed to `hasher` in order.
+    public static func get(_ url: URL, headers: [String: String], appendingTo file: URL, hasher: inout SHA256, timeout: TimeInterval = 60) throws -> Result {
+        guard url.scheme == "http", let host = url.host else { throw LabClient.Failure(status: nil, message: "only http:// is supported for downloads: \(url)") }
+        let port = UInt16(url.port ?? 80)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw LabClient.Failure(status: nil, message: "socket: errno \(errno)") }
+        defer { close(fd) }
+        var tv = timeval(tv_sec: Int(timeout), tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = port.bigEndian
+        let resolved = host == "localhost" ? "127.0.0.1" : host
+        guard inet_pton(AF_INET, resolved, &addr.sin_addr) == 1 else { throw LabClient.Failure(status: nil, message: "downloads need an IPv4 address: \(host)") }
+        let c = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard c == 0 else { throw LabClient.Failure(status: nil, message: "cannot connect to \(host):\(port) (errno \(errno))") }
+        var path = url.path.isEmpty ? "/" : url.path
+        if let q = url.query { path += "?" + q }
+        var request = "GET \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nConnection: close\r\n"
+        for (k, v) in headers { request += "\(k): \(v)\r\n" }
+        request += "\r\n"
+        try sendAll(fd, Array(request.utf8))
+
+        // Read the head.
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var head = [UInt8]()
+        var bodyStart = 0
+        var filled = 0
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + filled, $0.count - filled, 0) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw LabClient.Failure(status: nil, message: "connection closed before the response head") }
+            filled += n
+            if let end = find(buffer, filled, [13, 10, 13, 10]) {
+                head = Array(buffer[0..<end])
+                bodyStart = end + 4
+                break
+            }
+            guard filled < buffer.count else { throw LabClient.Failure(status: nil, message: "response head too large") }
+        }
+        let lines = String(decoding: head, as: UTF8.self).components(separatedBy: "\r\n")
+        let parts = lines.first?.split(separator: " ") ?? []
+        guard parts.count >= 2, let status = Int(parts[1]) else { throw LabClient.Failure(status: nil, message: "bad status line") }
+        var length: Int64?
+        for l in lines.dropFirst() {
+            let kv = l.split(separator: ":", maxSplits: 1)
+            guard kv.count == 2 else { continue }
+            let k = kv[0].trimmingCharacters(in: .whitespaces).lowercased(), v = kv[1].trimmingCharacters(in: .whitespaces)
+            if k == "content-length" { length = Int64(v) }
+            if k == "transfer-encoding", v.lowercased().contains("chunked") { throw LabClient.Failure(status: status, message: "chunked downloads are not supported") }
+        }
+        guard status == 200 || status == 206 else {
+            throw LabClient.Failure(status: status, message: String(decoding: buffer[bodyStart..<filled], as: UTF8.self))
+        }
+        let handle = try FileHandle(forWritingTo: file)
+        defer { try? handle.close() }
+        if status == 200 { try handle.truncate(atOffset: 0) } else { try handle.seekToEnd() }
+        var written: Int64 = 0
+        // Hashing runs on its own thread, a few chunks behind the socket (bounded by a semaphore).
+        let pipeline = HashPipeline(hasher)
+        defer { hasher = pipeline.finish() }
+        func consume(_ from: Int, _ to: Int) throws {
+            guard to > from else { return }
+            try buffer.withUnsafeBytes { raw in
+                let slice = UnsafeRawBufferPointer(rebasing: raw[from..<to])
+                pipeline.feed(Data(slice))
+                var off = 0
+                while off < slice.count {
+                    let w = write(handle.fileDescriptor, slice.baseAddress! + off, slice.count - off)
+                    if w < 0 { if errno == EINTR { continue }; throw LabClient.Failure(status: nil, message: "write failed (errno \(errno))") }
+                    off += w
+                }
+            }
+            written += Int64(to - from)
+        }
+        try consume(bodyStart, filled)
+        while length.map({ written < $0 }) ?? true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 { throw LabClient.Failure(status: nil, message: "receive failed (errno \(errno))") }
+            if n == 0 { break }
+            try consume(0, n)
+        }
+        if let length, written != length { throw LabClient.Failure(status: status, message: "connection closed after \(written) of \(length) bytes") }
+        return Result(status: status, bytes: written)
+    }
+
+    /// Feeds chunks to SHA-256 on a serial queue, at most 8 chunks ahead of the hasher.
+    final class HashPipeline: @unchecked Sendable {
+        private var hasher: SHA256
+        private let queue = DispatchQueue(label: "heraldlab.download.hash")
+        private let slots = DispatchSemaphore(value: 8)
+        init(_ hasher: SHA256) { self.hasher = hasher }
+        func feed(_ chunk: Data) {
+            slots.wait()
+            queue.async {
+                self.hasher.update(chunk)
+                self.slots.signal()
+            }
+        }
+        func finish() -> SHA256 { queue.sync { hasher } }
+    }
+
+    private static func sendAll(_ fd: Int32, _ bytes: [UInt8]) throws {
+        var off = 0
+        while off < bytes.count {
+            let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + off, $0.count - off, Int32(MSG_NOSIGNAL)) }
+            if n < 0 { if errno == EINTR { continue }; throw LabClient.Failure(status: nil, message: "send failed (errno \(errno))") }
+            off += n
+        }
+    }
+
+    private static func find(_ buf: [UInt8], _ count: Int, _ pattern: [UInt8]) -> Int? {
+        guard count >= pattern.count else { return nil }
+        for i in 0...(count - pattern.count) where buf[i] == pattern[0] && buf[i + 1] == pattern[1] && buf[i + 2] == pattern[2] && buf[i + 3] == pattern[3] { return i }
+        return nil
+    }
+}
