@@ -41,6 +41,7 @@ public final class DBusConnection: @unchecked Sendable {
     private var timers: [OpaquePointer: DispatchSourceTimer] = [:]
     private var pending: [UInt64: PendingCall] = [:]
     private var incoming: [UInt64: OpaquePointer] = [:]
+    private var cancelledBeforeStart: Set<UInt64> = []
     private var subscriptions: [UInt64: Subscription] = [:]
     private var objects: [String: [String: DBusInterface]] = [:]   // path -> interface name -> interface
     private var managers: Set<String> = []
@@ -412,7 +413,11 @@ public final class DBusConnection: @unchecked Sendable {
                 }
             }
         } onCancel: {
-            queue.async { [self] in finishPending(id, error: CancellationError()) }
+            queue.async { [self] in
+                // Cancellation may overtake the start of the call on the queue: remember it.
+                if pending[id] == nil { cancelledBeforeStart.insert(id) }
+                finishPending(id, error: CancellationError())
+            }
         }
     }
 
@@ -464,6 +469,7 @@ public final class DBusConnection: @unchecked Sendable {
     private func start(id: UInt64, message: OpaquePointer, timeout: Duration,
                        continuation: CheckedContinuation<[DBusValue], Error>) {
         defer { dbus_message_unref(message) }
+        if cancelledBeforeStart.remove(id) != nil { return continuation.resume(throwing: CancellationError()) }
         guard let conn, connected else { return continuation.resume(throwing: DBusConnectionError.disconnected) }
         var pendingCall: OpaquePointer?
         // Infinite libdbus timeout: our own timer gives a typed timeout error.
