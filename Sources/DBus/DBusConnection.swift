@@ -403,12 +403,18 @@ public final class DBusConnection: @unchecked Sendable {
     /// arrives in time, `DBusConnectionError.disconnected`, or `CancellationError`.
     public func call(destination: String?, path: String, interface: String?, member: String,
                      arguments: [DBusValue] = [], timeout: Duration = .seconds(25)) async throws -> [DBusValue] {
-        let message = try Self.makeMethodCall(destination: destination, path: path, interface: interface,
-                                              member: member, arguments: arguments)
         let id = nextID()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (cont: CheckedContinuation<[DBusValue], Error>) in
                 queue.async { [self] in
+                    let message: UncheckedPointer
+                    do {
+                        message = try Self.makeMethodCall(destination: destination, path: path, interface: interface,
+                                                          member: member, arguments: arguments)
+                    } catch {
+                        cancelledBeforeStart.remove(id)
+                        return cont.resume(throwing: error)
+                    }
                     start(id: id, message: message.raw, timeout: timeout, continuation: cont)
                 }
             }
@@ -424,10 +430,12 @@ public final class DBusConnection: @unchecked Sendable {
     /// Sends a method call without waiting for (or wanting) a reply.
     public func send(destination: String?, path: String, interface: String?, member: String,
                      arguments: [DBusValue] = []) async throws {
-        let message = try Self.makeMethodCall(destination: destination, path: path, interface: interface,
-                                              member: member, arguments: arguments)
-        dbus_message_set_no_reply(message.raw, 1)
-        try await sendMessage(message)
+        try await onQueueThrowing { [self] in
+            let message = try Self.makeMethodCall(destination: destination, path: path, interface: interface,
+                                                  member: member, arguments: arguments)
+            dbus_message_set_no_reply(message.raw, 1)
+            try sendNow(message.raw)
+        }
     }
 
     private static func makeMethodCall(destination: String?, path: String, interface: String?, member: String,
@@ -452,18 +460,11 @@ public final class DBusConnection: @unchecked Sendable {
         return UncheckedPointer(raw: m)
     }
 
-    /// Sends (and releases) a message that expects no reply.
-    private func sendMessage(_ message: UncheckedPointer) async throws {
-        try await withCheckedThrowingContinuation { (cont: CheckedContinuation<Void, Error>) in
-            queue.async { [self] in
-                defer { dbus_message_unref(message.raw) }
-                guard let conn, connected else { return cont.resume(throwing: DBusConnectionError.disconnected) }
-                guard dbus_connection_send(conn, message.raw, nil) != 0 else {
-                    return cont.resume(throwing: DBusMarshalError.outOfMemory)
-                }
-                cont.resume()
-            }
-        }
+    /// Sends (and releases) a message that expects no reply. On the queue.
+    private func sendNow(_ message: OpaquePointer) throws {
+        defer { dbus_message_unref(message) }
+        guard let conn, connected else { throw DBusConnectionError.disconnected }
+        guard dbus_connection_send(conn, message, nil) != 0 else { throw DBusMarshalError.outOfMemory }
     }
 
     private func start(id: UInt64, message: OpaquePointer, timeout: Duration,
@@ -608,9 +609,11 @@ public final class DBusConnection: @unchecked Sendable {
     /// Emits a signal (optionally unicast to `destination`).
     public func emitSignal(path: String, interface: String, member: String, arguments: [DBusValue] = [],
                            destination: String? = nil) async throws {
-        let message = try Self.makeSignal(path: path, interface: interface, member: member,
-                                          arguments: arguments, destination: destination)
-        try await sendMessage(message)
+        try await onQueueThrowing { [self] in
+            let message = try Self.makeSignal(path: path, interface: interface, member: member,
+                                              arguments: arguments, destination: destination)
+            try sendNow(message.raw)
+        }
     }
 
     private static func makeSignal(path: String, interface: String, member: String, arguments: [DBusValue],
@@ -646,6 +649,10 @@ public final class DBusConnection: @unchecked Sendable {
     /// Exports an object at `path` with `interfaces` (added to those already exported there).
     /// If an object manager is exported at an ancestor, it emits InterfacesAdded.
     public func export(path: String, interfaces: [DBusInterface]) async throws {
+        try await onQueueThrowing { [self] in try exportNow(path: path, interfaces: interfaces) }
+    }
+
+    private func exportNow(path: String, interfaces: [DBusInterface]) throws {
         guard DBusValidate.objectPath(path) else { throw DBusConnectionError.invalidArgument("object path '\(path)'") }
         for i in interfaces {
             guard DBusValidate.interfaceName(i.name) else { throw DBusConnectionError.invalidArgument("interface '\(i.name)'") }
@@ -657,18 +664,16 @@ public final class DBusConnection: @unchecked Sendable {
                 throw DBusConnectionError.invalidArgument("method '\(name)'")
             }
         }
-        await onQueue { [self] in
-            var existing = objects[path] ?? [:]
-            for i in interfaces { existing[i.name] = i }
-            objects[path] = existing
-            if let manager = managerPath(for: path) {
-                let added = DBusValue.dictionary(keySignature: "s", valueSignature: "a{sv}",
-                                                 interfaces.sorted { $0.name < $1.name }.map {
-                                                     DBusDictEntry(.string($0.name), $0.propertiesDictionary)
-                                                 })
-                emitNow(path: manager, interface: DBusStandardInterface.objectManager, member: "InterfacesAdded",
-                        arguments: [.objectPath(path), added])
-            }
+        var existing = objects[path] ?? [:]
+        for i in interfaces { existing[i.name] = i }
+        objects[path] = existing
+        if let manager = managerPath(for: path) {
+            let added = DBusValue.dictionary(keySignature: "s", valueSignature: "a{sv}",
+                                             interfaces.sorted { $0.name < $1.name }.map {
+                                                 DBusDictEntry(.string($0.name), $0.propertiesDictionary)
+                                             })
+            emitNow(path: manager, interface: DBusStandardInterface.objectManager, member: "InterfacesAdded",
+                    arguments: [.objectPath(path), added])
         }
     }
 
@@ -689,8 +694,10 @@ public final class DBusConnection: @unchecked Sendable {
 
     /// Serves org.freedesktop.DBus.ObjectManager at `path` over the objects exported below it.
     public func exportObjectManager(at path: String) async throws {
-        guard DBusValidate.objectPath(path) else { throw DBusConnectionError.invalidArgument("object path '\(path)'") }
-        await onQueue { [self] in _ = managers.insert(path) }
+        try await onQueueThrowing { [self] in
+            guard DBusValidate.objectPath(path) else { throw DBusConnectionError.invalidArgument("object path '\(path)'") }
+            managers.insert(path)
+        }
     }
 
     public func unexportObjectManager(at path: String) async {
@@ -700,8 +707,8 @@ public final class DBusConnection: @unchecked Sendable {
     /// Updates a property of an exported object and emits PropertiesChanged.
     public func setProperty(path: String, interface: String, name: String, value: DBusValue,
                             emitChanged: Bool = true) async throws {
-        try DBusValidate.value(value)
         try await onQueueThrowing { [self] in
+            try DBusValidate.value(value)
             guard var prop = objects[path]?[interface]?.properties[name] else {
                 throw DBusConnectionError.invalidArgument("no property \(interface).\(name) at \(path)")
             }
