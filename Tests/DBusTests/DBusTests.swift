@@ -171,8 +171,8 @@ final class DBusConnectionTests: DBusTestCase, @unchecked Sendable {
         try await exportTestObject()
         for args in busctlEchoCases {
             let out = try await busctlCall(server.uniqueName, "/org/heraldlab/test", "org.heraldlab.Test", "Echo", args)
-            // busctl prints what it sent in its own canonical form: compare with a parse of the arguments
-            // re-printed by the independent Python peer where available, and always with the literal form.
+            // busctl parsed and marshalled the arguments, our object read and wrote them back, busctl
+            // unmarshalled and printed the reply: it must print its own canonical form of the input.
             XCTAssertEqual(out, Self.canonical(args), "\(args)")
         }
     }

@@ -115,6 +115,7 @@ final class PrivateBus: @unchecked Sendable {
         let output = (try? String(contentsOf: outURL, encoding: .utf8)) ?? ""
         let lines = output.split(separator: "\n").map(String.init)
         guard status == 0, lines.count >= 2, let pid = Int32(lines[1].trimmingCharacters(in: .whitespaces)) else {
+            try? FileManager.default.removeItem(at: dir)
             throw TestTimeout(what: "dbus-daemon failed (\(status)): \(output)")
         }
         return PrivateBus(directory: dir, address: lines[0], pid: pid)
