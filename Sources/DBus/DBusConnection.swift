@@ -43,6 +43,8 @@ public final class DBusConnection: @unchecked Sendable {
     private var incoming: [UInt64: OpaquePointer] = [:]
     private var cancelledBeforeStart: Set<UInt64> = []
     private var subscriptions: [UInt64: Subscription] = [:]
+    private var trackedNames: [String: Int] = [:]        // well-known sender name -> subscriptions using it
+    private var nameOwners: [String: String] = [:]       // well-known sender name -> current unique owner
     private var objects: [String: [String: DBusInterface]] = [:]   // path -> interface name -> interface
     private var managers: Set<String> = []
 
@@ -258,7 +260,12 @@ public final class DBusConnection: @unchecked Sendable {
             let args = (try? DBusReader.readAll(message)) ?? []
             let signal = DBusSignal(sender: Self.string(dbus_message_get_sender(message)), path: path,
                                     interface: interface, member: member, arguments: args)
-            for sub in subscriptions.values where sub.rule.matches(signal) {
+            if signal.sender == Self.bus, interface == Self.bus, member == "NameOwnerChanged", args.count == 3,
+               case .string(let name) = args[0], trackedNames[name] != nil, case .string(let owner) = args[2] {
+                nameOwners[name] = owner.isEmpty ? nil : owner
+            }
+            for sub in subscriptions.values
+            where sub.rule.matches(signal, senderOwner: sub.rule.sender.flatMap { nameOwners[$0] }) {
                 sub.continuation.yield(signal)
             }
             return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
@@ -588,22 +595,60 @@ public final class DBusConnection: @unchecked Sendable {
     public func signals(matching rule: DBusMatchRule) async throws -> AsyncStream<DBusSignal> {
         let id = nextID()
         let (stream, continuation) = AsyncStream<DBusSignal>.makeStream()
-        await onQueue { [self] in subscriptions[id] = Subscription(rule: rule, continuation: continuation) }
+        let trackedName = rule.sender.flatMap { $0.hasPrefix(":") || $0 == Self.bus ? nil : $0 }
         do {
+            // Owner first, so signals of a well-known sender are recognised from the start.
+            if let trackedName { try await trackOwner(of: trackedName) }
+            await onQueue { [self] in subscriptions[id] = Subscription(rule: rule, continuation: continuation) }
             try await addMatch(rule)
         } catch {
-            await onQueue { [self] in _ = subscriptions.removeValue(forKey: id) }
+            await onQueue { [self] in
+                subscriptions.removeValue(forKey: id)
+                if let trackedName { untrackOwner(of: trackedName) }
+            }
             continuation.finish()
             throw error
         }
         continuation.onTermination = { [self] _ in
             queue.async { [self] in
-                guard subscriptions.removeValue(forKey: id) != nil, connected else { return }
+                guard subscriptions.removeValue(forKey: id) != nil else { return }
+                if let trackedName { untrackOwner(of: trackedName) }
+                guard connected else { return }
                 Task { try? await self.send(destination: Self.bus, path: Self.busPath, interface: Self.bus,
                                             member: "RemoveMatch", arguments: [.string(rule.ruleString)]) }
             }
         }
         return stream
+    }
+
+    private static func ownerRule(_ name: String) -> DBusMatchRule {
+        DBusMatchRule(sender: bus, interface: bus, member: "NameOwnerChanged", path: busPath, args: [0: name])
+    }
+
+    /// Follows the unique owner of a well-known name (NameOwnerChanged, then GetNameOwner: the
+    /// reply reflects every change signalled before it, later changes arrive after it).
+    private func trackOwner(of name: String) async throws {
+        let first = await onQueue { [self] in
+            trackedNames[name, default: 0] += 1
+            return trackedNames[name] == 1
+        }
+        guard first else { return }
+        try await addMatch(Self.ownerRule(name))
+        let owner = try await nameOwner(name)
+        await onQueue { [self] in
+            guard trackedNames[name] != nil else { return }
+            nameOwners[name] = owner
+        }
+    }
+
+    private func untrackOwner(of name: String) {
+        guard let count = trackedNames[name] else { return }
+        if count > 1 { trackedNames[name] = count - 1; return }
+        trackedNames.removeValue(forKey: name)
+        nameOwners.removeValue(forKey: name)
+        guard connected else { return }
+        Task { try? await self.send(destination: Self.bus, path: Self.busPath, interface: Self.bus,
+                                    member: "RemoveMatch", arguments: [.string(Self.ownerRule(name).ruleString)]) }
     }
 
     /// Emits a signal (optionally unicast to `destination`).

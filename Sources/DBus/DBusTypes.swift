@@ -80,8 +80,8 @@ public struct DBusSignal: Sendable, Equatable {
 }
 
 /// A signal match rule (`type='signal'`). The bus filters with it; the connection filters the
-/// delivered signals again locally so that each subscription sees only what its rule matches.
-/// A well-known `sender` (not starting with ':') is enforced by the bus only.
+/// delivered signals again locally so that each subscription sees only what its rule matches
+/// (for a well-known `sender`, against the name's current owner).
 public struct DBusMatchRule: Sendable, Hashable {
     public var sender: String?
     public var interface: String?
@@ -122,9 +122,13 @@ public struct DBusMatchRule: Sendable, Hashable {
         return parts.joined(separator: ",")
     }
 
-    /// Local filtering of a delivered signal.
-    public func matches(_ signal: DBusSignal) -> Bool {
-        if let sender, sender.hasPrefix(":"), signal.sender != sender { return false }
+    /// Local filtering of a delivered signal. A well-known `sender` matches signals from that
+    /// name's current unique owner, `senderOwner` (the connection tracks it with NameOwnerChanged).
+    public func matches(_ signal: DBusSignal, senderOwner: String? = nil) -> Bool {
+        if let sender, signal.sender != sender {
+            if sender.hasPrefix(":") || sender == "org.freedesktop.DBus" { return false }
+            guard let senderOwner, signal.sender == senderOwner else { return false }
+        }
         if let interface, signal.interface != interface { return false }
         if let member, signal.member != member { return false }
         if let path, signal.path != path { return false }

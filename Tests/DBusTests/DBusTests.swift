@@ -522,6 +522,31 @@ final class DBusConnectionTests: DBusTestCase, @unchecked Sendable {
         XCTAssertEqual(s.sender, server.uniqueName)
     }
 
+    func testWellKnownSenderFollowsTheNameOwner() async throws {
+        let third = try await DBusConnection.connect(address: bus.address)
+        defer { Task { await third.close() } }
+        _ = try await server.requestName("org.heraldlab.Src", flags: [.allowReplacement])
+        // A broad subscription makes every org.heraldlab.W signal reach this connection, so the
+        // sender-restricted stream must filter locally.
+        let broad = try await client.signals(matching: DBusMatchRule(interface: "org.heraldlab.W"))
+        let fromName = try await client.signals(matching: DBusMatchRule(sender: "org.heraldlab.Src", interface: "org.heraldlab.W"))
+        try await third.emitSignal(path: "/", interface: "org.heraldlab.W", member: "Impostor")
+        try await server.emitSignal(path: "/", interface: "org.heraldlab.W", member: "Owner")
+        let b = try await next(broad, "broad")
+        XCTAssertEqual(b.member, "Impostor")
+        let s1 = try await next(fromName, "from owner")
+        XCTAssertEqual(s1.member, "Owner")
+        XCTAssertEqual(s1.sender, server.uniqueName)
+        // The name moves to `third`: its signals now match, the old owner's do not.
+        let moved = try await third.requestName("org.heraldlab.Src", flags: [.replaceExisting])
+        XCTAssertEqual(moved, .primaryOwner)
+        try await server.emitSignal(path: "/", interface: "org.heraldlab.W", member: "FormerOwner")
+        try await third.emitSignal(path: "/", interface: "org.heraldlab.W", member: "NewOwner")
+        let s2 = try await next(fromName, "from new owner")
+        XCTAssertEqual(s2.member, "NewOwner")
+        XCTAssertEqual(s2.sender, third.uniqueName)
+    }
+
     func testPropertiesGetGetAllSetAndChanged() async throws {
         try await exportTestObject()
         let dest = server.uniqueName
