@@ -675,6 +675,37 @@ final class DBusConnectionTests: DBusTestCase, @unchecked Sendable {
         XCTAssertTrue(manager.first?.stringValue?.contains(#"<node name="test"/>"#) ?? false)
     }
 
+    func testPeerPingNoReplySendAndPartialUnexport() async throws {
+        let dest = server.uniqueName
+        // org.freedesktop.DBus.Peer is answered by libdbus itself.
+        let ping = try await runProcess("/usr/bin/gdbus", ["call", "--address", bus.address, "--dest", dest,
+                                                           "--object-path", "/", "--method", "org.freedesktop.DBus.Peer.Ping"])
+        XCTAssertEqual(ping.status, 0, ping.stderr)
+        // A no-reply-expected call runs its handler and gets no reply.
+        let received = AsyncStream<DBusValue>.makeStream()
+        try await server.export(path: "/n", interfaces: [
+            DBusInterface("org.heraldlab.A", methods: ["Note": DBusMethod(in: "s", out: "") { call in
+                received.continuation.yield(call.arguments[0])
+                return []
+            }]),
+            DBusInterface("org.heraldlab.B", properties: ["X": DBusProperty(.byte(1))]),
+        ])
+        try await client.send(destination: dest, path: "/n", interface: "org.heraldlab.A", member: "Note", arguments: ["hi"])
+        let note: DBusValue = try await withTimeout(10, "no-reply call") {
+            for await v in received.stream { return v }
+            throw TestTimeout(what: "stream ended")
+        }
+        XCTAssertEqual(note, "hi")
+        // Removing one interface keeps the other.
+        await server.unexport(path: "/n", interfaces: ["org.heraldlab.A"])
+        await assertError(DBusMethodError.unknownMethodName) {
+            try await self.client.call(destination: dest, path: "/n", interface: "org.heraldlab.A", member: "Note", arguments: ["x"])
+        }
+        let x = try await client.call(destination: dest, path: "/n", interface: DBusStandardInterface.properties,
+                                      member: "Get", arguments: ["org.heraldlab.B", "X"])
+        XCTAssertEqual(x, [.variant(.byte(1))])
+    }
+
     func testRequestName() async throws {
         let first = try await server.requestName("org.heraldlab.Test")
         XCTAssertEqual(first, .primaryOwner)
