@@ -14,6 +14,7 @@ deps:
 	  echo "make deps: installing$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
+	@python3 -c "import dbus_fast" 2>/dev/null || python3 -m pip install -q dbus-fast
 
 build: deps
 	$(SWIFT) build

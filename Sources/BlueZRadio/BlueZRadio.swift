@@ -1,1 +1,0 @@
-// BlueZRadio module (work in progress).
