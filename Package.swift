@@ -43,7 +43,7 @@ let package = Package(
         // MARK: Real-time simulated radio medium for many processes (herald-lab air).
         .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim"]),
         // MARK: Agent (runs a node on a Linux machine) and coordinator (plans, barrier, gather).
-        .target(name: "LabAgent", dependencies: ["HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "RadioAir", "RadioSim", .product(name: "FlyingFox", package: "FlyingFox")]),
+        .target(name: "LabAgent", dependencies: ["HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "RadioAir", "RadioSim", "BlueZRadio", .product(name: "FlyingFox", package: "FlyingFox")]),
         .target(name: "LabCoordinator", dependencies: ["HeraldCore", "LabPlan", "LabHTTP", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams"), .product(name: "FlyingFox", package: "FlyingFox")]),
         // MARK: BlueZ over D-Bus (libdbus) and controller identity (libbluetooth).
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),

@@ -6,6 +6,7 @@ import LabNode
 import LabPlan
 import RadioAir
 import RadioSim
+import BlueZRadio
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -75,6 +76,7 @@ public final class Agent: @unchecked Sendable {
         self.config = config
         self.log = log
         http = HTTPService(name: "agent \(config.name)", token: config.token, log: log)
+        controller = config.radio == "bluez" ? Self.describe(ControllerIdentity.read(adapter: config.adapter ?? "hci0")) : nil
         routes()
     }
 
@@ -106,7 +108,22 @@ public final class Agent: @unchecked Sendable {
     var now: Double { Date().timeIntervalSince1970 }
 
     public var info: LabWire.AgentInfo {
-        LabWire.AgentInfo(name: config.name, url: url, tags: config.tags, radio: config.radio, adapter: config.adapter, controller: nil)
+        LabWire.AgentInfo(name: config.name, url: url, tags: config.tags, radio: config.radio, adapter: config.adapter, controller: controller)
+    }
+
+    /// The Bluetooth controller's identity (BlueZ radio), read once at start: what lets results be
+    /// grouped by dongle and firmware. Simulated radios have none.
+    public let controller: [String: String]?
+
+    static func describe(_ identity: ControllerIdentity) -> [String: String] {
+        switch identity {
+        case .unavailable(let reason): return ["unavailable": reason]
+        case .controller(let c):
+            var d = ["address": c.address, "hciVersion": String(c.hciVersion), "lmpVersion": String(c.lmpVersion),
+                     "lmpSubversion": String(c.lmpSubversion), "manufacturer": String(c.manufacturer)]
+            if let name = c.manufacturerName { d["manufacturerName"] = name }
+            return d
+        }
     }
 
     public var status: LabWire.AgentStatus { scheduler.sync { statusOnQueue() } }
