@@ -3,7 +3,7 @@ SWIFT ?= swift
 APT_PACKAGES := pkg-config libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus xz-utils chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release test bench bench-sim bench-analysis simulate demo test-bluez clean
+.PHONY: all deps build release test bench bench-sim bench-analysis bench-harness simulate demo test-bluez clean
 
 all: build
 
@@ -40,7 +40,7 @@ clean:
 	rm -rf .build Benchmarks/.build
 
 # Benchmarks (release build): figures and ratios, never asserted in tests.
-bench: bench-sim bench-analysis
+bench: bench-sim bench-analysis bench-harness
 
 bench-sim: release
 	@echo "== simulator: plans/longevity-10.yaml (10 nodes x 8 h, virtual time); target <= 30 s wall, < 1 GB"
@@ -55,3 +55,11 @@ bench-analysis: release
 	@.build/release/herald-lab analyse .build/bench/herald-2020-12-08 --mode herald --no-history --timings \
 	  --ce-start "2020-12-08 23:20:00" --ce-end "2020-12-09 11:00:00" --filter-start "2020-12-08 23:00:00" --filter-end "2020-12-09 11:20:00"
 	@echo "(Herald's R script: about 80 s on the same data)"
+
+bench-harness: release
+	@echo "== harness: start skew across 5 agent processes on loopback (target p99 <= 2 ms)"
+	@BIN=.build/release/herald-lab scripts/lab.sh plans/skew-5.yaml 5 .build/bench/results | grep -E "start skew|verdict"
+	@echo "== harness: time to arm 200 agents, each with its own listener, in one process (target <= 3 s)"
+	@.build/release/herald-lab bench arm --agents 200 2>&1 | grep -E "^arm"
+	@echo "== harness: gather throughput on loopback (target >= 200 MB/s)"
+	@.build/release/herald-lab bench gather --megabytes 400
