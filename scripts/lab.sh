@@ -14,7 +14,7 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$work"
+  if [ -n "${KEEP_LAB:-}" ]; then echo "lab: logs kept in $work/logs" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT INT TERM
 
