@@ -242,11 +242,7 @@ public final class Agent: @unchecked Sendable {
         do {
             guard let air = r.air else { throw AirError.socket("no air to attach to: give the agent --air HOST:PORT") }
             let spec = r.assignment.node
-            var params = RadioParameters()
-            let s = r.assignment.radio
-            params.referencePower = s.referencePower; params.pathLossExponent = s.pathLossExponent; params.shadowing = s.shadowing
-            params.sensitivity = s.sensitivity; params.reportLoss = s.reportLoss; params.connectSuccess = s.connectSuccess
-            params.connectLatency = s.connectLatency; params.macRotation = s.macRotation
+            let params = Simulation.parameters(r.assignment.radio)
             let transport = try AirTransport(host: air.host, port: air.port, node: spec.name, x: spec.position.x, y: spec.position.y, parameters: params, scheduler: scheduler)
             let runner = NodeRunner(assignment: r.assignment, transport: transport, directory: r.nodeDirectory)
             r.transport = transport
