@@ -40,7 +40,7 @@ extension Coordinator {
     /// LAN); falls back to the HTTP client when that fails.
     func probe(_ c: LabClient, count: Int) async -> [LabWire.ClockSample] {
         let base = c.base, token = c.token
-        let fast = await Task.detached { ClockProbe.probe(base, token: token, count: count) }.value
+        let fast = await ClockProbe.probe(base, token: token, count: count)
         if !fast.isEmpty { return fast.map { LabWire.ClockSample(offset: $0.offset, roundTrip: $0.roundTrip) } }
         var out = [LabWire.ClockSample]()
         for _ in 0..<count {
@@ -69,7 +69,7 @@ extension Coordinator {
                     var lastError = ""
                     for attempt in 0..<3 {
                         if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(0.5 * Double(attempt) * 1e9)) }
-                        let samples = await probe(c, count: 16)
+                        let samples = await probe(c, count: 8)
                         guard let best = LabWire.ClockSample.best(samples) else { lastError = "no answer to clock probes"; continue }
                         var nodeSeed = SeededGenerator(seed: seed, stream: "agent/\(spec.name)")
                         let assignment = NodeAssignment(runId: runId, plan: plan, node: spec, seed: nodeSeed.next())
@@ -249,7 +249,7 @@ extension Coordinator {
         var lastError = "agent \(n.agent) unreachable"
         var clock: LabWire.ClockSample?
         while now < deadline && !Task.isCancelled {
-            if clock == nil { clock = LabWire.ClockSample.best(await probe(c, count: 16)) }
+            if clock == nil { clock = LabWire.ClockSample.best(await probe(c, count: 8)) }
             do {
                 let list: LabWire.FileList = try await c.call("GET", "/v1/runs/\(runId)/files")
                 for f in list.files {

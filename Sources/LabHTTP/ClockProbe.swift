@@ -13,14 +13,27 @@ public enum ClockProbe {
         public var roundTrip: Double
     }
 
+    /// Probes run off the Swift concurrency pool: the socket calls block, and the cooperative pool
+    /// has only as many threads as cores (blocking them would stall every HTTP server of the
+    /// process). Sixteen serial queues bound the threads used whatever the number of agents.
+    private static let queues = (0..<16).map { DispatchQueue(label: "heraldlab.clock-probe.\($0)") }
+
+    public static func probe(_ url: URL, token: String?, count: Int, timeout: TimeInterval = 5) async -> [Sample] {
+        let queue = queues[abs(url.absoluteString.hashValue) % queues.count]
+        return await withCheckedContinuation { c in
+            queue.async { c.resume(returning: probeBlocking(url, token: token, count: count, timeout: timeout)) }
+        }
+    }
+
     /// Sends `count` `POST /v1/clock` requests to `url` (http://host:port) and returns the samples.
-    public static func probe(_ url: URL, token: String?, count: Int, timeout: TimeInterval = 5) -> [Sample] {
+    public static func probeBlocking(_ url: URL, token: String?, count: Int, timeout: TimeInterval = 5) -> [Sample] {
         guard let host = url.host, let port = url.port, host == "127.0.0.1" || host == "localhost" || inet_addr(host) != INADDR_NONE else { return [] }
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return [] }
         defer { close(fd) }
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, &one, socklen_t(MemoryLayout<Int32>.size))
         var tv = timeval(tv_sec: Int(timeout), tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         var addr = sockaddr_in()
@@ -45,6 +58,9 @@ public enum ClockProbe {
             while body == nil {
                 let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + filled, $0.count - filled, 0) }
                 if n <= 0 { return out }
+                // Acknowledge at once: the server writes head and body separately, and a delayed ACK
+                // would hold the body back for tens of milliseconds (Nagle on the server side).
+                setsockopt(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, &one, socklen_t(MemoryLayout<Int32>.size))
                 filled += n
                 let text = String(decoding: buffer[0..<filled], as: UTF8.self)
                 guard let headEnd = text.range(of: "\r\n\r\n") else { continue }
