@@ -54,7 +54,7 @@ enum HTMLReport {
     static func matrix(_ r: AnalysisResult) -> String {
         let n = r.devices.count
         let cell = 34, left = 150, top = 110
-        let w = left + n * cell + 10, hgt = top + n * cell + 10
+        let w = left + n * cell + 90, hgt = top + n * cell + 10
         var s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(w)\" height=\"\(hgt)\" role=\"img\" aria-label=\"detection matrix\"><style>text{font-size:11px;font-family:sans-serif}</style>"
         let detected = r.heraldDetectedPairs
         let strict = Set(r.strict.detectedPairs.map { $0.joined(separator: "\u{1F}") })
