@@ -114,6 +114,26 @@ final class HarnessTests: XCTestCase {
         XCTAssertEqual(lab.call("POST", "/v1/runs", body: Data(repeating: 65, count: 300 * 1024)).0, 413)
     }
 
+    func testInventoryShowsExpectedAgentsThatNeverRegistered() throws {
+        guard FileManager.default.isExecutableFile(atPath: LabProcesses.binary.path) else { throw XCTSkip("build herald-lab first") }
+        let lab = try LabProcesses()
+        self.lab = lab
+        let inventory = lab.dir.appendingPathComponent("inventory.yaml")
+        try "agents:\n  - {name: agent1, url: http://127.0.0.1:1, tags: [pi4]}\n  - {name: ghost, url: http://127.0.0.1:2, tags: [nuc]}\n"
+            .write(to: inventory, atomically: true, encoding: .utf8)
+        try lab.startAir()
+        try lab.start("coordinator", ["coordinator", "--token-file", lab.tokenFile.path, "--results", lab.results.path, "--air", lab.airAddress, "--inventory", inventory.path])
+        try lab.startAgent(1)
+        try lab.waitUntil(timeout: 20, "agent1 registered") { (try? lab.aliveAgents()) == 1 }
+        let (status, data) = lab.call("GET", "/v1/agents")
+        XCTAssertEqual(status, 200)
+        let list = try JSONSerialization.jsonObject(with: data) as? [[String: Any]] ?? []
+        let states = Dictionary(uniqueKeysWithValues: list.map { (($0["info"] as? [String: Any])?["name"] as? String ?? "", $0["state"] as? String ?? "") })
+        XCTAssertEqual(states["agent1"], "alive")
+        XCTAssertEqual(states["ghost"], "unknown", "in the inventory, never registered")
+        XCTAssertEqual(list.first { ($0["info"] as? [String: Any])?["name"] as? String == "agent1" }?["inInventory"] as? Bool, true)
+    }
+
     func testPlanAskingForMoreAgentsThanExistIsRefusedClearly() throws {
         let lab = try LabProcesses.make(agents: 2)
         self.lab = lab
