@@ -36,7 +36,7 @@ let package = Package(
         // MARK: One lab node (sensor + loggers over a transport) and the virtual-time simulation of a plan.
         .target(name: "LabNode", dependencies: ["HeraldCore", "HeraldRadio", "HeraldLogs", "HeraldSensor", "RadioSim", "LabPlan"]),
         // MARK: Analysis of Herald log folders and bundles; run history in SQLite.
-        .target(name: "HeraldAnalysis"),
+        .target(name: "HeraldAnalysis", dependencies: ["HeraldCore"]),
         .target(name: "LabHistory", dependencies: ["HeraldAnalysis", .product(name: "GRDB", package: "GRDB.swift")]),
         // MARK: HTTP plumbing shared by agent, coordinator and air (FlyingFox server, URLSession client, token auth).
         .target(name: "LabHTTP", dependencies: ["HeraldCore", .product(name: "FlyingFox", package: "FlyingFox")]),

@@ -169,7 +169,7 @@ enum InputLoader {
                 for n in m.nodes ?? [] { if let c = n.controller { controllers[n.name] = c.keys.sorted().map { "\($0)=\(c[$0]!)" }.joined(separator: " ") } }
                 if !controllers.isEmpty { description.controllers = controllers }
                 if let ce = m.contactEvent {
-                    let start = parseISO(ce.start), end = parseISO(ce.end)
+                    let start = LogTime.parse(text: ce.start), end = LogTime.parse(text: ce.end)
                     if opts.ceStart == nil { opts.ceStart = start }
                     if opts.ceEnd == nil { opts.ceEnd = end }
                     if opts.filterStart == nil, let s = start { opts.filterStart = s - (m.plan?.warmup ?? 0) }
@@ -207,11 +207,6 @@ enum InputLoader {
             throw AnalysisError.badFlag("--timeshift \(key)=...: no device folder or shortName \"\(key)\" (devices: \(devices.map(\.folder).joined(separator: ", ")))")
         }
         return (description, devices, opts, manifest)
-    }
-
-    static func parseISO(_ s: String) -> Double? {
-        var t = s
-        return t.withUTF8 { u in LogTime.parse(u, 0, u.count)?.absolute }
     }
 
     /// detection.csv: `<name>,<OS>,<OSVersion>,<ownShortName>,...`.

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -158,7 +159,7 @@ enum LogTime {
         let year = y0 * 1000 + y1 * 100 + y2 * 10 + y3, month = m0 * 10 + m1, day = d0 * 10 + d1
         let hour = h0 * 10 + h1, minute = i0 * 10 + i1, second = s0 * 10 + s1
         guard (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
-        let days = daysFromCivil(year, month, day)
+        let days = HeraldTimestamp.daysFromCivil(year, month, day)
         var result = Parsed(wallSecond: Int64(days) * 86400 + Int64(hour * 3600 + minute * 60 + second), millis: 0, zoneOffset: nil)
         var k = s + 19
         if k < e, p[k] == 46 {
@@ -180,34 +181,15 @@ enum LogTime {
         return result
     }
 
-    static func daysFromCivil(_ y0: Int, _ m: Int, _ d: Int) -> Int {
-        let y = m <= 2 ? y0 - 1 : y0
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468
-    }
-
-    /// Parses `YYYY-MM-DD HH:MM:SS` (flags) as a wall clock.
-    static func parseFlag(_ text: String) -> Double? {
+    /// Parses a time given as text (flags, manifests): `YYYY-MM-DD HH:MM:SS[.SSS][zone]`, in the
+    /// logs' time base (a zone, when given, is applied).
+    static func parse(text: String) -> Double? {
         var t = text
-        return t.withUTF8 { u in parse(u, 0, u.count).map { Double($0.wallSecond) + Double($0.millis) / 1000 } }
+        return t.withUTF8 { u in parse(u, 0, u.count)?.absolute }
     }
 
+    /// `YYYY-MM-DD HH:MM:SS`.
     static func format(_ seconds: Double) -> String {
-        let s = Int64(seconds.rounded(.down))
-        let days = s >= 0 ? s / 86400 : (s - 86399) / 86400
-        let sod = Int(s - days * 86400)
-        let z = Int(days) + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let d = doy - (153 * mp + 2) / 5 + 1
-        let m = mp + (mp < 10 ? 3 : -9)
-        let y = yoe + era * 400 + (m <= 2 ? 1 : 0)
-        return String(format: "%04d-%02d-%02d %02d:%02d:%02d", y, m, d, sod / 3600, sod / 60 % 60, sod % 60)
+        HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: seconds))
     }
 }

@@ -2,7 +2,7 @@ import Foundation
 
 /// Times given on the command line, in the logs' own time base.
 public enum AnalysisTime {
-    public static func parse(_ text: String) -> Double? { LogTime.parseFlag(text) }
+    public static func parse(_ text: String) -> Double? { LogTime.parse(text: text) }
     public static func format(_ seconds: Double) -> String { LogTime.format(seconds) }
 }
 

@@ -79,16 +79,23 @@ public struct SHA256 {
         return s.finalizeHex()
     }
 
-    /// Hashes a file in 1 MiB chunks; returns (hex digest, byte count).
-    public static func hash(fileAt url: URL) throws -> (sha256: String, bytes: Int64) {
+    /// Feeds a whole file, in 1 MiB chunks; returns its byte count.
+    @discardableResult
+    public mutating func update(contentsOf url: URL) throws -> Int64 {
         let handle = try FileHandle(forReadingFrom: url)
         defer { try? handle.close() }
-        var s = SHA256()
         var total: Int64 = 0
         while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty {
-            s.update(chunk)
+            update(chunk)
             total += Int64(chunk.count)
         }
+        return total
+    }
+
+    /// Hashes a file; returns (hex digest, byte count).
+    public static func hash(fileAt url: URL) throws -> (sha256: String, bytes: Int64) {
+        var s = SHA256()
+        let total = try s.update(contentsOf: url)
         return (s.finalizeHex(), total)
     }
 

@@ -36,7 +36,6 @@ public final class BLEDevice {
     var payloadWritten = false
     var sharedPayloads = Set<PayloadData>()
     var failedConnections = 0
-    var nextAttemptAt: Date?
     /// Known only through a sharing bundle (no radio address).
     public let receiveOnly: Bool
 

@@ -20,7 +20,6 @@ public final class BLESensor: Sensor {
 
     // Device database: a list for deterministic iteration, maps for lookup.
     private var deviceList: [BLEDevice] = []
-    private var byIdentifier: [TargetIdentifier: BLEDevice] = [:]
     private var byAddress: [RadioAddress: BLEDevice] = [:]
     private var byPseudo: [PseudoDeviceAddress: BLEDevice] = [:]
 
@@ -205,7 +204,6 @@ public final class BLESensor: Sensor {
     }
 
     private func remove(_ d: BLEDevice) {
-        byIdentifier[d.identifier] = nil
         if let a = d.address, byAddress[a] === d { byAddress[a] = nil }
         if let p = d.pseudoAddress, byPseudo[p] === d { byPseudo[p] = nil }
     }
@@ -230,7 +228,6 @@ public final class BLESensor: Sensor {
         } else {
             device = BLEDevice(identifier: TargetIdentifier(report.address.value), address: report.address, now: now)
             deviceList.append(device)
-            byIdentifier[device.identifier] = device
             byAddress[report.address] = device
             notify { $0.sensor(.BLE, didDetect: device.identifier) }
         }
@@ -458,7 +455,6 @@ public final class BLESensor: Sensor {
         let d = BLEDevice(identifier: TargetIdentifier(central.value), address: central, now: scheduler.now)
         d.hasHeraldService = true
         deviceList.append(d)
-        byIdentifier[d.identifier] = d
         byAddress[central] = d
         notify { $0.sensor(.BLE, didDetect: d.identifier) }
         return d
@@ -483,7 +479,6 @@ public final class BLESensor: Sensor {
                 let shared = BLEDevice(identifier: TargetIdentifier(randomUsing: &random), address: nil, now: scheduler.now, receiveOnly: true)
                 shared.payload = p
                 deviceList.append(shared)
-                byIdentifier[shared.identifier] = shared
             }
             if rssi != 127 {
                 let proximity = Proximity.rssi(Int(rssi))

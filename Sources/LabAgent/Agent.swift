@@ -173,29 +173,13 @@ public final class Agent: @unchecked Sendable {
             let id = req.parameters["run"] ?? "", file = req.parameters["file"] ?? ""
             guard SafeName.isValid(id), NodeRunner.heraldFiles.contains(file) else { throw HTTPError(.notFound, "no such file") }
             let url = self.runsDirectory.appendingPathComponent(id).appendingPathComponent("node").appendingPathComponent(file)
-            guard let attrs = try? FileManager.default.attributesOfItem(atPath: url.path), let size = (attrs[.size] as? NSNumber)?.intValue else {
-                throw HTTPError(.notFound, "run \(id) has no \(file) here")
-            }
-            if let range = req.headers["range"], let r = Self.parseRange(range, size: size) {
-                let body = try HTTPBodySequenceFactory.file(url, range: r)
-                return HTTPResponseFactory.partial(body, range: r, size: size)
-            }
-            return HTTPResponseFactory.file(try HTTPBodySequenceFactory.file(url, range: nil), size: size)
+            return try .file(url, range: req.headers["range"], missing: "run \(id) has no \(file) here")
         }
         http.route("POST", "/v1/runs/:run/release") { [unowned self] req in
             let id = req.parameters["run"] ?? ""
             try self.scheduler.sync { try self.release(id) }
             return .json(["released": id])
         }
-    }
-
-    /// `bytes=a-b` or `bytes=a-`.
-    static func parseRange(_ header: String, size: Int) -> Range<Int>? {
-        guard header.hasPrefix("bytes=") else { return nil }
-        let spec = header.dropFirst(6).split(separator: "-", omittingEmptySubsequences: false)
-        guard spec.count == 2, let a = Int(spec[0]), a >= 0, a <= size else { return nil }
-        let b = spec[1].isEmpty ? size - 1 : min(size - 1, Int(spec[1]) ?? size - 1)
-        return a..<max(a, b + 1)
     }
 
     // MARK: Run lifecycle (on the scheduler's queue)

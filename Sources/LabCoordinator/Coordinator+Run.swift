@@ -65,7 +65,6 @@ extension Coordinator {
                 let air = record.air
                 group.addTask { [self] in
                     guard let c = client(node.agentURL) else { return (i, nil, "bad agent URL \(node.agentURL)") }
-                    defer { c.invalidate() }
                     var lastError = ""
                     for attempt in 0..<3 {
                         if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(0.5 * Double(attempt) * 1e9)) }
@@ -96,7 +95,7 @@ extension Coordinator {
             r.message = "arming failed: " + failures.joined(separator: "; ")
             update(r)
             log("coordinator: run \(r.id) failed: \(r.message!)")
-            for n in r.nodes { if let c = client(n.agentURL) { _ = try? await c.request("POST", "/v1/runs/\(r.id)/release"); c.invalidate() } }
+            for n in r.nodes { if let c = client(n.agentURL) { _ = try? await c.request("POST", "/v1/runs/\(r.id)/release") } }
             return nil
         }
         // The barrier: everyone is armed; all start at one instant, in each agent's own clock.
@@ -116,7 +115,6 @@ extension Coordinator {
                 let offset = n.clockBefore?.offset ?? 0
                 group.addTask { [self] in
                     guard let c = client(n.agentURL) else { return }
-                    defer { c.invalidate() }
                     for attempt in 0..<3 {
                         if (try? await c.call("POST", "/v1/start", LabWire.StartRequest(runId: r.id, startAt: startAt + offset), as: LabWire.AgentStatus.self)) != nil { return }
                         try? await Task.sleep(nanoseconds: UInt64(0.3 * Double(attempt + 1) * 1e9))
@@ -133,7 +131,6 @@ extension Coordinator {
         for n in r.nodes {
             guard let c = client(n.agentURL) else { continue }
             if let s: LabWire.AgentStatus = try? await c.call("GET", "/v1/status"), s.runId == r.id, s.state == .armed, s.startAt == nil { missing.insert(n.name) }
-            c.invalidate()
         }
         if !missing.isEmpty { await sendStarts(r, only: missing) }
     }
@@ -231,7 +228,6 @@ extension Coordinator {
         for n in r.nodes where n.state == "complete" || n.state == "partial" {
             guard let c = client(n.agentURL) else { continue }
             _ = try? await c.request("POST", "/v1/runs/\(r.id)/release")
-            c.invalidate()
         }
         r.bundle = bundle.path
         r.state = .complete
@@ -242,7 +238,6 @@ extension Coordinator {
     /// Fetches one node's file list and files, verifying each SHA-256, retrying with backoff.
     func gatherNode(_ runId: String, _ n: RunRecord.Node, into dir: URL) async -> (LabWire.FileList?, LabWire.ClockSample?, String?) {
         guard let c = client(n.agentURL, timeout: 30) else { return (nil, nil, "bad agent URL") }
-        defer { c.invalidate() }
         try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         let deadline = now + config.gatherPatience
         var delay = 0.2
@@ -277,12 +272,7 @@ extension Coordinator {
         var have = ((try? fm.attributesOfItem(atPath: part.path))?[.size] as? NSNumber)?.int64Value ?? 0
         if have > file.bytes { try Data().write(to: part); have = 0 }
         var hasher = SHA256()
-        if have > 0 {
-            // Hash what is already there, then ask for the rest.
-            let h = try FileHandle(forReadingFrom: part)
-            while let chunk = try h.read(upToCount: 1 << 20), !chunk.isEmpty { hasher.update(chunk) }
-            try h.close()
-        }
+        if have > 0 { try hasher.update(contentsOf: part) } // what is already there; then ask for the rest
         if have < file.bytes {
             let url = c.base.appendingPathComponent("v1/runs/\(runId)/files/\(file.name)")
             var headers = ["Authorization": "Bearer \(c.token ?? "")"]
@@ -290,9 +280,7 @@ extension Coordinator {
             let result = try FileDownload.get(url, headers: headers, appendingTo: part, hasher: &hasher, timeout: 60)
             if result.status == 200, have > 0 { // the agent ignored the range: the file was rewritten whole
                 hasher = SHA256()
-                let h = try FileHandle(forReadingFrom: part)
-                while let chunk = try h.read(upToCount: 1 << 20), !chunk.isEmpty { hasher.update(chunk) }
-                try h.close()
+                try hasher.update(contentsOf: part)
             }
         }
         let bytes = ((try? fm.attributesOfItem(atPath: part.path))?[.size] as? NSNumber)?.int64Value ?? -1

@@ -164,10 +164,7 @@ public final class Coordinator: @unchecked Sendable {
             let id = req.parameters["id"] ?? ""
             guard let r = self.run(id), r.state == .complete else { throw HTTPError(.conflict, "run \(id) has no bundle yet") }
             let tar = self.config.results.appendingPathComponent("\(id).tar.gz")
-            guard let attrs = try? FileManager.default.attributesOfItem(atPath: tar.path), let size = (attrs[.size] as? NSNumber)?.intValue else {
-                throw HTTPError(.notFound, "bundle archive missing")
-            }
-            return HTTPFileResponse.make(tar, size: size)
+            return try .file(tar, contentType: "application/gzip", range: req.headers["range"], missing: "bundle archive missing")
         }
     }
 
@@ -236,14 +233,5 @@ public final class Coordinator: @unchecked Sendable {
             await self.drive(id)
         }
         withLock { tasks[id] = task }
-    }
-}
-
-/// A file answer for the bundle download.
-import FlyingFox
-enum HTTPFileResponse {
-    static func make(_ url: URL, size: Int) -> HTTPResponse {
-        guard let body = try? HTTPBodySequence(file: url, suggestedBufferSize: 256 * 1024) else { return .error(.notFound, "cannot read \(url.lastPathComponent)") }
-        return HTTPResponse(statusCode: .ok, headers: [.contentType: "application/gzip"], body: body)
     }
 }

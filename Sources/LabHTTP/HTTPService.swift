@@ -75,7 +75,6 @@ public final class HTTPService: @unchecked Sendable {
     private func match(_ method: String, _ path: String) -> (Route, [String: String])? {
         let parts = path.split(separator: "/").map(String.init)
         lock.lock(); let rs = routes; lock.unlock()
-        var pathMatched = false
         for r in rs where r.parts.count == parts.count {
             var params = [String: String]()
             var ok = true
@@ -83,10 +82,9 @@ public final class HTTPService: @unchecked Sendable {
                 if p.hasPrefix(":") { params[String(p.dropFirst())] = v.removingPercentEncoding ?? v } else if p != v { ok = false; break }
             }
             guard ok else { continue }
-            pathMatched = true
             if r.method == method { return (r, params) }
         }
-        return pathMatched ? nil : nil
+        return nil
     }
 
     private func handle(_ request: HTTPRequest) async -> HTTPResponse {

@@ -68,9 +68,6 @@ public final class LabClient: @unchecked Sendable {
             throw Failure(status: status, message: "unexpected answer to \(method) \(path): \(LabJSON.describe(error))")
         }
     }
-
-    /// Nothing to release: the session is shared (kept for call sites that end a conversation).
-    public func invalidate() {}
 }
 
 /// An empty JSON object, for calls without a body or an answer of interest.

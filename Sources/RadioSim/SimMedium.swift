@@ -240,5 +240,4 @@ public final class SimMedium {
 
     func services(of index: Int) -> [GATTService] { nodes[index].services }
     func server(of index: Int) -> (any GATTServerDelegate)? { nodes[index].server }
-    func centralAddress(_ index: Int) -> RadioAddress { nodes[index].address }
 }

@@ -139,7 +139,7 @@ public final class SimTransport: BLETransport {
         }
         // A long read: Read, then Read Blob at growing offsets while full chunks come back.
         let chunk = max(1, medium.parameters.mtu - 1)
-        let central = medium.centralAddress(index)
+        let central = medium.address(of: index)
         var value = Data()
         var roundTrips = 0
         var outcome: Result<Data, TransportError>?
@@ -168,7 +168,7 @@ public final class SimTransport: BLETransport {
                 return .failure(.characteristicNotFound(characteristic))
             }
             guard let server = self.medium.server(of: target) else { return .failure(.failed("no GATT server")) }
-            switch server.gattWrite(characteristic: characteristic, value: value, offset: 0, central: self.medium.centralAddress(self.index)) {
+            switch server.gattWrite(characteristic: characteristic, value: value, offset: 0, central: self.medium.address(of: self.index)) {
             case .success: return .success(())
             case .failure(let e): return withResponse ? .failure(Self.map(e)) : .success(())
             }
