@@ -38,21 +38,32 @@ struct ServiceOptions: ParsableArguments {
     }
 }
 
-/// Blocks until SIGINT or SIGTERM.
-func waitForTermination() async {
+/// Blocks until SIGINT or SIGTERM, or until `timeout` seconds have passed. Returns true for a signal.
+@discardableResult
+func waitForTermination(timeout: TimeInterval? = nil) async -> Bool {
     signal(SIGINT, SIG_IGN)
     signal(SIGTERM, SIG_IGN)
+    let signalled = SignalFlag()
     await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
         let queue = DispatchQueue(label: "heraldlab.signals")
         let sources = [SIGINT, SIGTERM].map { DispatchSource.makeSignalSource(signal: $0, queue: queue) }
         let once = UncheckedOnce(c)
         for s in sources {
-            s.setEventHandler { once.resume() }
+            s.setEventHandler { signalled.set(); once.resume() }
             s.resume()
         }
+        if let timeout { queue.asyncAfter(deadline: .now() + timeout) { once.resume() } }
         withExtendedLifetime(sources) {}
         KeepAlive.sources = sources
     }
+    return signalled.isSet
+}
+
+final class SignalFlag: @unchecked Sendable {
+    private var value = false
+    private let lock = NSLock()
+    func set() { lock.lock(); value = true; lock.unlock() }
+    var isSet: Bool { lock.lock(); defer { lock.unlock() }; return value }
 }
 
 enum KeepAlive { nonisolated(unsafe) static var sources: [DispatchSourceSignal] = [] }

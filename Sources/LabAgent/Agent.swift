@@ -53,7 +53,8 @@ public final class Agent: @unchecked Sendable {
         var startedAt: Double?
         var resumed = false
         var runner: NodeRunner?
-        var transport: AirTransport?
+        /// Closes the run's radio (the air connection or the BlueZ client).
+        var closeRadio: (() -> Void)?
         var tasks: [ScheduledTask] = []
         var files: [LabWire.FileInfo] = []
         var message: String?
@@ -191,7 +192,6 @@ public final class Agent: @unchecked Sendable {
             if r.assignment.runId == a.runId { return } // armed already: idempotent
             if r.state == .armed || r.state == .running { throw HTTPError(.conflict, "agent \(config.name) is busy with run \(r.assignment.runId)") }
         }
-        guard config.radio == "sim" else { throw HTTPError(.notImplemented, "agent \(config.name) has radio \(config.radio); this build runs simulated radios (radio sim) only") }
         let dir = runsDirectory.appendingPathComponent(a.runId)
         try FileManager.default.createDirectory(at: dir.appendingPathComponent("node"), withIntermediateDirectories: true)
         try LabJSON.encoder.encode(a).write(to: dir.appendingPathComponent("assignment.json"), options: .atomic)
@@ -224,12 +224,21 @@ public final class Agent: @unchecked Sendable {
     private func begin(_ r: ActiveRun) {
         guard run === r, r.state == .armed || (r.state == .running && r.runner == nil) else { return }
         do {
-            guard let air = r.air else { throw AirError.socket("no air to attach to: give the agent --air HOST:PORT") }
-            let spec = r.assignment.node
-            let params = Simulation.parameters(r.assignment.radio)
-            let transport = try AirTransport(host: air.host, port: air.port, node: spec.name, x: spec.position.x, y: spec.position.y, parameters: params, scheduler: scheduler)
+            let transport: any BLETransport
+            if config.radio == "bluez" {
+                let bluez = BlueZTransport(options: .init(adapter: config.adapter ?? "hci0"), scheduler: scheduler)
+                transport = bluez
+                r.closeRadio = { bluez.close() }
+            } else {
+                guard let air = r.air else { throw AirError.socket("no air to attach to: give the agent --air HOST:PORT") }
+                let spec = r.assignment.node
+                let params = Simulation.parameters(r.assignment.radio)
+                let onAir = try AirTransport(host: air.host, port: air.port, node: spec.name, x: spec.position.x, y: spec.position.y, parameters: params, scheduler: scheduler)
+                transport = onAir
+                r.closeRadio = { onAir.close() }
+            }
             let runner = NodeRunner(assignment: r.assignment, transport: transport, directory: r.nodeDirectory)
-            r.transport = transport
+            (transport as? BlueZTransport)?.log = runner.radioLog
             r.runner = runner
             if let startAt = r.startAt { Self.wait(until: startAt) }
             let actual = now
@@ -250,9 +259,9 @@ public final class Agent: @unchecked Sendable {
         guard run === r, r.state == .running || r.state == .armed else { return }
         if let st = r.runner?.status ?? r.lastStatus { r.lastStatus = st }
         r.runner?.stop()
-        r.transport?.close()
+        r.closeRadio?()
         r.runner = nil
-        r.transport = nil
+        r.closeRadio = nil
         if interrupted { r.state = .running; r.resumed = true; persist(r); return } // the agent is going down: resume later
         r.files = checksums(r)
         r.state = .finished

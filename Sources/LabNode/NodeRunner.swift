@@ -55,6 +55,11 @@ public final class NodeRunner {
         logs.close()
     }
 
+    /// Where a radio's own diagnostics go: log.txt, category Radio. Call on the scheduler.
+    public var radioLog: (String) -> Void {
+        { [logs] message in logs.logger.log(.info, subsystem: "HeraldLab", category: "Radio", message) }
+    }
+
     /// Flushes every log to disk (the files stay open).
     public func flush() { logs.flush() }
 

@@ -1,0 +1,160 @@
+// The central half of the BlueZ transport: discovery, connections and GATT client calls on
+// remote devices' objects (`/org/bluez/hciN/dev_.../serviceXXXX/charYYYY`).
+import DBus
+import Foundation
+import HeraldCore
+import HeraldRadio
+
+extension BlueZTransport {
+    public func startScanning(filter: ScanFilter, completion: @escaping (Result<Void, TransportError>) -> Void) {
+        guard let adapter = adapterPath else { completion(.failure(.adapterUnavailable("no adapter"))); return }
+        var f: [String: DBusValue] = ["DuplicateData": .bool(filter.duplicateData)]
+        if filter.lowEnergyOnly { f["Transport"] = .string("le") }
+        if let rssi = filter.rssiThreshold { f["RSSI"] = .int16(Int16(clamping: rssi)) }
+        let discoveryFilter = DBusValue.variantDictionary(f)
+        scanning = true
+        perform("StartDiscovery", { [weak self] (result: Result<Void, TransportError>) in
+            if case .failure = result { self?.scanning = false }
+            completion(result)
+        }) { bus in
+            _ = try await self.call(bus, adapter, BlueZ.adapter, "SetDiscoveryFilter", [discoveryFilter])
+            do {
+                _ = try await self.call(bus, adapter, BlueZ.adapter, "StartDiscovery")
+            } catch where BlueZError.isNamed(error, "InProgress") {
+                // This client's discovery is already running.
+            }
+        }
+    }
+
+    public func stopScanning(completion: @escaping (Result<Void, TransportError>) -> Void) {
+        guard let adapter = adapterPath else { completion(.success(())); return }
+        scanning = false
+        perform("StopDiscovery", completion) { bus in
+            for attempt in 1...5 {
+                do {
+                    _ = try await self.call(bus, adapter, BlueZ.adapter, "StopDiscovery")
+                    return
+                } catch where BlueZError.isNamed(error, "InProgress") && attempt < 5 {
+                    // The kernel is between scan phases: ask again shortly.
+                    try await Task.sleep(for: .milliseconds(200))
+                } catch where BlueZError.isNamed(error, "Failed", "NotReady") {
+                    return  // "No discovery started": nothing to stop.
+                }
+            }
+        }
+    }
+
+    private func devicePath(_ address: RadioAddress) -> Result<String, TransportError> {
+        guard let adapter = adapterPath else { return .failure(.adapterUnavailable("no adapter")) }
+        let path = BlueZ.devicePath(adapter: adapter, address: address)
+        return objects[path, BlueZ.device] == nil ? .failure(.deviceNotFound(address)) : .success(path)
+    }
+
+    public func connect(_ address: RadioAddress, timeout: TimeInterval, completion: @escaping (Result<Void, TransportError>) -> Void) {
+        let path: String
+        switch devicePath(address) {
+        case .success(let p): path = p
+        case .failure(let e): completion(.failure(e)); return
+        }
+        let props = objects[path, BlueZ.device] ?? [:]
+        if props["Connected"]?.boolValue == true, props["ServicesResolved"]?.boolValue == true {
+            outgoing.insert(address)
+            completion(.success(())); return
+        }
+        let started = dispatch.now
+        var finished = false
+        let finish: (Result<Void, TransportError>) -> Void = { [weak self] result in
+            guard !finished else { return }
+            finished = true
+            if case .success = result { self?.outgoing.insert(address) }
+            if case .failure(let error) = result, case .timeout = error { self?.abandon(path) }
+            completion(result)
+        }
+        // One deadline for Connect and service resolution together.
+        let deadline = dispatch.schedule(after: timeout) { finish(.failure(.timeout("connect to \(address) within \(timeout) s"))) }
+        perform("Connect \(address)", connecting: true, { [weak self] (result: Result<Void, TransportError>) in
+            guard let self, !finished else { return }
+            if case .failure(let e) = result { deadline.cancel(); finish(.failure(e)); return }
+            if self.objects[path, BlueZ.device]?["ServicesResolved"]?.boolValue == true {
+                deadline.cancel(); finish(.success(())); return
+            }
+            self.resolveWaiters[path, default: []].append { resolved in
+                deadline.cancel()
+                finish(resolved ? .success(()) : .failure(.connectionFailed("\(address) disconnected before its services resolved")))
+            }
+        }) { bus in
+            do {
+                _ = try await self.call(bus, path, BlueZ.device, "Connect", timeout: max(1, timeout - Date().timeIntervalSince(started)))
+            } catch where BlueZError.isNamed(error, "AlreadyConnected") {
+            }
+        }
+    }
+
+    /// Gives up a connection attempt that timed out, so the controller is free for the next one.
+    private func abandon(_ path: String) {
+        resolveWaiters.removeValue(forKey: path)
+        guard let bus, state == .poweredOn else { return }
+        Task { _ = try? await self.call(bus, path, BlueZ.device, "Disconnect", timeout: 5) }
+    }
+
+    public func discoverServices(_ address: RadioAddress, completion: @escaping (Result<[GATTService], TransportError>) -> Void) {
+        switch devicePath(address) {
+        case .success(let path):
+            guard objects[path, BlueZ.device]?["ServicesResolved"]?.boolValue == true else {
+                completion(.failure(.notConnected)); return
+            }
+            completion(.success(objects.services(device: path)))
+        case .failure(let e):
+            completion(.failure(e))
+        }
+    }
+
+    private func characteristic(_ address: RadioAddress, _ service: BluetoothUUID, _ characteristic: BluetoothUUID) -> Result<String, TransportError> {
+        devicePath(address).flatMap { objects.characteristicPath(device: $0, service: service, characteristic: characteristic) }
+    }
+
+    public func read(_ address: RadioAddress, service: BluetoothUUID, characteristic uuid: BluetoothUUID,
+                     completion: @escaping (Result<Data, TransportError>) -> Void) {
+        let path: String
+        switch characteristic(address, service, uuid) {
+        case .success(let p): path = p
+        case .failure(let e): completion(.failure(e)); return
+        }
+        perform("ReadValue \(address)", completion) { bus in
+            for attempt in 1...3 {
+                do {
+                    let reply = try await self.call(bus, path, BlueZ.gattCharacteristic, "ReadValue", [.variantDictionary([:])])
+                    guard let bytes = reply.first?.bytesValue else { throw TransportError.failed("ReadValue returned no bytes") }
+                    return Data(bytes)
+                } catch where BlueZError.isNamed(error, "InProgress") && attempt < 3 {
+                    try await Task.sleep(for: .milliseconds(200))
+                }
+            }
+            throw TransportError.inProgress
+        }
+    }
+
+    public func write(_ address: RadioAddress, service: BluetoothUUID, characteristic uuid: BluetoothUUID, value: Data,
+                      withResponse: Bool, completion: @escaping (Result<Void, TransportError>) -> Void) {
+        let path: String
+        switch characteristic(address, service, uuid) {
+        case .success(let p): path = p
+        case .failure(let e): completion(.failure(e)); return
+        }
+        let options = DBusValue.variantDictionary(["type": .string(withResponse ? "request" : "command")])
+        perform("WriteValue \(address)", completion) { bus in
+            _ = try await self.call(bus, path, BlueZ.gattCharacteristic, "WriteValue", [.bytes([UInt8](value)), options])
+        }
+    }
+
+    public func disconnect(_ address: RadioAddress, completion: @escaping (Result<Void, TransportError>) -> Void) {
+        outgoing.remove(address)
+        guard case .success(let path) = devicePath(address) else { completion(.success(())); return }
+        perform("Disconnect \(address)", completion) { bus in
+            do {
+                _ = try await self.call(bus, path, BlueZ.device, "Disconnect")
+            } catch where BlueZError.isNamed(error, "NotConnected") {
+            }
+        }
+    }
+}

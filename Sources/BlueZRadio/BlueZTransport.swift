@@ -1,0 +1,316 @@
+// BlueZTransport: the Herald sensor's radio on Linux, through bluetoothd's D-Bus API.
+//
+// State lives on the sensor's DispatchScheduler queue, like the sensor itself; D-Bus calls run
+// as Swift tasks on the connection (never blocking) and hop back onto that queue to update state
+// and complete. Signals from org.bluez arrive in order on one subscription and are applied on the
+// queue. When bluetoothd goes away (name owner lost, adapter removed or powered off, the bus
+// connection closed) the transport reports `.unavailable`, forgets everything bluetoothd held
+// (the GATT application, the advertisement, connections) and tries to come back every few
+// seconds; once back it reports `.poweredOn` and the sensor registers, advertises and scans again.
+import DBus
+import Foundation
+import HeraldCore
+import HeraldRadio
+
+public final class BlueZTransport: BLETransport, @unchecked Sendable {
+    public struct Options: Sendable {
+        /// Adapter by name (`hci0`), object path or address; empty: the first adapter.
+        public var adapter: String
+        /// Bus address; nil: the system bus (honours DBUS_SYSTEM_BUS_ADDRESS).
+        public var busAddress: String?
+        /// Where this process exports its GATT application and advertisements.
+        public var objectRoot: String
+        /// Timeout of GATT reads and writes and of other calls to bluetoothd.
+        public var callTimeout: TimeInterval
+        /// Pause between attempts to come back after bluetoothd or the adapter went away.
+        public var recoveryInterval: TimeInterval
+
+        public init(adapter: String = "hci0", busAddress: String? = nil, objectRoot: String = "/org/heraldlab/sensor",
+                    callTimeout: TimeInterval = 10, recoveryInterval: TimeInterval = 3) {
+            self.adapter = adapter
+            self.busAddress = busAddress
+            self.objectRoot = objectRoot
+            self.callTimeout = callTimeout
+            self.recoveryInterval = recoveryInterval
+        }
+    }
+
+    public weak var delegate: (any BLETransportDelegate)?
+    public private(set) var state: RadioState = .unavailable
+    public var scheduler: any Scheduler { dispatch }
+    public let dispatch: DispatchScheduler
+    public let options: Options
+    /// Diagnostic lines (log.txt), called on the scheduler.
+    public var log: ((String) -> Void)?
+
+    // MARK: scheduler-confined state
+    var bus: DBusConnection?
+    var objects = BlueZObjects()
+    public private(set) var adapterPath: String?
+    var establishing = false
+    var powerWaiters: [(Result<Void, TransportError>) -> Void] = []
+    var recoveryTask: ScheduledTask?
+    var wasReady = false
+    var scanning = false
+    var server: (service: GATTService, delegate: any GATTServerDelegate)?
+    var applicationRegistered = false
+    var advertisement: Advertisement?
+    var advertisementRegistered = false
+    var advertisementCount = 0
+    var resolveWaiters: [String: [(Bool) -> Void]] = [:]
+    var outgoing: Set<RadioAddress> = []
+    var centrals: Set<RadioAddress> = []
+    var warnedAdvertisingControl = false
+
+    public init(options: Options = Options(), scheduler: DispatchScheduler) {
+        self.options = options
+        self.dispatch = scheduler
+    }
+
+    /// Closes the bus connection (exported objects vanish, bluetoothd drops the registrations).
+    public func close() {
+        let bus = self.bus
+        self.bus = nil
+        recoveryTask?.cancel()
+        state = .unavailable
+        Task { await bus?.close() }
+    }
+
+    // MARK: - Plumbing
+
+    func note(_ message: String) { log?("BlueZ: " + message) }
+
+    /// Runs `body` on the scheduler's queue from async code.
+    func onScheduler<T>(_ body: @escaping () -> T) async -> T {
+        let work = UncheckedBox(body)
+        return await withCheckedContinuation { (c: CheckedContinuation<UncheckedBox<T>, Never>) in
+            dispatch.queue.async { c.resume(returning: UncheckedBox(work.value())) }
+        }.value
+    }
+
+    /// Runs an async operation against bluetoothd and completes on the scheduler.
+    func perform<T: Sendable>(_ operation: String, connecting: Bool = false,
+                              _ completion: @escaping (Result<T, TransportError>) -> Void,
+                              _ body: @escaping @Sendable (DBusConnection) async throws -> T) {
+        guard let bus, state == .poweredOn else {
+            completion(.failure(.adapterUnavailable("bluetoothd adapter \(options.adapter) is not ready")))
+            return
+        }
+        let done = UncheckedBox(completion)
+        Task {
+            let result: Result<T, TransportError>
+            do { result = .success(try await body(bus)) } catch {
+                result = .failure(BlueZError.transportError(error, operation: operation, connecting: connecting))
+            }
+            self.dispatch.execute { done.value(result) }
+        }
+    }
+
+    func call(_ bus: DBusConnection, _ path: String, _ interface: String, _ member: String, _ arguments: [DBusValue] = [],
+              timeout: TimeInterval? = nil) async throws -> [DBusValue] {
+        try await bus.call(destination: BlueZ.service, path: path, interface: interface, member: member, arguments: arguments,
+                           timeout: .milliseconds(Int((timeout ?? options.callTimeout) * 1000)))
+    }
+
+    // MARK: - Power and recovery
+
+    public func powerOn(completion: @escaping (Result<Void, TransportError>) -> Void) {
+        if state == .poweredOn { completion(.success(())); return }
+        powerWaiters.append(completion)
+        establish()
+    }
+
+    /// Connects to the bus, subscribes, loads bluetoothd's objects, chooses and powers the adapter.
+    func establish() {
+        guard !establishing else { return }
+        establishing = true
+        Task {
+            let result = await self.establishAsync()
+            await self.onScheduler { self.established(result) }
+        }
+    }
+
+    private func established(_ result: Result<String, TransportError>) {
+        establishing = false
+        let waiters = powerWaiters
+        powerWaiters.removeAll()
+        switch result {
+        case .success(let adapter):
+            adapterPath = adapter
+            let recovered = wasReady && state != .poweredOn
+            state = .poweredOn
+            wasReady = true
+            recoveryTask?.cancel()
+            recoveryTask = nil
+            note("adapter \(adapter) powered (\(describeAdapter(adapter)))")
+            for w in waiters { w(.success(())) }
+            if recovered { delegate?.transport(didUpdateState: .poweredOn) }
+        case .failure(let error):
+            if !waiters.isEmpty { note("adapter \(options.adapter) unavailable: \(error)") }
+            for w in waiters { w(.failure(error)) }
+            if wasReady { scheduleRecovery() }
+        }
+    }
+
+    private func describeAdapter(_ path: String) -> String {
+        let p = objects[path, BlueZ.adapter] ?? [:]
+        return "address \(p["Address"]?.stringValue ?? "?"), roles \((p["Roles"]?.stringArrayValue ?? []).joined(separator: "+"))"
+    }
+
+    private func establishAsync() async -> Result<String, TransportError> {
+        do {
+            let bus = try await connection()
+            let reply = try await call(bus, "/", DBusStandardInterface.objectManager, "GetManagedObjects")
+            guard let tree = reply.first else { throw TransportError.failed("GetManagedObjects returned nothing") }
+            let chosen: Result<String, TransportError> = await onScheduler {
+                self.objects.load(tree)
+                return self.objects.adapter(matching: self.options.adapter)
+            }
+            let adapter = try chosen.get()
+            let powered = await onScheduler { self.objects[adapter, BlueZ.adapter]?["Powered"]?.boolValue ?? false }
+            if !powered {
+                _ = try await bus.call(destination: BlueZ.service, path: adapter, interface: DBusStandardInterface.properties,
+                                       member: "Set", arguments: [.string(BlueZ.adapter), .string("Powered"), .variant(.bool(true))])
+                // bluetoothd replies once the controller answered; confirm the property.
+                let value = try await bus.call(destination: BlueZ.service, path: adapter, interface: DBusStandardInterface.properties,
+                                               member: "Get", arguments: [.string(BlueZ.adapter), .string("Powered")])
+                guard value.first?.boolValue == true else {
+                    throw TransportError.adapterUnavailable("\(adapter) did not power on (rfkill? `rfkill unblock bluetooth`)")
+                }
+                await onScheduler { self.note("powered \(adapter) on") }
+            }
+            return .success(adapter)
+        } catch {
+            return .failure(BlueZError.transportError(error, operation: "adapter set-up"))
+        }
+    }
+
+    /// The bus connection, opened and subscribed on first use.
+    private func connection() async throws -> DBusConnection {
+        if let bus = await onScheduler({ self.bus }), await bus.isConnected { return bus }
+        let bus = try await DBusConnection.connect(address: options.busAddress)
+        // Subscribe before GetManagedObjects, so no change between the two is missed.
+        let events = try await bus.signals(matching: DBusMatchRule(sender: BlueZ.service))
+        let owners = try await bus.signals(matching: DBusMatchRule(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus",
+                                                                   member: "NameOwnerChanged", args: [0: BlueZ.service]))
+        await onScheduler { self.bus = bus }
+        Task {
+            for await signal in events { await self.onScheduler { self.handle(signal) } }
+            // The stream ends when the connection closes.
+            await self.onScheduler {
+                guard self.bus === bus else { return }
+                self.bus = nil
+                self.lost("the D-Bus connection closed")
+            }
+        }
+        Task {
+            for await signal in owners {
+                let newOwner = signal.arguments.count > 2 ? signal.arguments[2].stringValue ?? "" : ""
+                await self.onScheduler {
+                    guard self.bus === bus else { return }
+                    if newOwner.isEmpty { self.lost("bluetoothd left the bus") } else if self.wasReady, self.state != .poweredOn {
+                        self.note("bluetoothd is back on the bus")
+                        self.establish()
+                    }
+                }
+            }
+        }
+        return bus
+    }
+
+    /// bluetoothd, the adapter or the bus went away: everything registered with bluetoothd is gone.
+    func lost(_ reason: String) {
+        let wasOn = state == .poweredOn
+        state = .unavailable
+        scanning = false
+        applicationRegistered = false
+        advertisementRegistered = false
+        for (_, waiters) in resolveWaiters { for w in waiters { w(false) } }
+        resolveWaiters.removeAll()
+        let links = outgoing
+        outgoing.removeAll()
+        let remotes = centrals
+        centrals.removeAll()
+        if wasOn {
+            note("radio lost: \(reason); retrying every \(Int(options.recoveryInterval)) s")
+            for a in links.sorted(by: { $0.value < $1.value }) { delegate?.transport(didDisconnect: a) }
+            if let server { for a in remotes.sorted(by: { $0.value < $1.value }) { server.delegate.gattCentralDisconnected(a) } }
+            delegate?.transport(didUpdateState: .unavailable)
+        }
+        scheduleRecovery()
+    }
+
+    private func scheduleRecovery() {
+        guard wasReady, recoveryTask == nil else { return }
+        recoveryTask = dispatch.schedule(after: options.recoveryInterval) { [weak self] in
+            guard let self else { return }
+            self.recoveryTask = nil
+            guard self.state != .poweredOn else { return }
+            self.establish()
+        }
+    }
+
+    // MARK: - Signals
+
+    func handle(_ signal: DBusSignal) {
+        switch (signal.interface, signal.member) {
+        case (DBusStandardInterface.objectManager, "InterfacesAdded"):
+            guard signal.arguments.count >= 2, let path = signal.arguments[0].stringValue else { return }
+            objects.add(path: path, interfaces: signal.arguments[1])
+            if path == adapterPath || (adapterPath == nil && state != .poweredOn) {
+                if wasReady, state != .poweredOn { establish() }
+            } else if scanning, isOurDevice(path), objects[path, BlueZ.device] != nil, let report = objects.report(device: path) {
+                delegate?.transport(didReceive: report)
+            }
+        case (DBusStandardInterface.objectManager, "InterfacesRemoved"):
+            guard signal.arguments.count >= 2, let path = signal.arguments[0].stringValue else { return }
+            let removed = objects.remove(path: path, interfaces: signal.arguments[1].stringArrayValue ?? [])
+            if path == adapterPath, removed.contains(BlueZ.adapter), state == .poweredOn {
+                lost("adapter \(path) removed")
+            } else if removed.contains(BlueZ.device), isOurDevice(path), let address = BlueZ.address(inPath: path) {
+                linkDown(address, path: path)
+            }
+        case (DBusStandardInterface.properties, "PropertiesChanged"):
+            guard signal.arguments.count >= 2, let interface = signal.arguments[0].stringValue else { return }
+            let invalidated = signal.arguments.count > 2 ? signal.arguments[2].stringArrayValue ?? [] : []
+            let changed = objects.update(path: signal.path, interface: interface, changed: signal.arguments[1], invalidated: invalidated)
+            guard !changed.isEmpty else { return }
+            if interface == BlueZ.device, isOurDevice(signal.path) {
+                deviceChanged(signal.path, changed)
+            } else if interface == BlueZ.adapter, signal.path == adapterPath, changed.contains("Powered"),
+                      objects[signal.path, BlueZ.adapter]?["Powered"]?.boolValue == false, state == .poweredOn {
+                lost("adapter \(signal.path) was powered off")
+            }
+        default:
+            break
+        }
+    }
+
+    private func isOurDevice(_ path: String) -> Bool {
+        guard let adapterPath else { return false }
+        return path.hasPrefix(adapterPath + "/dev_")
+    }
+
+    private static let reportProperties: Set<String> = ["RSSI", "ManufacturerData", "ServiceData", "TxPower", "UUIDs"]
+
+    private func deviceChanged(_ path: String, _ changed: Set<String>) {
+        let props = objects[path, BlueZ.device] ?? [:]
+        // With DuplicateData every advert re-sends ManufacturerData/ServiceData: each is a sighting.
+        if scanning, !changed.isDisjoint(with: Self.reportProperties), let report = objects.report(device: path) {
+            delegate?.transport(didReceive: report)
+        }
+        if changed.contains("ServicesResolved"), props["ServicesResolved"]?.boolValue == true,
+           let waiters = resolveWaiters.removeValue(forKey: path) {
+            for w in waiters { w(true) }
+        }
+        if changed.contains("Connected"), props["Connected"]?.boolValue == false, let address = BlueZ.address(inPath: path) {
+            linkDown(address, path: path)
+        }
+    }
+
+    private func linkDown(_ address: RadioAddress, path: String) {
+        if let waiters = resolveWaiters.removeValue(forKey: path) { for w in waiters { w(false) } }
+        if outgoing.remove(address) != nil { delegate?.transport(didDisconnect: address) }
+        if centrals.remove(address) != nil { server?.delegate.gattCentralDisconnected(address) }
+    }
+}
