@@ -64,8 +64,10 @@ let package = Package(
         .testTarget(name: "LabPlanTests", dependencies: ["LabPlan"]),
         .testTarget(name: "LabNodeTests", dependencies: ["LabNode", "LabPlan"]),
         .testTarget(name: "HeraldAnalysisTests", dependencies: ["HeraldAnalysis", "LabHistory", "LabNode", "LabPlan"]),
-        .testTarget(name: "DBusTests", dependencies: ["DBus"]),
-        .testTarget(name: "BlueZRadioTests", dependencies: ["BlueZRadio", "DBus", "HeraldRadio", "HeraldCore"]),
+        .target(name: "DBusTestSupport", path: "Tests/DBusTestSupport"),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "DBusTestSupport"]),
+        .testTarget(name: "BlueZRadioTests", dependencies: ["BlueZRadio", "DBus", "DBusTestSupport", "HeraldRadio", "HeraldCore", "HeraldSensor", "LabNode", "LabPlan"],
+                    exclude: ["fake_bluetoothd.py"]),
         .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabHTTP", "RadioAir", "LabPlan", "HeraldCore"]),
         .testTarget(name: "EndToEndTests", dependencies: ["LabPlan"]),
     ]

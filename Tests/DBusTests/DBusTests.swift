@@ -2,6 +2,7 @@
 // busctl (sd-bus) and gdbus (GLib) call objects exported by our binding; a Python dbus-fast
 // service is called by our binding. Every signature BlueZ uses is round-tripped both ways.
 import DBus
+import DBusTestSupport
 import Foundation
 import XCTest
 

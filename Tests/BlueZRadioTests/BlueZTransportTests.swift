@@ -1,0 +1,288 @@
+// The Herald sensor over the BlueZ transport, against a simulated bluetoothd (fake_bluetoothd.py,
+// Python dbus-fast) on a private bus: BlueZ's types, call-backs before replies, a remote Herald
+// device with scripted RSSI, and faults (bluetoothd restart, adapter removal, injected errors).
+// The same node code runs here as on a lab node; only bluetoothd is simulated. Real bluetoothd
+// is exercised by `make test-bluez` (QEMU guest).
+import BlueZRadio
+import DBus
+import DBusTestSupport
+import Foundation
+import HeraldCore
+import HeraldRadio
+import LabNode
+import LabPlan
+import XCTest
+
+final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
+    var bus: PrivateBus!
+    var control: DBusConnection!
+    var fake: Process?
+    var directory: URL!
+    let remotePayload = FixedPayloadSupplier(identifier: 4242)
+    let rssiScript = [-55, -60, -65]
+
+    override func setUp() async throws {
+        guard Self.pythonHasDbusFast else {
+            throw XCTSkip("python3 -m pip install dbus-fast (the simulated bluetoothd) is not installed")
+        }
+        bus = try await PrivateBus.start()
+        control = try await DBusConnection.connect(address: bus.address)
+        directory = bus.directory.appendingPathComponent("node")
+        let owner = try await control.signals(matching: DBusMatchRule(
+            interface: "org.freedesktop.DBus", member: "NameOwnerChanged", args: [0: "org.heraldlab.Fake"]))
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("fake_bluetoothd.py")
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["python3", script.path, bus.address, remotePayload.payloadData.data.map { String(format: "%02x", $0) }.joined(),
+                       rssiScript.map(String.init).joined(separator: ",")]
+        try p.run()
+        fake = p
+        try await withTimeout(30, "simulated bluetoothd start") {
+            for await s in owner where s.arguments.count == 3 && s.arguments[2] != .string("") { return }
+        }
+    }
+
+    override func tearDown() async throws {
+        if let fake, fake.isRunning { fake.terminate() }
+        await control?.close()
+        bus?.stop()
+    }
+
+    static var pythonHasDbusFast: Bool {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["python3", "-c", "import dbus_fast"]
+        p.standardError = FileHandle.nullDevice
+        p.standardOutput = FileHandle.nullDevice
+        guard (try? p.run()) != nil else { return false }
+        p.waitUntilExit()
+        return p.terminationStatus == 0
+    }
+
+    // MARK: helpers
+
+    func fakeCall(_ member: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        try await control.call(destination: "org.heraldlab.Fake", path: "/org/heraldlab/fake", interface: "org.heraldlab.Fake",
+                               member: member, arguments: args, timeout: .seconds(10))
+    }
+
+    func fakeState() async throws -> [String: Any] {
+        let s = try await fakeCall("State")
+        let text = s.first?.stringValue ?? "{}"
+        return try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] ?? [:]
+    }
+
+    /// Waits (polling with a deadline, never a fixed sleep) until `condition` holds.
+    func eventually(_ what: String, seconds: Double = 30, _ condition: @escaping @Sendable () async throws -> Bool) async throws {
+        try await withTimeout(seconds, what) {
+            while try await !condition() { try await Task.sleep(for: .milliseconds(50)) }
+        }
+    }
+
+    func makeNode(_ scheduler: DispatchScheduler, _ transport: BlueZTransport) throws -> UncheckedBox<NodeRunner> {
+        let plan = try Plan.parse(yaml: """
+        name: bluez-unit
+        duration: 1m
+        nodes:
+          - name: local
+            identifier: 77
+            position: [0, 0]
+          - name: remote
+            identifier: 4242
+            position: [1m, 0]
+        sensor:
+          advertInterval: 250ms
+          txPower: -4
+        radio:
+          kind: bluez
+        """)
+        let assignment = NodeAssignment(runId: "t", plan: plan, node: plan.nodes[0])
+        return UncheckedBox(scheduler.sync {
+            let runner = NodeRunner(assignment: assignment, transport: transport, directory: directory)
+            transport.log = runner.radioLog
+            runner.start()
+            return runner
+        })
+    }
+
+    func contacts() throws -> [[String]] {
+        let text = try String(contentsOf: directory.appendingPathComponent("contacts.csv"), encoding: .utf8)
+        return text.split(separator: "\n").dropFirst().map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) }
+    }
+
+    // MARK: tests
+
+    func testSensorDetectsReadsMeasuresAndServesThroughBluetoothd() async throws {
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        let transport = BlueZTransport(options: .init(adapter: "hci0", busAddress: bus.address), scheduler: scheduler)
+        let node = try makeNode(scheduler, transport)
+
+        // The remote's payload is read over GATT and its adverts become RSSI measurements.
+        try await eventually("payload read and RSSI measured") {
+            let s = scheduler.sync { node.value.status }
+            return s.payloadsRead >= 1 && s.rssiTotal >= 6
+        }
+        // A remote central reads our payload in MTU-sized pieces (long read with offsets).
+        var served = [UInt8]()
+        while served.count < FixedPayloadSupplier.length {
+            let piece = try await fakeCall("ReadLocal", [.uint16(UInt16(served.count))]).first?.bytesValue ?? []
+            XCTAssertFalse(piece.isEmpty)
+            served += piece.prefix(22)
+        }
+        XCTAssertEqual(Data(served), FixedPayloadSupplier(identifier: 77).payloadData.data)
+        // Reading past the end is the ATT error InvalidOffset, as bluetoothd expects.
+        do {
+            _ = try await fakeCall("ReadLocal", [.uint16(200)])
+            XCTFail("a read past the payload should fail")
+        } catch let e as DBusMethodError {
+            XCTAssertEqual(e.name, "org.bluez.Error.InvalidOffset")
+        }
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+
+        // What bluetoothd was asked to do.
+        let state = try await fakeState()
+        XCTAssertEqual(state["powerSets"] as? Int, 1, "the adapter starts powered off and is powered once")
+        let filter = state["filter"] as? [String: Any]
+        XCTAssertEqual(filter?["Transport"] as? String, "le")
+        XCTAssertEqual(filter?["DuplicateData"] as? Bool, true)
+        XCTAssertGreaterThanOrEqual(state["discoveryStarts"] as? Int ?? 0, 1)
+        let app = (state["apps"] as? [[String: [String: [String: Any]]]])?.first ?? [:]
+        let services = app.values.compactMap { $0["org.bluez.GattService1"] }
+        XCTAssertEqual(services.first?["UUID"] as? String, "0000fcf6-0000-1000-8000-00805f9b34fb")
+        let chars = app.values.compactMap { $0["org.bluez.GattCharacteristic1"] }
+        let payloadChar = chars.first { $0["UUID"] as? String == "3e98c0f8-8f05-4829-a121-43e38f8933e7" }
+        XCTAssertEqual(payloadChar?["Flags"] as? [String], ["read"])
+        XCTAssertEqual(chars.count, 2, "payload and signal characteristics are served")
+        let advert = ((state["adverts"] as? [[String: Any]])?.first?["props"] as? [String: Any]) ?? [:]
+        XCTAssertEqual(advert["Type"] as? String, "peripheral")
+        XCTAssertEqual(advert["ServiceUUIDs"] as? [String], ["fcf6"])
+        XCTAssertEqual((advert["ManufacturerData"] as? [String: String])?["1521"]?.count, 12, "0x05F1 carries the 6-byte pseudo address")
+        XCTAssertEqual(advert["TxPower"] as? Int, -4)
+        XCTAssertEqual(advert["MinInterval"] as? Int, 250)
+        XCTAssertGreaterThanOrEqual(state["reads"] as? Int ?? 0, 1)
+        XCTAssertGreaterThanOrEqual(state["disconnects"] as? Int ?? 0, 1, "the sensor disconnects after reading")
+
+        // The Herald logs a user reads: detection of the remote's shortName, a read row, RSSI rows from the script.
+        let rows = try contacts()
+        let remote = remotePayload.shortName
+        XCTAssertTrue(rows.contains { $0[4] == "2" && $0[10] == remote }, "read row for \(remote)")
+        let rssi = rows.filter { $0[5] == "3" }.map { $0[10] }
+        XCTAssertGreaterThanOrEqual(rssi.count, 6)
+        XCTAssertEqual(Set(rssi), Set(rssiScript.map { "RSSI:\(Double($0))" }), "RSSI rows follow the scripted values")
+        let detection = try String(contentsOf: directory.appendingPathComponent("detection.csv"), encoding: .utf8)
+        XCTAssertTrue(detection.contains(remote), detection)
+        let log = try String(contentsOf: directory.appendingPathComponent("log.txt"), encoding: .utf8)
+        XCTAssertTrue(log.contains("TX power -4 dBm requested, but the adapter cannot set it"), "an unsupported TX power is said in log.txt")
+    }
+
+    func testRecoversWhenBluetoothdRestartsAndWhenTheAdapterComesBack() async throws {
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        let transport = BlueZTransport(options: .init(adapter: "hci0", busAddress: bus.address, recoveryInterval: 0.3), scheduler: scheduler)
+        let node = try makeNode(scheduler, transport)
+        try await eventually("first payload read") { scheduler.sync { node.value.status.payloadsRead } >= 1 }
+
+        _ = try await fakeCall("Restart")
+        // Back on its own: the app and the advertisement are registered again and reads go on.
+        try await eventually("registered again after the restart") {
+            let s = try await self.fakeState()
+            return (s["apps"] as? [Any])?.count == 2 && (s["adverts"] as? [Any])?.count == 2 && s["powerSets"] as? Int == 2
+        }
+        let measuredBefore = scheduler.sync { node.value.status.rssiTotal }
+        try await eventually("scanning and measuring after the restart") {
+            let s = try await self.fakeState()
+            return s["restarts"] as? Int == 1 && scheduler.sync { transport.state } == .poweredOn
+                && s["discoveryStarts"] as? Int ?? 0 >= 1 && scheduler.sync { node.value.status.rssiTotal } > measuredBefore + 3
+        }
+
+        _ = try await fakeCall("RemoveAdapter")
+        try await eventually("adapter loss seen") { scheduler.sync { transport.state } == .unavailable }
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+        let log = try String(contentsOf: directory.appendingPathComponent("log.txt"), encoding: .utf8)
+        XCTAssertTrue(log.contains("radio lost: bluetoothd left the bus"), log)
+        XCTAssertTrue(log.contains("radio lost: adapter /org/bluez/hci0 removed"), log)
+    }
+
+    func testErrorsAreTypedAndExplainWhatToDo() async throws {
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        // An adapter that is not there: the error names the ones that are.
+        let missing = BlueZTransport(options: .init(adapter: "hci7", busAddress: bus.address), scheduler: scheduler)
+        let r1 = try await power(missing, scheduler)
+        XCTAssertEqual(r1.error, .adapterUnavailable("no adapter hci7; bluetoothd has hci0"))
+        scheduler.sync { missing.close() }
+
+        // By address works too.
+        let byAddress = BlueZTransport(options: .init(adapter: "aa:bb:cc:dd:ee:00", busAddress: bus.address), scheduler: scheduler)
+        let r2 = try await power(byAddress, scheduler)
+        XCTAssertNil(r2.error)
+        XCTAssertEqual(scheduler.sync { byAddress.adapterPath }, "/org/bluez/hci0")
+
+        // BlueZ errors map onto typed errors; ReadValue's InProgress is retried.
+        let _: Void = try await op(scheduler) { byAddress.startScanning(filter: ScanFilter(), completion: $0) }
+        try await eventually("remote seen") {
+            let s = try await self.fakeState()
+            return s["discoveryStarts"] as? Int == 1
+        }
+        let remote = RadioAddress("11:22:33:44:55:66")
+        try await eventually("device object known") {
+            await withCheckedContinuation { c in
+                scheduler.execute { byAddress.discoverServices(remote) { c.resume(returning: $0 != .failure(.deviceNotFound(remote))) } }
+            }
+        }
+        _ = try await fakeCall("FailNext", [.string("Connect"), .string("Failed")])
+        let failed: Result<Void, TransportError> = try await result(scheduler) { byAddress.connect(remote, timeout: 5, completion: $0) }
+        XCTAssertEqual(failed.error, .connectionFailed("Connect 11:22:33:44:55:66: injected by the test"))
+        let _: Void = try await op(scheduler) { byAddress.connect(remote, timeout: 5, completion: $0) }
+        let services: [GATTService] = try await op(scheduler) { byAddress.discoverServices(remote, completion: $0) }
+        XCTAssertEqual(services.map(\.uuid), [HeraldUUIDs.service])
+        XCTAssertEqual(services.first?.characteristics.map(\.properties), [[.read], [.write, .writeWithoutResponse]])
+        _ = try await fakeCall("FailNext", [.string("ReadValue"), .string("InProgress")])
+        let data: Data = try await op(scheduler) {
+            byAddress.read(remote, service: HeraldUUIDs.service, characteristic: HeraldUUIDs.payloadCharacteristic, completion: $0)
+        }
+        XCTAssertEqual(data, remotePayload.payloadData.data)
+        _ = try await fakeCall("FailNext", [.string("WriteValue"), .string("NotPermitted")])
+        let denied: Result<Void, TransportError> = try await result(scheduler) {
+            byAddress.write(remote, service: HeraldUUIDs.service, characteristic: HeraldUUIDs.androidSignalCharacteristic,
+                            value: Data([1, 2]), withResponse: true, completion: $0)
+        }
+        XCTAssertEqual(denied.error, .notPermitted)
+        let missingChar: Result<Data, TransportError> = try await result(scheduler) {
+            byAddress.read(remote, service: HeraldUUIDs.service, characteristic: HeraldUUIDs.iosSignalCharacteristic, completion: $0)
+        }
+        XCTAssertEqual(missingChar, .failure(.characteristicNotFound(HeraldUUIDs.iosSignalCharacteristic)))
+        let _: Void = try await op(scheduler) { byAddress.disconnect(remote, completion: $0) }
+        let afterDisconnect: Result<Data, TransportError> = try await result(scheduler) {
+            byAddress.read(remote, service: HeraldUUIDs.service, characteristic: HeraldUUIDs.payloadCharacteristic, completion: $0)
+        }
+        XCTAssertEqual(afterDisconnect, .failure(.notConnected))
+        scheduler.sync { byAddress.close() }
+    }
+
+    func power(_ t: BlueZTransport, _ scheduler: DispatchScheduler) async throws -> Result<Void, TransportError> {
+        try await result(scheduler) { t.powerOn(completion: $0) }
+    }
+
+    func result<T: Sendable>(_ scheduler: DispatchScheduler, _ start: @escaping (@escaping (Result<T, TransportError>) -> Void) -> Void) async throws -> Result<T, TransportError> {
+        let box = UncheckedBox(start)
+        return try await withTimeout(20, "transport operation") {
+            await withCheckedContinuation { c in scheduler.execute { box.value { c.resume(returning: $0) } } }
+        }
+    }
+
+    func op<T: Sendable>(_ scheduler: DispatchScheduler, _ start: @escaping (@escaping (Result<T, TransportError>) -> Void) -> Void) async throws -> T {
+        try await result(scheduler, start).get()
+    }
+}
+
+extension Result where Failure == TransportError {
+    var error: TransportError? {
+        if case .failure(let e) = self { return e }
+        return nil
+    }
+}

@@ -1,0 +1,288 @@
+"""A simulated bluetoothd for the BlueZ transport's tests (dbus-fast, on the test's private bus).
+
+It owns org.bluez and serves the part of BlueZ 5.66's API the Herald sensor uses, with BlueZ's
+types: ObjectManager at /, Adapter1 (+ GattManager1, LEAdvertisingManager1) at /org/bluez/hci0,
+and one remote Herald device that appears when discovery starts, advertises every 0.1 s
+(RSSI follows a script; ManufacturerData a{qv} re-sent on every advert as with DuplicateData),
+accepts Connect (GATT objects under serviceXXXX/charYYYY, then ServicesResolved) and serves a
+fixed payload. Like bluetoothd, RegisterApplication calls the app's GetManagedObjects and
+RegisterAdvertisement calls Properties.GetAll before replying.
+
+Test control at /org/heraldlab/fake (org.heraldlab.Fake):
+  State() -> s            JSON of what the app did (power, filter, app tree, advertisement, counts)
+  ReadLocal(q) -> ay      reads the app's payload characteristic at an offset, as a remote central
+  WriteLocal(ay)          writes the app's signal characteristic, as a remote central
+  FailNext(s, s)          the next call of a member answers with org.bluez.Error.<name>
+  Restart()               bluetoothd stops (name released, objects gone) and comes back in 0.5 s
+  RemoveAdapter()         the adapter disappears (InterfacesRemoved)
+
+Usage: fake_bluetoothd.py BUS_ADDRESS PAYLOAD_HEX RSSI_LIST(comma separated)
+"""
+import asyncio, json, sys
+from dbus_fast.aio import MessageBus
+from dbus_fast import Message, MessageType, Variant
+
+ADAPTER = '/org/bluez/hci0'
+REMOTE_ADDR = '11:22:33:44:55:66'
+REMOTE = ADAPTER + '/dev_' + REMOTE_ADDR.replace(':', '_')
+SERVICE = REMOTE + '/service0010'
+PAYLOAD_CHAR = SERVICE + '/char0011'
+SIGNAL_CHAR = SERVICE + '/char0013'
+CENTRAL = ADAPTER + '/dev_AA_BB_CC_DD_EE_01'
+HERALD = '0000fcf6-0000-1000-8000-00805f9b34fb'
+PSEUDO = bytes([1, 2, 3, 4, 5, 6])
+OM = 'org.freedesktop.DBus.ObjectManager'
+PROPS = 'org.freedesktop.DBus.Properties'
+
+
+class Fake:
+    def __init__(self, address, payload, rssi):
+        self.address, self.payload, self.rssi = address, payload, rssi
+        self.state = {'powerSets': 0, 'filter': None, 'discoveryStarts': 0, 'discoveryStops': 0,
+                      'apps': [], 'adverts': [], 'unregistered': 0, 'connects': 0, 'disconnects': 0,
+                      'reads': 0, 'writes': [], 'restarts': 0}
+        self.fail = {}
+        self.discovering = False
+        self.advertiser = None
+        self.app = None  # (sender, root, tree)
+        self.reset_objects()
+
+    def reset_objects(self):
+        self.objects = {ADAPTER: {
+            'org.bluez.Adapter1': {'Address': Variant('s', 'AA:BB:CC:DD:EE:00'), 'Name': Variant('s', 'fake'),
+                                   'Powered': Variant('b', False), 'Discovering': Variant('b', False),
+                                   'Roles': Variant('as', ['central', 'peripheral'])},
+            'org.bluez.GattManager1': {},
+            'org.bluez.LEAdvertisingManager1': {'ActiveInstances': Variant('y', 0), 'SupportedInstances': Variant('y', 4),
+                                                'SupportedIncludes': Variant('as', ['tx-power', 'appearance', 'local-name'])},
+        }}
+
+    # --- signals
+    def added(self, path, ifaces):
+        self.objects.setdefault(path, {}).update(ifaces)
+        self.bus.send(Message(message_type=MessageType.SIGNAL, path='/', interface=OM, member='InterfacesAdded',
+                              signature='oa{sa{sv}}', body=[path, ifaces]))
+
+    def removed(self, path):
+        ifaces = self.objects.pop(path, None)
+        if ifaces is None:
+            return
+        self.bus.send(Message(message_type=MessageType.SIGNAL, path='/', interface=OM, member='InterfacesRemoved',
+                              signature='oas', body=[path, sorted(ifaces.keys())]))
+
+    def changed(self, path, iface, props):
+        self.objects[path][iface].update(props)
+        self.bus.send(Message(message_type=MessageType.SIGNAL, path=path, interface=PROPS, member='PropertiesChanged',
+                              signature='sa{sv}as', body=[iface, props, []]))
+
+    # --- the remote device
+    async def advertise(self):
+        i = 0
+        while self.discovering:
+            rssi = self.rssi[i % len(self.rssi)]
+            if REMOTE not in self.objects:
+                self.added(REMOTE, {'org.bluez.Device1': {
+                    'Address': Variant('s', REMOTE_ADDR), 'AddressType': Variant('s', 'random'),
+                    'Adapter': Variant('o', ADAPTER), 'RSSI': Variant('n', rssi),
+                    'ManufacturerData': Variant('a{qv}', {0x05F1: Variant('ay', PSEUDO)}),
+                    'UUIDs': Variant('as', [HERALD]), 'Connected': Variant('b', False),
+                    'ServicesResolved': Variant('b', False), 'Paired': Variant('b', False)}})
+            else:
+                props = {'ManufacturerData': Variant('a{qv}', {0x05F1: Variant('ay', PSEUDO)})}
+                if self.objects[REMOTE]['org.bluez.Device1']['RSSI'].value != rssi:
+                    props['RSSI'] = Variant('n', rssi)
+                self.changed(REMOTE, 'org.bluez.Device1', props)
+            i += 1
+            await asyncio.sleep(0.1)
+
+    async def connect(self, msg):
+        self.state['connects'] += 1
+        await asyncio.sleep(0.05)
+        self.changed(REMOTE, 'org.bluez.Device1', {'Connected': Variant('b', True)})
+        if SERVICE not in self.objects:
+            self.added(SERVICE, {'org.bluez.GattService1': {'UUID': Variant('s', HERALD), 'Primary': Variant('b', True),
+                                                            'Device': Variant('o', REMOTE)}})
+            self.added(PAYLOAD_CHAR, {'org.bluez.GattCharacteristic1': {
+                'UUID': Variant('s', '3e98c0f8-8f05-4829-a121-43e38f8933e7'), 'Service': Variant('o', SERVICE),
+                'Flags': Variant('as', ['read'])}})
+            self.added(SIGNAL_CHAR, {'org.bluez.GattCharacteristic1': {
+                'UUID': Variant('s', 'f617b813-092e-437a-8324-e09a80821a11'), 'Service': Variant('o', SERVICE),
+                'Flags': Variant('as', ['write', 'write-without-response'])}})
+        await asyncio.sleep(0.05)
+        self.changed(REMOTE, 'org.bluez.Device1', {'ServicesResolved': Variant('b', True)})
+        self.bus.send(Message.new_method_return(msg))
+
+    # --- registrations: call back into the app before replying, as bluetoothd does
+    async def register_app(self, msg):
+        root = msg.body[0]
+        reply = await self.bus.call(Message(destination=msg.sender, path=root, interface=OM, member='GetManagedObjects'))
+        if reply.message_type == MessageType.ERROR:
+            self.bus.send(Message.new_error(msg, 'org.bluez.Error.Failed', 'GetManagedObjects failed'))
+            return
+        tree = {p: {i: {k: v.value for k, v in props.items()} for i, props in ifs.items()} for p, ifs in reply.body[0].items()}
+        self.app = (msg.sender, root, tree)
+        self.state['apps'].append(jsonable(tree))
+        self.bus.send(Message.new_method_return(msg))
+
+    async def register_advert(self, msg):
+        path = msg.body[0]
+        reply = await self.bus.call(Message(destination=msg.sender, path=path, interface=PROPS, member='GetAll',
+                                            signature='s', body=['org.bluez.LEAdvertisement1']))
+        if reply.message_type == MessageType.ERROR:
+            self.bus.send(Message.new_error(msg, 'org.bluez.Error.Failed', 'GetAll failed'))
+            return
+        props = {k: v.value for k, v in reply.body[0].items()}
+        self.advertiser = (msg.sender, path)
+        self.state['adverts'].append({'path': path, 'props': jsonable(props)})
+        self.bus.send(Message.new_method_return(msg))
+
+    def app_char(self, uuid):
+        sender, root, tree = self.app
+        for p, ifs in tree.items():
+            c = ifs.get('org.bluez.GattCharacteristic1')
+            if c and c['UUID'] == uuid:
+                return sender, p
+        raise KeyError(uuid)
+
+    async def read_local(self, msg):
+        sender, path = self.app_char('3e98c0f8-8f05-4829-a121-43e38f8933e7')
+        opts = {'offset': Variant('q', msg.body[0]), 'device': Variant('o', CENTRAL), 'mtu': Variant('q', 23),
+                'link': Variant('s', 'LE')}
+        reply = await self.bus.call(Message(destination=sender, path=path, interface='org.bluez.GattCharacteristic1',
+                                            member='ReadValue', signature='a{sv}', body=[opts]))
+        if reply.message_type == MessageType.ERROR:
+            self.bus.send(Message.new_error(msg, reply.error_name, str(reply.body[0] if reply.body else '')))
+        else:
+            self.bus.send(Message.new_method_return(msg, 'ay', reply.body))
+
+    async def write_local(self, msg):
+        sender, path = self.app_char('f617b813-092e-437a-8324-e09a80821a11')
+        opts = {'offset': Variant('q', 0), 'device': Variant('o', CENTRAL), 'type': Variant('s', 'request')}
+        reply = await self.bus.call(Message(destination=sender, path=path, interface='org.bluez.GattCharacteristic1',
+                                            member='WriteValue', signature='aya{sv}', body=[msg.body[0], opts]))
+        if reply.message_type == MessageType.ERROR:
+            self.bus.send(Message.new_error(msg, reply.error_name, ''))
+        else:
+            self.bus.send(Message.new_method_return(msg))
+
+    async def restart(self, msg):
+        self.state['restarts'] += 1
+        self.bus.send(Message.new_method_return(msg))
+        self.discovering = False
+        self.app = None
+        self.advertiser = None
+        await self.bus.release_name('org.bluez')
+        self.reset_objects()
+        await asyncio.sleep(0.5)
+        await self.bus.request_name('org.bluez')
+
+    # --- dispatch
+    def handler(self, msg):
+        if msg.message_type != MessageType.METHOD_CALL:
+            return None
+        m, path, iface = msg.member, msg.path, msg.interface
+        if m in self.fail:
+            name = self.fail.pop(m)
+            return Message.new_error(msg, 'org.bluez.Error.' + name, 'injected by the test')
+        if iface == 'org.heraldlab.Fake':
+            if m == 'State':
+                return Message.new_method_return(msg, 's', [json.dumps(self.state)])
+            if m == 'ReadLocal':
+                asyncio.ensure_future(self.read_local(msg)); return True
+            if m == 'WriteLocal':
+                asyncio.ensure_future(self.write_local(msg)); return True
+            if m == 'FailNext':
+                self.fail[msg.body[0]] = msg.body[1]; return Message.new_method_return(msg)
+            if m == 'Restart':
+                asyncio.ensure_future(self.restart(msg)); return True
+            if m == 'RemoveAdapter':
+                self.discovering = False
+                for p in sorted(self.objects, reverse=True):
+                    self.removed(p)
+                return Message.new_method_return(msg)
+            return None
+        if iface == OM and m == 'GetManagedObjects' and path == '/':
+            return Message.new_method_return(msg, 'a{oa{sa{sv}}}', [self.objects])
+        if path not in self.objects:
+            return Message.new_error(msg, 'org.freedesktop.DBus.Error.UnknownObject', path)
+        if iface == PROPS:
+            if m == 'Get':
+                v = self.objects[path].get(msg.body[0], {}).get(msg.body[1])
+                if v is None:
+                    return Message.new_error(msg, 'org.freedesktop.DBus.Error.InvalidArgs', 'no property')
+                return Message.new_method_return(msg, 'v', [v])
+            if m == 'GetAll':
+                return Message.new_method_return(msg, 'a{sv}', [self.objects[path].get(msg.body[0], {})])
+            if m == 'Set' and path == ADAPTER and msg.body[1] == 'Powered':
+                self.state['powerSets'] += 1
+                self.changed(ADAPTER, 'org.bluez.Adapter1', {'Powered': msg.body[2]})
+                return Message.new_method_return(msg)
+        if iface == 'org.bluez.Adapter1':
+            if m == 'SetDiscoveryFilter':
+                self.state['filter'] = jsonable({k: v.value for k, v in msg.body[0].items()})
+                return Message.new_method_return(msg)
+            if m == 'StartDiscovery':
+                self.state['discoveryStarts'] += 1
+                if not self.discovering:
+                    self.discovering = True
+                    self.changed(ADAPTER, 'org.bluez.Adapter1', {'Discovering': Variant('b', True)})
+                    asyncio.ensure_future(self.advertise())
+                return Message.new_method_return(msg)
+            if m == 'StopDiscovery':
+                self.state['discoveryStops'] += 1
+                if not self.discovering:
+                    return Message.new_error(msg, 'org.bluez.Error.Failed', 'No discovery started')
+                self.discovering = False
+                self.changed(ADAPTER, 'org.bluez.Adapter1', {'Discovering': Variant('b', False)})
+                return Message.new_method_return(msg)
+        if iface == 'org.bluez.GattManager1' and m == 'RegisterApplication':
+            asyncio.ensure_future(self.register_app(msg)); return True
+        if iface == 'org.bluez.LEAdvertisingManager1':
+            if m == 'RegisterAdvertisement':
+                asyncio.ensure_future(self.register_advert(msg)); return True
+            if m == 'UnregisterAdvertisement':
+                self.state['unregistered'] += 1
+                return Message.new_method_return(msg)
+        if iface == 'org.bluez.Device1' and path == REMOTE:
+            if m == 'Connect':
+                asyncio.ensure_future(self.connect(msg)); return True
+            if m == 'Disconnect':
+                self.state['disconnects'] += 1
+                self.changed(REMOTE, 'org.bluez.Device1', {'ServicesResolved': Variant('b', False), 'Connected': Variant('b', False)})
+                return Message.new_method_return(msg)
+        if iface == 'org.bluez.GattCharacteristic1':
+            if not self.objects[REMOTE]['org.bluez.Device1']['Connected'].value:
+                return Message.new_error(msg, 'org.bluez.Error.NotConnected', 'Not connected')
+            if m == 'ReadValue' and path == PAYLOAD_CHAR:
+                self.state['reads'] += 1
+                return Message.new_method_return(msg, 'ay', [self.payload])
+            if m == 'WriteValue' and path == SIGNAL_CHAR:
+                self.state['writes'].append(msg.body[0].hex())
+                return Message.new_method_return(msg)
+        return None
+
+    async def run(self):
+        self.bus = await MessageBus(bus_address=self.address).connect()
+        self.bus.add_message_handler(self.handler)
+        await self.bus.request_name('org.bluez')
+        await self.bus.request_name('org.heraldlab.Fake')
+        await self.bus.wait_for_disconnect()
+
+
+def jsonable(v):
+    if isinstance(v, Variant):
+        return jsonable(v.value)
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [jsonable(x) for x in v]
+    if isinstance(v, (bytes, bytearray)):
+        return v.hex()
+    return v
+
+
+if __name__ == '__main__':
+    try:
+        asyncio.run(Fake(sys.argv[1], bytes.fromhex(sys.argv[2]), [int(x) for x in sys.argv[3].split(',')]).run())
+    except Exception:
+        pass  # the test's bus went away
