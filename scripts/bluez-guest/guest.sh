@@ -1,0 +1,100 @@
+#!/bin/bash
+# Real bluetoothd without Bluetooth on the host: a QEMU guest running Debian's packaged kernel
+# (which has the bluetooth and hci_vhci modules) over this machine's own root file system.
+#
+#   guest.sh prepare              download and unpack the kernel, build the initramfs (once)
+#   guest.sh run OUTDIR SCRIPT    boot, run SCRIPT (bash, as root) in the guest, power off
+#
+# The guest sees the host's / read-only over virtio-9p (so binaries built here run unchanged),
+# OUTDIR read-write at the same path, and fresh tmpfs on /tmp, /run, /var/lib/bluetooth and
+# /root. SCRIPT's exit status becomes guest.sh's; the console is saved to OUTDIR/console.log.
+# Emulation is TCG (KVM is present on these machines but does not work).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+CACHE=${BLUEZ_CACHE:-$REPO/.build-bluez}
+TIMEOUT=${BLUEZ_GUEST_TIMEOUT:-900}
+
+say() { echo "bluez-guest: $*" >&2; }
+
+kernel_version() { ls "$CACHE/root/lib/modules" 2>/dev/null | head -1; }
+
+prepare() {
+    for tool in qemu-system-x86_64 busybox cpio depmod dpkg; do
+        command -v "$tool" >/dev/null || { say "missing $tool: run 'make deps' (apt-get install qemu-system-x86 busybox-static cpio kmod)"; exit 2; }
+    done
+    mkdir -p "$CACHE"
+    if [ -z "$(kernel_version)" ]; then
+        local pkg
+        pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
+        [ -n "$pkg" ] || { say "apt-cache knows no linux-image-amd64: run apt-get update"; exit 2; }
+        say "downloading $pkg"
+        (cd "$CACHE" && rm -f ./*.deb && apt-get download "$pkg" >/dev/null 2>&1) || { say "apt-get download $pkg failed"; exit 2; }
+        rm -rf "$CACHE/root"
+        dpkg -x "$CACHE"/"$pkg"_*.deb "$CACHE/root"
+        rm -f "$CACHE"/*.deb
+    fi
+    local kver mods
+    kver=$(kernel_version)
+    depmod -b "$CACHE/root" "$kver"
+    mods="$CACHE/root/lib/modules/$kver"
+
+    # The initramfs: static busybox, the modules needed to reach the 9p shares, and /init.
+    local ir="$CACHE/initramfs"
+    rm -rf "$ir" && mkdir -p "$ir"/{bin,proc,sys,dev,host,modules}
+    cp "$(command -v busybox)" "$ir/bin/busybox"
+    local order="" f
+    # Load order with dependencies first, as modprobe would.
+    for f in $(for m in virtio_pci 9pnet_virtio 9p; do modprobe -d "$CACHE/root" -S "$kver" --show-depends "$m"; done | awk '$1 == "insmod" {print $2}'); do
+        case " $order " in *" $(basename "$f") "*) continue ;; esac
+        cp "$f" "$ir/modules/"
+        order="$order $(basename "$f")"
+    done
+    local python
+    python=$(python3 -c 'import sys; print(sys.executable)')
+    sed -e "s|@PYTHON@|$python|g" -e "s|@PYBIN@|$(dirname "$python")|g" -e "s|@KVER@|$kver|g" -e "s|@CACHE@|$CACHE|g" -e "s|@MODULES@|$order|g" "$HERE/init" > "$ir/init"
+    chmod +x "$ir/init"
+    (cd "$ir" && find . | cpio -o -H newc --quiet | gzip -1) > "$CACHE/initramfs.gz"
+    say "ready: kernel $kver, initramfs $(du -h "$CACHE/initramfs.gz" | cut -f1)"
+}
+
+run() {
+    local out=$1 script=$2
+    [ -f "$CACHE/initramfs.gz" ] || prepare
+    mkdir -p "$out"
+    out=$(cd "$out" && pwd)
+    # The guest's /tmp is its own: run a copy kept in OUTDIR.
+    cp "$script" "$out/guest-script.sh"
+    script="$out/guest-script.sh"
+    rm -f "$out/guest-exit-code"
+    local kver
+    kver=$(kernel_version)
+    say "booting $kver (TCG) to run $script; console: $out/console.log"
+    local started=$SECONDS
+    set +e
+    timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m 2048 -smp 2 \
+        -nographic -no-reboot -nic none \
+        -kernel "$CACHE/root/boot/vmlinuz-$kver" -initrd "$CACHE/initramfs.gz" \
+        -append "console=ttyS0 panic=-1 quiet loglevel=3 hl_out=$out hl_script=$script" \
+        -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+        -virtfs local,path="$out",mount_tag=out,security_model=none \
+        </dev/null >"$out/console.log" 2>&1
+    local qemu=$?
+    set -e
+    if [ ! -f "$out/guest-exit-code" ]; then
+        say "the guest never finished the script (qemu exit $qemu after $((SECONDS - started)) s); last console lines:"
+        tail -n 30 "$out/console.log" >&2
+        exit 99
+    fi
+    local code
+    code=$(cat "$out/guest-exit-code")
+    say "guest script exited $code after $((SECONDS - started)) s"
+    exit "$code"
+}
+
+case "${1:-}" in
+    prepare) prepare ;;
+    run) [ $# -eq 3 ] || { echo "usage: $0 run OUTDIR SCRIPT" >&2; exit 2; }; run "$2" "$3" ;;
+    *) echo "usage: $0 prepare | run OUTDIR SCRIPT" >&2; exit 2 ;;
+esac
