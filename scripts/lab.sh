@@ -2,6 +2,8 @@
 # Starts a whole lab on loopback (the air, a coordinator, N agents), runs a plan through it with
 # `herald-lab run`, and stops every process it started, whatever happens.
 # Usage: scripts/lab.sh PLAN [AGENTS] [RESULTS]     (BIN=path/to/herald-lab to choose the binary)
+# ADAPTERS="hci0 hci1 ..." gives agent i radio bluez on the i-th adapter (name or address) instead
+# of the simulated air; LAB_WORK=DIR keeps tokens, ports and service logs in DIR.
 set -uo pipefail
 plan=${1:?usage: scripts/lab.sh PLAN [AGENTS] [RESULTS]}
 agents=${2:-3}
@@ -9,12 +11,15 @@ results=${3:-results}
 bin=${BIN:-.build/debug/herald-lab}
 [ -x "$bin" ] || { echo "lab: $bin not found; run make build first" >&2; exit 2; }
 
-work=$(mktemp -d /tmp/heraldlab-lab.XXXXXX)
+work=${LAB_WORK:-$(mktemp -d /tmp/heraldlab-lab.XXXXXX)}
+mkdir -p "$work"
+read -r -a adapters <<< "${ADAPTERS:-}"
+
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  if [ -n "${KEEP_LAB:-}" ]; then echo "lab: logs kept in $work/logs" >&2; else rm -rf "$work"; fi
+  if [ -n "${KEEP_LAB:-}" ] || [ -n "${LAB_WORK:-}" ]; then echo "lab: logs kept in $work/logs" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT INT TERM
 
@@ -37,8 +42,10 @@ wait_for_file "$work/coordinator.port" 20 || exit 2
 coordinator="http://127.0.0.1:$(cat "$work/coordinator.port")"
 
 for i in $(seq 1 "$agents"); do
+  radio=(--air "$air")
+  if [ ${#adapters[@]} -gt 0 ]; then radio=(--radio bluez --adapter "${adapters[$((i - 1))]}"); fi
   "$bin" agent --name "agent$i" --port 0 --port-file "$work/agent$i.port" --token-file "$token" \
-    --data "$work/agent$i" --coordinator "$coordinator" --air "$air" >"$work/logs/agent$i.log" 2>&1 & pids+=($!)
+    --data "$work/agent$i" --coordinator "$coordinator" "${radio[@]}" >"$work/logs/agent$i.log" 2>&1 & pids+=($!)
 done
 for i in $(seq 1 "$agents"); do wait_for_file "$work/agent$i.port" 20 || exit 2; done
 sleep 1.5 # first heartbeats

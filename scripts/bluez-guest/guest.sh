@@ -76,7 +76,7 @@ run() {
     timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m 2048 -smp 2 \
         -nographic -no-reboot -nic none \
         -kernel "$CACHE/root/boot/vmlinuz-$kver" -initrd "$CACHE/initramfs.gz" \
-        -append "console=ttyS0 panic=-1 quiet loglevel=3 hl_out=$out hl_script=$script" \
+        -append "console=ttyS0 panic=-1 quiet loglevel=3 hl_out=$out hl_script=$script hl_repo=$REPO" \
         -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
         -virtfs local,path="$out",mount_tag=out,security_model=none \
         </dev/null >"$out/console.log" 2>&1

@@ -1,0 +1,100 @@
+"""Checks a `make test-bluez` run from its outputs (on the host, after the guest powered off).
+
+    python3 check.py OUTDIR PLAN.yaml MODEL.json
+
+From the bundle the lab run gathered (OUTDIR/results/<run>/): every node's detection.csv lists
+every other node's shortName, its contacts.csv has read rows with that shortName and RSSI rows
+whose values are the scripted model's for that pair (sender>receiver) and change with it; the
+manifest records each node's controller identity (the Bumble controller's address). From bleak
+(OUTDIR/bleak.json): an outside client read a node's payload characteristic and got the node's
+fixed payload. Prints one line per pair and exits 1 on any failure.
+"""
+import base64, csv, glob, json, os, struct, sys
+
+
+def fixed_payload(identifier):
+    return bytes([0]) + struct.pack('<H', 0) + struct.pack('<i', identifier) + bytes(129 - 7)
+
+
+def short_name(payload):
+    return base64.b64encode(payload[3:]).decode()[:6]
+
+
+def plan_nodes(path):
+    # The plan's nodes and pinned identifiers (a small reader for this plan's YAML shape).
+    nodes, current = [], None
+    for line in open(path):
+        s = line.strip()
+        if s.startswith('- name:'):
+            current = {'name': s.split(':', 1)[1].strip()}
+            nodes.append(current)
+        elif s.startswith('identifier:') and current is not None:
+            current['identifier'] = int(s.split(':', 1)[1])
+    return nodes
+
+
+def main(out, plan_path, model_path):
+    failures = []
+    fail = failures.append
+    model = json.load(open(model_path))
+    nodes = plan_nodes(plan_path)
+    for n in nodes:
+        n['short'] = short_name(fixed_payload(n['identifier']))
+    bundles = sorted(glob.glob(os.path.join(out, 'results', '*', 'manifest.json')))
+    if not bundles:
+        print(f'FAIL: no bundle under {out}/results (see {out}/lab/logs and {out}/console.log)')
+        return 1
+    bundle = os.path.dirname(bundles[-1])
+    manifest = json.load(open(bundles[-1]))
+    controllers = json.load(open(os.path.join(out, 'controllers.json')))
+    print(f'bundle {bundle}')
+    manifest_nodes = {n['name']: n for n in manifest.get('nodes', [])}
+    for n in nodes:
+        c = (manifest_nodes.get(n['name']) or {}).get('controller') or {}
+        want = controllers[n['name']]['address']
+        if c.get('address', '').upper() != want:
+            fail(f"{n['name']}: manifest controller {c} is not the adapter {want}")
+        else:
+            print(f"{n['name']}: controller {c.get('address')} HCI {c.get('hciVersion')} LMP {c.get('lmpVersion')}.{c.get('lmpSubversion')} manufacturer {c.get('manufacturer')}")
+    print(f"{'receiver':9} {'sender':9} {'detected':>8} {'reads':>5} {'RSSI rows':>9}  values seen (scripted)")
+    for rx in nodes:
+        folder = os.path.join(bundle, 'nodes', rx['name'])
+        detection = open(os.path.join(folder, 'detection.csv')).read()
+        rows = list(csv.reader(open(os.path.join(folder, 'contacts.csv'))))[1:]
+        for tx in nodes:
+            if tx is rx:
+                continue
+            ids = {r[2] for r in rows if r[4] == '2' and r[10] == tx['short']}
+            ids.add(controllers[tx['name']]['address'])
+            reads = sum(1 for r in rows if r[4] == '2' and r[10] == tx['short'])
+            rssi = [float(r[10].split(':')[1]) for r in rows if r[5] == '3' and r[2] in ids and r[10].startswith('RSSI:')]
+            scripted = model['rssi'][f"{tx['name']}>{rx['name']}"]
+            seen = sorted(set(rssi))
+            detected = tx['short'] in detection
+            print(f"{rx['name']:9} {tx['name']:9} {str(detected):>8} {reads:>5} {len(rssi):>9}  {seen} ({scripted})")
+            if not detected:
+                fail(f"{rx['name']}: detection.csv lacks {tx['name']} ({tx['short']})")
+            if reads == 0:
+                fail(f"{rx['name']}: no read row for {tx['name']} ({tx['short']})")
+            if len(rssi) < 20:
+                fail(f"{rx['name']}: only {len(rssi)} RSSI rows for {tx['name']}")
+            if not set(rssi) <= {float(v) for v in scripted}:
+                fail(f"{rx['name']}: RSSI for {tx['name']} {seen} outside the script {scripted}")
+            if len(set(rssi)) < min(2, len(scripted)):
+                fail(f"{rx['name']}: RSSI for {tx['name']} did not follow the script's change ({seen})")
+    bleak_path = os.path.join(out, 'bleak.json')
+    payloads = json.load(open(bleak_path)) if os.path.exists(bleak_path) else {}
+    expected = {fixed_payload(n['identifier']).hex(): n['name'] for n in nodes}
+    good = {a: expected[p] for a, p in payloads.items() if p in expected}
+    print(f"bleak read the payload characteristic of {len(good)} node(s): {good}")
+    if not good:
+        fail(f'bleak read no node payload (see {out}/bleak.log)')
+    for f in failures:
+        print('FAIL:', f)
+    if failures:
+        print(f'bluetoothd log: {out}/bluetoothd.log; node logs: {bundle}/nodes/*/log.txt; lab logs: {out}/lab/logs')
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(*sys.argv[1:4]))

@@ -1,0 +1,115 @@
+"""Bumble virtual BLE controllers on /dev/vhci, one per simulated node, joined by one link.
+
+    python3 controllers.py MODEL.json OUTDIR
+
+MODEL.json:
+    {"nodes": ["alpha", "beta", "gamma"],
+     "period": 20,
+     "rssi": {"alpha>beta": [-52, -58], ...},   # sender>receiver: values, each held `period` s in turn
+     "default": -70}
+
+Controller i gets the public address F0:00:00:00:00:0(i+1); OUTDIR/controllers.json maps node
+names to addresses (nodes choose their adapter by address, whatever hciN the kernel assigned).
+
+Three changes to Bumble's stock parts, both needed to test a Linux host:
+- Advertising reports carry the RSSI of the model for (sender, receiver) at the current time
+  instead of Bumble's fixed -50. The sender is found from the advertiser address: a
+  controller's own addresses, or the address of one of its advertising sets.
+- LE ACL data is tagged with the sending side's own connection address. Stock LocalLink uses
+  the controller's random address, which is not the address a Linux host advertises from
+  (bluetoothd uses an advertising set with its own address), so the receiver finds no
+  connection and GATT never gets an answer.
+- A connection attempt to a peer that is already connected (the other way round) fails at once
+  with "connection already exists" instead of staying pending.
+"""
+import asyncio, dataclasses, json, sys, time
+
+from bumble import hci
+from bumble.controller import Controller
+from bumble.core import PhysicalTransport
+from bumble.link import LocalLink
+from bumble.transport import open_transport
+
+
+class ScriptedLink(LocalLink):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.started = time.monotonic()
+
+    def owner_of(self, address):
+        for c in self.controllers:
+            if address in (c.random_address, c.public_address):
+                return c
+            if getattr(c.le_legacy_advertiser, 'address', None) == address:
+                return c
+            if any(s.address == address for s in c.advertising_sets.values()):
+                return c
+        return None
+
+    def rssi(self, sender, receiver):
+        values = self.model['rssi'].get(f'{sender}>{receiver}')
+        if not values:
+            return self.model.get('default', -70)
+        step = int((time.monotonic() - self.started) // self.model.get('period', 20))
+        return values[step % len(values)]
+
+    def send_acl_data(self, sender_controller, destination_address, transport, data):
+        if transport != PhysicalTransport.LE:
+            return super().send_acl_data(sender_controller, destination_address, transport, data)
+        destination = self.find_le_controller(destination_address)
+        connection = next((c for c in sender_controller.le_connections.values()
+                           if c.peer_address == destination_address), None)
+        source = connection.self_address if connection else sender_controller.random_address
+        if destination is not None:
+            asyncio.get_running_loop().call_soon(lambda: destination.on_link_acl_data(source, transport, data))
+
+
+class ScriptedController(Controller):
+    def create_le_connection(self, peer_address):
+        # Both nodes of a pair connect to each other at once (lab nodes run their scan cycles in
+        # step). Stock Bumble keeps one connection per peer and leaves the second attempt pending
+        # for ever, which blocks the host's scanning until its connection timeout; a controller
+        # answers such an attempt at once, as here.
+        pending = self.pending_le_connection
+        if pending is not None and self.le_connections.get(pending.peer_address) is not None:
+            self.pending_le_connection = None
+            self.send_hci_packet(hci.HCI_LE_Connection_Complete_Event(
+                status=hci.HCI_ErrorCode.CONNECTION_ALREADY_EXISTS_ERROR, connection_handle=0, role=hci.Role.CENTRAL,
+                peer_address_type=pending.peer_address.address_type, peer_address=pending.peer_address,
+                connection_interval=0, peripheral_latency=0, supervision_timeout=0, central_clock_accuracy=0))
+            return
+        super().create_le_connection(peer_address)
+
+    def send_hci_packet(self, packet):
+        if isinstance(packet, (hci.HCI_LE_Advertising_Report_Event, hci.HCI_LE_Extended_Advertising_Report_Event)):
+            reports = []
+            for r in packet.reports:
+                sender = self.link.owner_of(r.address)
+                if sender is not None:
+                    r = dataclasses.replace(r, rssi=self.link.rssi(sender.name, self.name))
+                reports.append(r)
+            packet = type(packet)(reports)
+        super().send_hci_packet(packet)
+
+
+async def main(model_path, out):
+    model = json.load(open(model_path))
+    link = ScriptedLink(model)
+    mapping = {}
+    transports = []
+    for i, name in enumerate(model['nodes']):
+        address = f'F0:00:00:00:00:{i + 1:02X}'
+        transport = await open_transport('vhci')
+        transports.append(transport)
+        ScriptedController(name, host_source=transport.source, host_sink=transport.sink, link=link,
+                           public_address=hci.Address(address, hci.Address.PUBLIC_DEVICE_ADDRESS))
+        mapping[name] = {'address': address}
+    with open(f'{out}/controllers.json', 'w') as f:
+        json.dump(mapping, f, indent=1)
+    print('controllers ready:', ', '.join(f'{n}={m["address"]}' for n, m in mapping.items()), flush=True)
+    await asyncio.get_running_loop().create_future()
+
+
+if __name__ == '__main__':
+    asyncio.run(main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,50 @@
+#!/bin/bash
+# Runs inside the QEMU guest (guest.sh run): system D-Bus, Bumble controllers, real bluetoothd
+# -E, then the plan through a coordinator and three agents with radio bluez, and bleak as an
+# outside client. Everything the host-side check needs lands in OUT ($1).
+set -u
+OUT=$1
+REPO=${HL_REPO:?}
+BIN=${HERALD_LAB:-$REPO/.build/debug/herald-lab}
+G=$REPO/scripts/bluez-guest
+pids=()
+finish() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
+trap finish EXIT
+step() { echo "[guest $(date +%T)] $*"; }
+wait_until() { # SECONDS DESCRIPTION COMMAND...
+  local limit=$1 what=$2; shift 2
+  for _ in $(seq 1 $((limit * 4))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
+  step "timed out after ${limit}s waiting for $what"; return 1
+}
+
+step "system bus"
+mkdir -p /run/dbus
+dbus-daemon --system --fork || exit 10
+
+step "Bumble controllers"
+python3 "$G/controllers.py" "$G/model.json" "$OUT" >"$OUT/controllers.log" 2>&1 & pids+=($!)
+wait_until 60 "controllers" grep -q "controllers ready" "$OUT/controllers.log" || { cat "$OUT/controllers.log"; exit 11; }
+count=$(python3 -c "import json; print(len(json.load(open('$G/model.json'))['nodes']))")
+wait_until 60 "$count hci devices" test "$(ls /sys/class/bluetooth | grep -c '^hci')" -ge "$count" || exit 12
+step "$(ls /sys/class/bluetooth | tr '\n' ' ')"
+
+step "bluetoothd -n -d -E"
+/usr/libexec/bluetooth/bluetoothd -n -d -E >"$OUT/bluetoothd.log" 2>&1 & pids+=($!)
+adapters_ready() {
+  [ "$(dbus-send --system --print-reply --dest=org.bluez / org.freedesktop.DBus.ObjectManager.GetManagedObjects 2>/dev/null | grep -c '"org.bluez.Adapter1"')" -ge "$count" ]
+}
+wait_until 60 "bluetoothd adapters" adapters_ready || { tail -20 "$OUT/bluetoothd.log"; exit 13; }
+bluetoothctl --version
+
+addr() { python3 -c "import json; print(json.load(open('$OUT/controllers.json'))['$1']['address'])"; }
+step "lab run: alpha=$(addr alpha) beta=$(addr beta) gamma=$(addr gamma)"
+( sleep 60; step "bleak reads payloads through observer $(addr observer)"
+  python3 "$G/bleak_read.py" "$(addr observer)" "$OUT/bleak.json" >"$OUT/bleak.log" 2>&1
+  step "bleak done: $(tail -1 "$OUT/bleak.log")" ) & pids+=($!)
+cd "$REPO"
+ADAPTERS="$(addr alpha) $(addr beta) $(addr gamma)" BIN="$BIN" LAB_WORK="$OUT/lab" \
+  scripts/lab.sh plans/bluez-3.yaml 3 "$OUT/results"
+status=$?
+step "lab run exited $status"
+wait "${pids[-1]}" 2>/dev/null
+exit $status
