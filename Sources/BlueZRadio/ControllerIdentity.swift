@@ -90,12 +90,13 @@ public enum ControllerIdentity: Sendable, Equatable, Codable {
             guard id >= 0 else { return .unavailable("hci_get_route(any): \(errnoDescription(errno))") }
             devID = id
         } else {
-            var wanted = bdaddr_t()
-            guard isAddress(adapter), str2ba(adapter, &wanted) == 0 else {
+            guard isAddress(adapter) else {
                 return .unavailable("not an adapter name or address: '\(adapter)'")
             }
-            let id = hci_get_route(&wanted)
-            guard id >= 0 else { return .unavailable("hci_get_route(\(adapter)): \(errnoDescription(errno))") }
+            // hci_devid finds the controller with this address (hci_get_route would pick
+            // another one: it looks for a route *to* that address).
+            let id = hci_devid(adapter)
+            guard id >= 0 else { return .unavailable("hci_devid(\(adapter)): \(errnoDescription(errno))") }
             devID = id
         }
         let dd = hci_open_dev(devID)

@@ -65,7 +65,31 @@ class ScriptedLink(LocalLink):
             asyncio.get_running_loop().call_soon(lambda: destination.on_link_acl_data(source, transport, data))
 
 
+TRACE = bool(__import__('os').environ.get('HL_BUMBLE_TRACE'))
+
+
+def trace(*args):
+    if TRACE:
+        print(f'{time.monotonic():10.3f}', *args, flush=True)
+
+
 class ScriptedController(Controller):
+    def on_hci_le_set_extended_advertising_enable_command(self, command):
+        trace(self.name, 'ext adv enable', command.enable, list(command.advertising_handles))
+        return super().on_hci_le_set_extended_advertising_enable_command(command)
+
+    def on_hci_le_set_advertising_enable_command(self, command):
+        trace(self.name, 'legacy adv enable', command.advertising_enable)
+        return super().on_hci_le_set_advertising_enable_command(command)
+
+    def on_le_connect_ind(self, packet):
+        trace(self.name, 'connect ind from', packet.initiator_address)
+        return super().on_le_connect_ind(packet)
+
+    def on_le_disconnected(self, connection, reason):
+        trace(self.name, 'disconnected', connection.peer_address, reason)
+        return super().on_le_disconnected(connection, reason)
+
     def create_le_connection(self, peer_address):
         # Both nodes of a pair connect to each other at once (lab nodes run their scan cycles in
         # step). Stock Bumble keeps one connection per peer and leaves the second attempt pending

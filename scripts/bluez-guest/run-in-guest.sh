@@ -39,7 +39,7 @@ bluetoothctl --version
 addr() { python3 -c "import json; print(json.load(open('$OUT/controllers.json'))['$1']['address'])"; }
 step "lab run: alpha=$(addr alpha) beta=$(addr beta) gamma=$(addr gamma)"
 ( sleep 60; step "bleak reads payloads through observer $(addr observer)"
-  python3 "$G/bleak_read.py" "$(addr observer)" "$OUT/bleak.json" >"$OUT/bleak.log" 2>&1
+  timeout 150 python3 -u "$G/bleak_read.py" "$(addr observer)" "$OUT/bleak.json" >"$OUT/bleak.log" 2>&1
   step "bleak done: $(tail -1 "$OUT/bleak.log")" ) & pids+=($!)
 cd "$REPO"
 ADAPTERS="$(addr alpha) $(addr beta) $(addr gamma)" BIN="$BIN" LAB_WORK="$OUT/lab" \
