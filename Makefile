@@ -36,8 +36,29 @@ demo: build
 simulate: build
 	$(SWIFT) run herald-lab simulate plans/office-10.yaml --out results/office-10-sim
 
+# Real bluetoothd: a QEMU guest (Debian's kernel over this machine's root file system) with
+# Bumble virtual controllers runs plans/bluez-3.yaml through a coordinator and three agents with
+# radio bluez, and bleak reads a node's payload; scripts/bluez-guest/check.py checks the bundle.
+# Outputs, bluetoothd -d log included: $(BLUEZ_OUT).
+BLUEZ_APT := qemu-system-x86 busybox-static bluez cpio kmod
+BLUEZ_OUT ?= results/test-bluez
+test-bluez: deps
+	@missing=""; for p in $(BLUEZ_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make test-bluez: installing$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	@python3 -c "import bumble, bleak" 2>/dev/null || python3 -m pip install -q bumble==0.0.236 bleak
+	$(SWIFT) build
+	scripts/bluez-guest/guest.sh prepare
+	@rm -rf $(BLUEZ_OUT); started=$$(date +%s); \
+	 scripts/bluez-guest/guest.sh run $(BLUEZ_OUT) scripts/bluez-guest/run-in-guest.sh; guest=$$?; \
+	 python3 scripts/bluez-guest/check.py $(BLUEZ_OUT) plans/bluez-3.yaml scripts/bluez-guest/model.json; check=$$?; \
+	 echo "test-bluez: $$(( $$(date +%s) - started )) s wall; guest exit $$guest, check exit $$check; outputs in $(BLUEZ_OUT)"; \
+	 [ $$check -eq 0 ] && [ $$guest -le 1 ]
+
 clean:
-	rm -rf .build Benchmarks/.build
+	rm -rf .build Benchmarks/.build .build-bluez
 
 # Benchmarks (release build): figures and ratios, never asserted in tests.
 bench: bench-sim bench-analysis bench-harness
