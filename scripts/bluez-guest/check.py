@@ -76,7 +76,7 @@ def main(out, plan_path, model_path):
                 fail(f"{rx['name']}: detection.csv lacks {tx['name']} ({tx['short']})")
             if reads == 0:
                 fail(f"{rx['name']}: no read row for {tx['name']} ({tx['short']})")
-            if len(rssi) < 20:
+            if len(rssi) < 10:
                 fail(f"{rx['name']}: only {len(rssi)} RSSI rows for {tx['name']}")
             if not set(rssi) <= {float(v) for v in scripted}:
                 fail(f"{rx['name']}: RSSI for {tx['name']} {seen} outside the script {scripted}")

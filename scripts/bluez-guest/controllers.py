@@ -11,7 +11,7 @@ MODEL.json:
 Controller i gets the public address F0:00:00:00:00:0(i+1); OUTDIR/controllers.json maps node
 names to addresses (nodes choose their adapter by address, whatever hciN the kernel assigned).
 
-Three changes to Bumble's stock parts, both needed to test a Linux host:
+Changes to Bumble's stock parts, each needed to test Linux hosts that connect to each other:
 - Advertising reports carry the RSSI of the model for (sender, receiver) at the current time
   instead of Bumble's fixed -50. The sender is found from the advertiser address: a
   controller's own addresses, or the address of one of its advertising sets.
@@ -20,7 +20,8 @@ Three changes to Bumble's stock parts, both needed to test a Linux host:
   (bluetoothd uses an advertising set with its own address), so the receiver finds no
   connection and GATT never gets an answer.
 - A connection attempt to a peer that is already connected (the other way round) fails at once
-  with "connection already exists" instead of staying pending.
+  with "connection already exists" instead of staying pending; a cancelled attempt ends.
+- Simultaneous roles: see ScriptedController.
 """
 import asyncio, dataclasses, json, sys, time
 
@@ -74,9 +75,78 @@ def trace(*args):
 
 
 class ScriptedController(Controller):
+    """A Bumble controller that behaves like a dongle supporting simultaneous LE roles.
+
+    Linux pauses advertising before it initiates a connection unless the driver marks the
+    controller's LE states as valid (hci_vhci does not). Lab nodes start in step, so two nodes
+    often initiate to each other at once, each having paused its own advertising: with stock
+    Bumble, which completes a connection only on the target's next advert, both then wait for the
+    host's connection timeout. Here an advertising set paused by its host in the last few seconds
+    still accepts a connection, and an initiator whose target has just paused connects at once.
+    """
+    PAUSE_GRACE = 5.0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.paused_sets = {}
+
+    def recently_paused(self, address):
+        now = time.monotonic()
+        for handle, at in self.paused_sets.items():
+            s = self.advertising_sets.get(handle)
+            if s is not None and not s.enabled and s.address == address and now - at < self.PAUSE_GRACE:
+                return s
+        return None
+
     def on_hci_le_set_extended_advertising_enable_command(self, command):
         trace(self.name, 'ext adv enable', command.enable, list(command.advertising_handles))
+        handles = list(command.advertising_handles) or list(self.advertising_sets)
+        for h in handles:
+            if command.enable:
+                self.paused_sets.pop(h, None)
+            elif h in self.advertising_sets and self.advertising_sets[h].enabled:
+                self.paused_sets[h] = time.monotonic()
         return super().on_hci_le_set_extended_advertising_enable_command(command)
+
+    def on_le_connect_ind(self, packet):
+        paused = self.recently_paused(packet.advertiser_address)
+        if paused is not None:
+            trace(self.name, 'accepts a connection on its paused set from', packet.initiator_address)
+            paused.enabled = True  # super() terminates the set as for any connection
+        return super().on_le_connect_ind(packet)
+
+    def connect_if_target_paused(self):
+        pending = self.pending_le_connection
+        if pending is None:
+            return
+        target = self.link.owner_of(pending.peer_address)
+        if target is not None and isinstance(target, ScriptedController) and target.recently_paused(pending.peer_address):
+            trace(self.name, 'connects at once to paused', pending.peer_address)
+            self.create_le_connection(pending.peer_address)
+
+    def on_hci_le_create_connection_command(self, command):
+        result = super().on_hci_le_create_connection_command(command)
+        asyncio.get_running_loop().call_later(0.05, self.connect_if_target_paused)
+        return result
+
+    def on_hci_le_extended_create_connection_command(self, command):
+        result = super().on_hci_le_extended_create_connection_command(command)
+        asyncio.get_running_loop().call_later(0.05, self.connect_if_target_paused)
+        return result
+
+    def on_hci_le_create_connection_cancel_command(self, command):
+        # Stock Bumble keeps the cancelled attempt pending (so every later attempt is refused)
+        # and never completes it; a controller ends it with "unknown connection identifier".
+        pending = self.pending_le_connection
+        self.pending_le_connection = None
+        result = super().on_hci_le_create_connection_cancel_command(command)
+        if pending is not None:
+            trace(self.name, 'cancelled connection to', pending.peer_address)
+            asyncio.get_running_loop().call_soon(lambda: self.send_hci_packet(hci.HCI_LE_Connection_Complete_Event(
+                status=hci.HCI_ErrorCode.UNKNOWN_CONNECTION_IDENTIFIER_ERROR, connection_handle=0, role=hci.Role.CENTRAL,
+                peer_address_type=pending.peer_address.address_type, peer_address=pending.peer_address,
+                connection_interval=0, peripheral_latency=0, supervision_timeout=0, central_clock_accuracy=0)))
+        return result
 
     def on_hci_le_set_advertising_enable_command(self, command):
         trace(self.name, 'legacy adv enable', command.advertising_enable)

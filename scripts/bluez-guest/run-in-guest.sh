@@ -22,14 +22,19 @@ mkdir -p /run/dbus
 dbus-daemon --system --fork || exit 10
 
 step "Bumble controllers"
-python3 "$G/controllers.py" "$G/model.json" "$OUT" >"$OUT/controllers.log" 2>&1 & pids+=($!)
+HL_BUMBLE_TRACE=1 python3 "$G/controllers.py" "$G/model.json" "$OUT" >"$OUT/controllers.log" 2>&1 & pids+=($!)
 wait_until 60 "controllers" grep -q "controllers ready" "$OUT/controllers.log" || { cat "$OUT/controllers.log"; exit 11; }
 count=$(python3 -c "import json; print(len(json.load(open('$G/model.json'))['nodes']))")
 wait_until 60 "$count hci devices" test "$(ls /sys/class/bluetooth | grep -c '^hci')" -ge "$count" || exit 12
 step "$(ls /sys/class/bluetooth | tr '\n' ' ')"
 
 step "bluetoothd -n -d -E"
-/usr/libexec/bluetooth/bluetoothd -n -d -E >"$OUT/bluetoothd.log" 2>&1 & pids+=($!)
+# Restarted when it dies, as systemd does on a node (the nodes must ride through it).
+( while true; do
+    /usr/libexec/bluetooth/bluetoothd -n -d -E >>"$OUT/bluetoothd.log" 2>&1
+    echo "[guest $(date +%T)] bluetoothd exited $?; restarting" | tee -a "$OUT/bluetoothd-restarts.log"
+    sleep 1
+  done ) & pids+=($!)
 adapters_ready() {
   [ "$(dbus-send --system --print-reply --dest=org.bluez / org.freedesktop.DBus.ObjectManager.GetManagedObjects 2>/dev/null | grep -c '"org.bluez.Adapter1"')" -ge "$count" ]
 }
