@@ -32,7 +32,8 @@ step "bluetoothd -n -d -E"
 # Restarted when it dies, as systemd does on a node (the nodes must ride through it).
 ( while true; do
     /usr/libexec/bluetooth/bluetoothd -n -d -E >>"$OUT/bluetoothd.log" 2>&1
-    echo "[guest $(date +%T)] bluetoothd exited $?; restarting" | tee -a "$OUT/bluetoothd-restarts.log"
+    code=$?
+    echo "[guest $(date +%T)] bluetoothd exited $code; restarting" | tee -a "$OUT/bluetoothd-restarts.log"
     sleep 1
   done ) & pids+=($!)
 adapters_ready() {
