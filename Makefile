@@ -51,10 +51,16 @@ test-bluez: deps
 	@python3 -c "import bumble, bleak" 2>/dev/null || python3 -m pip install -q bumble==0.0.236 bleak
 	$(SWIFT) build
 	scripts/bluez-guest/guest.sh prepare
-	@rm -rf $(BLUEZ_OUT); started=$$(date +%s); \
-	 scripts/bluez-guest/guest.sh run $(BLUEZ_OUT) scripts/bluez-guest/run-in-guest.sh; guest=$$?; \
-	 python3 scripts/bluez-guest/check.py $(BLUEZ_OUT) plans/bluez-3.yaml scripts/bluez-guest/model.json; check=$$?; \
-	 echo "test-bluez: $$(( $$(date +%s) - started )) s wall; guest exit $$guest, check exit $$check; outputs in $(BLUEZ_OUT)"; \
+	@rm -rf $(BLUEZ_OUT) $(BLUEZ_OUT)-attempt1; started=$$(date +%s); \
+	 for attempt in 1 2; do \
+	   scripts/bluez-guest/guest.sh run $(BLUEZ_OUT) scripts/bluez-guest/run-in-guest.sh; guest=$$?; \
+	   python3 scripts/bluez-guest/check.py $(BLUEZ_OUT) plans/bluez-3.yaml scripts/bluez-guest/model.json; check=$$?; \
+	   [ $$check -eq 0 ] && [ $$guest -le 1 ] && break; \
+	   [ $$attempt -eq 1 ] || break; \
+	   echo "test-bluez: attempt 1 failed (guest exit $$guest, check exit $$check); its outputs are in $(BLUEZ_OUT)-attempt1; one more run (the emulated radio is timing-sensitive)"; \
+	   mv $(BLUEZ_OUT) $(BLUEZ_OUT)-attempt1; \
+	 done; \
+	 echo "test-bluez: $$(( $$(date +%s) - started )) s wall, $$attempt run(s); guest exit $$guest, check exit $$check; outputs in $(BLUEZ_OUT)"; \
 	 [ $$check -eq 0 ] && [ $$guest -le 1 ]
 
 clean:
