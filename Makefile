@@ -51,14 +51,14 @@ test-bluez: deps
 	@python3 -c "import bumble, bleak" 2>/dev/null || python3 -m pip install -q bumble==0.0.236 bleak
 	$(SWIFT) build
 	scripts/bluez-guest/guest.sh prepare
-	@rm -rf $(BLUEZ_OUT) $(BLUEZ_OUT)-attempt1; started=$$(date +%s); \
-	 for attempt in 1 2; do \
+	@rm -rf $(BLUEZ_OUT) $(BLUEZ_OUT)-attempt*; started=$$(date +%s); \
+	 for attempt in 1 2 3; do \
 	   scripts/bluez-guest/guest.sh run $(BLUEZ_OUT) scripts/bluez-guest/run-in-guest.sh; guest=$$?; \
 	   python3 scripts/bluez-guest/check.py $(BLUEZ_OUT) plans/bluez-3.yaml scripts/bluez-guest/model.json; check=$$?; \
 	   [ $$check -eq 0 ] && [ $$guest -le 1 ] && break; \
-	   [ $$attempt -eq 1 ] || break; \
-	   echo "test-bluez: attempt 1 failed (guest exit $$guest, check exit $$check); its outputs are in $(BLUEZ_OUT)-attempt1; one more run (the emulated radio is timing-sensitive)"; \
-	   mv $(BLUEZ_OUT) $(BLUEZ_OUT)-attempt1; \
+	   [ $$attempt -lt 3 ] || break; \
+	   echo "test-bluez: run $$attempt failed (guest exit $$guest, check exit $$check); its outputs are in $(BLUEZ_OUT)-attempt$$attempt; running again (the emulated radio is timing-sensitive)"; \
+	   rm -rf $(BLUEZ_OUT)-attempt$$attempt; mv $(BLUEZ_OUT) $(BLUEZ_OUT)-attempt$$attempt; \
 	 done; \
 	 echo "test-bluez: $$(( $$(date +%s) - started )) s wall, $$attempt run(s); guest exit $$guest, check exit $$check; outputs in $(BLUEZ_OUT)"; \
 	 [ $$check -eq 0 ] && [ $$guest -le 1 ]

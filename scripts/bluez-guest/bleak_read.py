@@ -3,7 +3,8 @@
     python3 bleak_read.py ADAPTER_ADDRESS OUT.json
 
 Scans on the adapter with that address for devices advertising the Herald service (0xFCF6),
-connects to each, reads the payload characteristic and writes {address: payload hex} to OUT.json.
+connects to each, reads the payload characteristic and writes {address: payload hex} to OUT.json,
+going round until every node is read or about two minutes have passed.
 """
 import asyncio, json, sys
 from bleak import BleakClient, BleakScanner
@@ -27,28 +28,31 @@ async def adapter_named(address):
 
 async def main(address, out):
     adapter = await adapter_named(address)
-    found = {}
-    for attempt in range(6):
-        devices = await BleakScanner.discover(timeout=5, adapter=adapter, return_adv=True)
-        for d, adv in devices.values():
-            if HERALD in [u.lower() for u in adv.service_uuids]:
-                found[d.address] = d
-        if len(found) >= 3:
-            break
-    print(f'bleak: {len(found)} Herald devices seen on {adapter}', flush=True)
-    payloads = {}
-    for addr, d in sorted(found.items()):
-        for attempt in range(3):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 110
+    payloads, seen = {}, set()
+    # Scan, then connect at once to what was just seen (bluetoothd forgets devices it no longer
+    # hears), and go round again until every node is read or time is up.
+    while loop.time() < deadline and len(payloads) < 3:
+        devices = await BleakScanner.discover(timeout=4, adapter=adapter, return_adv=True)
+        found = [d for d, adv in devices.values() if HERALD in [u.lower() for u in adv.service_uuids]]
+        new = {d.address for d in found} - seen
+        if new:
+            seen |= new
+            print(f'bleak: Herald devices seen on {adapter}: {sorted(seen)}', flush=True)
+        for d in found:
+            if d.address in payloads or loop.time() > deadline:
+                continue
             try:
-                async with BleakClient(d, adapter=adapter, timeout=20) as client:
+                async with BleakClient(d, adapter=adapter, timeout=15) as client:
                     data = await client.read_gatt_char(PAYLOAD)
-                    payloads[addr] = bytes(data).hex()
-                    print(f'bleak: read {len(data)} bytes from {addr}', flush=True)
-                    break
+                payloads[d.address] = bytes(data).hex()
+                print(f'bleak: read {len(data)} bytes from {d.address}', flush=True)
+                json.dump(payloads, open(out, 'w'), indent=1)
             except Exception as e:
-                print(f'bleak: {addr} attempt {attempt + 1}: {e!r}', flush=True)
-                await asyncio.sleep(2)
+                print(f'bleak: {d.address}: {e!r}', flush=True)
     json.dump(payloads, open(out, 'w'), indent=1)
+    print(f'bleak: read {len(payloads)} of {len(seen)} Herald devices', flush=True)
 
 
 asyncio.run(main(sys.argv[1], sys.argv[2]))

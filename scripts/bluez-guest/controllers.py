@@ -101,6 +101,9 @@ class ScriptedController(Controller):
     def on_hci_le_set_extended_advertising_enable_command(self, command):
         trace(self.name, 'ext adv enable', command.enable, list(command.advertising_handles))
         handles = list(command.advertising_handles) or list(self.advertising_sets)
+        if command.enable and all(h in self.advertising_sets and self.advertising_sets[h].enabled for h in handles):
+            # Still advertising (see on_le_connect_ind): starting again would double the adverts.
+            return hci.HCI_StatusReturnParameters(hci.HCI_ErrorCode.SUCCESS)
         for h in handles:
             if command.enable:
                 self.paused_sets.pop(h, None)
@@ -113,7 +116,16 @@ class ScriptedController(Controller):
         if paused is not None:
             trace(self.name, 'accepts a connection on its paused set from', packet.initiator_address)
             paused.enabled = True  # super() terminates the set as for any connection
-        return super().on_le_connect_ind(packet)
+        connected_set = next((s for s in self.advertising_sets.values()
+                              if s.enabled and s.address == packet.advertiser_address), None)
+        result = super().on_le_connect_ind(packet)
+        if connected_set is not None and not connected_set.enabled:
+            # A dongle with valid LE states goes on advertising while connected as peripheral
+            # (Linux re-enables the set at once); the kernel does not do that for hci_vhci, so
+            # the controller does it itself, or a connected node would be invisible until its
+            # link drops.
+            asyncio.get_running_loop().call_later(0.05, lambda: connected_set.enabled or connected_set.start())
+        return result
 
     def connect_if_target_paused(self):
         pending = self.pending_le_connection
