@@ -8,6 +8,14 @@ import HeraldRadio
 extension BlueZTransport {
     public func startScanning(filter: ScanFilter, completion: @escaping (Result<Void, TransportError>) -> Void) {
         guard let adapter = adapterPath else { completion(.failure(.adapterUnavailable("no adapter"))); return }
+        if connectionAttempts > 0 {
+            // Starting discovery makes the kernel abort an LE connection attempt in progress
+            // (and bluetoothd 5.66 then removes the temporary device under its own feet):
+            // discovery starts once the attempt has ended.
+            deferredScan = filter
+            completion(.success(()))
+            return
+        }
         var f: [String: DBusValue] = ["DuplicateData": .bool(filter.duplicateData)]
         if filter.lowEnergyOnly { f["Transport"] = .string("le") }
         if let rssi = filter.rssiThreshold { f["RSSI"] = .int16(Int16(clamping: rssi)) }
@@ -28,6 +36,11 @@ extension BlueZTransport {
 
     public func stopScanning(completion: @escaping (Result<Void, TransportError>) -> Void) {
         guard let adapter = adapterPath else { completion(.success(())); return }
+        if deferredScan != nil, !scanning {
+            deferredScan = nil
+            completion(.success(()))
+            return
+        }
         scanning = false
         perform("StopDiscovery", completion) { bus in
             for attempt in 1...5 {
@@ -63,11 +76,13 @@ extension BlueZTransport {
         }
         let started = dispatch.now
         var finished = false
+        connectionAttempts += 1
         let finish: (Result<Void, TransportError>) -> Void = { [weak self] result in
             guard !finished else { return }
             finished = true
             if case .success = result { self?.outgoing.insert(address) }
             if case .failure(let error) = result, case .timeout = error { self?.abandon(path) }
+            self?.connectionAttemptEnded()
             completion(result)
         }
         // One deadline for Connect and service resolution together.
@@ -87,6 +102,15 @@ extension BlueZTransport {
                 _ = try await self.call(bus, path, BlueZ.device, "Connect", timeout: max(1, timeout - Date().timeIntervalSince(started)))
             } catch where BlueZError.isNamed(error, "AlreadyConnected") {
             }
+        }
+    }
+
+    private func connectionAttemptEnded() {
+        connectionAttempts = max(0, connectionAttempts - 1)
+        guard connectionAttempts == 0, let filter = deferredScan else { return }
+        deferredScan = nil
+        startScanning(filter: filter) { [weak self] result in
+            if case .failure(let error) = result { self?.note("deferred discovery failed to start: \(error)") }
         }
     }
 

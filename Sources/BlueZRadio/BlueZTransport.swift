@@ -59,6 +59,9 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     var advertisementCount = 0
     var resolveWaiters: [String: [(Bool) -> Void]] = [:]
     var outgoing: Set<RadioAddress> = []
+    /// Outgoing connection attempts in progress, and a discovery waiting for them to end.
+    var connectionAttempts = 0
+    var deferredScan: ScanFilter?
     var centrals: Set<RadioAddress> = []
     var warnedAdvertisingControl = false
 
@@ -223,6 +226,8 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         let wasOn = state == .poweredOn
         state = .unavailable
         scanning = false
+        deferredScan = nil
+        connectionAttempts = 0
         applicationRegistered = false
         advertisementRegistered = false
         for (_, waiters) in resolveWaiters { for w in waiters { w(false) } }
