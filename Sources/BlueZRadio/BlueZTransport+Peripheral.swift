@@ -13,7 +13,7 @@ extension BlueZTransport {
 
     public func register(service: GATTService, server delegate: any GATTServerDelegate,
                          completion: @escaping (Result<Void, TransportError>) -> Void) {
-        server = (service, delegate)
+        server = delegate
         guard let adapter = adapterPath else {
             completion(.failure(.adapterUnavailable("no adapter"))); return
         }
@@ -49,7 +49,7 @@ extension BlueZTransport {
                 let result: Result<Data, ATTError> = await self.onScheduler {
                     guard let server = self.server else { return .failure(.failed("no server")) }
                     self.centrals.insert(central)
-                    return server.delegate.gattRead(characteristic: uuid, offset: offset, central: central)
+                    return server.gattRead(characteristic: uuid, offset: offset, central: central)
                 }
                 switch result {
                 case .success(let data): return [.bytes([UInt8](data))]
@@ -65,7 +65,7 @@ extension BlueZTransport {
                 let result: Result<Void, ATTError> = await self.onScheduler {
                     guard let server = self.server else { return .failure(.failed("no server")) }
                     self.centrals.insert(central)
-                    return server.delegate.gattWrite(characteristic: uuid, value: value, offset: offset, central: central)
+                    return server.gattWrite(characteristic: uuid, value: value, offset: offset, central: central)
                 }
                 if case .failure(let e) = result { throw BlueZError.methodError(e) }
                 return []
@@ -90,7 +90,6 @@ extension BlueZTransport {
         let previous = advertisementRegistered ? advertisementPath : nil
         advertisementCount += 1
         let path = advertisementPath
-        advertisement = ad
         let interface = advertisementInterface(ad)
         perform("RegisterAdvertisement", { [weak self] (result: Result<Void, TransportError>) in
             guard let self else { return }

@@ -52,9 +52,8 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     var recoveryTask: ScheduledTask?
     var wasReady = false
     var scanning = false
-    var server: (service: GATTService, delegate: any GATTServerDelegate)?
+    var server: (any GATTServerDelegate)?
     var applicationRegistered = false
-    var advertisement: Advertisement?
     var advertisementRegistered = false
     var advertisementCount = 0
     var resolveWaiters: [String: [(Bool) -> Void]] = [:]
@@ -172,11 +171,11 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
             let adapter = try chosen.get()
             let powered = await onScheduler { self.objects[adapter, BlueZ.adapter]?["Powered"]?.boolValue ?? false }
             if !powered {
-                _ = try await bus.call(destination: BlueZ.service, path: adapter, interface: DBusStandardInterface.properties,
-                                       member: "Set", arguments: [.string(BlueZ.adapter), .string("Powered"), .variant(.bool(true))])
+                _ = try await call(bus, adapter, DBusStandardInterface.properties, "Set",
+                                   [.string(BlueZ.adapter), .string("Powered"), .variant(.bool(true))])
                 // bluetoothd replies once the controller answered; confirm the property.
-                let value = try await bus.call(destination: BlueZ.service, path: adapter, interface: DBusStandardInterface.properties,
-                                               member: "Get", arguments: [.string(BlueZ.adapter), .string("Powered")])
+                let value = try await call(bus, adapter, DBusStandardInterface.properties, "Get",
+                                           [.string(BlueZ.adapter), .string("Powered")])
                 guard value.first?.boolValue == true else {
                     throw TransportError.adapterUnavailable("\(adapter) did not power on (rfkill? `rfkill unblock bluetooth`)")
                 }
@@ -239,7 +238,7 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         if wasOn {
             note("radio lost: \(reason); retrying every \(Int(options.recoveryInterval)) s")
             for a in links.sorted(by: { $0.value < $1.value }) { delegate?.transport(didDisconnect: a) }
-            if let server { for a in remotes.sorted(by: { $0.value < $1.value }) { server.delegate.gattCentralDisconnected(a) } }
+            if let server { for a in remotes.sorted(by: { $0.value < $1.value }) { server.gattCentralDisconnected(a) } }
             delegate?.transport(didUpdateState: .unavailable)
         }
         scheduleRecovery()
@@ -316,6 +315,6 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     private func linkDown(_ address: RadioAddress, path: String) {
         if let waiters = resolveWaiters.removeValue(forKey: path) { for w in waiters { w(false) } }
         if outgoing.remove(address) != nil { delegate?.transport(didDisconnect: address) }
-        if centrals.remove(address) != nil { server?.delegate.gattCentralDisconnected(address) }
+        if centrals.remove(address) != nil { server?.gattCentralDisconnected(address) }
     }
 }

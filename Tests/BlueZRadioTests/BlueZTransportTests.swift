@@ -22,7 +22,7 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
     let rssiScript = [-55, -60, -65]
 
     override func setUp() async throws {
-        guard Self.pythonHasDbusFast else {
+        guard pythonHasModule("dbus_fast") else {
             throw XCTSkip("python3 -m pip install dbus-fast (the simulated bluetoothd) is not installed")
         }
         bus = try await PrivateBus.start()
@@ -48,16 +48,6 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         bus?.stop()
     }
 
-    static var pythonHasDbusFast: Bool {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["python3", "-c", "import dbus_fast"]
-        p.standardError = FileHandle.nullDevice
-        p.standardOutput = FileHandle.nullDevice
-        guard (try? p.run()) != nil else { return false }
-        p.waitUntilExit()
-        return p.terminationStatus == 0
-    }
 
     // MARK: helpers
 

@@ -133,3 +133,15 @@ public final class PrivateBus: @unchecked Sendable {
     }
 }
 
+
+/// Whether `python3` can import `module` (the Python test peers need dbus-fast).
+public func pythonHasModule(_ module: String) -> Bool {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    p.arguments = ["python3", "-c", "import \(module)"]
+    p.standardError = FileHandle.nullDevice
+    p.standardOutput = FileHandle.nullDevice
+    guard (try? p.run()) != nil else { return false }
+    p.waitUntilExit()
+    return p.terminationStatus == 0
+}

@@ -10,16 +10,7 @@ final class PythonPeer: @unchecked Sendable {
     static let interface = "org.heraldlab.Peer"
     let process: Process
 
-    static var available: Bool {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["python3", "-c", "import dbus_fast"]
-        p.standardError = FileHandle.nullDevice
-        p.standardOutput = FileHandle.nullDevice
-        guard (try? p.run()) != nil else { return false }
-        p.waitUntilExit()
-        return p.terminationStatus == 0
-    }
+    static var available: Bool { pythonHasModule("dbus_fast") }
 
     /// Starts the peer and waits (through our own binding) until it owns its name.
     static func start(bus: PrivateBus, watcher: DBusConnection) async throws -> PythonPeer {
