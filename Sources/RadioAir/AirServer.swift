@@ -131,7 +131,7 @@ final class AttachedNode: BLETransportDelegate, GATTServerDelegate {
     func send(_ message: AirMessage) {
         var m = message
         m.at = Date().timeIntervalSince1970
-        send(m)
+        socket.send(m)
     }
 
     func detach() {
