@@ -131,4 +131,31 @@ final class FaultTests: XCTestCase {
         let runs = try FileManager.default.contentsOfDirectory(atPath: lab.dir.appendingPathComponent("agent1/runs").path)
         XCTAssertEqual(runs, [], "nothing armed is left on the agent")
     }
+
+    func testNodesReattachToTheAirAfterItWasGoneAndRecordTheGap() throws {
+        let lab = try LabProcesses.make(agents: 2)
+        self.lab = lab
+        let id = try lab.submit(plan("airgone", nodes: 2, duration: "30s"))
+        try lab.waitUntil(timeout: 20, "run running") { (lab.runRecord(id)?["state"] as? String) == "running" }
+        Thread.sleep(forTimeInterval: 6)
+        let airPort = lab.ports["air"]!
+        lab.kill9("air")
+        let killedAt = Date()
+        Thread.sleep(forTimeInterval: 6)
+        try lab.start("air", ["air"], port: airPort)
+        let restartedAt = Date()
+        try lab.waitUntil(timeout: 60, "run complete") { ["complete", "failed"].contains(lab.runRecord(id)?["state"] as? String) }
+        let m = try Manifest.read(from: lab.results.appendingPathComponent("\(id)/manifest.json"))
+        for n in m.nodes {
+            XCTAssertEqual(n.state, .partial, "\(n.name): \(n.message ?? "")")
+            let gap = try XCTUnwrap(n.gaps?.first { $0.reason.contains("air") }, "\(n.name) records the lost air")
+            XCTAssertEqual(gap.from.timeIntervalSince1970, killedAt.timeIntervalSince1970, accuracy: 1.5)
+            XCTAssertGreaterThanOrEqual(gap.to.timeIntervalSince1970, restartedAt.timeIntervalSince1970 - 0.5)
+            let times = try rows(lab, id, n.name)
+            XCTAssertGreaterThan(times.filter { $0 > gap.to.addingTimeInterval(1) }.count, 5, "\(n.name) logs again once reattached")
+            XCTAssertEqual(times.filter { $0 > gap.from.addingTimeInterval(0.5) && $0 < gap.to.addingTimeInterval(-0.5) }.count, 0, "no rows while the air was gone")
+            let log = try String(contentsOf: lab.results.appendingPathComponent("\(id)/nodes/\(n.name)/log.txt"), encoding: .utf8)
+            XCTAssertTrue(log.contains("radio lost") && log.contains("radio back"), log.suffix(2000).description)
+        }
+    }
 }
