@@ -158,4 +158,34 @@ final class FaultTests: XCTestCase {
             XCTAssertTrue(log.contains("radio lost") && log.contains("radio back"), log.suffix(2000).description)
         }
     }
+
+    func testAbortStopsTheNodesAndGathersWhatTheyLogged() throws {
+        let lab = try LabProcesses.make(agents: 2)
+        self.lab = lab
+        let id = try lab.submit(plan("abort", nodes: 2, duration: "10m"))
+        try lab.waitUntil(timeout: 20, "run running") { (lab.runRecord(id)?["state"] as? String) == "running" }
+        Thread.sleep(forTimeInterval: 5)
+        let (code, output) = try lab.cli(["runs", "abort", id, "--coordinator", lab.coordinatorURL, "--token-file", lab.tokenFile.path])
+        XCTAssertEqual(code, 0, output)
+        let abortedAt = Date()
+        try lab.waitUntil(timeout: 60, "run aborted") { (lab.runRecord(id)?["state"] as? String) == "aborted" }
+        let m = try Manifest.read(from: lab.results.appendingPathComponent("\(id)/manifest.json"))
+        XCTAssertEqual(m.nodes.map(\.state), [.partial, .partial], "stopped early: partial")
+        XCTAssertTrue(m.nodes.allSatisfy { $0.message?.contains("stopped before the planned end") == true })
+        for n in m.nodes {
+            let times = try rows(lab, id, n.name)
+            XCTAssertGreaterThan(times.count, 5, "what was logged is in the bundle")
+            XCTAssertLessThan(times.max()!.timeIntervalSince1970, abortedAt.timeIntervalSince1970 + 3, "nothing after the abort")
+        }
+        for i in 1...2 {
+            let runs = try FileManager.default.contentsOfDirectory(atPath: lab.dir.appendingPathComponent("agent\(i)/runs").path)
+            XCTAssertEqual(runs, [], "agent\(i) released its copy once gathered")
+        }
+        let (listCode, list) = try lab.cli(["runs", "list", "--coordinator", lab.coordinatorURL, "--token-file", lab.tokenFile.path])
+        XCTAssertEqual(listCode, 0)
+        XCTAssertTrue(list.contains("\(id)  aborted"), list)
+        let (agentsCode, agents) = try lab.cli(["agents", "--coordinator", lab.coordinatorURL, "--token-file", lab.tokenFile.path])
+        XCTAssertEqual(agentsCode, 0)
+        XCTAssertTrue(agents.contains("agent1") && agents.contains("alive") && agents.contains("http://127.0.0.1:"), agents)
+    }
 }
