@@ -52,12 +52,18 @@ extension Coordinator {
                 if let error, error.contains("results disk") { diskProblem = error }
                 continue
             }
+            if let f = list.failure, list.files.isEmpty {
+                r.nodes[i].state = "lost"
+                r.nodes[i].message = "the node failed and logged nothing: \(f)"
+                continue
+            }
             r.nodes[i].files = list.files
             r.nodes[i].agentStartedAt = list.startedAt
             if let st = list.startedAt { r.nodes[i].startedAt = st - offset }
             if let st = list.startedAt, let at = list.startAt, !list.resumed { r.nodes[i].lateBy = st - at }
             r.nodes[i].gaps = list.gaps.map { $0.map { LabWire.Gap(from: $0.from - offset, to: $0.to - offset, reason: $0.reason) } }
             var why = [String]()
+            if let f = list.failure { why.append("the node failed: \(f)") }
             if list.resumed { why.append("the agent restarted during the run") }
             if let g = list.gaps, !g.isEmpty { why.append("\(g.count) gap(s) in the logs: " + g.map { String(format: "%.1f s (%@)", $0.to - $0.from, $0.reason) }.joined(separator: ", ")) }
             if list.aborted == true { why.append("stopped before the planned end") }
