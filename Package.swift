@@ -41,7 +41,8 @@ let package = Package(
         // MARK: One dialer and one listener for every TCP connection (names, IPv4, IPv6, TCP_NODELAY).
         .target(name: "LabNet"),
         // MARK: HTTP plumbing shared by agent, coordinator and air (FlyingFox server, URLSession client, token auth).
-        .target(name: "LabHTTP", dependencies: ["HeraldCore", "LabNet", .product(name: "FlyingFox", package: "FlyingFox")]),
+        .target(name: "LabHTTP", dependencies: ["HeraldCore", "LabNet", "CLinuxEvents", .product(name: "FlyingFox", package: "FlyingFox")]),
+        .systemLibrary(name: "CLinuxEvents"),
         // MARK: Real-time simulated radio medium for many processes (herald-lab air).
         .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim", "LabNet"]),
         // MARK: Agent (runs a node on a Linux machine) and coordinator (plans, barrier, gather).
