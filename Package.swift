@@ -55,7 +55,7 @@ let package = Package(
         .target(name: "BlueZRadio", dependencies: ["HeraldCore", "HeraldRadio", "DBus", "CBluetooth"]),
         // MARK: The herald-lab command.
         .executableTarget(name: "HeraldLabCLI", dependencies: [
-            "LabNode", "LabPlan", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP",
+            "LabNode", "LabPlan", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP", "LabNet",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 

@@ -3,6 +3,7 @@ import Foundation
 import LabAgent
 import LabCoordinator
 import LabHTTP
+import LabNet
 import LabPlan
 import RadioAir
 import RadioSim
@@ -134,9 +135,10 @@ struct AgentCommand: AsyncParsableCommand {
         config.radio = radio
         config.adapter = adapter
         if let air {
-            let parts = air.split(separator: ":")
-            guard parts.count == 2, let p = UInt16(parts[1]) else { log("--air expects HOST:PORT"); throw ExitCode(2) }
-            config.air = LabWire.AirAddress(host: String(parts[0]), port: p)
+            do {
+                let a = try HostPort(parsing: air)
+                config.air = LabWire.AirAddress(host: a.host, port: a.port)
+            } catch { log("--air: \(error)"); throw ExitCode(2) }
         }
         let agent = Agent(config: config)
         let port = try await agent.start()
@@ -171,9 +173,10 @@ struct CoordinatorCommand: AsyncParsableCommand {
         config.inventory = inventory.map { URL(fileURLWithPath: $0) }
         config.gatherPatience = gatherPatience
         if let air {
-            let parts = air.split(separator: ":")
-            guard parts.count == 2, let p = UInt16(parts[1]) else { log("--air expects HOST:PORT"); throw ExitCode(2) }
-            config.air = LabWire.AirAddress(host: String(parts[0]), port: p)
+            do {
+                let a = try HostPort(parsing: air)
+                config.air = LabWire.AirAddress(host: a.host, port: a.port)
+            } catch { log("--air: \(error)"); throw ExitCode(2) }
         }
         let coordinator: Coordinator
         do { coordinator = try Coordinator(config: config) } catch {
