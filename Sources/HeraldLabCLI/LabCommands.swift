@@ -33,7 +33,7 @@ struct ServiceOptions: ParsableArguments {
     }
 
     func announce(_ port: UInt16, _ what: String) {
-        print("\(what) listening on \(host):\(port)")
+        print("\(what) listening on \(HostPort(host: host, port: port))")
         fflush(nil)
         if let portFile { try? "\(port)\n".write(toFile: portFile, atomically: true, encoding: .utf8) }
     }
