@@ -29,10 +29,10 @@ enum HTTPExchange {
         defer { close(fd) }
         Sockets.setTimeouts(fd, seconds: timeout)
         let components = URLComponents(url: url, resolvingAgainstBaseURL: true)
-        var target_ = components?.percentEncodedPath ?? "/"
-        if target_.isEmpty { target_ = "/" }
-        if let q = components?.percentEncodedQuery { target_ += "?" + q }
-        var head = "\(method) \(target_) HTTP/1.1\r\nHost: \(target)\r\nConnection: close\r\nAccept: */*\r\n"
+        var requestTarget = components?.percentEncodedPath ?? "/"
+        if requestTarget.isEmpty { requestTarget = "/" }
+        if let q = components?.percentEncodedQuery { requestTarget += "?" + q }
+        var head = "\(method) \(requestTarget) HTTP/1.1\r\nHost: \(target)\r\nConnection: close\r\nAccept: */*\r\n"
         for (k, v) in headers.sorted(by: { $0.key < $1.key }) where !["host", "connection", "content-length"].contains(k.lowercased()) {
             head += "\(k): \(v)\r\n"
         }

@@ -60,7 +60,12 @@ public final class HTTPService: @unchecked Sendable {
     /// `Listener` takes them; port 0: any free port); returns the bound port.
     public func start(host: String = "127.0.0.1", port: UInt16) async throws -> UInt16 {
         let address: NetAddress
-        do { address = try Listener.addresses(host: host, port: port)[0] } catch let e as NetError {
+        do {
+            address = try Listener.addresses(host: host, port: port)[0]
+            // FlyingFox reports a failed bind only by never listening; binding once here first
+            // says at once why it cannot (address in use, not an address of this machine).
+            close(try Listener.listen(on: address, naming: HostPort(host: host, port: port)).fd)
+        } catch let e as NetError {
             throw HTTPError(.internalServerError, "\(name): \(e.message)")
         }
         // FlyingFox binds the address it is given: a sockaddr_in or a sockaddr_in6 (an IPv6 socket

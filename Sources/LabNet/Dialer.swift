@@ -11,54 +11,64 @@ public enum Dialer {
     public static func connect(host: String, port: UInt16, timeout: TimeInterval = 10) throws -> Int32 {
         let target = HostPort(host: host, port: port)
         let addresses = try NetAddress.resolve(host: target.host, port: port)
-        var failures = [(address: NetAddress, error: NetError)]()
+        var failures = [(address: NetAddress, failure: Failure)]()
         for address in addresses {
-            do { return try connect(to: address, timeout: timeout, naming: target) } catch let e as NetError {
-                failures.append((address, e))
+            switch attempt(address, timeout: timeout) {
+            case .success(let fd): return fd
+            case .failure(let f): failures.append((address, f))
             }
         }
-        // One address (a literal, most names): its own error. Several: each address's cause.
-        if failures.count == 1 { throw failures[0].error }
-        let kind: NetError.Kind = failures.allSatisfy { $0.error.kind == .timeout } ? .timeout : .connect
-        let causes = failures.map { "\($0.address.host): \($0.error.message.components(separatedBy: ": ").last ?? $0.error.message)" }
+        // A literal, or a name with one address: "cannot connect to n1.lab:8701 (10.0.0.5): cause".
+        // A name with several: each address with its cause.
+        let name = target.host == addresses[0].host ? "\(target)" : "\(target) (\(addresses.map(\.host).joined(separator: ", ")))"
+        if failures.count == 1 { throw failures[0].failure.error(naming: name, timeout: timeout) }
+        let kind: NetError.Kind = failures.allSatisfy { $0.failure.kind == .timeout } ? .timeout : .connect
+        let causes = failures.map { "\($0.address.host): \($0.failure.kind == .timeout ? "timed out after \(seconds(timeout))" : $0.failure.cause)" }
         throw NetError(kind, "cannot connect to \(target) (\(causes.joined(separator: "; ")))")
     }
 
-    /// Connects to one resolved address; `naming` is what error messages call the target.
-    public static func connect(to address: NetAddress, timeout: TimeInterval, naming: HostPort? = nil) throws -> Int32 {
-        let name: String = {
-            guard let naming, naming.host != address.host else { return address.description }
-            return "\(naming) (\(address.host))"
-        }()
+    /// Connects to one resolved address.
+    public static func connect(to address: NetAddress, timeout: TimeInterval) throws -> Int32 {
+        try attempt(address, timeout: timeout).mapError { $0.error(naming: address.description, timeout: timeout) }.get()
+    }
+
+    struct Failure: Error {
+        var kind: NetError.Kind
+        var cause: String
+
+        func error(naming name: String, timeout: TimeInterval) -> NetError {
+            kind == .timeout ? NetError(.timeout, "timed out connecting to \(name) after \(Dialer.seconds(timeout))")
+                : NetError(kind, "cannot connect to \(name): \(cause)")
+        }
+    }
+
+    static func attempt(_ address: NetAddress, timeout: TimeInterval) -> Result<Int32, Failure> {
         let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { throw NetError(.connect, "cannot connect to \(name): socket: \(NetError.text(errno: errno))") }
-        var ok = false
-        defer { if !ok { close(fd) } }
-        var rc = address.withSockAddr { Glibc.connect(fd, $0, $1) }
-        if rc != 0 {
-            guard errno == EINPROGRESS || errno == EINTR else {
-                throw NetError(.connect, "cannot connect to \(name): \(NetError.text(errno: errno))")
-            }
+        guard fd >= 0 else { return .failure(Failure(kind: .connect, cause: "socket: \(NetError.text(errno: errno))")) }
+        func fail(_ kind: NetError.Kind, _ cause: String) -> Result<Int32, Failure> {
+            close(fd)
+            return .failure(Failure(kind: kind, cause: cause))
+        }
+        if address.withSockAddr({ Glibc.connect(fd, $0, $1) }) != 0 {
+            guard errno == EINPROGRESS || errno == EINTR else { return fail(.connect, NetError.text(errno: errno)) }
             let deadline = Date().addingTimeInterval(timeout)
             while true {
                 let left = deadline.timeIntervalSinceNow
-                guard left > 0 else { throw NetError(.timeout, "timed out connecting to \(name) after \(Self.seconds(timeout))") }
+                guard left > 0 else { return fail(.timeout, "timed out") }
                 var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                rc = poll(&p, 1, Int32(min(left * 1000, Double(Int32.max)).rounded(.up)))
+                let rc = poll(&p, 1, Int32(min(left * 1000, Double(Int32.max)).rounded(.up)))
                 if rc < 0 && errno == EINTR { continue }
-                if rc < 0 { throw NetError(.connect, "cannot connect to \(name): poll: \(NetError.text(errno: errno))") }
+                if rc < 0 { return fail(.connect, "poll: \(NetError.text(errno: errno))") }
                 if rc > 0 { break }
             }
             var soError: Int32 = 0
             var len = socklen_t(MemoryLayout<Int32>.size)
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &len)
-            guard soError == 0 else { throw NetError(.connect, "cannot connect to \(name): \(NetError.text(errno: soError))") }
+            guard soError == 0 else { return fail(.connect, NetError.text(errno: soError)) }
         }
-        let flags = fcntl(fd, F_GETFL)
-        _ = fcntl(fd, F_SETFL, flags & ~O_NONBLOCK)
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
         Sockets.setNoDelay(fd)
-        ok = true
-        return fd
+        return .success(fd)
     }
 
     static func seconds(_ t: TimeInterval) -> String {

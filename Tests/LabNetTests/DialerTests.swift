@@ -54,3 +54,23 @@ final class DialerTests: XCTestCase {
         }
     }
 }
+
+final class DialerTimeoutTests: XCTestCase {
+    /// A listener whose backlog is full drops new handshakes: the connect times out.
+    func testTimeoutNamesHostPortAndTheWait() throws {
+        let (listener, port) = try Listener.listen(host: "127.0.0.1", port: 0, backlog: 0)
+        defer { close(listener) }
+        var held = [Int32]()
+        defer { held.forEach { close($0) } }
+        var timedOut: NetError?
+        for _ in 0..<8 {
+            do { held.append(try Dialer.connect(host: "127.0.0.1", port: port, timeout: 0.5)) } catch let e as NetError {
+                timedOut = e
+                break
+            }
+        }
+        guard let timedOut else { throw XCTSkip("this kernel completes handshakes beyond the backlog") }
+        XCTAssertEqual(timedOut.kind, .timeout)
+        XCTAssertEqual(timedOut.description, "timed out connecting to 127.0.0.1:\(port) after 0.5 s")
+    }
+}

@@ -58,6 +58,18 @@ final class HTTPOverLabNetTests: XCTestCase {
         }
     }
 
+    func testBusyPortIsRefusedAtOnceWithTheCause() async throws {
+        let (fd, port) = try Listener.listen(host: "127.0.0.1", port: 0)
+        defer { close(fd) }
+        let service = HTTPService(name: "test", token: nil, log: { _ in })
+        do {
+            _ = try await service.start(host: "127.0.0.1", port: port)
+            XCTFail("started on a busy port")
+        } catch {
+            XCTAssertTrue("\(error)".hasSuffix("test: cannot listen on 127.0.0.1:\(port): Address already in use"), "\(error)")
+        }
+    }
+
     /// FlyingFox's listening socket, and the connection it accepted, have TCP_NODELAY.
     func testAcceptedConnectionsHaveNoDelay() async throws {
         let (_, port) = try await start(on: "127.0.0.1")
