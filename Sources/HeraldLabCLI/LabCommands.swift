@@ -3,6 +3,7 @@ import Foundation
 import LabAgent
 import LabCoordinator
 import LabHTTP
+import LabNet
 import LabPlan
 import RadioAir
 import RadioSim
@@ -32,7 +33,7 @@ struct ServiceOptions: ParsableArguments {
     }
 
     func announce(_ port: UInt16, _ what: String) {
-        print("\(what) listening on \(host):\(port)")
+        print("\(what) listening on \(HostPort(host: host, port: port))")
         fflush(nil)
         if let portFile { try? "\(port)\n".write(toFile: portFile, atomically: true, encoding: .utf8) }
     }
@@ -40,24 +41,10 @@ struct ServiceOptions: ParsableArguments {
 
 /// `--air HOST:PORT` (a name, an IPv4 address, or [IPv6]:PORT), or exit 2 naming the problem.
 func parseAir(_ text: String) throws -> LabWire.AirAddress {
-    guard let (host, port) = splitHostPort(text) else { log("--air \"\(text)\": expected HOST:PORT, e.g. coord.lab:8702 or [fd00::1]:8702"); throw ExitCode(2) }
-    return LabWire.AirAddress(host: host, port: port)
-}
-
-/// Splits `host:port`, `[v6]:port`; nil when malformed.
-func splitHostPort(_ text: String) -> (String, UInt16)? {
-    let host: Substring, portText: Substring
-    if text.hasPrefix("[") {
-        guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else { return nil }
-        host = text[text.index(after: text.startIndex)..<close]
-        portText = text[text.index(close, offsetBy: 2)...]
-    } else {
-        guard let colon = text.lastIndex(of: ":"), !text[..<colon].contains(":") else { return nil }
-        host = text[..<colon]
-        portText = text[text.index(after: colon)...]
-    }
-    guard !host.isEmpty, let port = UInt16(portText), port > 0 else { return nil }
-    return (String(host), port)
+    do {
+        let a = try HostPort(parsing: text)
+        return LabWire.AirAddress(host: a.host, port: a.port)
+    } catch { log("--air: \(error)"); throw ExitCode(2) }
 }
 
 /// Blocks until SIGINT or SIGTERM, or until `timeout` seconds have passed. Returns true for a signal.

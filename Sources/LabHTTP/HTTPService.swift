@@ -1,6 +1,7 @@
 import Foundation
 import FlyingFox
 import FlyingSocks
+import LabNet
 
 /// A JSON HTTP service on FlyingFox: routes with `:parameters`, a shared bearer token required
 /// on every route but `GET /health` (401 and a log line otherwise), and request bodies limited
@@ -57,15 +58,46 @@ public final class HTTPService: @unchecked Sendable {
         routes.append(Route(method: method, parts: pattern.split(separator: "/").map(String.init), handler: handler, public_: isPublic, bodyLimit: bodyLimit))
     }
 
-    /// Starts listening on `host:port` (port 0: any free port); returns the bound port.
+    /// Starts listening on `host:port` (a name, an IPv4 or IPv6 literal, or a wildcard as
+    /// `Listener` takes them; port 0: any free port); returns the bound port.
     public func start(host: String = "127.0.0.1", port: UInt16) async throws -> UInt16 {
-        let address = try sockaddr_in.inet(ip4: host, port: port)
-        let server = HTTPServer(address: address, timeout: 60, pool: SharedSocketPool.shared, logger: .disabled)
+        let address: NetAddress
+        do {
+            address = try Listener.addresses(host: host, port: port)[0]
+            // FlyingFox reports a failed bind only by never listening; binding once here first
+            // says at once why it cannot (address in use, not an address of this machine).
+            close(try Listener.listen(on: address, naming: HostPort(host: host, port: port)).fd)
+        } catch let e as NetError {
+            throw HTTPError(.internalServerError, "\(name): \(e.message)")
+        }
+        // FlyingFox binds the address it is given: a sockaddr_in or a sockaddr_in6 (an IPv6 socket
+        // on Linux is dual-stack unless net.ipv6.bindv6only says otherwise).
+        let server: HTTPServer
+        if let v6 = address.ipv6 {
+            server = HTTPServer(address: v6, timeout: 60, pool: SharedSocketPool.shared, logger: .disabled)
+        } else {
+            server = HTTPServer(address: address.ipv4!, timeout: 60, pool: SharedSocketPool.shared, logger: .disabled)
+        }
         await server.appendRoute("*") { [self] request in await self.handle(request) }
         self.server = server
         task = Task { try? await server.run() }
-        try await server.waitUntilListening(timeout: 10)
-        guard case .ip4(_, let bound)? = await server.listeningAddress else { throw HTTPError(.internalServerError, "no listening address") }
+        do { try await server.waitUntilListening(timeout: 10) } catch {
+            throw HTTPError(.internalServerError, "\(name): cannot listen on \(HostPort(host: host, port: port)) (\(address.host))")
+        }
+        let bound: UInt16
+        switch await server.listeningAddress {
+        case .ip4(_, let p)?, .ip6(_, let p)?: bound = p
+        default: throw HTTPError(.internalServerError, "no listening address")
+        }
+        // TCP_NODELAY on every connection FlyingFox accepts. FlyingFox 0.27 makes, binds and
+        // listens on its socket inside HTTPServer.run() and hands it to nobody (no initialiser
+        // takes a Socket, `state` is private, accepted sockets get no options), so the listening
+        // socket is found by what it is bound to and the option set on it: Linux copies it to
+        // every connection accepted afterwards. Replies are written head then body; with Nagle a
+        // body waits for the head's ACK, a round trip (a clock probe's offset skews by half).
+        // With port 0 nobody knows the port before this returns; with a fixed port only a
+        // connection completed in the microseconds since listen() could miss it.
+        for fd in Sockets.listeningSockets(family: address.family, port: bound) { Sockets.setNoDelay(fd) }
         return bound
     }
 
