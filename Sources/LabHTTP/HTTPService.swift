@@ -113,7 +113,8 @@ public final class HTTPService: @unchecked Sendable {
             var params = [String: String]()
             var ok = true
             for (p, v) in zip(r.parts, parts) {
-                if p.hasPrefix(":") { params[String(p.dropFirst())] = v.removingPercentEncoding ?? v } else if p != v { ok = false; break }
+                // FlyingFox has decoded the path once already: parameters are taken as they are.
+                if p.hasPrefix(":") { params[String(p.dropFirst())] = v } else if p != v { ok = false; break }
             }
             guard ok else { continue }
             if r.method == method { return (r, params) }
@@ -130,20 +131,22 @@ public final class HTTPService: @unchecked Sendable {
         case .ip4(let h, _)?, .ip6(let h, _)?: peerHost = h
         default: peerHost = nil
         }
-        guard let (route, params) = match(method, path) else {
-            return .error(.notFound, "no route \(method) \(path)")
-        }
         var headers = [String: String]()
         for (k, v) in request.headers { headers[k.rawValue.lowercased()] = v }
-        if !route.public_, let token {
+        let matched = match(method, path)
+        // Authentication before routing: without the token, nobody learns which routes exist.
+        if matched?.0.public_ != true, let token {
             let given = headers["authorization"].flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
             guard let given, Self.constantTimeEqual(given, token) else {
-                log("\(name): refused \(method) \(path) from \(remote): \(given == nil ? "missing" : "wrong") token")
+                log("\(name): refused \(method) \(Self.escaped(path)) from \(remote): \(given == nil ? "missing" : "wrong") token")
                 return .error(.unauthorized, "a valid token is required (Authorization: Bearer <token>)")
             }
         }
+        guard let (route, params) = matched else {
+            return .error(.notFound, "no route \(method) \(Self.escaped(path))")
+        }
         if let length = headers["content-length"].flatMap(Int.init), length > route.bodyLimit {
-            log("\(name): refused \(method) \(path) from \(remote): body of \(length) bytes over the \(route.bodyLimit)-byte limit")
+            log("\(name): refused \(method) \(Self.escaped(path)) from \(remote): body of \(length) bytes over the \(route.bodyLimit)-byte limit")
             return .error(.payloadTooLarge, "request body over \(route.bodyLimit) bytes")
         }
         let body: Data
@@ -160,9 +163,26 @@ public final class HTTPService: @unchecked Sendable {
         } catch let e as HTTPError {
             return .error(e.status, e.message)
         } catch {
-            log("\(name): \(method) \(path) failed: \(error)")
+            log("\(name): \(method) \(Self.escaped(path)) failed: \(Self.escaped("\(error)"))")
             return .error(.internalServerError, "\(error)")
         }
+    }
+
+    /// Text from the network as it may go into a log line: control characters, quotes and
+    /// backslashes escaped (no forged lines), at most 200 characters.
+    public static func escaped(_ text: String) -> String {
+        var out = ""
+        for u in text.unicodeScalars.prefix(200) {
+            switch u {
+            case "\\": out += "\\\\"
+            case "\"": out += "\\\""
+            case _ where u.value < 0x20 || u.value == 0x7F || (0x80...0x9F).contains(u.value) || u.value == 0x2028 || u.value == 0x2029:
+                out += String(format: "\\x%02X", u.value & 0xFF)
+            default: out.unicodeScalars.append(u)
+            }
+        }
+        if text.unicodeScalars.count > 200 { out += "..." }
+        return out
     }
 
     static func constantTimeEqual(_ a: String, _ b: String) -> Bool {

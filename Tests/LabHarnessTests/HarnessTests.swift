@@ -108,6 +108,13 @@ final class HarnessTests: XCTestCase {
         XCTAssertEqual(lab.call("GET", "/health", token: .some(nil)).0, 200, "the health check needs no token")
         XCTAssertEqual(lab.call("GET", "/v1/agents").0, 200)
         XCTAssertTrue(lab.log("coordinator").contains("refused GET /v1/agents"), lab.log("coordinator"))
+        // Routes are not listed to strangers: an unknown route without the token is 401, not 404.
+        XCTAssertEqual(lab.call("GET", "/v1/no-such-route", token: .some(nil)).0, 401)
+        XCTAssertEqual(lab.call("GET", "/v1/no-such-route").0, 404)
+        // A path cannot forge a log line.
+        XCTAssertEqual(lab.call("GET", "/v1/x%0D%0Acoordinator:%20forged%20line", token: .some(nil)).0, 401)
+        XCTAssertFalse(lab.log("coordinator").split(separator: "\n").contains { $0.hasPrefix("coordinator: forged line") }, lab.log("coordinator"))
+        XCTAssertTrue(lab.log("coordinator").contains("\\x0D\\x0Acoordinator: forged line"), lab.log("coordinator"))
         // Agents too.
         let agent = LabClientSync(url: "http://127.0.0.1:\(lab.ports["agent1"]!)", token: "nope-nope-nope-nope")
         XCTAssertEqual(agent.status("GET", "/v1/status"), 401)
