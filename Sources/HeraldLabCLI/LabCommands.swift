@@ -25,11 +25,29 @@ struct ServiceOptions: ParsableArguments {
     @Option(name: .customLong("port-file"), help: "Write the bound port to this file once listening.")
     var portFile: String?
 
+    @Flag(help: "Run without a token (authentication off); only on a loopback address.")
+    var insecure = false
+
+    /// The token; a service without one refuses to start unless told --insecure, and then
+    /// listens on loopback only: authentication is never off by accident.
     func token() throws -> String? {
-        do { return try LabToken.load(file: tokenFile) } catch {
+        let token: String?
+        do { token = try LabToken.load(file: tokenFile) } catch {
             log("\(error)")
             throw ExitCode(2)
         }
+        if token == nil {
+            guard insecure else {
+                log("no token: give --token-file FILE or set HERALDLAB_TOKEN (herald-lab services never run without authentication unless told --insecure, on loopback only)")
+                throw ExitCode(2)
+            }
+            guard ["127.0.0.1", "::1", "localhost"].contains(host) || host.hasPrefix("127.") else {
+                log("--insecure runs without authentication and so listens on loopback only: --host \(host) is not a loopback address")
+                throw ExitCode(2)
+            }
+            log("warning: authentication is off (--insecure); listening on \(host) only")
+        }
+        return token
     }
 
     func announce(_ port: UInt16, _ what: String) {
@@ -93,7 +111,7 @@ struct AirCommand: AsyncParsableCommand {
     var seed: UInt64 = 1
 
     func run() async throws {
-        let air = AirServer(parameters: RadioParameters(), seed: seed)
+        let air = AirServer(parameters: RadioParameters(), seed: seed, token: try service.token())
         let port: UInt16
         do { port = try air.start(host: service.host, port: service.port) } catch {
             log("herald-lab air: \(error)")

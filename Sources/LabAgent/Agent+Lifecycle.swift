@@ -87,7 +87,7 @@ extension Agent {
                 guard let address = r.air else { throw AirError.socket("no air to attach to: give the agent --air HOST:PORT") }
                 let spec = r.assignment.node
                 let onAir = try AirTransport(host: address.host, port: address.port, node: spec.name, x: spec.position.x, y: spec.position.y,
-                                             parameters: Simulation.parameters(r.assignment.radio), scheduler: scheduler)
+                                             parameters: Simulation.parameters(r.assignment.radio), token: config.token, scheduler: scheduler)
                 transport = onAir
                 air = onAir
                 r.closeRadio = { onAir.close() }

@@ -21,9 +21,13 @@ public final class AirServer: @unchecked Sendable {
     private var nextConnection = 0
     public let log: @Sendable (String) -> Void
 
-    public init(parameters: RadioParameters = RadioParameters(), seed: UInt64 = 1, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+    /// Required in every node's hello when set.
+    private let token: String?
+
+    public init(parameters: RadioParameters = RadioParameters(), seed: UInt64 = 1, token: String? = nil, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
         self.defaultParameters = parameters
         self.seed = seed
+        self.token = token
         self.log = log
         scheduler = DispatchScheduler(label: "heraldlab.air")
         // A tick a second to every node: lets a node tell a silent air from a dead link.
@@ -82,6 +86,20 @@ public final class AirServer: @unchecked Sendable {
 
     private func received(_ m: AirMessage, connection id: Int, socket: LineSocket) {
         if m.t == "hello" {
+            if let token {
+                let given = Array((m.token ?? "").utf8), want = Array(token.utf8)
+                var diff = UInt8(given.count == want.count ? 0 : 1)
+                for (a, b) in zip(given, want) { diff |= a ^ b }
+                guard diff == 0 else {
+                    log("air: refused a hello from connection \(id): \(m.token == nil ? "missing" : "wrong") token")
+                    var r = AirMessage("hello", id: m.id)
+                    r.ok = false
+                    r.error = "a valid token is required"
+                    socket.send(r)
+                    socket.close()
+                    return
+                }
+            }
             if medium == nil { medium = SimMedium(scheduler: scheduler, parameters: m.parameters ?? defaultParameters, seed: seed) }
             let name = m.node ?? "node\(id)"
             // A node that reattaches (its link was down) replaces its old attachment.

@@ -38,6 +38,8 @@ struct AirMessage: Codable {
     /// When the air sent the message (its wall clock): lets a node tell a fresh report from one
     /// that waited in a buffer while the node was paused or its link was down.
     var at: Double?
+    /// The lab's token, in a node's hello (an air started with a token refuses a hello without it).
+    var token: String?
 
     init(_ t: String, id: Int? = nil) { self.t = t; self.id = id }
 

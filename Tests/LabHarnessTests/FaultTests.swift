@@ -142,7 +142,7 @@ final class FaultTests: XCTestCase {
         lab.kill9("air")
         let killedAt = Date()
         Thread.sleep(forTimeInterval: 6)
-        try lab.start("air", ["air"], port: airPort)
+        try lab.start("air", ["air", "--token-file", lab.tokenFile.path], port: airPort)
         let restartedAt = Date()
         try lab.waitUntil(timeout: 60, "run complete") { ["complete", "failed"].contains(lab.runRecord(id)?["state"] as? String) }
         let m = try Manifest.read(from: lab.results.appendingPathComponent("\(id)/manifest.json"))

@@ -122,6 +122,25 @@ final class HarnessTests: XCTestCase {
         XCTAssertEqual(lab.call("POST", "/v1/runs", body: Data(repeating: 65, count: 300 * 1024)).0, 413)
     }
 
+    func testServicesNeverRunWithoutAuthenticationByAccident() throws {
+        guard FileManager.default.isExecutableFile(atPath: LabProcesses.binary.path) else { throw XCTSkip("build herald-lab first") }
+        let lab = try LabProcesses()
+        self.lab = lab
+        let env = ["PATH": "/usr/bin:/bin"] // no HERALDLAB_TOKEN
+        for service in [["coordinator", "--results", lab.results.path], ["air"], ["agent", "--name", "a1", "--data", lab.dir.appendingPathComponent("a1").path]] {
+            let (code, out) = try lab.cli(service + ["--port", "0"], environment: env)
+            XCTAssertEqual(code, 2, "\(service[0]) without a token: \(out)")
+            XCTAssertTrue(out.contains("no token"), out)
+            let (c2, o2) = try lab.cli(service + ["--port", "0", "--insecure", "--host", "0.0.0.0"], environment: env)
+            XCTAssertEqual(c2, 2, "\(service[0]) --insecure on a non-loopback address: \(o2)")
+            XCTAssertTrue(o2.contains("loopback only"), o2)
+        }
+        // --insecure on loopback starts, and says so.
+        let (code, out) = try lab.cli(["air", "--port", "0", "--insecure", "--port-file", lab.dir.appendingPathComponent("x.port").path], environment: env, timeout: 1)
+        XCTAssertNotEqual(code, 2, "--insecure on loopback starts: \(out)")
+        XCTAssertTrue(out.contains("authentication is off"), out)
+    }
+
     func testInventoryShowsExpectedAgentsThatNeverRegistered() throws {
         guard FileManager.default.isExecutableFile(atPath: LabProcesses.binary.path) else { throw XCTSkip("build herald-lab first") }
         let lab = try LabProcesses()
