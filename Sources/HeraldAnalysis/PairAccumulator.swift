@@ -1,7 +1,8 @@
 import Foundation
 
 /// Everything kept about one ordered pair (observer, observed) while the logs stream past:
-/// bounded by the test's length, never by the size of the logs.
+/// bounded by the rows seen (sparse bitsets and bins), never by the size of the logs or the
+/// length of the contact event.
 final class PairAccumulator {
     // herald mode
     var heraldSeconds: Bitset
@@ -22,8 +23,9 @@ final class PairAccumulator {
     var intervalHistogram: [UInt32]
     var firstSample: Double?
     var rssiHistogram = [UInt32](repeating: 0, count: PairAccumulator.rssiBuckets)
-    var binRSSISum: [Float]
-    var binRSSICount: [UInt16]
+    /// Per 30 s bin of the contact event (sparse: only bins with samples take memory).
+    var binRSSISum: SparseChunks<Float>
+    var binRSSICount: SparseChunks<UInt16>
 
     static let intervalBucket = 0.05
     static let intervalBuckets = 2400 // 120 s; more goes to the last bucket
@@ -34,8 +36,8 @@ final class PairAccumulator {
         heraldSeconds = Bitset(count: ceSeconds + 1)
         strictBins = Bitset(count: bins)
         intervalHistogram = [UInt32](repeating: 0, count: Self.intervalBuckets)
-        binRSSISum = [Float](repeating: 0, count: bins)
-        binRSSICount = [UInt16](repeating: 0, count: bins)
+        binRSSISum = SparseChunks(count: bins, zero: 0)
+        binRSSICount = SparseChunks(count: bins, zero: 0)
     }
 
     func addSample(at t: Double, rssi: Int?, bin: Int) {
@@ -52,10 +54,10 @@ final class PairAccumulator {
         }
         lastSample = t
         if let rssi {
-            rssiHistogram[max(0, min(Self.rssiBuckets - 1, rssi - Self.rssiMin))] += 1
-            if bin >= 0, bin < binRSSISum.count, binRSSICount[bin] < UInt16.max {
-                binRSSISum[bin] += Float(rssi)
-                binRSSICount[bin] += 1
+            rssiHistogram[max(0, min(Self.rssiBuckets - 1, rssi - Self.rssiMin))] += 1 // rssi is bounded by the reader
+            if bin >= 0, bin < binRSSISum.count, binRSSICount.get(bin) < UInt16.max {
+                binRSSISum.update(bin) { $0 += Float(rssi) }
+                binRSSICount.update(bin) { $0 += 1 }
             }
         }
     }
