@@ -19,6 +19,9 @@ public enum Analyser {
             if let problem = InputLimits.timeProblem(t) { throw AnalysisError.badFlag("\(flag) \(problem)") }
         }
         guard ceEnd > ceStart else { throw AnalysisError.missingWindow("--ce-end must be after --ce-start") }
+        guard ceEnd - ceStart <= InputLimits.maximumContactEvent else {
+            throw AnalysisError.badFlag("--ce-end: the contact event lasts \(Int((ceEnd - ceStart) / 86400)) days; at most \(Int(InputLimits.maximumContactEvent / 86400))")
+        }
         let cetotal = Int((ceEnd - ceStart) / 30).advanced(by: (ceEnd - ceStart).truncatingRemainder(dividingBy: 30) > 0 ? 1 : 0)
         let ceStartSec = Int64(ceStart.rounded(.down)), ceEndSec = Int64(ceEnd.rounded(.down))
         let ceSeconds = Int(ceEndSec - ceStartSec)

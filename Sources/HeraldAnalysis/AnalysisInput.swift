@@ -61,6 +61,8 @@ public enum InputLimits {
     /// Times (flags, manifests, log rows): years 1970 to 9999.
     public static let earliestTime: Double = 0
     public static let latestTime: Double = 253_402_300_799 // 9999-12-31 23:59:59
+    /// Longest contact event, seconds (366 days; Herald's tests last hours).
+    public static let maximumContactEvent: Double = 366 * 86400
     /// Device folders in one analysis (pairs grow with the square).
     public static let maximumDevices = 1000
     /// manifest.json and summary.json are read whole up to this size.

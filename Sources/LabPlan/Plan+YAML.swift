@@ -104,6 +104,13 @@ extension Plan {
         return text
     }
 
+    /// A duration as plans write it (`500ms`, `30s`, `2m`, `8h`), within `PlanLimits.maximumDuration`.
+    public static func parseDuration(_ text: String) -> TimeInterval? {
+        var reader = PlanReader()
+        let v = reader.duration(Node.scalar(.init(text)), "")
+        return reader.problems.isEmpty ? v : nil
+    }
+
     /// Parses and validates plan YAML; `source` names the input in error messages.
     public static func parse(yaml: String, source: String = "plan") throws(PlanError) -> Plan {
         if yaml.utf8.count > PlanLimits.maximumFileBytes {
@@ -113,7 +120,11 @@ extension Plan {
         do {
             root = try Yams.compose(yaml: yaml)
         } catch {
-            throw PlanError(source: source, problems: [.init(path: "", message: "not valid YAML: \(error)")])
+            // The parser quotes the offending line: keep each line of its message short.
+            let message = "\(error)".split(separator: "\n", omittingEmptySubsequences: false)
+                .map { (line: Substring) -> String in line.count > 160 ? String(line.prefix(160)) + "…" : String(line) }
+                .prefix(6).joined(separator: "\n")
+            throw PlanError(source: source, problems: [.init(path: "", message: "not valid YAML: \(message)")])
         }
         guard let root else {
             throw PlanError(source: source, problems: [.init(path: "", message: "the file is empty; a plan needs at least name, duration and nodes")])
@@ -382,7 +393,8 @@ struct PlanReader {
         var position = Position(x: Double(index), y: 0)
         if let p = m["position"] {
             if case .sequence(let seq) = p, seq.count == 2 {
-                if let x = distance(seq[0], "\(path).position[0]"), let y = distance(seq[1], "\(path).position[1]") { position = Position(x: x, y: y) }
+                let x = distance(seq[0], "\(path).position[0]"), y = distance(seq[1], "\(path).position[1]")
+                if let x, let y { position = Position(x: x, y: y) }
             } else {
                 fail("\(path).position", p, "expected [x, y] in metres")
             }
