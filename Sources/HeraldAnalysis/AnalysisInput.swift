@@ -226,7 +226,11 @@ enum InputLoader {
         guard let entries = try? fm.contentsOfDirectory(at: devicesRoot, includingPropertiesForKeys: [.isDirectoryKey]) else {
             throw AnalysisError.noDevices(path.path)
         }
-        let folders = entries.filter { (try? $0.resourceValues(forKeys: [.isDirectoryKey]).isDirectory) == true && !$0.lastPathComponent.hasPrefix(".") }
+        // A folder that is a link counts (and is flagged if its files lead outside the analysed folder).
+        let folders = entries.filter { url in
+            var isDir: ObjCBool = false
+            return !url.lastPathComponent.hasPrefix(".") && fm.fileExists(atPath: url.path, isDirectory: &isDir) && isDir.boolValue
+        }
             .sorted { $0.lastPathComponent < $1.lastPathComponent }
         guard !folders.isEmpty else { throw AnalysisError.noDevices(path.path) }
         guard folders.count + (manifest?.nodes?.count ?? 0) <= 2 * InputLimits.maximumDevices, folders.count <= InputLimits.maximumDevices else {

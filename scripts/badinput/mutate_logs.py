@@ -7,6 +7,7 @@ import os
 import random
 import re
 import shutil
+import stat
 
 FILES = ["contacts.csv", "detection.csv", "battery.csv"]
 HUGE = ["99999999999999999999999", "-99999999999999999999999", "1e308", "-1e308", "nan", "inf", "-inf",
@@ -22,7 +23,10 @@ FLAG_TIMES = ["0001-01-01 00:00:00", "9999-12-31 23:59:59", "2022-02-31 00:00:00
 def node_dirs(root):
     nodes = os.path.join(root, "nodes")
     base = nodes if os.path.isdir(nodes) else root
-    return sorted(os.path.join(base, d) for d in os.listdir(base) if os.path.isdir(os.path.join(base, d)))
+    # Real folders only: a device folder that an earlier mutation made a link (to /, /dev, ...)
+    # must never be written through.
+    return sorted(os.path.join(base, d) for d in os.listdir(base)
+                  if d != "report" and os.path.isdir(os.path.join(base, d)) and not os.path.islink(os.path.join(base, d)))
 
 
 def read(path):
@@ -31,46 +35,65 @@ def read(path):
 
 
 def write(path, data):
+    """Replaces whatever is at path (a link, a FIFO, a folder) by a regular file: never writes through."""
+    replace_path(path)
     with open(path, "wb") as f:
         f.write(data)
 
 
 def replace_path(path):
-    if os.path.islink(path) or os.path.isfile(path):
+    if os.path.islink(path) or (os.path.exists(path) and not os.path.isdir(path)):
         os.remove(path)
     elif os.path.isdir(path):
         shutil.rmtree(path)
 
 
+def regular(path):
+    """A regular file, not a link: safe to read and rewrite."""
+    return os.path.isfile(path) and not os.path.islink(path)
+
+
+def special_files(folder, names):
+    """copytree must not open FIFOs (it would block): leave out everything but files, folders and links."""
+    out = []
+    for n in names:
+        st = os.lstat(os.path.join(folder, n))
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            out.append(n)
+    return out
+
+
 def mutate(rng, root, outside):
     """Applies one mutation to the folder; returns extra flags, if any."""
     devices = node_dirs(root)
+    if not devices:
+        return []
     dev = rng.choice(devices)
     name = rng.choice(FILES)
     path = os.path.join(dev, name)
     manifest = os.path.join(root, "manifest.json")
     kind = rng.randrange(17)
-    if kind == 0 and os.path.isfile(path):  # truncated
+    if kind == 0 and regular(path):  # truncated
         data = read(path)
         write(path, data[:rng.randrange(len(data) + 1)])
-    elif kind == 1 and os.path.isfile(path):  # garbled bytes
+    elif kind == 1 and regular(path):  # garbled bytes
         b = bytearray(read(path))
         for _ in range(rng.randint(1, 50)):
             if b:
                 b[rng.randrange(len(b))] = rng.randrange(256)
         write(path, bytes(b))
-    elif kind == 2:  # huge lines and many fields
+    elif kind == 2 and regular(path):  # huge lines and many fields
         big = rng.choice([b"A" * rng.choice([70_000, 2_000_000]), b"," * rng.choice([1000, 100_000]), b"\x00" * 5000,
                           b"2020-12-08 23:00:00,BLE," + b"x," * 5000 + b"\n", b'"' * 70_000])
         with open(path, "ab") as f:
             f.write(b"\n" + big + rng.choice([b"\n", b""]))
-    elif kind == 3 and os.path.isfile(os.path.join(dev, "contacts.csv")):  # huge numbers in RSSI rows
+    elif kind == 3 and regular(os.path.join(dev, "contacts.csv")):  # huge numbers in RSSI rows
         c = os.path.join(dev, "contacts.csv")
         data = read(c)
         v = rng.choice(HUGE).encode()
         data = re.sub(rb"RSSI:-?[\d.]+", lambda m: b"RSSI:" + v if rng.random() < 0.3 else m.group(0), data)
         write(c, data)
-    elif kind == 4 and os.path.isfile(os.path.join(dev, "contacts.csv")):  # impossible dates
+    elif kind == 4 and regular(os.path.join(dev, "contacts.csv")):  # impossible dates
         c = os.path.join(dev, "contacts.csv")
         lines = read(c).split(b"\n")
         for _ in range(rng.randint(1, 20)):
@@ -96,8 +119,12 @@ def mutate(rng, root, outside):
             shutil.rmtree(dev)
         elif os.path.exists(manifest):
             replace_path(manifest)
-    elif kind == 9 and os.path.isfile(manifest):  # manifests with absurd numbers
-        m = json.loads(read(manifest))
+    elif kind == 9 and regular(manifest):  # manifests with absurd numbers
+        try:
+            m = json.loads(read(manifest))
+            m["nodes"][0], m["plan"]["name"]
+        except (ValueError, KeyError, TypeError, IndexError):
+            return []
         field = rng.randrange(7)
         absurd = rng.choice([1e300, -1e300, 1e20, -9.3e18, 9.2233720368547758e18, 3.2e9, 1e15])
         if field == 0:
@@ -136,7 +163,7 @@ def mutate(rng, root, outside):
         names = []
         for k in range(count):
             d = os.path.join(base, f"wide{k:03d}")
-            shutil.copytree(src, d)
+            shutil.copytree(src, d, symlinks=True, ignore=special_files)
             names.append(f"W{k:05d}")
         for k in range(count):
             d = os.path.join(base, f"wide{k:03d}")
@@ -145,6 +172,7 @@ def mutate(rng, root, outside):
         replace_path(dev)
         os.symlink(rng.choice([outside, "/dev", "/proc/self", "/"]), dev)
     elif kind == 13:  # empty and odd files
+        replace_path(path)
         write(path, rng.choice([b"", b"\n", b"\r\n", b"\xef\xbb\xbf", b"\x00" * 100, b",,,,,,,,,,\n" * 100, b'"\n' * 10]))
     elif kind == 14 and os.path.exists(os.path.join(root, "manifest.json")):  # a report folder that is a link outside
         os.symlink(outside, os.path.join(root, "report"))
@@ -161,8 +189,11 @@ def mutate(rng, root, outside):
         return ["--timeshift", f"nosuchdevice={rng.choice(FLAG_VALUES)}", "--timeshift", "=1"]
     else:  # a summary.json to compare or regress, mangled
         report = os.path.join(root, "report")
+        if os.path.islink(report):
+            return []
         os.makedirs(report, exist_ok=True)
         s = os.path.join(report, "summary.json")
+        replace_path(s)
         what = rng.randrange(4)
         if what == 0:
             os.mkfifo(s)
