@@ -143,6 +143,7 @@ def main():
     plan_jobs = mutate_plans.generate(rng, os.path.join(REPO, "plans"), plan_dir, args.plans)
     log_dir = os.path.join(sandbox, "logs")
     log_jobs = mutate_logs.generate(rng, bases, log_dir, outside, args.logs)
+    generated = time.monotonic() - started
 
     out_root = os.path.join(sandbox, "out")
     os.makedirs(out_root, exist_ok=True)
@@ -207,7 +208,7 @@ def main():
     elapsed = time.monotonic() - started
     inputs = len(plan_jobs) + len(log_jobs)
     print(f"badinput: seed {args.seed}, {inputs} inputs ({len(plan_jobs)} plans, {len(log_jobs)} log folders), "
-          f"{args.jobs} jobs, timeout {args.timeout:.0f} s per run, {elapsed:.0f} s")
+          f"{args.jobs} jobs, timeout {args.timeout:.0f} s per run, {elapsed:.0f} s ({generated:.0f} s generating)")
     for command in ["plan check", "simulate", "analyse", "compare", "regress"]:
         n = counts[(command, "n")]
         if not n:
