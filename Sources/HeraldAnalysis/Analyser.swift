@@ -126,7 +126,10 @@ public enum Analyser {
                     m.rssiP5 = a.rssiPercentile(0.05)
                     m.rssiP95 = a.rssiPercentile(0.95)
                     if let q3 = a.rssiPercentile(0.75), let q1 = a.rssiPercentile(0.25) { m.rssiSpread = q3 - q1 }
-                    for (i, c) in a.intervalHistogram.enumerated() { charts.intervalHistogram[i] += c }
+                    for i in a.intervalHistogram.indices {
+                        let sum = UInt64(charts.intervalHistogram[i]) + UInt64(a.intervalHistogram.get(i))
+                        charts.intervalHistogram[i] = UInt32(min(sum, UInt64(UInt32.max)))
+                    }
                     var series = [(Int, Double)]()
                     let size = SparseChunks<UInt16>.chunkSize
                     for (chunk, base) in a.binRSSICount.chunks {

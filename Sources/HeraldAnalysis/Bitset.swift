@@ -17,6 +17,11 @@ struct SparseChunks<Element> {
         self.zero = zero
     }
 
+    /// Indices of the elements that chunks in use hold, in increasing order.
+    var indices: [Int] {
+        chunks.flatMap { c in (c.chunk * Self.chunkSize ..< min(count, (c.chunk + 1) * Self.chunkSize)) }
+    }
+
     /// Chunk numbers in use, in increasing order, with their base in `storage`.
     var chunks: [(chunk: Int, base: Int)] { index.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
 

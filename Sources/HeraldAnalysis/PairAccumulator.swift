@@ -20,7 +20,8 @@ final class PairAccumulator {
     var intervalSumSquares = 0.0
     var intervalMin = Double.infinity
     var intervalMax = 0.0
-    var intervalHistogram: [UInt32]
+    /// Sparse: only buckets that intervals fall in take memory (a pair costs what its rows cost).
+    var intervalHistogram: SparseChunks<UInt32>
     var firstSample: Double?
     var rssiHistogram = [UInt32](repeating: 0, count: PairAccumulator.rssiBuckets)
     /// Per 30 s bin of the contact event (sparse: only bins with samples take memory).
@@ -35,7 +36,7 @@ final class PairAccumulator {
     init(ceSeconds: Int, bins: Int) {
         heraldSeconds = Bitset(count: ceSeconds + 1)
         strictBins = Bitset(count: bins)
-        intervalHistogram = [UInt32](repeating: 0, count: Self.intervalBuckets)
+        intervalHistogram = SparseChunks(count: Self.intervalBuckets, zero: 0)
         binRSSISum = SparseChunks(count: bins, zero: 0)
         binRSSICount = SparseChunks(count: bins, zero: 0)
     }
@@ -50,11 +51,12 @@ final class PairAccumulator {
             intervalSumSquares += dt * dt
             if dt < intervalMin { intervalMin = dt }
             if dt > intervalMax { intervalMax = dt }
-            intervalHistogram[min(Self.intervalBuckets - 1, Int(dt / Self.intervalBucket))] += 1
+            intervalHistogram.update(min(Self.intervalBuckets - 1, Int(dt / Self.intervalBucket))) { if $0 < UInt32.max { $0 += 1 } }
         }
         lastSample = t
         if let rssi {
-            rssiHistogram[max(0, min(Self.rssiBuckets - 1, rssi - Self.rssiMin))] += 1 // rssi is bounded by the reader
+            let k = max(0, min(Self.rssiBuckets - 1, rssi - Self.rssiMin))
+            if rssiHistogram[k] < UInt32.max { rssiHistogram[k] += 1 } // rssi is bounded by the reader
             if bin >= 0, bin < binRSSISum.count, binRSSICount.get(bin) < UInt16.max {
                 binRSSISum.update(bin) { $0 += Float(rssi) }
                 binRSSICount.update(bin) { $0 += 1 }
@@ -67,7 +69,8 @@ final class PairAccumulator {
         guard intervalCount > 0 else { return nil }
         let target = max(1, Int((q * Double(intervalCount)).rounded(.up)))
         var seen = 0
-        for (i, c) in intervalHistogram.enumerated() {
+        for i in intervalHistogram.indices {
+            let c = intervalHistogram.get(i)
             seen += Int(c)
             if seen >= target { return min(intervalMax, Double(i + 1) * Self.intervalBucket) }
         }

@@ -46,7 +46,7 @@ struct AnalyseCommand: ParsableCommand {
         func time(_ flag: String, _ value: String?) throws -> Double? {
             guard let value else { return nil }
             guard let t = AnalysisTime.parse(value) else {
-                log("\(flag) \"\(value.prefix(64))\": expected a possible time YYYY-MM-DD HH:MM:SS, years 1970 to 9999"); throw ExitCode(2)
+                log("\(flag) \"\(value.prefix(64))\": expected YYYY-MM-DD HH:MM:SS (a possible date and time, years 1970 to 9999)"); throw ExitCode(2)
             }
             return t
         }
