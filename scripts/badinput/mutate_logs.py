@@ -183,13 +183,15 @@ def mutate(rng, root, outside):
     elif kind == 15:  # bad flags
         flag = rng.randrange(4)
         target = os.path.basename(dev)
+        # --flag=VALUE: a separate value starting with "-" would be taken for an option by the
+        # argument parser (a usage error, exit 64) and never reach the checks under test.
         if flag == 0:
-            return ["--timeshift", f"{target}={rng.choice(FLAG_VALUES)}"]
+            return [f"--timeshift={target}={rng.choice(FLAG_VALUES)}"]
         if flag == 1:
-            return ["--ce-start", rng.choice(FLAG_TIMES), "--ce-end", rng.choice(FLAG_TIMES)]
+            return [f"--ce-start={rng.choice(FLAG_TIMES)}", f"--ce-end={rng.choice(FLAG_TIMES)}"]
         if flag == 2:
-            return ["--filter-start", rng.choice(FLAG_TIMES)]
-        return ["--timeshift", f"nosuchdevice={rng.choice(FLAG_VALUES)}", "--timeshift", "=1"]
+            return [f"--filter-start={rng.choice(FLAG_TIMES)}"]
+        return [f"--timeshift=nosuchdevice={rng.choice(FLAG_VALUES)}", "--timeshift==1"]
     else:  # a summary.json to compare or regress, mangled
         report = os.path.join(root, "report")
         if os.path.islink(report):

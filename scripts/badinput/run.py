@@ -176,7 +176,7 @@ def main():
 
     def log_job(j):
         r = runner.run(j["args"])
-        return [(j["command"], r, j["path"])]
+        return [(j["command"], r, " ".join(j["args"]))]
 
     jobs = [("plan", j) for j in plan_jobs] + [("logs", j) for j in log_jobs]
     # Interleave the two kinds so both cores stay busy with a mix.
