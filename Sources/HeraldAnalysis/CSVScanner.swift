@@ -213,8 +213,18 @@ enum LogTime {
         }
     }
 
-    /// Whether the field holds a possible time (the same rules as `parse`).
-    @inline(__always) static func isValid(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Bool { parse(p, s, e) != nil }
+    /// Whether the field holds a possible time (the same rules as `parse`, which also accepts
+    /// anything after the seconds): only the checks, none of the arithmetic, for rows whose time
+    /// is not needed until pass 2.
+    @inline(__always) static func isValid(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Bool {
+        guard e - s >= 19 else { return false }
+        @inline(__always) func d(_ k: Int) -> Int { Int(p[s + k]) &- 48 }
+        @inline(__always) func digits(_ k: Int) -> Bool { UInt(bitPattern: d(k)) <= 9 && UInt(bitPattern: d(k + 1)) <= 9 }
+        guard digits(0), digits(2), digits(5), digits(8), digits(11), digits(14), digits(17), p[s + 4] == 45, p[s + 7] == 45, p[s + 10] == 32 || p[s + 10] == 84, p[s + 13] == 58, p[s + 16] == 58 else { return false }
+        let year = d(0) * 1000 + d(1) * 100 + d(2) * 10 + d(3), month = d(5) * 10 + d(6), day = d(8) * 10 + d(9)
+        return year >= 1970 && month >= 1 && month <= 12 && day >= 1 && day <= daysIn(month, year)
+            && d(11) * 10 + d(12) < 24 && d(14) * 10 + d(15) < 60 && d(17) * 10 + d(18) < 61
+    }
 
     /// Parses a time given as text (flags, manifests): `YYYY-MM-DD HH:MM:SS[.SSS][zone]`, in the
     /// logs' time base (a zone, when given, is applied).
