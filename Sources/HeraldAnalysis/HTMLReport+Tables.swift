@@ -42,7 +42,10 @@ extension HTMLReport {
         func table(_ title: String, _ rows: [NodeSummary], peer: String) -> String {
             var s = "<div><h3>\(title)</h3><div class=\"scroll\"><table><tr><th class=\"l\">node</th><th>mean continuity %</th><th>peers detected</th><th class=\"l\">lowest \(peer)</th><th>longest gap s</th></tr>"
             for r in rows {
-                let lowest = r.lowestPeer.map { "\(esc(m.names[$0])) \(f(r.lowestContinuity, 1))%" } ?? "–"
+                let lowest = r.lowestPeer.map { j in
+                    let (o, d) = peer == "observed" ? (r.node, j) : (j, r.node)
+                    return "\(esc(m.names[j])) " + (m.detected[o * m.n + d] ? "\(f(r.lowestContinuity, 1))%" : "not detected")
+                } ?? "–"
                 s += "<tr><td class=\"l\">\(esc(m.names[r.node]))</td><td>\(f(r.meanContinuity, 1))</td><td>\(r.detected) of \(m.n - 1)</td><td class=\"l\">\(lowest)</td><td>\(f(r.longestGap, 0))</td></tr>"
             }
             return s + "</table></div></div>"

@@ -83,11 +83,11 @@ enum HTMLReport {
     }
 
     static func nodes(_ m: ReportModel) -> String {
-        var s = "<table><tr><th>#</th><th class=\"l\">folder</th><th class=\"l\">model</th><th class=\"l\">OS</th><th class=\"l\">shortName</th><th>shift s</th><th>rows</th><th>RSSI rows</th><th>reads</th><th>shares</th><th>malformed</th><th class=\"l\">battery</th><th class=\"l\">problems</th></tr>"
+        var s = "<div class=\"scroll\"><table><tr><th title=\"Herald numbers devices in alphabetical order of folder name\">Herald #</th><th class=\"l\">folder</th><th class=\"l\">model</th><th class=\"l\">OS</th><th class=\"l\">shortName</th><th>shift s</th><th>rows</th><th>RSSI rows</th><th>reads</th><th>shares</th><th>malformed</th><th class=\"l\">battery</th><th class=\"l\">problems</th></tr>"
         for d in m.devices {
             let battery = d.batterySource.map { "\($0) \(f(d.batteryFirst, 0))→\(f(d.batteryLast, 0))%" } ?? "–"
             s += "<tr><td>\(d.index)</td><td class=\"l\">\(esc(d.folder))</td><td class=\"l\">\(esc(d.model))</td><td class=\"l\">\(esc(d.os)) \(esc(d.osVersion))</td><td class=\"l\">\(esc(d.shortName))</td><td>\(f(d.shift, 3))</td><td>\(d.rows)</td><td>\(d.measureRows)</td><td>\(d.readRows)</td><td>\(d.shareRows)</td><td>\(d.malformedLines)</td><td class=\"l\">\(esc(battery))</td><td class=\"l\">\(esc(d.problems.joined(separator: "; ")))</td></tr>"
         }
-        return s + "</table>"
+        return s + "</table></div>"
     }
 }
