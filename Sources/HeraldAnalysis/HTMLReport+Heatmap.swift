@@ -72,31 +72,45 @@ extension HTMLReport {
     /// Cell size in px (gap included) so that the matrix fits a 1280 px page.
     static func cellSize(_ n: Int) -> Int { max(5, min(24, 1100 / max(1, n))) }
 
-    /// One table cell per ordered pair: the cheapest markup (`<td>` or `<td class=x>`, end tags
-    /// omitted as HTML allows), so that 150 devices (22,350 cells) stay a few hundred kB. The most
-    /// frequent class is the table's default colour and is written without a class.
-    static func heatmap(_ m: ReportModel) -> String {
-        let n = m.n
-        guard n > 1 else { return "<p>Fewer than two devices: no pairs.</p>" }
+    /// Class counts, the default (most frequent) class and the cell size for a result.
+    struct HeatmapLayout {
+        let counts: [Int], undetected: Int, common: Int, cell: Int, sparse: Bool, font: Int
+    }
+
+    static func heatmapLayout(_ m: ReportModel) -> HeatmapLayout {
         var counts = [Int](repeating: 0, count: buckets.count)
         var undetected = 0
         for (o, d) in m.orderedPairs { if let b = bucket(m, o, d) { counts[b] += 1 } else { undetected += 1 } }
         // Most frequent class first; ties go to the better class (lower index).
         let common = counts.indices.max { counts[$0] < counts[$1] || (counts[$0] == counts[$1] && $0 > $1) } ?? 0
-        let cell = cellSize(n), inner = cell - 1
-        let sparse = cell < 10
-        let font = sparse ? 9 : min(11, cell - 1)
-        let (prefix, labels) = NaturalOrder.abbreviations(m.names)
-        func shown(_ i: Int) -> Bool { !sparse || i == 0 || (i + 1) % 5 == 0 }
+        let cell = cellSize(m.n), sparse = cell < 10
+        return HeatmapLayout(counts: counts, undetected: undetected, common: common, cell: cell, sparse: sparse, font: sparse ? 9 : min(11, cell - 1))
+    }
 
-        var s = "<style>#hm{border-collapse:separate;border-spacing:1px;font-size:\(font)px;line-height:\(inner)px}"
-        s += "#hm td{width:\(inner)px;height:\(inner)px;padding:0;border:0;background:\(buckets[common].color)}"
+    /// The heatmap's CSS, for the page's head.
+    static func heatmapStyle(_ l: HeatmapLayout) -> String {
+        let inner = l.cell - 1
+        var s = "#hm{border-collapse:separate;border-spacing:1px;font-size:\(l.font)px;line-height:\(inner)px}"
+        s += "#hm td{width:\(inner)px;height:\(inner)px;padding:0;border:0;background:\(buckets[l.common].color)}"
         s += "#hm th{padding:0 3px 0 0;border:0;background:none;font-weight:normal;white-space:nowrap;overflow:visible}"
         s += "#hm thead th{padding:0 0 3px 0;vertical-align:bottom;width:\(inner)px;max-width:\(inner)px}"
         s += "#hm thead i{writing-mode:vertical-rl;transform:rotate(180deg);font-style:normal;display:inline-block;line-height:\(inner)px}"
-        for (k, b) in buckets.enumerated() where k != common { s += "#hm td.\(b.cls){background:\(b.color)}" }
+        for (k, b) in buckets.enumerated() where k != l.common { s += "#hm td.\(b.cls){background:\(b.color)}" }
         s += "#hm td.u{background:\(undetectedColor)}#hm td.s{background:\(selfColor)}#hm td:hover{outline:2px solid #1976d2}"
-        s += ".sw{display:inline-block;width:12px;height:12px;vertical-align:middle;margin:0 4px 0 12px;border:1px solid #999}</style>"
+        s += ".sw{display:inline-block;width:12px;height:12px;vertical-align:middle;margin:0 4px 0 12px;border:1px solid #999}"
+        return s
+    }
+
+    /// One table cell per ordered pair: the cheapest markup (`<td>` or `<td class=x>`, end tags
+    /// omitted as HTML allows), so that 150 devices (22,350 cells) stay a few hundred kB. The most
+    /// frequent class is the table's default colour and is written without a class.
+    static func heatmap(_ m: ReportModel, _ l: HeatmapLayout) -> String {
+        let n = m.n
+        guard n > 1 else { return "<p>Fewer than two devices: no pairs.</p>" }
+        let (counts, undetected, common, sparse) = (l.counts, l.undetected, l.common, l.sparse)
+        let (prefix, labels) = NaturalOrder.abbreviations(m.names)
+        func shown(_ i: Int) -> Bool { !sparse || i == 0 || (i + 1) % 5 == 0 }
+        var s = ""
 
         // Legend with the number of pairs in each class.
         s += "<p class=\"legend\">"

@@ -15,6 +15,7 @@ enum HTMLReport {
         let r = report.result
         let model = ReportModel(r)
         let n = model.n
+        let layout = heatmapLayout(model)
         let title = "HeraldLab report: \(r.input.runId ?? URL(fileURLWithPath: r.input.path).lastPathComponent)"
         var h = """
         <!DOCTYPE html>
@@ -27,6 +28,7 @@ enum HTMLReport {
         .cards{display:flex;gap:16px;flex-wrap:wrap}.card{border:1px solid #ddd;border-radius:6px;padding:10px 16px;min-width:180px}
         .card b{font-size:22px;display:block}.small{font-size:12px;color:#666}.grid{display:flex;flex-wrap:wrap;gap:12px}
         h3{font-size:15px;margin:8px 0}.scroll{max-height:420px;overflow-y:auto}.filters{font-size:13px}.filters input,.filters select{font-size:13px}
+        \(heatmapStyle(layout))
         </style></head><body>
         <h1>\(esc(title))</h1>
         <p class="small">\(esc(r.input.kind)) \(esc(r.input.path))\(r.input.plan.map { " · plan " + esc($0) } ?? "")\(r.input.variant.map { $0.isEmpty ? "" : " · variant " + esc($0) } ?? "") · contact event \(esc(r.parameters.ceStart)) to \(esc(r.parameters.ceEnd)) (\(r.parameters.cetotal) windows of 30 s) · filter \(esc(r.parameters.filterStart)) to \(esc(r.parameters.filterEnd))</p>
@@ -39,7 +41,7 @@ enum HTMLReport {
         h += "</div><p class=\"small\">herald mode reproduces Herald's reference script (windows from each observer's first observation, longevity pooled per observed device); strict mode aligns windows to the contact-event start, uses millisecond times and counts longevity per pair.</p>"
 
         h += "<p class=\"small\">\(n) devices, \(n * max(0, n - 1)) ordered pairs.</p>"
-        h += "<h2>Detection and continuity</h2>" + heatmap(model)
+        h += "<h2>Detection and continuity</h2>" + heatmap(model, layout)
         h += "<h2>Worst pairs</h2>" + worstSection(report, model)
         h += "<h2>Per node</h2>" + nodeSummariesSection(model)
         h += "<h2>Interval between RSSI samples (all pairs)</h2>" + histogram(report.charts)

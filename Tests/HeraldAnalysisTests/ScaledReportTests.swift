@@ -49,6 +49,16 @@ final class ScaledReportTests: XCTestCase {
                           html.range(of: "title=\"n10\"", range: heatmapHeader..<html.endIndex)!.lowerBound)
     }
 
+    func testReportsWithOneOrTwoDevicesRender() {
+        let one = HTMLReport.render(Self.synthetic(devices: 1, cetotal: 10))
+        XCTAssertTrue(one.contains("Fewer than two devices"))
+        XCTAssertFalse(one.contains("<script>"), "no data, no script")
+        let two = HTMLReport.render(Self.synthetic(devices: 2, cetotal: 10))
+        XCTAssertEqual(Self.section(two, from: "<table id=\"hm\"", to: "</table>").components(separatedBy: "<td").count - 1, 4)
+        XCTAssertTrue(two.contains("<script>"))
+        XCTAssertTrue(two.hasSuffix("</body></html>\n"))
+    }
+
     // MARK: 150 devices
 
     func testReportFor150DevicesStaysUnderOneMegabyte() throws {
