@@ -110,6 +110,15 @@ final class ScaledReportTests: XCTestCase {
         XCTAssertEqual(HTMLReport.render(Self.synthetic(devices: 150, cetotal: 960)), html)
     }
 
+    func testWorstCaseHeatmapFor150DevicesStillUnderOneMegabyte() {
+        let report = Self.synthetic(devices: 150, cetotal: 960, spread: true)
+        let html = HTMLReport.render(report)
+        XCTAssertLessThan(html.utf8.count, 1_000_000, "report.html is \(html.utf8.count) bytes")
+        let heatmap = Self.section(html, from: "<table id=\"hm\"", to: "</table>")
+        XCTAssertEqual(heatmap.components(separatedBy: "<td").count - 1, 150 * 150)
+        for b in HTMLReport.buckets { XCTAssertFalse(html.contains("\(b.label) (0)"), "every class is present: \(b.label)") }
+    }
+
     func testReportFor150DevicesRendersInHeadlessChromium() throws {
         guard let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
             throw XCTSkip("chromium is not installed (make deps installs Debian's chromium)")
@@ -177,7 +186,8 @@ final class ScaledReportTests: XCTestCase {
     /// A result as the analyser would give for `devices` nodes named n1...: devices in alphabetical
     /// order, every continuity class present, some pairs undetected, RSSI series for every pair
     /// below 100%. Deterministic.
-    static func synthetic(devices count: Int, cetotal: Int) -> AnalysisReport {
+    /// `spread`: continuity spread over every class instead of mostly 100% (the largest heatmap).
+    static func synthetic(devices count: Int, cetotal: Int, spread: Bool = false) -> AnalysisReport {
         let folders = (1...count).map { "n\($0)" }.sorted()
         let devices = folders.enumerated().map { i, folder in
             AnalysisResult.Device(index: i + 1, folder: folder, label: "\(i + 1) - Linux - Linux 6.1", shortName: String(folder.suffix(6)), model: "Linux",
@@ -192,7 +202,8 @@ final class ScaledReportTests: XCTestCase {
         for (o, observer) in devices.enumerated() {
             for (d, observed) in devices.enumerated() where d != o {
                 let h = (o * 31 + d * 17) % 100
-                let windows = h == 0 ? 0 : h <= 10 ? cetotal * h * 9 / 100 : h <= 20 ? cetotal - (h - 10) : cetotal
+                let windows = h == 0 ? 0 : spread ? [cetotal, cetotal - 1, cetotal * 92 / 100, cetotal * 85 / 100, cetotal * 6 / 10, cetotal * 3 / 10, cetotal / 10][h % 7]
+                    : h <= 10 ? cetotal * h * 9 / 100 : h <= 20 ? cetotal - (h - 10) : cetotal
                 let detected = h != 0
                 var p = AnalysisResult.PairMetrics(observer: observer.folder, observed: observed.folder, detected: detected, heraldWindows: windows,
                                                    strictWindows: windows, strictScorePct: 100 * Double(windows) / Double(cetotal),
@@ -204,7 +215,7 @@ final class ScaledReportTests: XCTestCase {
                     p.intervalP95 = 4
                     detectedPairs.append([observer.label, observed.label])
                 }
-                if detected && windows < cetotal {
+                if detected && windows < cetotal && h <= 20 {
                     charts.rssiSeries["\(observer.folder)\u{1F}\(observed.folder)"] = (0..<cetotal).filter { ($0 * 37) % cetotal < windows }
                         .map { ($0, -60 - Double(($0 * 13 + o) % 25)) }
                 }
