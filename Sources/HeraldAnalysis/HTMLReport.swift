@@ -47,14 +47,14 @@ enum HTMLReport {
         h += "<h2>Interval between RSSI samples (all pairs)</h2>" + histogram(report.charts)
         h += "<h2>Nodes</h2>" + nodes(model)
         h += "<h2 id=\"all\">All pairs</h2>" + allPairsSection(model)
-        let failed = r.checks.filter { !$0.passed }
+        let failed = naturallySorted(r.checks.filter { !$0.passed }, by: \.subject)
         if !failed.isEmpty {
             h += "<h2>Failed checks</h2><table><tr><th class=\"l\">check</th><th class=\"l\">subject</th><th class=\"l\">finding</th></tr>"
             for c in failed.prefix(200) { h += "<tr><td class=\"l\">\(esc(c.name))</td><td class=\"l\">\(esc(c.subject))</td><td class=\"l\">\(esc(c.message))</td></tr>" }
             h += "</table>"
         }
         if !r.problems.isEmpty {
-            h += "<h2>Problems with the input</h2><ul>" + r.problems.map { "<li>\(esc($0))</li>" }.joined() + "</ul>"
+            h += "<h2>Problems with the input</h2><ul>" + naturallySorted(r.problems, by: \.self).map { "<li>\(esc($0))</li>" }.joined() + "</ul>"
         }
         h += "<p class=\"small\">Written by herald-lab in \(f(r.elapsedSeconds, 3)) s from \(r.bytesRead) bytes of logs.</p></body></html>\n"
         return h
@@ -82,6 +82,14 @@ enum HTMLReport {
         }
         s += "<text x=\"\(left)\" y=\"\(hgt + 14)\">0 s</text><text x=\"\(w - 60)\" y=\"\(hgt + 14)\">\(f(Double(buckets) * c.intervalBucket, 1)) s</text><text x=\"2\" y=\"12\">\(maxCount)</text>"
         return s + "</svg>"
+    }
+
+    /// Natural order of a text (device names lead subjects and problems); equal texts keep their order.
+    static func naturallySorted<T>(_ items: [T], by key: (T) -> String) -> [T] {
+        items.enumerated().sorted { a, b in
+            let c = NaturalOrder.compare(key(a.element), key(b.element))
+            return c == .orderedSame ? a.offset < b.offset : c == .orderedAscending
+        }.map(\.element)
     }
 
     static func nodes(_ m: ReportModel) -> String {

@@ -44,6 +44,8 @@ final class ScaledReportTests: XCTestCase {
             let n10 = html.range(of: ">n10<", range: start..<html.endIndex)!.lowerBound
             XCTAssertLessThan(n2, n10, "n2 before n10 after \(section)")
         }
+        XCTAssertLessThan(html.range(of: ">n2 sees n1<")!.lowerBound, html.range(of: ">n10 sees n1<")!.lowerBound, "failed checks")
+        XCTAssertLessThan(html.range(of: "<li>n2: detection")!.lowerBound, html.range(of: "<li>n10: detection")!.lowerBound)
         let heatmapHeader = html.range(of: "<table id=\"hm\"")!.upperBound
         XCTAssertLessThan(html.range(of: "title=\"n9\"", range: heatmapHeader..<html.endIndex)!.lowerBound,
                           html.range(of: "title=\"n10\"", range: heatmapHeader..<html.endIndex)!.lowerBound)
@@ -235,8 +237,9 @@ final class ScaledReportTests: XCTestCase {
         let result = AnalysisResult(
             input: InputDescription(path: "/tmp/synthetic-\(count)", kind: "bundle", runId: "synthetic-\(count)", plan: "synthetic"),
             parameters: .init(ceStart: "2026-01-01 00:01:00", ceEnd: "2026-01-01 08:01:00", filterStart: "2026-01-01 00:00:00", filterEnd: "2026-01-01 08:02:00", cetotal: cetotal),
-            devices: devices, herald: mode("herald"), strict: mode("strict"), pairs: pairs, thresholds: AnalysisThresholds(), checks: [],
-            passed: false, problems: [], elapsedSeconds: 1.5, bytesRead: 123_456_789)
+            devices: devices, herald: mode("herald"), strict: mode("strict"), pairs: pairs, thresholds: AnalysisThresholds(),
+            checks: ["n10 sees n1", "n2 sees n1"].map { .init(name: "timeToFirstRead", subject: $0, value: 130, limit: 120, passed: false, message: "130.00s, expected at most 120.00s") },
+            passed: false, problems: ["n10: detection.csv is empty", "n2: detection.csv is empty"], elapsedSeconds: 1.5, bytesRead: 123_456_789)
         return AnalysisReport(result: result, charts: charts)
     }
 }
