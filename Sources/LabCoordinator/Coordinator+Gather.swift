@@ -152,7 +152,7 @@ extension Coordinator {
         var lastError = "agent \(n.agent) at \(n.agentURL) unreachable"
         var clock: LabWire.ClockSample?
         while now < deadline && !Task.isCancelled {
-            if clock == nil { clock = LabWire.ClockSample.best(await probe(c, count: 16).0) }
+            if clock == nil { clock = LabWire.ClockSample.combined(await probe(c, count: 32).0) }
             do {
                 let list: LabWire.FileList = try await c.call("GET", "/v1/runs/\(runId)/files")
                 try Self.check(list, runId: runId, node: n.name)

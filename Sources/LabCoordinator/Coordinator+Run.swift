@@ -74,8 +74,8 @@ extension Coordinator {
                     var lastError = ""
                     for attempt in 0..<3 {
                         if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(0.5 * Double(attempt) * 1e9)) }
-                        let (samples, problem) = await probe(c, count: 16)
-                        guard let best = LabWire.ClockSample.best(samples) else { lastError = problem ?? "no answer to clock probes at \(node.agentURL)"; continue }
+                        let (samples, problem) = await probe(c, count: 32)
+                        guard let best = LabWire.ClockSample.combined(samples) else { lastError = problem ?? "no answer to clock probes at \(node.agentURL)"; continue }
                         var nodeSeed = SeededGenerator(seed: seed, stream: "agent/\(spec.name)")
                         let assignment = NodeAssignment(runId: runId, plan: plan, node: spec, seed: nodeSeed.next())
                         do {

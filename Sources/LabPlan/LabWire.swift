@@ -142,5 +142,18 @@ public enum LabWire {
         public init(offset: Double, roundTrip: Double) { self.offset = offset; self.roundTrip = roundTrip }
         /// The sample with the smallest round trip is the most trustworthy.
         public static func best(_ samples: [ClockSample]) -> ClockSample? { samples.min { $0.roundTrip < $1.roundTrip } }
+
+        /// The offset from the smallest delay seen in each direction, over all samples: with
+        /// f = t1 − t0 (forward delay + offset) and b = t3 − t2 (backward delay − offset),
+        /// offset = (min f − min b) / 2, exact when the two directions' least delays are equal.
+        /// On a jittery link this converges much faster than the best single sample, which
+        /// needs both of its directions to be fast at once. `roundTrip` is min f + min b.
+        public static func combined(_ samples: [ClockSample]) -> ClockSample? {
+            let usable = samples.filter { $0.offset.isFinite && $0.roundTrip.isFinite && $0.roundTrip >= 0 }
+            guard !usable.isEmpty else { return nil }
+            let forward = usable.map { $0.offset + $0.roundTrip / 2 }.min()!
+            let backward = usable.map { $0.roundTrip / 2 - $0.offset }.min()!
+            return ClockSample(offset: (forward - backward) / 2, roundTrip: max(0, forward + backward))
+        }
     }
 }
