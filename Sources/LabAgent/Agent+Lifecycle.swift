@@ -71,9 +71,11 @@ extension Agent {
     func arrange(_ r: ActiveRun) {
         guard let startAt = r.startAt else { return }
         for t in r.tasks { t.cancel() }
-        // Wake a little early, attach the radio, then start at the instant itself.
+        // Wake early enough to attach the radio even if a packet of the connection to the air is
+        // lost and retransmitted (the first SYN retransmission comes after 1 s), then start at
+        // the instant itself.
         r.tasks = [
-            scheduler.schedule(after: startAt - now - 0.3) { [weak self] in self?.begin(r) },
+            scheduler.schedule(after: startAt - now - 1.5) { [weak self] in self?.begin(r) },
             scheduler.schedule(after: startAt + r.assignment.duration - now) { [weak self] in self?.finish(r, interrupted: false) },
         ]
     }
