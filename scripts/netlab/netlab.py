@@ -15,6 +15,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import signal
 import statistics
 import sys
@@ -328,6 +329,12 @@ def scenario_faults(L, C):
     last_min = count_between(times2, end - 60, end + 1)
     before = count_between(times2, down - 60, down)
     C("3 n2 rows resume after the link returns", last_min > 0, f"{last_min} rows in the last minute of the run ({before} in the minute before the link went down); first row after the link came back at {fmt_t(min([t for t in times2 if t >= upt], default=None), t0)}")
+    resumed = min([t for t in times2 if t >= upt], default=None)
+    C("3 n2 rows resume soon after the link returns", resumed is not None and resumed - upt <= 10,
+      f"first row {resumed - upt:.1f} s after the link came back (limit 10 s)" if resumed is not None else "no row after the link came back")
+    normal2 = count_between(times2, down - 12, down - 2)
+    after2 = count_between(times2, resumed, resumed + 10) if resumed is not None else 0
+    C("3 n2 no burst when rows resume", after2 <= 2 * normal2 + 10, f"{after2} rows in the 10 s from the first row after the outage, {normal2} in a normal 10 s before it (limit 2x + 10); {count_between(times2, down + 1, upt - 1)} rows stamped while the link was down")
     check_gap(C, "3", r, "n2", down, upt)
     check_timing(C, "5 (fault run)", r, RELAYED)
     return r
@@ -384,14 +391,16 @@ def scenario_radio_fail(L, C):
     lab.set_hosts_extra([("air.lab", lab.ipv4("coord"), ["coord", "n2", "n3", "client"])])  # n1 cannot resolve it
     L.start_coordinator(results=L.results, air=f"air.lab:{lab.AIR_PORT}")
     L.wait_agents_alive()
-    r = Run(L, "radio-fail.yaml", "client-radio-fail").go(timeout=None)
-    # `timeout=None` above means 300 s; the limit that matters is how soon it ended:
+    # The client gets 20 s after the start instant (plan: 60 s); a run still going then is cut off.
+    r = Run(L, "radio-fail.yaml", "client-radio-fail").go(timeout=30)
     rec = r.record or {}
     took = (r.exit_time - r.t0) if r.t0 else None
     C("6 run fails with exit 2", r.exit == 2, f"herald-lab run {r.describe_exit()}; run {rec.get('state')}: {rec.get('message') or ''}")
-    C("6 fails at once", took is not None and took <= 10, f"herald-lab run ended {took:.1f} s after the start instant (limit 10 s; plan 60 s)" if took is not None else "no start instant")
-    text = (r.output + " " + (rec.get("message") or "")).lower()
-    C("6 reason names n1 and the air", "n1" in text and "air" in text, f"client output tail: {' | '.join(r.output.strip().splitlines()[-2:])}")
+    C("6 fails at once", r.exit is not None and took is not None and took <= 10,
+      f"herald-lab run ended {took:.1f} s after the start instant (limit 10 s; plan 60 s)" if r.exit is not None and took is not None else f"herald-lab run {r.describe_exit()} ({took or 0:.0f} s after the start instant)")
+    errors = " ".join(l for l in r.output.splitlines() if l.startswith("herald-lab run:")) + " " + (rec.get("message") or "")
+    C("6 reason names n1 and the air", "n1" in errors and re.search(r"\bair\b|air\.lab|resolve", errors) is not None,
+      f"error lines: {errors.strip()!r}; agents said: " + "; ".join(f"{a}: {(L.agent_status(a) or {}).get('message')}" for a in AGENTS))
     deadline = time.time() + 10
     while time.time() < deadline and not all_idle(L):
         time.sleep(0.5)
