@@ -38,6 +38,28 @@ struct ServiceOptions: ParsableArguments {
     }
 }
 
+/// `--air HOST:PORT` (a name, an IPv4 address, or [IPv6]:PORT), or exit 2 naming the problem.
+func parseAir(_ text: String) throws -> LabWire.AirAddress {
+    guard let (host, port) = splitHostPort(text) else { log("--air \"\(text)\": expected HOST:PORT, e.g. coord.lab:8702 or [fd00::1]:8702"); throw ExitCode(2) }
+    return LabWire.AirAddress(host: host, port: port)
+}
+
+/// Splits `host:port`, `[v6]:port`; nil when malformed.
+func splitHostPort(_ text: String) -> (String, UInt16)? {
+    let host: Substring, portText: Substring
+    if text.hasPrefix("[") {
+        guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else { return nil }
+        host = text[text.index(after: text.startIndex)..<close]
+        portText = text[text.index(close, offsetBy: 2)...]
+    } else {
+        guard let colon = text.lastIndex(of: ":"), !text[..<colon].contains(":") else { return nil }
+        host = text[..<colon]
+        portText = text[text.index(after: colon)...]
+    }
+    guard !host.isEmpty, let port = UInt16(portText), port > 0 else { return nil }
+    return (String(host), port)
+}
+
 /// Blocks until SIGINT or SIGTERM, or until `timeout` seconds have passed. Returns true for a signal.
 @discardableResult
 func waitForTermination(timeout: TimeInterval? = nil) async -> Bool {
@@ -122,24 +144,36 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(help: "The air to attach to (HOST:PORT) when the coordinator names none.")
     var air: String?
 
+    @Option(name: .customLong("advertise-url"), help: "URL the coordinator should call this agent at (default: the address its registration comes from when --host is a wildcard, else http://HOST:PORT).")
+    var advertiseURL: String?
+
     func run() async throws {
         guard SafeName.isValid(name) else { log("--name \"\(name)\" \(SafeName.problem(with: name)!)"); throw ExitCode(2) }
-        guard radio == "sim" || radio == "bluez" else { log("--radio must be sim or bluez"); throw ExitCode(2) }
+        guard let radioKind = RadioKind(rawValue: radio) else { log("--radio \"\(radio)\": must be sim or bluez"); throw ExitCode(2) }
         var config = Agent.Config(name: name, dataDirectory: URL(fileURLWithPath: data))
         config.host = service.host
         config.port = service.port
         config.token = try service.token()
-        config.coordinator = coordinator.flatMap(URL.init(string:))
-        config.tags = tags.split(separator: ",").map(String.init)
-        config.radio = radio
-        config.adapter = adapter
-        if let air {
-            let parts = air.split(separator: ":")
-            guard parts.count == 2, let p = UInt16(parts[1]) else { log("--air expects HOST:PORT"); throw ExitCode(2) }
-            config.air = LabWire.AirAddress(host: String(parts[0]), port: p)
+        if let coordinator {
+            guard let u = URL(string: coordinator), u.scheme == "http" || u.scheme == "https", u.host != nil else { log("--coordinator \"\(coordinator)\": expected a URL such as http://coord.lab:8700"); throw ExitCode(2) }
+            config.coordinator = u
         }
+        if let advertiseURL {
+            guard let u = URL(string: advertiseURL), u.scheme == "http" || u.scheme == "https", let h = u.host, !h.isEmpty, u.port != nil else {
+                log("--advertise-url \"\(advertiseURL)\": expected a URL with host and port, such as http://n1.lab:8701"); throw ExitCode(2)
+            }
+            config.advertiseURL = u
+        }
+        config.tags = tags.split(separator: ",").map(String.init).filter { $0 != "none" }
+        config.radio = radioKind
+        config.adapter = adapter
+        if let air { config.air = try parseAir(air) }
         let agent = Agent(config: config)
-        let port = try await agent.start()
+        let port: UInt16
+        do { port = try await agent.start() } catch {
+            log("herald-lab agent: cannot listen on \(service.host):\(service.port): \(error)")
+            throw ExitCode(2)
+        }
         service.announce(port, "agent \(name)")
         await waitForTermination()
         await agent.stop()
@@ -163,18 +197,22 @@ struct CoordinatorCommand: AsyncParsableCommand {
     @Option(name: .customLong("gather-patience"), help: "Seconds gathering keeps retrying an unreachable agent.")
     var gatherPatience: Double = 60
 
+    @Option(name: .customLong("retain-days"), help: "Delete the bundles of ended runs older than this many days (default: keep them).")
+    var retainDays: Double?
+
     func run() async throws {
         var config = Coordinator.Config(results: URL(fileURLWithPath: results))
         config.host = service.host
         config.port = service.port
         config.token = try service.token()
         config.inventory = inventory.map { URL(fileURLWithPath: $0) }
+        guard gatherPatience.isFinite, gatherPatience >= 1, gatherPatience <= 86_400 else { log("--gather-patience must be between 1 and 86400 seconds"); throw ExitCode(2) }
         config.gatherPatience = gatherPatience
-        if let air {
-            let parts = air.split(separator: ":")
-            guard parts.count == 2, let p = UInt16(parts[1]) else { log("--air expects HOST:PORT"); throw ExitCode(2) }
-            config.air = LabWire.AirAddress(host: String(parts[0]), port: p)
+        if let retainDays {
+            guard retainDays.isFinite, retainDays > 0, retainDays <= 36_500 else { log("--retain-days must be between 0 and 36500"); throw ExitCode(2) }
+            config.retainDays = retainDays
         }
+        if let air { config.air = try parseAir(air) }
         let coordinator: Coordinator
         do { coordinator = try Coordinator(config: config) } catch {
             log("herald-lab coordinator: \(error)")

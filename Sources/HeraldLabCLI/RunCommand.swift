@@ -45,23 +45,36 @@ struct RunCommand: AsyncParsableCommand {
         var drawnLines = 0
         var lastPlain = Date.distantPast
         var current = record
+        var unanswered: Date?
         while true {
-            if let r: RunRecord = try? await client.call("GET", "/v1/runs/\(record.id)") { current = r }
+            do {
+                current = try await client.call("GET", "/v1/runs/\(record.id)")
+                unanswered = nil
+            } catch {
+                // A coordinator that is gone for a minute is given up on (it keeps the run if it comes back).
+                let since = unanswered ?? Date()
+                unanswered = since
+                if Date().timeIntervalSince(since) > 60 {
+                    log("herald-lab run: the coordinator at \(coordinator) has not answered for 60 s (\(error)); run \(record.id) is still recorded there: `herald-lab runs list` shows it")
+                    throw ExitCode(2)
+                }
+            }
             let lines = Self.table(current)
             if live {
                 if drawnLines > 0 { print("\u{1B}[\(drawnLines)A", terminator: "") }
                 for l in lines { print("\u{1B}[2K" + l) }
                 drawnLines = lines.count
-            } else if Date().timeIntervalSince(lastPlain) >= 10 || [.complete, .failed, .cancelled].contains(current.state) {
+            } else if Date().timeIntervalSince(lastPlain) >= 10 || current.state.isFinal {
                 print(lines.joined(separator: "\n"))
                 lastPlain = Date()
             }
             fflush(nil)
-            if [.complete, .failed, .cancelled].contains(current.state) { break }
+            if current.state.isFinal { break }
             try await Task.sleep(nanoseconds: 1_000_000_000)
         }
-        guard current.state == .complete else {
+        guard current.state == .complete || current.state == .aborted else {
             log("herald-lab run: run \(current.id) \(current.state.rawValue): \(current.message ?? "")")
+            for n in current.nodes where n.message != nil { log("  \(n.name) (agent \(n.agent), \(n.agentURL)): \(n.state): \(n.message!)") }
             throw ExitCode(2)
         }
         // Fetch and unpack the bundle.
@@ -84,12 +97,14 @@ struct RunCommand: AsyncParsableCommand {
             let offsets = m.nodes.map { String(format: "%@ %+.2f ms", $0.name, $0.clockOffset * 1000) }.joined(separator: ", ")
             if let s = m.startSkew { print(String(format: "start skew: p50 %.3f ms, p99 %.3f ms, max %.3f ms; clock offsets: %@", s.p50Ms, s.p99Ms, s.maxMs, offsets)) }
             let partial = m.nodes.filter { $0.state != .complete }
-            if !partial.isEmpty { print("nodes not complete: " + partial.map { "\($0.name) \($0.state.rawValue)" }.joined(separator: ", ")) }
+            if !partial.isEmpty { print("nodes not complete: " + partial.map { "\($0.name) \($0.state.rawValue)\($0.message.map { " (\($0))" } ?? "")" }.joined(separator: ", ")) }
         }
+        if current.state == .aborted { log("herald-lab run: run \(current.id) was aborted; its bundle holds what the nodes logged until then") }
         if let summary = try? ReportWriter.readSummary(bundle.appendingPathComponent("report/summary.json")) {
             print(Summary.text(summary, mode: "strict"))
             print("report: \(bundle.appendingPathComponent("report/report.html").path)")
             if !summary.passed { throw ExitCode(1) }
+            if current.state == .aborted { throw ExitCode(2) }
         } else {
             log("herald-lab run: the bundle has no report (\(current.message ?? "analysis failed"))")
             throw ExitCode(2)

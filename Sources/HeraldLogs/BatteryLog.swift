@@ -73,6 +73,8 @@ public final class BatteryLog {
     }
 
     public func flush() { file.flush() }
+    /// The file's last write failure, if any.
+    public var writeError: String? { file.writeError }
     public func close() {
         task?.cancel()
         file.close()

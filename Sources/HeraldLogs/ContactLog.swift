@@ -20,6 +20,8 @@ public final class ContactLog: SensorDelegate {
     }
 
     public func flush() { file.flush() }
+    /// The file's last write failure, if any.
+    public var writeError: String? { file.writeError }
     public func close() { file.close() }
 
     /// Writes `time,sensor,id,` then the event number in column `event` (1...7) and `data`.

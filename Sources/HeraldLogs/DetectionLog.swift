@@ -18,8 +18,25 @@ public final class DetectionLog: SensorDelegate {
         self.os = os
         self.osVersion = osVersion
         self.ownShortName = ownShortName
+        // A node resumed after a restart keeps what it had seen: the names already in the file.
+        if let text = try? String(contentsOf: url, encoding: .utf8), let first = text.split(whereSeparator: \.isNewline).first {
+            for name in Self.fields(first).dropFirst(4) where !name.isEmpty && name != ownShortName { seen.insert(name) }
+        }
         write()
     }
+
+    /// The fields of a line written by `line` (values wrapped in quotes when they hold a comma).
+    static func fields(_ line: Substring) -> [String] {
+        var out = [String](), current = "", quoted = false
+        for c in line {
+            if c == "\"" { quoted.toggle() } else if c == ",", !quoted { out.append(current); current = "" } else { current.append(c) }
+        }
+        out.append(current)
+        return out
+    }
+
+    /// The last failure to write the file, if any.
+    public private(set) var writeError: String?
 
     /// The line as written.
     public var line: String {
@@ -31,7 +48,7 @@ public final class DetectionLog: SensorDelegate {
         return String(decoding: out, as: UTF8.self)
     }
 
-    private func write() { AtomicFile.write(line + "\n", to: url) }
+    private func write() { writeError = AtomicFile.write(line + "\n", to: url) }
 
     private func add(_ name: String) {
         guard !name.isEmpty, name != ownShortName, !seen.contains(name) else { return }

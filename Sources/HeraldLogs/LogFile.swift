@@ -14,6 +14,12 @@ public final class LogFile {
     private let limit = 64 * 1024
     private var flushTask: ScheduledTask?
     public private(set) var bytesWritten: Int64 = 0
+    /// The last write failure (disk full, I/O error), kept until a later write succeeds. What
+    /// could not be written stays buffered (up to `retainLimit`) and is retried at each flush.
+    public private(set) var writeError: String?
+    /// Bytes given up after failed writes, once the buffer passed `retainLimit`.
+    public private(set) var bytesDropped: Int64 = 0
+    private let retainLimit = 8 << 20
     /// The size of the file on disk plus what is buffered.
     public var size: Int64 { bytesWritten + Int64(buffer.count) }
     /// The file was empty (or new) when opened.
@@ -23,6 +29,7 @@ public final class LogFile {
         self.url = url
         try? FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
         fd = open(url.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+        if fd < 0 { writeError = "\(url.lastPathComponent): cannot open (\(String(cString: strerror(errno))))" }
         var st = stat()
         if fd >= 0, fstat(fd, &st) == 0 { bytesWritten = Int64(st.st_size) }
         wasEmpty = bytesWritten == 0
@@ -56,16 +63,29 @@ public final class LogFile {
 
     public func flush() {
         guard fd >= 0, !buffer.isEmpty else { return }
-        buffer.withUnsafeBytes { raw in
+        var failure: Int32 = 0
+        let offset = buffer.withUnsafeBytes { raw -> Int in
             var offset = 0
             while offset < raw.count {
                 let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
-                if n <= 0 { if errno == EINTR { continue }; break }
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { failure = n < 0 ? errno : ENOSPC; break }
                 offset += n
             }
-            bytesWritten += Int64(offset)
+            return offset
         }
-        buffer.removeAll(keepingCapacity: true)
+        bytesWritten += Int64(offset)
+        if failure == 0 {
+            buffer.removeAll(keepingCapacity: true)
+            writeError = nil
+            return
+        }
+        buffer.removeFirst(offset)
+        if buffer.count > retainLimit {
+            bytesDropped += Int64(buffer.count)
+            buffer.removeAll(keepingCapacity: true)
+        }
+        writeError = "\(url.lastPathComponent): write failed (\(String(cString: strerror(failure))))\(bytesDropped > 0 ? "; \(bytesDropped) bytes given up" : "")"
     }
 
     public func close() {
@@ -79,14 +99,18 @@ public final class LogFile {
 /// Writes a whole small file atomically (temporary file + rename), so a crash never leaves it
 /// empty or half written.
 enum AtomicFile {
-    static func write(_ text: String, to url: URL) {
+    /// Returns what went wrong, or nil; the previous content stays whole on failure.
+    @discardableResult
+    static func write(_ text: String, to url: URL) -> String? {
         try? FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
         let tmp = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).tmp")
         do {
             try Data(text.utf8).write(to: tmp)
-            if rename(tmp.path, url.path) != 0 { try Data(text.utf8).write(to: url) }
+            guard rename(tmp.path, url.path) == 0 else { return "\(url.lastPathComponent): cannot rename (\(String(cString: strerror(errno))))" }
+            return nil
         } catch {
-            try? Data(text.utf8).write(to: url)
+            try? FileManager.default.removeItem(at: tmp)
+            return "\(url.lastPathComponent): write failed (\(error.localizedDescription))"
         }
     }
 }

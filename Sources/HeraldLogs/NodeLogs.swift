@@ -35,6 +35,11 @@ public final class NodeLogs {
         statistics.write()
     }
 
+    /// The first file that could not be written, and why (disk full, ...), or nil.
+    public var writeError: String? {
+        contacts.writeError ?? logger.writeError ?? battery.writeError ?? statistics.writeError ?? detection.writeError
+    }
+
     public func close() {
         contacts.close()
         statistics.close()

@@ -62,5 +62,7 @@ public final class SensorLogger {
     }
 
     public func flush() { file.flush() }
+    /// The file's last write failure, if any.
+    public var writeError: String? { file.writeError }
     public func close() { file.close() }
 }

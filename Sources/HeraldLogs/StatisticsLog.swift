@@ -71,9 +71,12 @@ public final class StatisticsLog: SensorDelegate {
         return out
     }
 
+    /// The last failure to write the file, if any.
+    public private(set) var writeError: String?
+
     public func write() {
-        AtomicFile.write(text, to: url)
-        dirty = false
+        writeError = AtomicFile.write(text, to: url)
+        dirty = writeError != nil
     }
 
     public func close() {

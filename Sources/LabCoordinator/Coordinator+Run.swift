@@ -1,10 +1,11 @@
 import Foundation
-import HeraldAnalysis
 import HeraldCore
-import LabHistory
 import LabHTTP
 import LabPlan
 
+/// A run's course on the coordinator: arm every agent (clock probes, assignment), start them
+/// together, watch them, then gather (Coordinator+Gather). Every step can be resumed after a
+/// coordinator restart from the run's record.
 extension Coordinator {
     func client(_ url: String, timeout: TimeInterval = 5) -> LabClient? {
         URL(string: url).map { LabClient(base: $0, token: config.token, timeout: timeout) }
@@ -12,7 +13,14 @@ extension Coordinator {
 
     /// Runs a run from wherever it is to its end: arm, start together, watch, gather.
     func drive(_ id: String) async {
-        guard var r = run(id), let plan = try? Plan.parse(yaml: r.planText, source: r.plan) else { return }
+        guard var r = run(id) else { return }
+        let plan: Plan
+        do { plan = try Plan.parse(yaml: r.planText, source: r.plan) } catch {
+            r.state = .failed
+            r.message = "the stored plan no longer parses: \(error)"
+            update(r)
+            return
+        }
         if r.state == .arming {
             if r.startAt == nil {
                 guard let armed = await arm(r, plan) else { return }
@@ -24,32 +32,37 @@ extension Coordinator {
         }
         if r.state == .running {
             await ensureStarted(&r)
-            await watch(&r)
+            let failure = await watch(&r)
             if Task.isCancelled { return }
+            if r.abortRequested == true || failure != nil { await stopAgents(r) }
+            if let failure { r.message = failure }
             r.state = .gathering
             update(r)
         }
         if r.state == .gathering {
-            await gather(&r, plan)
+            await gather(&r, plan, failure: r.message)
         }
     }
 
     // MARK: Clock
 
     /// Clock probes over one kept-alive connection (plain socket: sub-millisecond round trips on a
-    /// LAN); falls back to the HTTP client when that fails.
-    func probe(_ c: LabClient, count: Int) async -> [LabWire.ClockSample] {
+    /// LAN); falls back to the HTTP client when that fails. Returns the samples and, when there
+    /// are none, why.
+    func probe(_ c: LabClient, count: Int) async -> ([LabWire.ClockSample], String?) {
         let base = c.base, token = c.token
         let fast = await ClockProbe.probe(base, token: token, count: count)
-        if !fast.isEmpty { return fast.map { LabWire.ClockSample(offset: $0.offset, roundTrip: $0.roundTrip) } }
+        if !fast.isEmpty { return (fast.map { LabWire.ClockSample(offset: $0.offset, roundTrip: $0.roundTrip) }, nil) }
         var out = [LabWire.ClockSample]()
-        for _ in 0..<count {
+        var lastError = "no answer"
+        for _ in 0..<min(count, 4) {
             let t0 = now
-            guard let reply: LabWire.ClockReply = try? await c.call("POST", "/v1/clock", Empty()) else { continue }
-            let t3 = now
-            out.append(LabWire.ClockSample(t0: t0, t1: reply.received, t2: reply.sent, t3: t3))
+            do {
+                let reply: LabWire.ClockReply = try await c.call("POST", "/v1/clock", Empty())
+                out.append(LabWire.ClockSample(t0: t0, t1: reply.received, t2: reply.sent, t3: now))
+            } catch { lastError = "\(error)" }
         }
-        return out
+        return (out, out.isEmpty ? "no answer to clock probes at \(base.absoluteString) (\(lastError))" : nil)
     }
 
     // MARK: Arming and the start barrier
@@ -59,6 +72,7 @@ extension Coordinator {
         let seed = plan.seed
         let runId = record.id
         let nodesToArm = record.nodes
+        let began = now
         let results = await withTaskGroup(of: (Int, LabWire.ClockSample?, String?).self) { group in
             for (i, node) in nodesToArm.enumerated() {
                 let spec = plan.nodes[i]
@@ -68,14 +82,18 @@ extension Coordinator {
                     var lastError = ""
                     for attempt in 0..<3 {
                         if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(0.5 * Double(attempt) * 1e9)) }
-                        let samples = await probe(c, count: 8)
-                        guard let best = LabWire.ClockSample.best(samples) else { lastError = "no answer to clock probes"; continue }
+                        let (samples, problem) = await probe(c, count: 16)
+                        guard let best = LabWire.ClockSample.best(samples) else { lastError = problem ?? "no answer to clock probes at \(node.agentURL)"; continue }
                         var nodeSeed = SeededGenerator(seed: seed, stream: "agent/\(spec.name)")
                         let assignment = NodeAssignment(runId: runId, plan: plan, node: spec, seed: nodeSeed.next())
                         do {
                             let _: LabWire.AgentStatus = try await c.call("POST", "/v1/arm", LabWire.ArmRequest(assignment: assignment, air: air))
                             return (i, best, nil)
-                        } catch { lastError = "\(error)" }
+                        } catch {
+                            lastError = "\(error)"
+                            // The agent answered and refused (its radio cannot start, it is busy): no retry helps.
+                            if let s = (error as? LabClient.Failure)?.status, (400..<500).contains(s) { break }
+                        }
                     }
                     return (i, nil, lastError)
                 }
@@ -88,23 +106,54 @@ extension Coordinator {
         var failures = [String]()
         for (i, sample, error) in results {
             r.nodes[i].clockBefore = sample
-            if let error { failures.append("\(r.nodes[i].agent): \(error)"); r.nodes[i].message = error } else { r.nodes[i].state = "armed" }
+            if let error {
+                failures.append("agent \(r.nodes[i].agent) (\(r.nodes[i].agentURL)): \(error)")
+                r.nodes[i].message = error
+                agentError(r.nodes[i].agent, error)
+            } else { r.nodes[i].state = "armed" }
         }
         if !failures.isEmpty {
-            r.state = .failed
-            r.message = "arming failed: " + failures.joined(separator: "; ")
-            update(r)
-            log("coordinator: run \(r.id) failed: \(r.message!)")
-            for n in r.nodes { if let c = client(n.agentURL) { _ = try? await c.request("POST", "/v1/runs/\(r.id)/release") } }
+            _ = await endBeforeStart(r, state: .failed, message: "arming failed: " + failures.joined(separator: "; "))
             return nil
         }
-        // The barrier: everyone is armed; all start at one instant, in each agent's own clock.
-        let startAt = now + config.startMargin + 0.002 * Double(r.nodes.count)
+        if run(r.id)?.abortRequested == true {
+            _ = await endBeforeStart(r, state: .cancelled, message: "aborted before the start")
+            return nil
+        }
+        // The barrier: everyone is armed; all start at one instant, in each agent's own clock. The
+        // margin covers sending the starts (about as long as arming took) and the slowest link.
+        let armTime = now - began
+        let worstRoundTrip = r.nodes.compactMap { $0.clockBefore?.roundTrip }.max() ?? 0
+        let margin = max(config.startMargin, 1.5 * armTime + 10 * worstRoundTrip + 0.5) + 0.002 * Double(r.nodes.count)
+        let startAt = now + margin
         r.startAt = startAt
         r.state = .running
         update(r)
         await sendStarts(r)
-        log("coordinator: run \(r.id) armed on \(r.nodes.count) agents; starting at \(HeraldTimestamp.iso8601(Date(timeIntervalSince1970: startAt)))")
+        log("coordinator: run \(r.id) armed on \(r.nodes.count) agents in \(String(format: "%.2f", armTime)) s; starting at \(HeraldTimestamp.iso8601(Date(timeIntervalSince1970: startAt))) (margin \(String(format: "%.2f", margin)) s, worst round trip \(String(format: "%.1f", worstRoundTrip * 1000)) ms)")
+        return r
+    }
+
+    /// Ends a run that never started (arming failed, cancelled, aborted early): every agent that
+    /// may have armed is told to release it, so none is left busy.
+    func endBeforeStart(_ record: RunRecord, state: RunRecord.State, message: String) async -> RunRecord {
+        var r = record
+        r.state = state
+        r.message = message
+        update(r)
+        log("coordinator: run \(r.id) \(state.rawValue): \(message)")
+        let id = r.id
+        await withTaskGroup(of: Void.self) { group in
+            for n in r.nodes {
+                group.addTask { [self] in
+                    guard let c = client(n.agentURL) else { return }
+                    do {
+                        let (status, body, _) = try await c.request("POST", "/v1/runs/\(id)/release")
+                        if status >= 300 && status != 404 { agentError(n.agent, "release of run \(id) refused: HTTP \(status) \(String(decoding: body.prefix(200), as: UTF8.self))") }
+                    } catch { agentError(n.agent, "release of run \(id) failed: \(error)") }
+                }
+            }
+        }
         return r
     }
 
@@ -115,11 +164,17 @@ extension Coordinator {
                 let offset = n.clockBefore?.offset ?? 0
                 group.addTask { [self] in
                     guard let c = client(n.agentURL) else { return }
+                    var lastError = ""
                     for attempt in 0..<3 {
-                        if (try? await c.call("POST", "/v1/start", LabWire.StartRequest(runId: r.id, startAt: startAt + offset), as: LabWire.AgentStatus.self)) != nil { return }
+                        do {
+                            let s: LabWire.AgentStatus = try await c.call("POST", "/v1/start", LabWire.StartRequest(runId: r.id, startAt: startAt + offset))
+                            if let m = s.message, s.runId == r.id { log("coordinator: agent \(n.agent): \(m)") }
+                            return
+                        } catch { lastError = "\(error)" }
                         try? await Task.sleep(nanoseconds: UInt64(0.3 * Double(attempt + 1) * 1e9))
                     }
-                    log("coordinator: agent \(n.agent) did not take the start of run \(r.id)")
+                    agentError(n.agent, "did not take the start of run \(r.id): \(lastError)")
+                    log("coordinator: agent \(n.agent) (\(n.agentURL)) did not take the start of run \(r.id): \(lastError)")
                 }
             }
         }
@@ -135,13 +190,30 @@ extension Coordinator {
         if !missing.isEmpty { await sendStarts(r, only: missing) }
     }
 
+    /// Tells every agent to stop the run now (abort, or another node failed); each keeps what it logged.
+    func stopAgents(_ r: RunRecord) async {
+        await withTaskGroup(of: Void.self) { group in
+            for n in r.nodes {
+                group.addTask { [self] in
+                    guard let c = client(n.agentURL) else { return }
+                    do { let _: LabWire.AgentStatus = try await c.call("POST", "/v1/runs/\(r.id)/stop") } catch {
+                        agentError(n.agent, "stop of run \(r.id) failed: \(error)")
+                    }
+                }
+            }
+        }
+    }
+
     // MARK: Watching
 
-    func watch(_ r: inout RunRecord) async {
-        guard let startAt = r.startAt else { return }
+    /// Follows the heartbeats until the planned end, an abort, or a node failing (returned).
+    func watch(_ r: inout RunRecord) async -> String? {
+        guard let startAt = r.startAt else { return nil }
         let end = startAt + r.duration + 1.5
         var lastSave = 0.0
         while now < end && !Task.isCancelled {
+            // An abort arrives through the stored record; take it before writing ours back.
+            if run(r.id)?.abortRequested == true { r.abortRequested = true; update(r); return nil }
             let statuses = withLock { agentsStatus() }
             var changed = false
             for i in r.nodes.indices {
@@ -152,12 +224,18 @@ extension Coordinator {
                     r.nodes[i].startedAt = st - (r.nodes[i].clockBefore?.offset ?? 0)
                 }
                 changed = true
+                if s.state == .failed {
+                    let reason = "node \(r.nodes[i].name) on agent \(r.nodes[i].agent) failed: \(s.message ?? "no reason given")"
+                    update(r)
+                    return reason
+                }
             }
             if changed { withLock { runs[r.id] = r } }
             if now - lastSave > 5 { update(r); lastSave = now }
             try? await Task.sleep(nanoseconds: UInt64(min(0.5, max(0.05, end - now)) * 1e9))
         }
         update(r)
+        return nil
     }
 
     /// Latest heartbeat status per agent (call with the lock held).
@@ -165,163 +243,5 @@ extension Coordinator {
         var out = [String: LabWire.AgentStatus]()
         for (name, a) in agents { if let s = a.status { out[name] = s } }
         return out
-    }
-
-    // MARK: Gathering
-
-    func gather(_ r: inout RunRecord, _ plan: Plan) async {
-        let bundle = config.results.appendingPathComponent(r.id)
-        let nodesDir = bundle.appendingPathComponent("nodes")
-        try? FileManager.default.createDirectory(at: nodesDir, withIntermediateDirectories: true)
-        let record = r
-        let outcomes = await withTaskGroup(of: (Int, LabWire.FileList?, LabWire.ClockSample?, String?).self) { group in
-            for (i, n) in record.nodes.enumerated() {
-                group.addTask { [self] in
-                    let (list, clock, error) = await gatherNode(record.id, n, into: nodesDir.appendingPathComponent(n.name))
-                    return (i, list, clock, error)
-                }
-            }
-            var out = [(Int, LabWire.FileList?, LabWire.ClockSample?, String?)]()
-            for await x in group { out.append(x) }
-            return out
-        }
-        for (i, list, clock, error) in outcomes {
-            r.nodes[i].clockAfter = clock
-            if let list {
-                r.nodes[i].files = list.files
-                r.nodes[i].state = list.resumed ? "partial" : "complete"
-                // The actual start in coordinator time, by the clock measured after the run (independent
-                // of the estimate the start instant was converted with, so the skew shows its error too).
-                if let st = list.startedAt { r.nodes[i].startedAt = st - ((clock ?? r.nodes[i].clockBefore)?.offset ?? 0) }
-                if list.resumed { r.nodes[i].message = "agent restarted during the run: logs have a gap" }
-            } else {
-                // Whatever reached us is kept; a node without verified files is lost.
-                r.nodes[i].state = "lost"
-                r.nodes[i].message = error
-            }
-        }
-        do {
-            try writeManifest(r, plan, bundle: bundle)
-        } catch {
-            r.state = .failed
-            r.message = "cannot write the bundle: \(error)"
-            update(r)
-            return
-        }
-        // The report.
-        do {
-            let report = try Analyser.analyse(bundle)
-            try ReportWriter.write(report, to: bundle.appendingPathComponent("report"))
-            r.passed = report.result.passed
-            r.headline = Summary.text(report.result, mode: "strict")
-            if let history = try? HistoryStore(url: config.results.appendingPathComponent("history.sqlite")) {
-                try? history.record(report.result, reportPath: bundle.appendingPathComponent("report").path)
-            }
-        } catch {
-            r.message = "analysis failed: \(error)"
-        }
-        // The archive, then the agents may drop their copies.
-        let tar = Process()
-        tar.executableURL = URL(fileURLWithPath: "/bin/tar")
-        tar.arguments = ["-czf", config.results.appendingPathComponent("\(r.id).tar.gz").path, "-C", config.results.path, r.id]
-        do { try tar.run(); tar.waitUntilExit() } catch { r.message = "cannot write \(r.id).tar.gz: \(error)" }
-        for n in r.nodes where n.state == "complete" || n.state == "partial" {
-            guard let c = client(n.agentURL) else { continue }
-            _ = try? await c.request("POST", "/v1/runs/\(r.id)/release")
-        }
-        r.bundle = bundle.path
-        r.state = .complete
-        update(r)
-        log("coordinator: run \(r.id) complete: \(bundle.path) (\(r.nodes.map { "\($0.name) \($0.state)" }.joined(separator: ", ")))")
-    }
-
-    /// Fetches one node's file list and files, verifying each SHA-256, retrying with backoff.
-    func gatherNode(_ runId: String, _ n: RunRecord.Node, into dir: URL) async -> (LabWire.FileList?, LabWire.ClockSample?, String?) {
-        guard let c = client(n.agentURL, timeout: 30) else { return (nil, nil, "bad agent URL") }
-        try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        let deadline = now + config.gatherPatience
-        var delay = 0.2
-        var lastError = "agent \(n.agent) unreachable"
-        var clock: LabWire.ClockSample?
-        while now < deadline && !Task.isCancelled {
-            if clock == nil { clock = LabWire.ClockSample.best(await probe(c, count: 8)) }
-            do {
-                let list: LabWire.FileList = try await c.call("GET", "/v1/runs/\(runId)/files")
-                for f in list.files {
-                    try await download(c, runId: runId, file: f, to: dir)
-                }
-                return (list, clock, nil)
-            } catch {
-                lastError = "\(error)"
-            }
-            try? await Task.sleep(nanoseconds: UInt64(delay * 1e9))
-            delay = min(delay * 2, 5)
-        }
-        log("coordinator: gave up gathering \(n.name) from \(n.agent): \(lastError)")
-        return (nil, clock, lastError)
-    }
-
-    /// Fetches one file into `dir`, resuming a partial copy with a byte range, hashing as it
-    /// streams; the file gets its name only once its size and SHA-256 match the agent's.
-    func download(_ c: LabClient, runId: String, file: LabWire.FileInfo, to dir: URL) async throws {
-        let target = dir.appendingPathComponent(file.name)
-        if let (sha, bytes) = try? SHA256.hash(fileAt: target), sha == file.sha256, bytes == file.bytes { return }
-        let part = dir.appendingPathComponent(".\(file.name).part")
-        let fm = FileManager.default
-        if !fm.fileExists(atPath: part.path) { fm.createFile(atPath: part.path, contents: nil) }
-        var have = ((try? fm.attributesOfItem(atPath: part.path))?[.size] as? NSNumber)?.int64Value ?? 0
-        if have > file.bytes { try Data().write(to: part); have = 0 }
-        var hasher = SHA256()
-        if have > 0 { try hasher.update(contentsOf: part) } // what is already there; then ask for the rest
-        if have < file.bytes {
-            let url = c.base.appendingPathComponent("v1/runs/\(runId)/files/\(file.name)")
-            var headers = ["Authorization": "Bearer \(c.token ?? "")"]
-            if have > 0 { headers["Range"] = "bytes=\(have)-" }
-            let result = try FileDownload.get(url, headers: headers, appendingTo: part, hasher: &hasher, timeout: 60)
-            if result.status == 200, have > 0 { // the agent ignored the range: the file was rewritten whole
-                hasher = SHA256()
-                try hasher.update(contentsOf: part)
-            }
-        }
-        let bytes = ((try? fm.attributesOfItem(atPath: part.path))?[.size] as? NSNumber)?.int64Value ?? -1
-        let sha = hasher.finalizeHex()
-        guard sha == file.sha256, bytes == file.bytes else {
-            try? fm.removeItem(at: part)
-            throw LabClient.Failure(status: nil, message: "\(file.name): checksum mismatch (\(bytes) bytes, expected \(file.bytes)); fetching again")
-        }
-        if fm.fileExists(atPath: target.path) { try fm.removeItem(at: target) }
-        try fm.moveItem(at: part, to: target)
-    }
-
-    func writeManifest(_ r: RunRecord, _ plan: Plan, bundle: URL) throws {
-        let startAt = r.startAt ?? r.created
-        var nodes = [Manifest.Node]()
-        let views = agentViews
-        var skews = [Double]()
-        for (i, n) in r.nodes.enumerated() {
-            let spec = plan.nodes[i]
-            var m = Manifest.Node(name: n.name, identifier: spec.identifier, shortName: spec.shortName, osVersion: "6.1", position: spec.position, radio: "air")
-            let best = LabWire.ClockSample.best([n.clockBefore, n.clockAfter].compactMap { $0 })
-            m.clockOffset = best?.offset ?? 0
-            m.clockRoundTrip = best?.roundTrip
-            m.startedAt = n.startedAt.map { Date(timeIntervalSince1970: $0) }
-            if let s = n.startedAt { skews.append(abs(s - startAt) * 1000) }
-            m.state = Manifest.NodeState(rawValue: n.state) ?? .lost
-            if let v = views.first(where: { $0.info.name == n.agent }) {
-                m.agent = Manifest.AgentInfo(name: v.info.name, url: v.info.url, tags: v.info.tags, version: v.info.version)
-                m.controller = v.info.controller
-                m.radio = v.info.radio == "sim" ? "air" : v.info.radio
-            }
-            for f in n.files { m.files[f.name] = Manifest.FileEntry(bytes: f.bytes, sha256: f.sha256) }
-            nodes.append(m)
-        }
-        var manifest = Manifest(runId: r.id, createdAt: Date(), mode: "lab", seed: plan.seed, plan: plan, planText: r.planText,
-                                contactEvent: plan.contactEvent(startingAt: Date(timeIntervalSince1970: startAt)), nodes: nodes)
-        if !skews.isEmpty {
-            let s = skews.sorted()
-            func pct(_ q: Double) -> Double { s[max(0, min(s.count - 1, Int((q * Double(s.count)).rounded(.up)) - 1))] }
-            manifest.startSkew = Manifest.Skew(p50Ms: pct(0.5), p99Ms: pct(0.99), maxMs: s.last!)
-        }
-        try manifest.write(to: bundle.appendingPathComponent("manifest.json"))
     }
 }

@@ -8,7 +8,9 @@ import Yams
 
 /// `herald-lab coordinator`: hands each agent its slice of a plan, starts them together, watches
 /// them and gathers their logs into one bundle. Agents and runs are kept in SQLite, so a
-/// restarted coordinator goes on watching and gathering where it was.
+/// restarted coordinator goes on watching and gathering where it was. Routes are in
+/// Coordinator+Routes, a run's course in Coordinator+Run, gathering and the bundle in
+/// Coordinator+Gather.
 public final class Coordinator: @unchecked Sendable {
     public struct Config: Sendable {
         public var host = "127.0.0.1"
@@ -18,24 +20,38 @@ public final class Coordinator: @unchecked Sendable {
         public var inventory: URL?
         /// The air agents with a simulated radio attach to.
         public var air: LabWire.AirAddress?
-        /// Seconds between the last agent armed and the common start.
+        /// The least time between the last agent armed and the common start; the margin grows
+        /// with the time arming took and the round trips measured.
         public var startMargin: Double = 1.0
         /// An agent is missing after this long without a heartbeat, lost after `lostAfter`.
         public var missingAfter: Double = 5
         public var lostAfter: Double = 60
         /// How long gathering keeps retrying an agent.
         public var gatherPatience: Double = 60
+        /// Bundles of ended runs older than this many days are deleted (nil: kept for ever).
+        public var retainDays: Double?
         public init(results: URL) { self.results = results }
     }
 
+    /// What the coordinator knows of one agent.
+    struct AgentRecord {
+        var info: LabWire.AgentInfo
+        var lastSeen: Double
+        var persistedSeen: Double
+        var status: LabWire.AgentStatus?
+        var lastError: String?
+        var lastErrorAt: Double?
+    }
+
     public let config: Config
-    private let http: HTTPService
-    private let store: CoordinatorStore
+    let http: HTTPService
+    let store: CoordinatorStore
     private let lock = NSLock()
-    var agents: [String: (info: LabWire.AgentInfo, lastSeen: Double, status: LabWire.AgentStatus?)] = [:]
+    var agents: [String: AgentRecord] = [:]
     private var inventory: [LabWire.AgentInfo] = []
     var runs: [String: RunRecord] = [:]
     var tasks: [String: Task<Void, Never>] = [:]
+    var housekeeping: Task<Void, Never>?
     public let log: @Sendable (String) -> Void
     public private(set) var url = ""
 
@@ -44,7 +60,9 @@ public final class Coordinator: @unchecked Sendable {
         self.log = log
         store = try CoordinatorStore(url: config.results.appendingPathComponent("coordinator.sqlite"))
         http = HTTPService(name: "coordinator", token: config.token, log: log)
-        for (info, seen) in try store.agents() { agents[info.name] = (info, seen, nil) }
+        for a in try store.agents() {
+            agents[a.info.name] = AgentRecord(info: a.info, lastSeen: a.lastSeen, persistedSeen: a.lastSeen, status: nil, lastError: a.lastError, lastErrorAt: a.lastErrorAt)
+        }
         for r in try store.runs() { runs[r.id] = r }
         if let inv = config.inventory { inventory = try Self.loadInventory(inv) }
         routes()
@@ -54,19 +72,28 @@ public final class Coordinator: @unchecked Sendable {
 
     public func start() async throws -> UInt16 {
         let port = try await http.start(host: config.host, port: config.port)
-        url = "http://\(config.host):\(port)"
-        log("coordinator listening on \(url) (results \(config.results.path))")
+        url = "http://\(config.host.contains(":") ? "[\(config.host)]" : config.host):\(port)"
+        log("coordinator listening on \(config.host):\(port) (results \(config.results.path))")
         // Pick up runs a previous coordinator left unfinished.
-        let unfinished = withLock { runs.values.filter { [.arming, .running, .gathering].contains($0.state) } }
+        let unfinished = withLock { runs.values.filter { !$0.state.isFinal } }
         for r in unfinished {
             log("coordinator: resuming run \(r.id) (\(r.state.rawValue))")
             launch(r.id)
+        }
+        if config.retainDays != nil {
+            housekeeping = Task { [weak self] in
+                while !Task.isCancelled {
+                    self?.applyRetention()
+                    try? await Task.sleep(nanoseconds: 3_600_000_000_000)
+                }
+            }
         }
         return port
     }
 
     public func stop() async {
         withLock { for t in tasks.values { t.cancel() } }
+        housekeeping?.cancel()
         await http.stop()
     }
 
@@ -81,7 +108,9 @@ public final class Coordinator: @unchecked Sendable {
         }
         return try list.enumerated().map { i, a in
             guard let name = a["name"] as? String, SafeName.isValid(name) else { throw HTTPError(.badRequest, "\(url.path): agents[\(i)].name missing or invalid") }
-            return LabWire.AgentInfo(name: name, url: a["url"] as? String ?? "", tags: a["tags"] as? [String] ?? [], radio: a["radio"] as? String ?? "sim",
+            let radioText = a["radio"] as? String ?? "sim"
+            guard let radio = RadioKind(rawValue: radioText) else { throw HTTPError(.badRequest, "\(url.path): agents[\(i)].radio \"\(radioText)\": must be sim or bluez") }
+            return LabWire.AgentInfo(name: name, url: a["url"] as? String ?? "", tags: a["tags"] as? [String] ?? [], radio: radio,
                                      adapter: a["adapter"] as? String, controller: nil, version: "")
         }
     }
@@ -94,6 +123,9 @@ public final class Coordinator: @unchecked Sendable {
         public var lastSeen: Double?
         public var status: LabWire.AgentStatus?
         public var inInventory: Bool
+        /// The last thing that went wrong talking to this agent, and when.
+        public var lastError: String?
+        public var lastErrorAt: Double?
     }
 
     func liveness(_ lastSeen: Double) -> Liveness {
@@ -105,74 +137,36 @@ public final class Coordinator: @unchecked Sendable {
         withLock {
             let inventoryNames = Set(inventory.map(\.name))
             var out = agents.values.sorted { $0.info.name < $1.info.name }.map { a in
-                AgentView(info: a.info, state: liveness(a.lastSeen), lastSeen: a.lastSeen, status: a.status, inInventory: inventoryNames.contains(a.info.name))
+                AgentView(info: a.info, state: liveness(a.lastSeen), lastSeen: a.lastSeen, status: a.status, inInventory: inventoryNames.contains(a.info.name),
+                          lastError: a.lastError, lastErrorAt: a.lastErrorAt)
             }
             for i in inventory where agents[i.name] == nil { out.append(AgentView(info: i, state: .unknown, lastSeen: nil, status: nil, inInventory: true)) }
             return out
         }
     }
 
-    // MARK: HTTP API (docs/API.md)
-
-    private func routes() {
-        http.route("POST", "/v1/agents/register") { [unowned self] req in
-            let info = try req.decode(LabWire.AgentInfo.self)
-            guard SafeName.isValid(info.name) else { throw HTTPError(.badRequest, "agent name \"\(info.name)\" \(SafeName.problem(with: info.name)!)") }
-            let t = self.now
-            self.withLock { self.agents[info.name] = (info, t, self.agents[info.name]?.status) }
-            try self.store.saveAgent(info, lastSeen: t)
-            self.log("coordinator: agent \(info.name) registered from \(info.url) (radio \(info.radio), tags \(info.tags.joined(separator: ",")))")
-            return .json(Empty())
-        }
-        http.route("POST", "/v1/agents/:name/heartbeat") { [unowned self] req in
-            let name = req.parameters["name"] ?? ""
-            let status = try req.decode(LabWire.AgentStatus.self)
-            let known = self.withLock { () -> Bool in
-                guard let a = self.agents[name] else { return false }
-                self.agents[name] = (a.info, self.now, status)
-                return true
-            }
-            guard known else { throw HTTPError(.notFound, "agent \(name) is not registered; register first") }
-            return .json(Empty())
-        }
-        http.route("GET", "/v1/agents") { [unowned self] _ in .json(self.agentViews) }
-        http.route("POST", "/v1/runs", bodyLimit: 256 * 1024) { [unowned self] req in
-            let text = String(decoding: req.body, as: UTF8.self)
-            let run = try self.submit(planText: text, source: req.query["name"] ?? "plan")
-            return .json(run, status: .created)
-        }
-        http.route("GET", "/v1/runs") { [unowned self] _ in
-            .json(self.withLock { self.runs.values.sorted { $0.created < $1.created } })
-        }
-        http.route("GET", "/v1/runs/:id") { [unowned self] req in
-            guard let r = self.run(req.parameters["id"] ?? "") else { throw HTTPError(.notFound, "no run \(req.parameters["id"] ?? "")") }
-            return .json(r)
-        }
-        http.route("POST", "/v1/runs/:id/cancel") { [unowned self] req in
-            let id = req.parameters["id"] ?? ""
-            guard var r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
-            guard r.state == .arming else {
-                throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue): only a run that has not started can be cancelled (a started run ends on its own and is gathered)")
-            }
-            self.withLock { self.tasks[id]?.cancel() }
-            r.state = .cancelled
-            r.message = "cancelled before the start"
-            self.update(r)
-            return .json(r)
-        }
-        http.route("GET", "/v1/runs/:id/bundle") { [unowned self] req in
-            let id = req.parameters["id"] ?? ""
-            guard let r = self.run(id), r.state == .complete else { throw HTTPError(.conflict, "run \(id) has no bundle yet") }
-            let tar = self.config.results.appendingPathComponent("\(id).tar.gz")
-            return try .file(tar, contentType: "application/gzip", range: req.headers["range"], missing: "bundle archive missing")
-        }
+    /// Remembers what went wrong with an agent (shown by `herald-lab agents`, kept in SQLite).
+    func agentError(_ name: String, _ message: String) {
+        let t = now
+        withLock { agents[name]?.lastError = message; agents[name]?.lastErrorAt = t }
+        do { try store.saveError(name, message, at: t) } catch { log("coordinator: cannot save agent \(name)'s error: \(error)") }
     }
 
-    func run(_ id: String) -> RunRecord? { withLock { runs[id] } }
+    // MARK: Registration
 
-    func update(_ r: RunRecord) {
-        withLock { runs[r.id] = r }
-        do { try store.saveRun(r) } catch { log("coordinator: cannot save run \(r.id): \(error)") }
+    /// Where to call an agent: the URL it announces, except that an agent bound to a wildcard
+    /// address (0.0.0.0, ::) is called at the address its registration came from, on its port.
+    static func reachableURL(_ info: LabWire.AgentInfo, peerHost: String?) throws -> String {
+        guard let u = URLComponents(string: info.url), let scheme = u.scheme, scheme == "http" || scheme == "https", let host = u.host else {
+            throw HTTPError(.badRequest, "agent \(info.name) announces \"\(info.url)\", which is not an http URL")
+        }
+        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        guard ["0.0.0.0", "::", ""].contains(bare) else { return info.url }
+        guard let peer = peerHost, let port = info.port ?? u.port.flatMap(UInt16.init(exactly:)) else {
+            throw HTTPError(.badRequest, "agent \(info.name) announces \(info.url) (a wildcard address) and its own address is unknown: start it with --advertise-url")
+        }
+        let mapped = peer.hasPrefix("::ffff:") && peer.contains(".") ? String(peer.dropFirst(7)) : peer
+        return "\(scheme)://\(mapped.contains(":") ? "[\(mapped)]" : mapped):\(port)"
     }
 
     // MARK: Submitting
@@ -186,14 +180,15 @@ public final class Coordinator: @unchecked Sendable {
         let selected = try select(plan)
         var rng = SystemRandomNumberGenerator()
         let stamp = Self.stamp(now)
-        let id = "\(plan.name)-\(stamp)-\(String(format: "%04x", UInt16.random(in: 0...UInt16.max, using: &rng)))"
+        // Run ids are names on every agent's disk: at most 64 characters.
+        let id = "\(plan.name.prefix(40))-\(stamp)-\(String(format: "%04x", UInt16.random(in: 0...UInt16.max, using: &rng)))"
         let nodes = zip(plan.nodes, selected).map { spec, agent in
             RunRecord.Node(name: spec.name, agent: agent.name, agentURL: agent.url, state: "selected", files: [])
         }
         let record = RunRecord(id: id, plan: plan.name, planText: planText, state: .arming, created: now, duration: plan.duration,
                                warmup: plan.warmup, air: config.air, nodes: nodes)
-        update(record)
-        log("coordinator: run \(id) submitted: \(plan.nodes.count) nodes on agents \(selected.map(\.name).joined(separator: ", "))")
+        try save(record)
+        log("coordinator: run \(id) submitted: \(plan.nodes.count) nodes on agents \(selected.map { "\($0.name) (\($0.url))" }.joined(separator: ", "))")
         launch(id)
         return record
     }
@@ -203,28 +198,39 @@ public final class Coordinator: @unchecked Sendable {
         return s.replacingOccurrences(of: "-", with: "").replacingOccurrences(of: ":", with: "").replacingOccurrences(of: " ", with: "-")
     }
 
-    /// Picks one alive agent per node: by the plan's names, else by tags and radio; busy agents are skipped.
+    /// Picks one alive agent per node: by the plan's names, else by tags and radio. Busy agents
+    /// are skipped, and so is a second agent name at the URL of one already chosen: one agent
+    /// slot never runs two nodes.
     func select(_ plan: Plan) throws -> [LabWire.AgentInfo] {
         let views = agentViews.filter { $0.state == .alive }
-        let busy = withLock { Set(runs.values.filter { [.arming, .running, .gathering].contains($0.state) }.flatMap { $0.nodes.map(\.agent) }) }
-        let radio = plan.radio.kind.rawValue
+        let active = withLock { runs.values.filter { !$0.state.isFinal } }
+        let busyNames = Set(active.flatMap { $0.nodes.map(\.agent) })
+        let busyURLs = Set(active.flatMap { $0.nodes.map(\.agentURL) })
+        func busy(_ i: LabWire.AgentInfo) -> Bool { busyNames.contains(i.name) || busyURLs.contains(i.url) }
         let need = plan.nodes.count
         if let names = plan.agents.names {
             var out = [LabWire.AgentInfo]()
             for n in names {
                 guard let v = views.first(where: { $0.info.name == n }) else { throw HTTPError(.conflict, "plan \(plan.name) names agent \(n), which is not alive (alive: \(views.map(\.info.name).joined(separator: ", ")))") }
-                guard !busy.contains(n) else { throw HTTPError(.conflict, "agent \(n) is busy with another run") }
+                guard !busy(v.info) else { throw HTTPError(.conflict, "agent \(n) (\(v.info.url)) is busy with another run") }
+                if let same = out.first(where: { $0.url == v.info.url }) {
+                    throw HTTPError(.conflict, "agents \(same.name) and \(n) are both registered at \(v.info.url): one agent cannot run two nodes")
+                }
                 out.append(v.info)
             }
             return out
         }
         let tags = Set(plan.agents.tags ?? [])
-        let fit = views.filter { $0.info.radio == radio && tags.isSubset(of: Set($0.info.tags)) && !busy.contains($0.info.name) }
+        var fit = [LabWire.AgentInfo]()
+        for v in views where v.info.radio == plan.radio.kind && tags.isSubset(of: Set(v.info.tags)) && !busy(v.info) {
+            if fit.contains(where: { $0.url == v.info.url }) { continue }
+            fit.append(v.info)
+        }
         guard fit.count >= need else {
             let tagText = tags.isEmpty ? "" : " with tags \(tags.sorted().joined(separator: ","))"
-            throw HTTPError(.conflict, "plan \(plan.name) needs \(need) agents with radio \(radio)\(tagText), but only \(fit.count) are alive and free\(fit.isEmpty ? "" : ": \(fit.map(\.info.name).joined(separator: ", "))"); start more agents or lower the node count")
+            throw HTTPError(.conflict, "plan \(plan.name) needs \(need) agents with radio \(plan.radio.kind.rawValue)\(tagText), but only \(fit.count) are alive and free\(fit.isEmpty ? "" : ": \(fit.map(\.name).joined(separator: ", "))"); start more agents or lower the node count")
         }
-        return Array(fit.prefix(need)).map(\.info)
+        return Array(fit.prefix(need))
     }
 
     func launch(_ id: String) {
@@ -233,5 +239,38 @@ public final class Coordinator: @unchecked Sendable {
             await self.drive(id)
         }
         withLock { tasks[id] = task }
+    }
+
+    func run(_ id: String) -> RunRecord? { withLock { runs[id] } }
+
+    /// Records a run in memory and in SQLite; throws when SQLite cannot (callers that are about to
+    /// let agents delete data must not go on).
+    func save(_ r: RunRecord) throws {
+        withLock { runs[r.id] = r }
+        try store.saveRun(r)
+    }
+
+    /// `save`, logging a failure (for progress that loses nothing if it is not recorded).
+    func update(_ r: RunRecord) {
+        do { try save(r) } catch { log("coordinator: cannot save run \(r.id): \(error)") }
+    }
+
+    // MARK: Retention
+
+    /// Deletes the bundles of ended runs older than `retainDays`; the run records stay.
+    func applyRetention() {
+        guard let days = config.retainDays else { return }
+        let cutoff = now - days * 86_400
+        let old = withLock { runs.values.filter { $0.state.isFinal && $0.created < cutoff && $0.bundle != nil } }
+        for var r in old {
+            let fm = FileManager.default
+            for u in [config.results.appendingPathComponent(r.id), config.results.appendingPathComponent("\(r.id).tar.gz")] where fm.fileExists(atPath: u.path) {
+                do { try fm.removeItem(at: u) } catch { log("coordinator: retention: cannot delete \(u.path): \(error)"); continue }
+            }
+            r.bundle = nil
+            r.message = [r.message, "bundle deleted after \(String(format: "%g", days)) days (retention)"].compactMap { $0 }.joined(separator: "; ")
+            update(r)
+            log("coordinator: retention: deleted the bundle of run \(r.id)")
+        }
     }
 }

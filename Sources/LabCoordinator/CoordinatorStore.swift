@@ -24,7 +24,22 @@ final class CoordinatorStore: @unchecked Sendable {
                 t.column("record", .text).notNull()
             }
         }
+        m.registerMigration("v2") { db in
+            try db.alter(table: "agent") { t in
+                t.add(column: "lastError", .text)
+                t.add(column: "lastErrorAt", .double)
+            }
+        }
         try m.migrate(db)
+    }
+
+    /// The last heartbeat, kept so that a restarted coordinator knows how long ago it was.
+    func saveSeen(_ name: String, at t: Double) throws {
+        try db.write { db in try db.execute(sql: "UPDATE agent SET lastSeen = ? WHERE name = ?", arguments: [t, name]) }
+    }
+
+    func saveError(_ name: String, _ message: String, at t: Double) throws {
+        try db.write { db in try db.execute(sql: "UPDATE agent SET lastError = ?, lastErrorAt = ? WHERE name = ?", arguments: [message, t, name]) }
     }
 
     func saveAgent(_ info: LabWire.AgentInfo, lastSeen: Double) throws {
@@ -35,12 +50,12 @@ final class CoordinatorStore: @unchecked Sendable {
         }
     }
 
-    func agents() throws -> [(LabWire.AgentInfo, Double)] {
+    func agents() throws -> [(info: LabWire.AgentInfo, lastSeen: Double, lastError: String?, lastErrorAt: Double?)] {
         try db.read { db in
-            try Row.fetchAll(db, sql: "SELECT info, lastSeen FROM agent ORDER BY name").compactMap { row in
+            try Row.fetchAll(db, sql: "SELECT info, lastSeen, lastError, lastErrorAt FROM agent ORDER BY name").compactMap { row in
                 let info: String = row["info"]
                 guard let a = try? JSONDecoder().decode(LabWire.AgentInfo.self, from: Data(info.utf8)) else { return nil }
-                return (a, row["lastSeen"])
+                return (a, row["lastSeen"], row["lastError"], row["lastErrorAt"])
             }
         }
     }
@@ -65,7 +80,13 @@ final class CoordinatorStore: @unchecked Sendable {
 
 /// A run as the coordinator tracks it (and serves it on GET /v1/runs/:id).
 public struct RunRecord: Codable, Sendable {
-    public enum State: String, Codable, Sendable { case arming, running, gathering, complete, failed, cancelled }
+    /// arming → running → gathering → complete; `aborted` (stopped early on request, what existed
+    /// was gathered), `failed` (with `message`), `cancelled` (before the start).
+    public enum State: String, Codable, Sendable {
+        case arming, running, gathering, complete, aborted, failed, cancelled
+        /// No more work will be done on the run (unless it is gathered again).
+        public var isFinal: Bool { [.complete, .aborted, .failed, .cancelled].contains(self) }
+    }
 
     public struct Node: Codable, Sendable {
         public var name: String
@@ -78,6 +99,12 @@ public struct RunRecord: Codable, Sendable {
         public var status: LabWire.AgentStatus?
         /// complete, partial or lost (after gathering), else the agent's state.
         public var state: String
+        /// Periods without rows (coordinator clock).
+        public var gaps: [LabWire.Gap]?
+        /// How late the node started against its instant, in its own clock (seconds).
+        public var lateBy: Double?
+        /// The agent's own clock reading of its start.
+        public var agentStartedAt: Double?
         public var files: [LabWire.FileInfo]
         public var message: String?
     }
@@ -97,4 +124,8 @@ public struct RunRecord: Codable, Sendable {
     public var bundle: String?
     public var passed: Bool?
     public var headline: String?
+    /// Set by an abort request: the run stops early and what exists is gathered.
+    public var abortRequested: Bool?
+    /// When the run ended as failed, whether its agents still hold their copies.
+    public var agentsKeepCopies: Bool?
 }

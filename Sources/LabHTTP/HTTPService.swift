@@ -14,6 +14,8 @@ public final class HTTPService: @unchecked Sendable {
         public var headers: [String: String]
         public var body: Data
         public var remote: String
+        /// The numeric address the request came from (IPv4 or IPv6, no brackets), when known.
+        public var peerHost: String?
 
         public func decode<T: Decodable>(_ type: T.Type) throws -> T {
             do { return try LabJSON.decoder.decode(T.self, from: body) } catch {
@@ -91,6 +93,11 @@ public final class HTTPService: @unchecked Sendable {
         let method = request.method.rawValue
         let path = request.path
         let remote = request.remoteAddress.map { "\($0)" } ?? "?"
+        let peerHost: String?
+        switch request.remoteAddress {
+        case .ip4(let h, _)?, .ip6(let h, _)?: peerHost = h
+        default: peerHost = nil
+        }
         guard let (route, params) = match(method, path) else {
             return .error(.notFound, "no route \(method) \(path)")
         }
@@ -117,7 +124,7 @@ public final class HTTPService: @unchecked Sendable {
         var query = [String: String]()
         for item in request.query { query[item.name] = item.value }
         do {
-            return try await route.handler(Request(method: method, path: path, parameters: params, query: query, headers: headers, body: body, remote: remote))
+            return try await route.handler(Request(method: method, path: path, parameters: params, query: query, headers: headers, body: body, remote: remote, peerHost: peerHost))
         } catch let e as HTTPError {
             return .error(e.status, e.message)
         } catch {

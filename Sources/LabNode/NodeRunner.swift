@@ -60,6 +60,9 @@ public final class NodeRunner {
         { [logs] message in logs.logger.log(.info, subsystem: "HeraldLab", category: "Radio", message) }
     }
 
+    /// The first log file that could not be written, and why.
+    public var writeError: String? { logs.writeError }
+
     /// Flushes every log to disk (the files stay open).
     public func flush() { logs.flush() }
 

@@ -11,12 +11,37 @@ public enum LabWire {
         public var url: String
         public var tags: [String]
         /// `sim` (attached to the air) or `bluez`.
-        public var radio: String
+        public var radio: RadioKind
         public var adapter: String?
         public var controller: [String: String]?
         public var version: String
-        public init(name: String, url: String, tags: [String], radio: String, adapter: String?, controller: [String: String]?, version: String = HeraldLabVersion.version) {
-            self.name = name; self.url = url; self.tags = tags; self.radio = radio; self.adapter = adapter; self.controller = controller; self.version = version
+        /// The port the agent listens on. With `url` on a wildcard host (an agent bound to
+        /// 0.0.0.0 or ::, and no --advertise-url), the coordinator records the agent at the
+        /// address its registration came from, on this port.
+        public var port: UInt16?
+        public init(name: String, url: String, tags: [String], radio: RadioKind, adapter: String?, controller: [String: String]?, version: String = HeraldLabVersion.version, port: UInt16? = nil) {
+            self.name = name; self.url = url; self.tags = tags; self.radio = radio; self.adapter = adapter; self.controller = controller; self.version = version; self.port = port
+        }
+    }
+
+    /// A period in which a node logged nothing it could vouch for (the agent was stopped or
+    /// restarted, or its radio was lost), in the agent's clock. Rows are never written for it.
+    public struct Gap: Codable, Sendable, Equatable {
+        public var from: Double
+        public var to: Double
+        public var reason: String
+        public init(from: Double, to: Double, reason: String) { self.from = from; self.to = to; self.reason = reason }
+    }
+
+    /// A run an agent holds on disk (GET /v1/runs on the agent).
+    public struct HeldRun: Codable, Sendable, Equatable {
+        public var runId: String
+        public var node: String
+        public var state: AgentState
+        public var startAt: Double?
+        public var bytes: Int64
+        public init(runId: String, node: String, state: AgentState, startAt: Double?, bytes: Int64) {
+            self.runId = runId; self.node = node; self.state = state; self.startAt = startAt; self.bytes = bytes
         }
     }
 
@@ -39,6 +64,14 @@ public enum LabWire {
         public var rssiLastMinute: Int
         public var rssiTotal: Int
         public var message: String?
+        /// Periods without trustworthy rows so far (agent clock).
+        public var gaps: [Gap]?
+        /// Seconds the node started after the instant it was given (agent clock, exact).
+        public var lateBy: Double?
+        /// The last failure to write a log file (disk full, ...), if any.
+        public var writeError: String?
+        /// Every run this agent holds on disk, ungathered ones included.
+        public var held: [String]?
         public init(name: String, state: AgentState) {
             self.name = name; self.state = state; resumed = false; peersDetected = 0; payloadsRead = 0; rssiLastMinute = 0; rssiTotal = 0
         }
@@ -84,6 +117,12 @@ public enum LabWire {
         public var resumed: Bool
         public var startedAt: Double?
         public var files: [FileInfo]
+        /// The instant the node was told to start (agent clock).
+        public var startAt: Double?
+        public var gaps: [Gap]?
+        /// The run was stopped before its planned end (abort).
+        public var aborted: Bool?
+        public var writeError: String?
         public init(runId: String, node: String, resumed: Bool, startedAt: Double?, files: [FileInfo]) {
             self.runId = runId; self.node = node; self.resumed = resumed; self.startedAt = startedAt; self.files = files
         }

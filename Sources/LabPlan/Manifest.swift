@@ -66,7 +66,17 @@ public struct Manifest: Codable, Sendable, Equatable {
         public init(name: String, url: String, tags: [String], version: String) { self.name = name; self.url = url; self.tags = tags; self.version = version }
     }
 
+    /// complete: logs cover the whole run; partial: they have gaps (see `gaps`) or the run was
+    /// stopped early; lost: nothing could be gathered.
     public enum NodeState: String, Codable, Sendable { case complete, partial, lost }
+
+    /// A period without rows the node can vouch for, in coordinator time.
+    public struct Gap: Codable, Sendable, Equatable {
+        public var from: Date
+        public var to: Date
+        public var reason: String
+        public init(from: Date, to: Date, reason: String) { self.from = from; self.to = to; self.reason = reason }
+    }
 
     public struct Node: Codable, Sendable, Equatable {
         public var name: String
@@ -79,7 +89,13 @@ public struct Manifest: Codable, Sendable, Equatable {
         public var clockOffset: Double = 0
         public var clockRoundTrip: Double?
         public var startedAt: Date?
+        /// How late the node started against the instant it was given, both in its own clock
+        /// (exact; the clock offset's own error is bounded by `clockRoundTrip / 2`).
+        public var startDelayMs: Double?
         public var state: NodeState = .complete
+        public var gaps: [Gap]?
+        /// Why the node is not complete, when it is not.
+        public var message: String?
         /// Controller identity: a JSON object as the BlueZ radio reports it, or nil.
         public var controller: [String: String]?
         public var agent: AgentInfo?
@@ -103,7 +119,11 @@ public struct Manifest: Codable, Sendable, Equatable {
     public var plan: Plan
     public var planText: String
     public var contactEvent: ContactEventWindow
+    /// Spread of the nodes' actual starts around the intended instant `startAt`, from each
+    /// node's own measure of how late it started.
     public var startSkew: Skew?
+    /// The intended common start (coordinator clock).
+    public var startAt: Date?
     public var nodes: [Node]
 
     public init(runId: String, createdAt: Date, mode: String, seed: UInt64, plan: Plan, planText: String, contactEvent: ContactEventWindow, nodes: [Node]) {
@@ -122,8 +142,9 @@ public struct Manifest: Codable, Sendable, Equatable {
         try Manifest.encoder.encode(self)
     }
 
+    /// Written durably: the manifest is what makes a bundle complete.
     public func write(to url: URL) throws {
-        try encoded().write(to: url, options: .atomic)
+        try Durable.write(encoded(), to: url)
     }
 
     public static func read(from url: URL) throws -> Manifest {

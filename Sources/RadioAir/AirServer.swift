@@ -25,7 +25,14 @@ public final class AirServer: @unchecked Sendable {
         self.seed = seed
         self.log = log
         scheduler = DispatchScheduler(label: "heraldlab.air")
+        // A tick a second to every node: lets a node tell a silent air from a dead link.
+        ticks = scheduler.scheduleRepeating(every: 1) { [weak self] in
+            guard let self else { return }
+            for n in self.nodes.values { n.send(AirMessage("tick")) }
+        }
     }
+
+    private var ticks: ScheduledTask?
 
     /// Listens on `host:port` (0: any free port) and returns the bound port.
     public func start(host: String = "127.0.0.1", port: UInt16) throws -> UInt16 {
@@ -84,6 +91,13 @@ public final class AirServer: @unchecked Sendable {
         if m.t == "hello" {
             if medium == nil { medium = SimMedium(scheduler: scheduler, parameters: m.parameters ?? defaultParameters, seed: seed) }
             let name = m.node ?? "node\(id)"
+            // A node that reattaches (its link was down) replaces its old attachment.
+            for (other, n) in nodes where n.name == name && other != id {
+                log("air: \(name) reattached; dropping its previous connection")
+                nodes[other] = nil
+                n.detach()
+                n.socket.close()
+            }
             let transport = medium!.addNode(name: "\(name)#\(id)", x: m.x ?? 0, y: m.y ?? 0)
             let node = AttachedNode(name: name, transport: transport, socket: socket)
             nodes[id] = node
@@ -91,7 +105,7 @@ public final class AirServer: @unchecked Sendable {
             var r = AirMessage("hello", id: m.id)
             r.ok = true
             r.address = transport.address.value
-            socket.send(r)
+            node.send(r)
             return
         }
         nodes[id]?.handle(m)
@@ -113,6 +127,13 @@ final class AttachedNode: BLETransportDelegate, GATTServerDelegate {
         transport.delegate = self
     }
 
+    /// Every message carries the air's clock, so the node can drop what reaches it late.
+    func send(_ message: AirMessage) {
+        var m = message
+        m.at = Date().timeIntervalSince1970
+        socket.send(m)
+    }
+
     func detach() {
         transport.delegate = nil
         transport.stopAdvertising { _ in }
@@ -125,7 +146,7 @@ final class AttachedNode: BLETransportDelegate, GATTServerDelegate {
         case .success: r.ok = true
         case .failure(let e): r.ok = false; (r.errorKind, r.error) = AirMessage.errorFields(e)
         }
-        socket.send(r)
+        send(r)
     }
 
     func handle(_ m: AirMessage) {
@@ -154,7 +175,7 @@ final class AttachedNode: BLETransportDelegate, GATTServerDelegate {
                 case .success(let s): r.ok = true; r.services = s.map(AirMessage.wire)
                 case .failure(let e): r.ok = false; (r.errorKind, r.error) = AirMessage.errorFields(e)
                 }
-                self.socket.send(r)
+                self.send(r)
             }
         case "read":
             guard let s = m.service.flatMap(BluetoothUUID.init), let c = m.characteristic.flatMap(BluetoothUUID.init) else { reply(id, .failure(.failed("bad read"))); return }
@@ -164,7 +185,7 @@ final class AttachedNode: BLETransportDelegate, GATTServerDelegate {
                 case .success(let d): r.ok = true; r.value = d.base64EncodedString()
                 case .failure(let e): r.ok = false; (r.errorKind, r.error) = AirMessage.errorFields(e)
                 }
-                self.socket.send(r)
+                self.send(r)
             }
         case "write":
             guard let s = m.service.flatMap(BluetoothUUID.init), let c = m.characteristic.flatMap(BluetoothUUID.init),
@@ -179,7 +200,7 @@ final class AttachedNode: BLETransportDelegate, GATTServerDelegate {
     func transport(didUpdateState state: RadioState) {
         var m = AirMessage("state")
         m.state = state.rawValue
-        socket.send(m)
+        send(m)
     }
     func transport(didReceive report: ScanReport) {
         var m = AirMessage("report")
@@ -188,12 +209,12 @@ final class AttachedNode: BLETransportDelegate, GATTServerDelegate {
         m.txPower = report.txPower
         m.mfr = AirMessage.mfrWire(report.manufacturerData)
         m.uuids = report.serviceUUIDs.map(\.uuidString)
-        socket.send(m)
+        send(m)
     }
     func transport(didDisconnect address: RadioAddress) {
         var m = AirMessage("disconnected")
         m.address = address.value
-        socket.send(m)
+        send(m)
     }
 
     // GATTServerDelegate: reads come from the node's last value (the medium needs them at once);
@@ -203,7 +224,7 @@ final class AttachedNode: BLETransportDelegate, GATTServerDelegate {
         m.characteristic = characteristic.uuidString
         m.offset = offset
         m.central = central.value
-        socket.send(m)
+        send(m)
         guard let v = values[characteristic] else { return .failure(.notSupported) }
         guard offset <= v.count else { return .failure(.invalidOffset) }
         return .success(Data(v.dropFirst(offset)))
@@ -214,12 +235,12 @@ final class AttachedNode: BLETransportDelegate, GATTServerDelegate {
         m.value = value.base64EncodedString()
         m.offset = offset
         m.central = central.value
-        socket.send(m)
+        send(m)
         return .success(())
     }
     func gattCentralDisconnected(_ central: RadioAddress) {
         var m = AirMessage("centralDisconnected")
         m.central = central.value
-        socket.send(m)
+        send(m)
     }
 }

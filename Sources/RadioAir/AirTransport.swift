@@ -10,7 +10,7 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
     public private(set) var state: RadioState = .poweredOff
     public var scheduler: any Scheduler { dispatch }
     private let dispatch: DispatchScheduler
-    private let socket: LineSocket
+    private var socket: LineSocket
     private var nextID = 0
     private var pending: [Int: (AirMessage) -> Void] = [:]
     private weak var server: (any GATTServerDelegate)?
@@ -19,49 +19,171 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
     /// This node's MAC in the medium.
     public private(set) var address: RadioAddress?
 
-    /// Connects to the air and attaches a node at (x, y) metres.
+    /// Where to reattach after the connection is lost.
+    private let host: String
+    private let port: UInt16
+    private let hello: AirMessage
+    /// Whether the link to the air is up (hello answered); false while reconnecting.
+    private var attached = true
+    private var closed = false
+    /// Local time of the last message from the air, and when the link was declared lost.
+    private var lastHeard: Double
+    private var lostAt: Double?
+    private var watchdog: ScheduledTask?
+    /// Smallest (local receive time − air send time) seen on this connection: the clock offset
+    /// plus the one-way delay at its best. A message that arrives much later than that waited in
+    /// a buffer and its report did not happen now.
+    private var bestDelta: Double?
+    private var staleSince: Double?
+    public private(set) var staleDropped = 0
+    /// The link to the air is declared lost after this long without a word (the air ticks every second).
+    public var silenceLimit: Double = 5
+    /// A report older than this (beyond the best delay seen) is dropped, not logged with a wrong time.
+    public var staleLimit: Double = 1.5
+    /// Diagnostics (radio lost, reattached, stale reports dropped) for the node's log.txt.
+    public var log: ((String) -> Void)?
+    /// Called on the scheduler when the node could not have logged from `from` to `to` (seconds since 1970).
+    public var onGap: ((_ from: Double, _ to: Double, _ reason: String) -> Void)?
+
+    /// Connects to the air and attaches a node at (x, y) metres. If the connection is lost later
+    /// (the air stops, the link goes down), the transport reports the radio unavailable, reattaches
+    /// every 2 s, and reports it powered on again once the air answers.
     public init(host: String, port: UInt16, node: String, x: Double, y: Double, parameters: RadioParameters, scheduler: DispatchScheduler) throws {
         dispatch = scheduler
-        socket = try LineSocket.connect(host: host, port: port)
-        socket.startReading(onMessage: { [weak self] m in
-            guard let self else { return }
-            self.dispatch.execute { self.received(m) }
-        }, onClose: { [weak self] in
-            guard let self else { return }
-            self.dispatch.execute {
-                self.state = .unavailable
-                let waiting = self.pending
-                self.pending.removeAll()
-                var failure = AirMessage("reply")
-                failure.ok = false
-                failure.errorKind = "adapterUnavailable"
-                failure.error = "the air closed the connection"
-                for (_, c) in waiting.sorted(by: { $0.key < $1.key }) { c(failure) }
-                self.delegate?.transport(didUpdateState: .unavailable)
-            }
-        })
+        self.host = host
+        self.port = port
         var hello = AirMessage("hello", id: 0)
         hello.node = node
         hello.x = x
         hello.y = y
         hello.parameters = parameters
-        socket.send(hello)
+        self.hello = hello
+        socket = try LineSocket.connect(host: host, port: port)
+        lastHeard = Date().timeIntervalSince1970
+        attach(socket)
+        watchdog = dispatch.scheduleRepeating(every: 1) { [weak self] in self?.checkSilence() }
+    }
+
+    /// Checks that the air at `host:port` accepts a connection (a pre-flight before arming).
+    public static func probe(host: String, port: UInt16, timeout: TimeInterval = 3) throws {
+        let s = try LineSocket.connect(host: host, port: port)
+        s.close()
     }
 
     deinit { socket.close() }
 
     public func close() {
+        closed = true
         refresh?.cancel()
+        watchdog?.cancel()
         socket.close()
     }
 
+    private var now: Double { Date().timeIntervalSince1970 }
+
+    private func attach(_ s: LineSocket) {
+        socket = s
+        s.startReading(onMessage: { [weak self] m in
+            guard let self else { return }
+            self.dispatch.execute { if self.socket === s { self.received(m) } }
+        }, onClose: { [weak self] in
+            guard let self else { return }
+            self.dispatch.execute { if self.socket === s { self.lost("the air closed the connection") } }
+        })
+        s.send(hello)
+    }
+
+    private func checkSilence() {
+        guard attached, !closed, now - lastHeard > silenceLimit else { return }
+        lost(String(format: "no word from the air at %@:%d for %.0f s", host, Int(port), now - lastHeard))
+    }
+
+    /// The link is gone: fail what is pending, report the radio unavailable, reattach later.
+    private func lost(_ reason: String) {
+        guard attached, !closed else { return }
+        attached = false
+        lostAt = lastHeard
+        socket.close()
+        state = .unavailable
+        let waiting = pending
+        pending.removeAll()
+        var failure = AirMessage("reply")
+        failure.ok = false
+        failure.errorKind = "adapterUnavailable"
+        failure.error = "lost the air: \(reason)"
+        for (_, c) in waiting.sorted(by: { $0.key < $1.key }) { c(failure) }
+        log?("radio lost: \(reason); reattaching every 2 s")
+        delegate?.transport(didUpdateState: .unavailable)
+        scheduleReattach()
+    }
+
+    private func scheduleReattach() {
+        dispatch.schedule(after: 2) { [weak self] in
+            guard let self, !self.closed, !self.attached else { return }
+            let host = self.host, port = self.port
+            // Connecting blocks (name lookup, handshake): off the node's queue.
+            DispatchQueue.global().async {
+                let result = Result { try LineSocket.connect(host: host, port: port) }
+                self.dispatch.execute {
+                    guard !self.closed, !self.attached else { if case .success(let s) = result { s.close() }; return }
+                    switch result {
+                    case .failure: self.scheduleReattach()
+                    case .success(let s):
+                        self.bestDelta = nil
+                        self.lastHeard = self.now
+                        self.attach(s)
+                        self.simple(AirMessage("powerOn")) { [weak self] r in
+                            guard let self, !self.closed else { return }
+                            guard case .success = r else { self.scheduleReattach(); return }
+                            self.attached = true
+                            self.state = .poweredOn
+                            let to = self.now
+                            if let from = self.lostAt { self.onGap?(from, to, "radio lost: the connection to the air was down") }
+                            self.lostAt = nil
+                            self.log?("radio back: reattached to the air at \(host):\(port)")
+                            self.delegate?.transport(didUpdateState: .poweredOn)
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether a message sent by the air at `at` arrives fresh. Keeps the best delta seen; if every
+    /// message has looked stale for 30 s the clocks must have stepped, and the estimate restarts.
+    private func isFresh(_ at: Double?) -> Bool {
+        guard let at, at.isFinite else { return true }
+        let delta = now - at
+        guard let best = bestDelta else { bestDelta = delta; return true }
+        if delta < best { bestDelta = delta; staleSince = nil; return true }
+        if delta - best <= staleLimit { staleSince = nil; return true }
+        if let since = staleSince, now - since > 30 {
+            bestDelta = delta
+            staleSince = nil
+            log?("radio: the air's clock moved against ours; delay estimate restarted")
+            return true
+        }
+        if staleSince == nil { staleSince = now }
+        return false
+    }
+
     private func received(_ m: AirMessage) {
+        lastHeard = now
+        let fresh = isFresh(m.at)
         switch m.t {
+        case "tick": break
         case "hello": address = m.address.map { RadioAddress($0) }
         case "reply":
             if let id = m.id, let c = pending.removeValue(forKey: id) { c(m) }
         case "report":
             guard let a = m.address, let rssi = m.rssi else { return }
+            guard fresh else {
+                staleDropped += 1
+                if staleDropped == 1 || staleDropped.isMultiple(of: 100) {
+                    log?("radio: dropped \(staleDropped) report(s) that reached this node more than \(staleLimit) s late (paused process or link); they are not logged")
+                }
+                return
+            }
             delegate?.transport(didReceive: ScanReport(address: RadioAddress(a), rssi: rssi, txPower: m.txPower,
                                                       manufacturerData: AirMessage.mfr(m.mfr), serviceUUIDs: (m.uuids ?? []).compactMap(BluetoothUUID.init)))
         case "state":
@@ -81,6 +203,14 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
     }
 
     private func call(_ m: AirMessage, _ done: @escaping (AirMessage) -> Void) {
+        guard attached || m.t == "powerOn" else {
+            var failure = AirMessage("reply")
+            failure.ok = false
+            failure.errorKind = "adapterUnavailable"
+            failure.error = "the link to the air is down"
+            dispatch.execute { done(failure) }
+            return
+        }
         nextID += 1
         var msg = m
         msg.id = nextID

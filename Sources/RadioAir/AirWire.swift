@@ -34,6 +34,9 @@ struct AirMessage: Codable {
     var state: String?
     var timeout: Double?
     var values: [String: String]?
+    /// When the air sent the message (its wall clock): lets a node tell a fresh report from one
+    /// that waited in a buffer while the node was paused or its link was down.
+    var at: Double?
 
     init(_ t: String, id: Int? = nil) { self.t = t; self.id = id }
 

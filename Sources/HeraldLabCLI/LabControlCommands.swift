@@ -1,0 +1,114 @@
+import ArgumentParser
+import Foundation
+import LabCoordinator
+import LabHTTP
+import LabPlan
+
+/// Options of every command that talks to a coordinator.
+struct CoordinatorOptions: ParsableArguments {
+    @Option(help: "Coordinator URL, e.g. http://coord.lab:8700.")
+    var coordinator: String
+
+    @Option(name: .customLong("token-file"), help: "File holding the token (default: $HERALDLAB_TOKEN).")
+    var tokenFile: String?
+
+    func client() throws -> LabClient {
+        guard let base = URL(string: coordinator), base.scheme == "http" || base.scheme == "https", base.host != nil else {
+            log("--coordinator \"\(coordinator)\": expected a URL such as http://coord.lab:8700"); throw ExitCode(2)
+        }
+        let token: String?
+        do { token = try LabToken.load(file: tokenFile) } catch { log("\(error)"); throw ExitCode(2) }
+        return LabClient(base: base, token: token, timeout: 10)
+    }
+
+    /// A call whose failure ends the command with exit 2 and the reason.
+    func call<T: Decodable>(_ method: String, _ path: String, as: T.Type = T.self) async throws -> T {
+        let c = try client()
+        do { return try await c.call(method, path) } catch {
+            log("herald-lab: \(method) \(c.base.absoluteString)\(path): \(error)")
+            throw ExitCode(2)
+        }
+    }
+}
+
+/// `herald-lab agents`: the lab's agents as the coordinator sees them.
+struct AgentsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "agents", abstract: "List the agents a coordinator knows: URL, liveness, last heartbeat, runs held, last error.")
+
+    @OptionGroup var options: CoordinatorOptions
+
+    @Flag(help: "Print the coordinator's JSON.")
+    var json = false
+
+    func run() async throws {
+        let views: [Coordinator.AgentView] = try await options.call("GET", "/v1/agents")
+        if json {
+            print(String(decoding: try LabJSON.encoder.encode(views), as: UTF8.self))
+            return
+        }
+        let now = Date().timeIntervalSince1970
+        print("agent           state    radio  url                              last heartbeat  runs held")
+        for v in views {
+            let seen = v.lastSeen.map { String(format: "%.0f s ago", max(0, now - $0)) } ?? "never"
+            let held = v.status?.held ?? []
+            print(String(format: "%@ %@ %@ %@ %@ %@", v.info.name.padding(toLength: 15, withPad: " ", startingAt: 0), v.state.rawValue.padding(toLength: 8, withPad: " ", startingAt: 0),
+                         v.info.radio.rawValue.padding(toLength: 6, withPad: " ", startingAt: 0), v.info.url.padding(toLength: 32, withPad: " ", startingAt: 0),
+                         seen.padding(toLength: 15, withPad: " ", startingAt: 0), held.isEmpty ? "-" : held.joined(separator: ",")))
+            if let e = v.lastError {
+                let when = v.lastErrorAt.map { String(format: " (%.0f s ago)", max(0, now - $0)) } ?? ""
+                print("    last error\(when): \(e)")
+            }
+        }
+    }
+}
+
+/// `herald-lab runs`: list runs and control one (abort, cancel, gather again).
+struct RunsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "runs", abstract: "List a coordinator's runs; abort, cancel or gather one again.",
+                                                    subcommands: [List.self, Abort.self, Cancel.self, Gather.self], defaultSubcommand: List.self)
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Every run with its state and nodes.")
+        @OptionGroup var options: CoordinatorOptions
+        func run() async throws {
+            let runs: [RunRecord] = try await options.call("GET", "/v1/runs")
+            for r in runs {
+                let nodes = r.nodes.map { "\($0.name)@\($0.agent) \($0.state)" }.joined(separator: ", ")
+                print("\(r.id)  \(r.state.rawValue)  \(nodes)\(r.message.map { "\n    \($0)" } ?? "")")
+            }
+        }
+    }
+
+    struct Abort: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Stop a running run now; what the nodes logged is gathered into its bundle.")
+        @OptionGroup var options: CoordinatorOptions
+        @Argument(help: "Run id.") var id: String
+        func run() async throws {
+            guard SafeName.isValid(id) else { log("run id \"\(id)\" \(SafeName.problem(with: id)!)"); throw ExitCode(2) }
+            let r: RunRecord = try await options.call("POST", "/v1/runs/\(id)/abort")
+            print("run \(r.id): \(r.state == .cancelled ? "cancelled" : "abort requested; nodes stop and are gathered")")
+        }
+    }
+
+    struct Cancel: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Cancel a run that has not started; its agents are released.")
+        @OptionGroup var options: CoordinatorOptions
+        @Argument(help: "Run id.") var id: String
+        func run() async throws {
+            guard SafeName.isValid(id) else { log("run id \"\(id)\" \(SafeName.problem(with: id)!)"); throw ExitCode(2) }
+            let r: RunRecord = try await options.call("POST", "/v1/runs/\(id)/cancel")
+            print("run \(r.id): \(r.state.rawValue)")
+        }
+    }
+
+    struct Gather: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Gather an ended run again (nodes lost before, a disk that was full).")
+        @OptionGroup var options: CoordinatorOptions
+        @Argument(help: "Run id.") var id: String
+        func run() async throws {
+            guard SafeName.isValid(id) else { log("run id \"\(id)\" \(SafeName.problem(with: id)!)"); throw ExitCode(2) }
+            let r: RunRecord = try await options.call("POST", "/v1/runs/\(id)/gather")
+            print("run \(r.id): \(r.state.rawValue)")
+        }
+    }
+}

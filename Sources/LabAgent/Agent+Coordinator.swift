@@ -1,0 +1,40 @@
+import Foundation
+import LabHTTP
+import LabPlan
+
+/// The agent's link to its coordinator: register, then heartbeat with the status. A coordinator
+/// that does not answer is retried with exponential backoff (up to `maxBackoff`), so an agent
+/// left alone idles; a run in progress goes on regardless.
+extension Agent {
+    func heartbeatLoop() async {
+        guard let client, let coordinator = config.coordinator else { return }
+        var registered = false
+        var failures = 0
+        while !Task.isCancelled {
+            do {
+                if !registered {
+                    let _: Empty = try await client.call("POST", "/v1/agents/register", info)
+                    registered = true
+                    log("agent \(config.name): registered with \(coordinator.absoluteString) as \(url)")
+                }
+                let _: Empty = try await client.call("POST", "/v1/agents/\(config.name)/heartbeat", status)
+                if failures > 0 { log("agent \(config.name): coordinator \(coordinator.absoluteString) answers again") }
+                failures = 0
+            } catch {
+                let status = (error as? LabClient.Failure)?.status
+                if status == 404 || status == nil { registered = false }
+                failures += 1
+                if failures == 1 || failures.isMultiple(of: 20) {
+                    log("agent \(config.name): coordinator \(coordinator.absoluteString) unreachable (\(error)); any run goes on; retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                }
+            }
+            let wait = failures == 0 ? config.heartbeatInterval : Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff)
+            try? await Task.sleep(nanoseconds: UInt64(wait * 1e9))
+        }
+    }
+
+    /// base × 2^(failures−1), capped.
+    static func backoff(_ failures: Int, base: Double, cap: Double) -> Double {
+        min(cap, base * pow(2, Double(min(failures - 1, 16))))
+    }
+}

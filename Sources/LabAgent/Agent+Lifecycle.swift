@@ -1,0 +1,292 @@
+import Foundation
+import HeraldCore
+import HeraldRadio
+import LabHTTP
+import FlyingFox
+import LabNode
+import LabPlan
+import RadioAir
+import RadioSim
+import BlueZRadio
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A run's life on the agent, on the scheduler's queue: armed, started at its instant, stopped
+/// at its end (or aborted), its files checksummed, released once gathered.
+extension Agent {
+    /// Checks, before accepting an assignment, that the node's radio can be reached: a run whose
+    /// radio cannot start fails at arming, with the reason, rather than after its whole duration.
+    func preflight(_ request: LabWire.ArmRequest) throws {
+        guard config.radio == .sim else { return }
+        guard let air = request.air ?? config.air else {
+            throw HTTPError(HTTPStatusCode(422, phrase: "Unprocessable Content"), "agent \(config.name) has no air to attach its simulated radio to: give the coordinator or the agent --air HOST:PORT")
+        }
+        do { try AirTransport.probe(host: air.host, port: air.port, timeout: 3) } catch {
+            throw HTTPError(HTTPStatusCode(422, phrase: "Unprocessable Content"), "agent \(config.name) cannot start its radio: \(error)")
+        }
+    }
+
+    func arm(_ request: LabWire.ArmRequest) throws {
+        let a = request.assignment
+        guard SafeName.isValid(a.runId), SafeName.isValid(a.node.name) else { throw HTTPError(.badRequest, "run and node names may hold only letters, digits, '-', '_' and '.'") }
+        guard a.duration.isFinite, a.duration > 0, a.duration <= 31 * 86_400 else { throw HTTPError(.badRequest, "assignment duration \(a.duration) s is out of range") }
+        if let held = runs[a.runId] {
+            // The same assignment again (a coordinator that restarted): idempotent. Another node
+            // of the same run: refused, one agent runs one node.
+            guard held.assignment.node.name == a.node.name else {
+                throw HTTPError(.conflict, "agent \(config.name) already runs node \(held.assignment.node.name) of run \(a.runId); it cannot also be \(a.node.name)")
+            }
+            return
+        }
+        if let r = active { throw HTTPError(.conflict, "agent \(config.name) is busy with run \(r.id)") }
+        let dir = runsDirectory.appendingPathComponent(a.runId)
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("node"), withIntermediateDirectories: true)
+        try Durable.write(LabJSON.encoder.encode(a), to: dir.appendingPathComponent("assignment.json"))
+        let r = ActiveRun(assignment: a, directory: dir)
+        r.air = request.air ?? config.air
+        try persist(r)
+        runs[a.runId] = r
+        log("agent \(config.name): armed for run \(a.runId) as node \(a.node.name)")
+    }
+
+    func schedule(_ start: LabWire.StartRequest) throws {
+        guard let r = runs[start.runId], r.state == .armed || r.state == .running else { throw HTTPError(.conflict, "agent \(config.name) is not armed for run \(start.runId)") }
+        guard r.state == .armed, r.startAt == nil else { return }
+        r.startAt = start.startAt
+        let lead = start.startAt - now
+        if lead < 0.35 {
+            r.message = String(format: "start instant received %.0f ms before it (wanted at least 350 ms): the node may start late", lead * 1000)
+            log("agent \(config.name): \(r.message!)")
+        }
+        try persist(r)
+        arrange(r)
+    }
+
+    /// Schedules start and stop of an armed run by its start instant.
+    func arrange(_ r: ActiveRun) {
+        guard let startAt = r.startAt else { return }
+        for t in r.tasks { t.cancel() }
+        // Wake a little early, attach the radio, then start at the instant itself.
+        r.tasks = [
+            scheduler.schedule(after: startAt - now - 0.3) { [weak self] in self?.begin(r) },
+            scheduler.schedule(after: startAt + r.assignment.duration - now) { [weak self] in self?.finish(r, interrupted: false) },
+        ]
+    }
+
+    func begin(_ r: ActiveRun) {
+        guard runs[r.id] === r, r.state == .armed || (r.state == .running && r.runner == nil) else { return }
+        do {
+            let transport: any BLETransport
+            var air: AirTransport?
+            if config.radio == .bluez {
+                let bluez = BlueZTransport(options: .init(adapter: config.adapter ?? "hci0"), scheduler: scheduler)
+                transport = bluez
+                r.closeRadio = { bluez.close() }
+            } else {
+                guard let address = r.air else { throw AirError.socket("no air to attach to: give the agent --air HOST:PORT") }
+                let spec = r.assignment.node
+                let onAir = try AirTransport(host: address.host, port: address.port, node: spec.name, x: spec.position.x, y: spec.position.y,
+                                             parameters: Simulation.parameters(r.assignment.radio), scheduler: scheduler)
+                transport = onAir
+                air = onAir
+                r.closeRadio = { onAir.close() }
+            }
+            let runner = NodeRunner(assignment: r.assignment, transport: transport, directory: r.nodeDirectory)
+            (transport as? BlueZTransport)?.log = runner.radioLog
+            if let air {
+                air.log = runner.radioLog
+                air.onGap = { [weak self, weak r] from, to, reason in
+                    guard let self, let r else { return }
+                    self.addGap(r, from: from, to: to, reason: reason)
+                }
+            }
+            r.runner = runner
+            if let startAt = r.startAt { Self.wait(until: startAt) }
+            let actual = now
+            runner.start()
+            if r.startedAt == nil { r.startedAt = actual }
+            r.state = .running
+            r.aliveAt = actual
+            try persist(r)
+            let late = r.lateBy ?? 0
+            if !r.resumed, late > 0.002 {
+                let text = String(format: "started %.1f ms after the instant it was given", late * 1000)
+                r.message = text
+                runner.radioLog("node \(text)")
+                log("agent \(config.name): run \(r.id) \(text)")
+            }
+            log("agent \(config.name): run \(r.id) started\(r.resumed ? " (resumed after a restart)" : "") at \(String(format: "%.3f", actual)), planned \(String(format: "%.3f", r.startAt ?? 0))")
+        } catch {
+            r.state = .failed
+            r.message = "cannot start the radio: \(error)"
+            try? persist(r) // the failure is reported in status either way
+            log("agent \(config.name): run \(r.id) failed to start: \(error)")
+        }
+    }
+
+    /// Stops the node: at its planned end, on abort, or (interrupted) because the agent is going down.
+    func finish(_ r: ActiveRun, interrupted: Bool) {
+        guard runs[r.id] === r, r.state == .running || r.state == .armed else { return }
+        if let st = r.runner?.status ?? r.lastStatus { r.lastStatus = st }
+        r.writeError = r.runner?.writeError ?? r.writeError
+        r.runner?.stop()
+        r.closeRadio?()
+        r.runner = nil
+        r.closeRadio = nil
+        for t in r.tasks { t.cancel() }
+        r.tasks = []
+        if interrupted { r.state = .running; r.resumed = true; try? persist(r); return } // resumed later; the gap comes from aliveAt
+        do {
+            r.files = try checksums(r)
+            r.state = .finished
+            try persist(r)
+            log("agent \(config.name): run \(r.id) \(r.aborted ? "aborted" : "finished"); \(r.files.count) files ready to gather")
+        } catch {
+            r.state = .failed
+            r.message = "cannot make the logs durable: \(error)"
+            try? persist(r)
+            log("agent \(config.name): run \(r.id): \(r.message!)")
+        }
+    }
+
+    /// The coordinator aborts the run: an armed run is dropped, a running one stops now and keeps
+    /// what it logged for gathering.
+    func abort(_ id: String) throws {
+        guard let r = runs[id] else { throw HTTPError(.notFound, "agent \(config.name) has no run \(id)") }
+        switch r.state {
+        case .armed where r.startedAt == nil:
+            for t in r.tasks { t.cancel() }
+            try FileManager.default.removeItem(at: r.directory)
+            runs[id] = nil
+            log("agent \(config.name): run \(id) aborted before its start; nothing was logged")
+        case .armed, .running:
+            r.aborted = true
+            r.message = "aborted by the coordinator at \(HeraldTimestamp.utcSeconds(Date()))"
+            r.runner?.radioLog("node stopped early: the run was aborted")
+            finish(r, interrupted: false)
+        case .finished, .failed, .idle:
+            return
+        }
+    }
+
+    /// Files of the Herald set, fsynced, with their sizes and SHA-256.
+    func checksums(_ r: ActiveRun) throws -> [LabWire.FileInfo] {
+        var out = [LabWire.FileInfo]()
+        for name in NodeRunner.heraldFiles {
+            let url = r.nodeDirectory.appendingPathComponent(name)
+            guard FileManager.default.fileExists(atPath: url.path) else { continue }
+            try Durable.syncFile(url)
+            let (sha, bytes) = try SHA256.hash(fileAt: url)
+            out.append(LabWire.FileInfo(name: name, bytes: bytes, sha256: sha))
+        }
+        try Durable.syncDirectory(r.nodeDirectory)
+        return out
+    }
+
+    func fileList(_ id: String) throws -> LabWire.FileList {
+        guard let r = runs[id] else {
+            throw HTTPError(.notFound, "agent \(config.name) has no run \(id) (released already, or never armed)")
+        }
+        guard r.state == .finished else { throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue) on agent \(config.name)\(r.message.map { ": \($0)" } ?? ""); files are served once it has finished") }
+        var list = LabWire.FileList(runId: id, node: r.assignment.node.name, resumed: r.resumed, startedAt: r.startedAt, files: r.files)
+        list.startAt = r.startAt
+        list.gaps = r.gaps.isEmpty ? nil : r.gaps
+        list.aborted = r.aborted ? true : nil
+        list.writeError = r.writeError
+        return list
+    }
+
+    func heldRuns() -> [LabWire.HeldRun] {
+        runs.values.sorted { ($0.startAt ?? 0, $0.id) < ($1.startAt ?? 0, $1.id) }.map { r in
+            LabWire.HeldRun(runId: r.id, node: r.assignment.node.name, state: r.state, startAt: r.startAt, bytes: r.files.reduce(0) { $0 + $1.bytes })
+        }
+    }
+
+    /// The coordinator has the files (verified and durable on its side): the copy goes. A run that
+    /// never started goes too (cancelled); a failed run is released once the coordinator knows.
+    func release(_ id: String) throws {
+        guard let r = runs[id] else { return }
+        guard r.state == .finished || r.state == .failed || (r.state == .armed && r.startedAt == nil) else {
+            throw HTTPError(.conflict, "run \(id) is still \(r.state.rawValue); nothing is deleted before it is gathered")
+        }
+        for t in r.tasks { t.cancel() }
+        runs[id] = nil
+        do { try FileManager.default.removeItem(at: r.directory) } catch {
+            log("agent \(config.name): run \(id) released but its folder could not be deleted: \(error)")
+            return
+        }
+        log("agent \(config.name): run \(id) released by the coordinator; local copy deleted")
+    }
+
+    // MARK: Gaps
+
+    /// The whole process was paused (SIGSTOP, a suspended VM): nothing was logged from `from` to
+    /// `to`, and whatever the radio queued meanwhile is stale (the air transport drops it by age).
+    func stalled(from: Double, to: Double) {
+        guard let r = active, r.state == .running, let startAt = r.startAt, to > startAt else { return }
+        let reason = String(format: "agent process paused for %.1f s", to - from)
+        addGap(r, from: max(from, startAt), to: to, reason: reason)
+    }
+
+    func addGap(_ r: ActiveRun, from: Double, to: Double, reason: String) {
+        guard to > from else { return }
+        r.gaps.append(LabWire.Gap(from: from, to: to, reason: reason))
+        r.runner?.radioLog("gap in the logs from \(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: from))) to \(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: to))): \(reason)")
+        do { try persist(r) } catch { log("agent \(config.name): cannot record a gap: \(error)") }
+        log("agent \(config.name): run \(r.id): gap of \(String(format: "%.1f", to - from)) s (\(reason))")
+    }
+
+    /// Every few seconds while running: the instant the agent was last alive, so that a restart
+    /// knows where its gap began; and log write failures surface in status.
+    func keepAlive() {
+        guard let r = active, r.state == .running, r.runner != nil else { return }
+        r.aliveAt = now
+        if let e = r.runner?.writeError, r.writeError != e {
+            r.writeError = e
+            r.runner?.radioLog("cannot write the logs: \(e)")
+            log("agent \(config.name): run \(r.id): cannot write the logs: \(e)")
+        }
+        do { try persist(r) } catch { log("agent \(config.name): cannot persist run \(r.id): \(error)") }
+    }
+
+    /// Sleeps, then spins for the last millisecond, until the wall clock reaches `instant`.
+    static func wait(until instant: Double) {
+        while true {
+            let left = instant - Date().timeIntervalSince1970
+            if left <= 0 { return }
+            if left > 0.002 { usleep(useconds_t((left - 0.0015) * 1e6)) }
+        }
+    }
+}
+
+/// Notices when the whole process did not run for a while: a thread that wakes every quarter
+/// second and compares the monotonic clock with its last wake. Under SIGSTOP every thread stops,
+/// so the first wake after SIGCONT sees the pause.
+final class StallWatchdog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var running = true
+
+    init(threshold: TimeInterval, onStall: @escaping @Sendable (_ from: Double, _ to: Double) -> Void) {
+        let thread = Thread { [self] in
+            var last = Self.monotonic(), lastWall = Date().timeIntervalSince1970
+            while lock.withLock({ running }) {
+                usleep(250_000)
+                let m = Self.monotonic(), wall = Date().timeIntervalSince1970
+                if m - last > threshold { onStall(lastWall, wall) }
+                last = m
+                lastWall = wall
+            }
+        }
+        thread.stackSize = 256 * 1024
+        thread.start()
+    }
+
+    func stop() { lock.withLock { running = false } }
+
+    static func monotonic() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+}

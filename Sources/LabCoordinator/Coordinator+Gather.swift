@@ -1,0 +1,287 @@
+import Foundation
+import HeraldAnalysis
+import HeraldCore
+import LabHistory
+import LabHTTP
+import LabPlan
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Gathering: every node's files fetched and verified, made durable, the manifest and report
+/// written, the run recorded as ended, and only then the agents told to drop their copies.
+extension Coordinator {
+    /// The Herald files a node folder may hold: an agent's file list naming anything else is refused.
+    static let heraldFiles: Set<String> = ["contacts.csv", "detection.csv", "statistics.csv", "battery.csv", "log.txt"]
+
+    /// `failure`: why the run is ending early (a node failed), kept as the run's message and state.
+    func gather(_ r: inout RunRecord, _ plan: Plan, failure: String? = nil) async {
+        let bundle = config.results.appendingPathComponent(r.id)
+        let nodesDir = bundle.appendingPathComponent("nodes")
+        do { try FileManager.default.createDirectory(at: nodesDir, withIntermediateDirectories: true) } catch {
+            r.state = .failed
+            r.message = "cannot create the bundle folder \(nodesDir.path): \(error.localizedDescription); the agents keep their copies"
+            r.agentsKeepCopies = true
+            update(r)
+            log("coordinator: run \(r.id): \(r.message!)")
+            return
+        }
+        // Nodes gathered already (a run gathered again) keep their verified files.
+        let todo = r.nodes.indices.filter { !["complete", "partial"].contains(r.nodes[$0].state) }
+        let record = r
+        let outcomes = await withTaskGroup(of: (Int, LabWire.FileList?, LabWire.ClockSample?, String?).self) { group in
+            for i in todo {
+                let n = record.nodes[i]
+                group.addTask { [self] in
+                    let (list, clock, error) = await gatherNode(record.id, n, into: nodesDir.appendingPathComponent(n.name))
+                    return (i, list, clock, error)
+                }
+            }
+            var out = [(Int, LabWire.FileList?, LabWire.ClockSample?, String?)]()
+            for await x in group { out.append(x) }
+            return out
+        }
+        var diskProblem: String?
+        for (i, list, clock, error) in outcomes.sorted(by: { $0.0 < $1.0 }) {
+            if let clock { r.nodes[i].clockAfter = clock }
+            let offset = LabWire.ClockSample.best([r.nodes[i].clockBefore, r.nodes[i].clockAfter].compactMap { $0 })?.offset ?? 0
+            guard let list else {
+                r.nodes[i].state = "lost"
+                r.nodes[i].message = error
+                if let error { agentError(r.nodes[i].agent, "gathering run \(r.id): \(error)") }
+                if let error, error.contains("results disk") { diskProblem = error }
+                continue
+            }
+            r.nodes[i].files = list.files
+            r.nodes[i].agentStartedAt = list.startedAt
+            if let st = list.startedAt { r.nodes[i].startedAt = st - offset }
+            if let st = list.startedAt, let at = list.startAt, !list.resumed { r.nodes[i].lateBy = st - at }
+            r.nodes[i].gaps = list.gaps.map { $0.map { LabWire.Gap(from: $0.from - offset, to: $0.to - offset, reason: $0.reason) } }
+            var why = [String]()
+            if list.resumed { why.append("the agent restarted during the run") }
+            if let g = list.gaps, !g.isEmpty { why.append("\(g.count) gap(s) in the logs: " + g.map { String(format: "%.1f s (%@)", $0.to - $0.from, $0.reason) }.joined(separator: ", ")) }
+            if list.aborted == true { why.append("stopped before the planned end") }
+            if let w = list.writeError { why.append("log writes failed: \(w)") }
+            r.nodes[i].state = why.isEmpty ? "complete" : "partial"
+            r.nodes[i].message = why.isEmpty ? nil : why.joined(separator: "; ")
+        }
+        if let diskProblem {
+            r.state = .failed
+            r.message = "\(diskProblem); nothing was released: the agents keep their copies (gather again once there is room)"
+            r.agentsKeepCopies = true
+            update(r)
+            log("coordinator: run \(r.id) failed: \(r.message!)")
+            return
+        }
+        do {
+            try writeManifest(r, plan, bundle: bundle)
+        } catch {
+            r.state = .failed
+            r.message = "cannot write the bundle's manifest: \(error); the agents keep their copies"
+            r.agentsKeepCopies = true
+            update(r)
+            return
+        }
+        var notes = [String]()
+        if let failure { notes.append(failure) }
+        // The report. The analyser never traps on what agents send; a failure is noted, not fatal.
+        do {
+            let report = try Analyser.analyse(bundle)
+            try ReportWriter.write(report, to: bundle.appendingPathComponent("report"))
+            r.passed = report.result.passed
+            r.headline = Summary.text(report.result, mode: "strict")
+            do {
+                let history = try HistoryStore(url: config.results.appendingPathComponent("history.sqlite"))
+                try history.record(report.result, reportPath: bundle.appendingPathComponent("report").path)
+            } catch { log("coordinator: run \(r.id): not recorded in the history: \(error)") }
+        } catch {
+            notes.append("analysis failed: \(error)")
+        }
+        // The archive.
+        do { try archive(r.id) } catch { notes.append("cannot write \(r.id).tar.gz: \(error)") }
+        let gathered = r.nodes.filter { $0.state == "complete" || $0.state == "partial" }
+        if gathered.isEmpty { notes.append("no node could be gathered") }
+        r.bundle = bundle.path
+        r.state = failure != nil || gathered.isEmpty ? .failed : (r.abortRequested == true ? .aborted : .complete)
+        r.message = notes.isEmpty ? nil : notes.joined(separator: "; ")
+        // Recorded as ended, durably, before any agent may delete: a crash here gathers again.
+        do { try save(r) } catch {
+            log("coordinator: run \(r.id): cannot record the end of the run (\(error)); agents keep their copies")
+            return
+        }
+        for n in gathered {
+            guard let c = client(n.agentURL) else { continue }
+            do {
+                let (status, _, _) = try await c.request("POST", "/v1/runs/\(r.id)/release")
+                if status >= 300 { agentError(n.agent, "release of run \(r.id): HTTP \(status)") }
+            } catch { agentError(n.agent, "release of run \(r.id) failed: \(error)") }
+        }
+        // Nodes whose files never arrived: their agents keep them; a failed run that never got
+        // anything releases nothing.
+        log("coordinator: run \(r.id) \(r.state.rawValue): \(bundle.path) (\(r.nodes.map { "\($0.name) \($0.state)" }.joined(separator: ", ")))\(r.message.map { "; \($0)" } ?? "")")
+    }
+
+    /// `<id>.tar.gz` beside the bundle, written to a temporary name, checked, fsynced, renamed.
+    func archive(_ id: String) throws {
+        let final = config.results.appendingPathComponent("\(id).tar.gz")
+        let tmp = config.results.appendingPathComponent(".\(id).tar.gz.tmp")
+        let tar = Process()
+        tar.executableURL = URL(fileURLWithPath: "/bin/tar")
+        tar.arguments = ["-czf", tmp.path, "-C", config.results.path, id]
+        let err = Pipe()
+        tar.standardError = err
+        try tar.run()
+        let message = err.fileHandleForReading.readDataToEndOfFile()
+        tar.waitUntilExit()
+        guard tar.terminationStatus == 0 else {
+            try? FileManager.default.removeItem(at: tmp)
+            throw HTTPError(.internalServerError, "tar exited with \(tar.terminationStatus): \(String(decoding: message.prefix(300), as: UTF8.self))")
+        }
+        try Durable.syncFile(tmp)
+        guard rename(tmp.path, final.path) == 0 else { throw HTTPError(.internalServerError, "cannot rename \(tmp.path)") }
+        try Durable.syncDirectory(config.results)
+    }
+
+    /// Fetches one node's file list and files, verifying each SHA-256, retrying with backoff.
+    func gatherNode(_ runId: String, _ n: RunRecord.Node, into dir: URL) async -> (LabWire.FileList?, LabWire.ClockSample?, String?) {
+        guard let c = client(n.agentURL, timeout: 30) else { return (nil, nil, "bad agent URL \(n.agentURL)") }
+        let deadline = now + config.gatherPatience
+        var delay = 0.2
+        var lastError = "agent \(n.agent) at \(n.agentURL) unreachable"
+        var clock: LabWire.ClockSample?
+        while now < deadline && !Task.isCancelled {
+            if clock == nil { clock = LabWire.ClockSample.best(await probe(c, count: 16).0) }
+            do {
+                let list: LabWire.FileList = try await c.call("GET", "/v1/runs/\(runId)/files")
+                try Self.check(list, runId: runId, node: n.name)
+                try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+                try Self.ensureSpace(for: list, in: dir)
+                for f in list.files {
+                    try await download(c, runId: runId, file: f, to: dir)
+                }
+                try Durable.syncDirectory(dir)
+                try Durable.syncDirectory(dir.deletingLastPathComponent())
+                return (list, clock, nil)
+            } catch let e as GatherRefusal {
+                log("coordinator: run \(runId): \(n.name) from \(n.agent): \(e.message)")
+                return (nil, clock, e.message)
+            } catch {
+                lastError = "\(error)"
+            }
+            try? await Task.sleep(nanoseconds: UInt64(delay * 1e9))
+            delay = min(delay * 2, 5)
+        }
+        log("coordinator: gave up gathering \(n.name) from \(n.agent) (\(n.agentURL)): \(lastError)")
+        return (nil, clock, lastError)
+    }
+
+    /// A problem retrying cannot fix: the agent's answer is not acceptable, or the disk is full.
+    struct GatherRefusal: Error { var message: String }
+
+    /// An agent's file list is checked before anything is written: its run and node, names from
+    /// the Herald set only (never a path), sizes and checksums that make sense.
+    static func check(_ list: LabWire.FileList, runId: String, node: String) throws {
+        guard list.runId == runId, list.node == node else {
+            throw GatherRefusal(message: "the agent answered for run \(list.runId) node \(list.node), expected run \(runId) node \(node)")
+        }
+        var seen = Set<String>()
+        for f in list.files {
+            guard heraldFiles.contains(f.name), seen.insert(f.name).inserted else {
+                throw GatherRefusal(message: "the agent's file list names \"\(f.name.prefix(80))\", which is not one of the Herald files (or appears twice); nothing was written")
+            }
+            guard f.bytes >= 0, f.bytes <= 1 << 40, f.sha256.count == 64, f.sha256.allSatisfy(\.isHexDigit) else {
+                throw GatherRefusal(message: "the agent's file list gives \(f.name) an impossible size or checksum")
+            }
+        }
+    }
+
+    /// Refuses to start when the results disk cannot hold the files.
+    static func ensureSpace(for list: LabWire.FileList, in dir: URL) throws {
+        var s = statvfs()
+        guard statvfs(dir.path, &s) == 0 else { return }
+        let free = Int64(s.f_bavail) * Int64(s.f_frsize)
+        let need = list.files.reduce(Int64(0)) { $0 + $1.bytes } + 64 * 1024
+        guard free >= need else {
+            throw GatherRefusal(message: "the results disk is full: \(need) bytes needed for \(list.node), \(free) free at \(dir.path)")
+        }
+    }
+
+    /// Fetches one file into `dir`, resuming a partial copy with a byte range, hashing as it
+    /// streams; the file gets its name only once its size and SHA-256 match the agent's and it
+    /// is on disk (fsync).
+    func download(_ c: LabClient, runId: String, file: LabWire.FileInfo, to dir: URL) async throws {
+        let target = dir.appendingPathComponent(file.name)
+        if let (sha, bytes) = try? SHA256.hash(fileAt: target), sha == file.sha256, bytes == file.bytes { return }
+        let part = dir.appendingPathComponent(".\(file.name).part")
+        let fm = FileManager.default
+        if !fm.fileExists(atPath: part.path) { fm.createFile(atPath: part.path, contents: nil) }
+        var have = ((try? fm.attributesOfItem(atPath: part.path))?[.size] as? NSNumber)?.int64Value ?? 0
+        if have > file.bytes { try Data().write(to: part); have = 0 }
+        var hasher = SHA256()
+        if have > 0 { try hasher.update(contentsOf: part) } // what is already there; then ask for the rest
+        if have < file.bytes {
+            let url = c.base.appendingPathComponent("v1/runs/\(runId)/files/\(file.name)")
+            var headers = ["Authorization": "Bearer \(c.token ?? "")"]
+            if have > 0 { headers["Range"] = "bytes=\(have)-" }
+            do {
+                let result = try FileDownload.get(url, headers: headers, appendingTo: part, hasher: &hasher, timeout: 60)
+                if result.status == 200, have > 0 { // the agent ignored the range: the file was rewritten whole
+                    hasher = SHA256()
+                    try hasher.update(contentsOf: part)
+                }
+            } catch {
+                var s = statvfs()
+                if statvfs(dir.path, &s) == 0, Int64(s.f_bavail) * Int64(s.f_frsize) < file.bytes - have {
+                    throw GatherRefusal(message: "the results disk is full while writing \(file.name) (\(error))")
+                }
+                throw error
+            }
+        }
+        let bytes = ((try? fm.attributesOfItem(atPath: part.path))?[.size] as? NSNumber)?.int64Value ?? -1
+        let sha = hasher.finalizeHex()
+        guard sha == file.sha256, bytes == file.bytes else {
+            try? fm.removeItem(at: part)
+            throw LabClient.Failure(status: nil, message: "\(file.name): checksum mismatch (\(bytes) bytes, expected \(file.bytes)); fetching again")
+        }
+        try Durable.syncFile(part)
+        guard rename(part.path, target.path) == 0 else { throw LabClient.Failure(status: nil, message: "cannot rename \(part.path) to \(file.name)") }
+    }
+
+    func writeManifest(_ r: RunRecord, _ plan: Plan, bundle: URL) throws {
+        let startAt = r.startAt ?? r.created
+        var nodes = [Manifest.Node]()
+        let views = agentViews
+        var delays = [Double]()
+        for (i, n) in r.nodes.enumerated() {
+            let spec = plan.nodes[i]
+            var m = Manifest.Node(name: n.name, identifier: spec.identifier, shortName: spec.shortName, osVersion: "6.1", position: spec.position, radio: "air")
+            let best = LabWire.ClockSample.best([n.clockBefore, n.clockAfter].compactMap { $0 })
+            m.clockOffset = best?.offset ?? 0
+            m.clockRoundTrip = best?.roundTrip
+            m.startedAt = n.startedAt.map { Date(timeIntervalSince1970: $0) }
+            if let late = n.lateBy {
+                m.startDelayMs = late * 1000
+                delays.append(abs(late) * 1000)
+            }
+            m.state = Manifest.NodeState(rawValue: n.state) ?? .lost
+            m.message = n.message
+            m.gaps = n.gaps.map { $0.map { Manifest.Gap(from: Date(timeIntervalSince1970: $0.from), to: Date(timeIntervalSince1970: $0.to), reason: $0.reason) } }
+            if let v = views.first(where: { $0.info.name == n.agent }) {
+                m.agent = Manifest.AgentInfo(name: v.info.name, url: n.agentURL, tags: v.info.tags, version: v.info.version)
+                m.controller = v.info.controller
+                m.radio = v.info.radio == .sim ? "air" : v.info.radio.rawValue
+            }
+            for f in n.files { m.files[f.name] = Manifest.FileEntry(bytes: f.bytes, sha256: f.sha256) }
+            nodes.append(m)
+        }
+        var manifest = Manifest(runId: r.id, createdAt: Date(), mode: "lab", seed: plan.seed, plan: plan, planText: r.planText,
+                                contactEvent: plan.contactEvent(startingAt: Date(timeIntervalSince1970: startAt)), nodes: nodes)
+        manifest.startAt = r.startAt.map { Date(timeIntervalSince1970: $0) }
+        if !delays.isEmpty {
+            let s = delays.sorted()
+            func pct(_ q: Double) -> Double { s[max(0, min(s.count - 1, Int((q * Double(s.count)).rounded(.up)) - 1))] }
+            manifest.startSkew = Manifest.Skew(p50Ms: pct(0.5), p99Ms: pct(0.99), maxMs: s.last!)
+        }
+        try manifest.write(to: bundle.appendingPathComponent("manifest.json"))
+    }
+}

@@ -1,0 +1,106 @@
+import Foundation
+import HeraldCore
+import LabHTTP
+import LabPlan
+
+/// The coordinator's HTTP API (docs/API.md).
+extension Coordinator {
+    func routes() {
+        http.route("POST", "/v1/agents/register") { [unowned self] req in
+            var info = try req.decode(LabWire.AgentInfo.self)
+            guard SafeName.isValid(info.name) else { throw HTTPError(.badRequest, "agent name \"\(info.name)\" \(SafeName.problem(with: info.name)!)") }
+            let announced = info.url
+            info.url = try Self.reachableURL(info, peerHost: req.peerHost)
+            let t = self.now
+            self.withLock {
+                let old = self.agents[info.name]
+                self.agents[info.name] = AgentRecord(info: info, lastSeen: t, persistedSeen: t, status: old?.status, lastError: old?.lastError, lastErrorAt: old?.lastErrorAt)
+            }
+            try self.store.saveAgent(info, lastSeen: t)
+            let from = req.peerHost.map { " from \($0)" } ?? ""
+            self.log("coordinator: agent \(info.name) registered\(from) at \(info.url)\(announced != info.url ? " (it announced \(announced))" : "") (radio \(info.radio.rawValue), tags \(info.tags.joined(separator: ",")))")
+            return .json(Empty())
+        }
+        http.route("POST", "/v1/agents/:name/heartbeat") { [unowned self] req in
+            let name = req.parameters["name"] ?? ""
+            let status = try req.decode(LabWire.AgentStatus.self)
+            let t = self.now
+            let persist = self.withLock { () -> Bool? in
+                guard var a = self.agents[name] else { return nil }
+                a.lastSeen = t
+                a.status = status
+                let due = t - a.persistedSeen >= 5
+                if due { a.persistedSeen = t }
+                self.agents[name] = a
+                return due
+            }
+            guard let persist else { throw HTTPError(.notFound, "agent \(name) is not registered; register first") }
+            if persist { try self.store.saveSeen(name, at: t) }
+            return .json(Empty())
+        }
+        http.route("GET", "/v1/agents") { [unowned self] _ in .json(self.agentViews) }
+        http.route("POST", "/v1/runs", bodyLimit: 256 * 1024) { [unowned self] req in
+            let text = String(decoding: req.body, as: UTF8.self)
+            let run = try self.submit(planText: text, source: req.query["name"] ?? "plan")
+            return .json(run, status: .created)
+        }
+        http.route("GET", "/v1/runs") { [unowned self] _ in
+            .json(self.withLock { self.runs.values.sorted { $0.created < $1.created } })
+        }
+        http.route("GET", "/v1/runs/:id") { [unowned self] req in
+            let id = try Self.runId(req)
+            guard let r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
+            return .json(r)
+        }
+        http.route("POST", "/v1/runs/:id/cancel") { [unowned self] req in
+            let id = try Self.runId(req)
+            guard let r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
+            guard r.state == .arming, r.startAt == nil else {
+                throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue): only a run that has not started can be cancelled (abort stops a running one)")
+            }
+            self.withLock { self.tasks[id]?.cancel() }
+            let cancelled = await self.endBeforeStart(r, state: .cancelled, message: "cancelled before the start")
+            return .json(cancelled)
+        }
+        http.route("POST", "/v1/runs/:id/abort") { [unowned self] req in
+            let id = try Self.runId(req)
+            guard var r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
+            switch r.state {
+            case .arming where r.startAt == nil:
+                self.withLock { self.tasks[id]?.cancel() }
+                return .json(await self.endBeforeStart(r, state: .cancelled, message: "aborted before the start"))
+            case .arming, .running:
+                r.abortRequested = true
+                try self.save(r)
+                self.log("coordinator: run \(id): abort requested; nodes stop, what exists is gathered")
+                return .json(r)
+            default:
+                throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue): nothing to abort")
+            }
+        }
+        http.route("POST", "/v1/runs/:id/gather") { [unowned self] req in
+            let id = try Self.runId(req)
+            guard var r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
+            guard r.state.isFinal, r.state != .cancelled, r.startAt != nil else {
+                throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue): only an ended run that started can be gathered again")
+            }
+            r.state = .gathering
+            r.message = nil
+            try self.save(r)
+            self.launch(id)
+            return .json(r)
+        }
+        http.route("GET", "/v1/runs/:id/bundle") { [unowned self] req in
+            let id = try Self.runId(req)
+            guard let r = self.run(id), r.bundle != nil, [.complete, .aborted].contains(r.state) else { throw HTTPError(.conflict, "run \(id) has no bundle") }
+            let tar = self.config.results.appendingPathComponent("\(id).tar.gz")
+            return try .file(tar, contentType: "application/gzip", range: req.headers["range"], missing: "bundle archive missing")
+        }
+    }
+
+    static func runId(_ req: HTTPService.Request) throws -> String {
+        let id = req.parameters["id"] ?? ""
+        guard SafeName.isValid(id) else { throw HTTPError(.badRequest, "run id \(SafeName.problem(with: id) ?? "is invalid")") }
+        return id
+    }
+}
