@@ -508,6 +508,7 @@ def bench(args):
     out = os.path.abspath(args.out)
     started = time.time()
     with lab.Lab(out, args.bin) as L:
+        L.relay_start(0, 0, 0.0)  # n3's only way to the bridge
         L.start_all()
         for label, delay, jitter, loss in (("n3 behind the relay: 20 ms +- 5 ms, 1 % loss", 20, 5, 0.01), ("n3 behind the relay: no delay, no loss", 0, 0, 0.0)):
             L.relay_start(delay, jitter, loss, seed=2)
