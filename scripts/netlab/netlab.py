@@ -563,6 +563,7 @@ def main():
     def interrupted(sig, _):
         raise KeyboardInterrupt(f"signal {sig}")
     signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)  # also when started in the background, where SIGINT is ignored
     try:
         if args.command == "test":
             args.out = args.out or os.path.join(lab.REPO, "results/test-lab")
