@@ -38,13 +38,16 @@ let package = Package(
         // MARK: Analysis of Herald log folders and bundles; run history in SQLite.
         .target(name: "HeraldAnalysis", dependencies: ["HeraldCore"]),
         .target(name: "LabHistory", dependencies: ["HeraldAnalysis", .product(name: "GRDB", package: "GRDB.swift")]),
+        // MARK: One dialer and one listener for every TCP connection (names, IPv4, IPv6, TCP_NODELAY).
+        .target(name: "LabNet"),
         // MARK: HTTP plumbing shared by agent, coordinator and air (FlyingFox server, URLSession client, token auth).
-        .target(name: "LabHTTP", dependencies: ["HeraldCore", .product(name: "FlyingFox", package: "FlyingFox")]),
+        .target(name: "LabHTTP", dependencies: ["HeraldCore", "LabNet", "CLinuxEvents", .product(name: "FlyingFox", package: "FlyingFox")]),
+        .systemLibrary(name: "CLinuxEvents"),
         // MARK: Real-time simulated radio medium for many processes (herald-lab air).
-        .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim"]),
+        .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim", "LabNet"]),
         // MARK: Agent (runs a node on a Linux machine) and coordinator (plans, barrier, gather).
-        .target(name: "LabAgent", dependencies: ["HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "RadioAir", "RadioSim", "BlueZRadio", .product(name: "FlyingFox", package: "FlyingFox")]),
-        .target(name: "LabCoordinator", dependencies: ["HeraldCore", "LabPlan", "LabHTTP", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams"), .product(name: "FlyingFox", package: "FlyingFox")]),
+        .target(name: "LabAgent", dependencies: ["HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "LabNet", "RadioAir", "RadioSim", "BlueZRadio", .product(name: "FlyingFox", package: "FlyingFox")]),
+        .target(name: "LabCoordinator", dependencies: ["HeraldCore", "LabPlan", "LabHTTP", "LabNet", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams"), .product(name: "FlyingFox", package: "FlyingFox")]),
         // MARK: BlueZ over D-Bus (libdbus) and controller identity (libbluetooth).
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .target(name: "DBus", dependencies: ["CDBus"]),
@@ -52,7 +55,7 @@ let package = Package(
         .target(name: "BlueZRadio", dependencies: ["HeraldCore", "HeraldRadio", "DBus", "CBluetooth"]),
         // MARK: The herald-lab command.
         .executableTarget(name: "HeraldLabCLI", dependencies: [
-            "LabNode", "LabPlan", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP",
+            "LabNode", "LabPlan", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP", "LabNet",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
@@ -68,6 +71,8 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus", "DBusTestSupport"]),
         .testTarget(name: "BlueZRadioTests", dependencies: ["BlueZRadio", "DBus", "DBusTestSupport", "HeraldRadio", "HeraldCore", "HeraldSensor", "LabNode", "LabPlan"],
                     exclude: ["fake_bluetoothd.py"]),
+        .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabPlan"]),
+        .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore", .product(name: "FlyingFox", package: "FlyingFox")]),
         .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabHTTP", "RadioAir", "LabPlan", "HeraldCore"]),
         .testTarget(name: "EndToEndTests", dependencies: ["LabPlan"]),
     ]

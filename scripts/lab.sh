@@ -32,7 +32,7 @@ token="$work/token"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$token"
 mkdir -p "$results" "$work/logs"
 
-"$bin" air --port 0 --port-file "$work/air.port" >"$work/logs/air.log" 2>&1 & pids+=($!)
+"$bin" air --port 0 --port-file "$work/air.port" --token-file "$token" >"$work/logs/air.log" 2>&1 & pids+=($!)
 wait_for_file "$work/air.port" 20 || exit 2
 air="127.0.0.1:$(cat "$work/air.port")"
 

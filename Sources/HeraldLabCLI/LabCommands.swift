@@ -3,6 +3,7 @@ import Foundation
 import LabAgent
 import LabCoordinator
 import LabHTTP
+import LabNet
 import LabPlan
 import RadioAir
 import RadioSim
@@ -24,15 +25,33 @@ struct ServiceOptions: ParsableArguments {
     @Option(name: .customLong("port-file"), help: "Write the bound port to this file once listening.")
     var portFile: String?
 
+    @Flag(help: "Run without a token (authentication off); only on a loopback address.")
+    var insecure = false
+
+    /// The token; a service without one refuses to start unless told --insecure, and then
+    /// listens on loopback only: authentication is never off by accident.
     func token() throws -> String? {
-        do { return try LabToken.load(file: tokenFile) } catch {
+        let token: String?
+        do { token = try LabToken.load(file: tokenFile) } catch {
             log("\(error)")
             throw ExitCode(2)
         }
+        if token == nil {
+            guard insecure else {
+                log("no token: give --token-file FILE or set HERALDLAB_TOKEN (herald-lab services never run without authentication unless told --insecure, on loopback only)")
+                throw ExitCode(2)
+            }
+            guard ["127.0.0.1", "::1", "localhost"].contains(host) || host.hasPrefix("127.") else {
+                log("--insecure runs without authentication and so listens on loopback only: --host \(host) is not a loopback address")
+                throw ExitCode(2)
+            }
+            log("warning: authentication is off (--insecure); listening on \(host) only")
+        }
+        return token
     }
 
     func announce(_ port: UInt16, _ what: String) {
-        print("\(what) listening on \(host):\(port)")
+        print("\(what) listening on \(HostPort(host: host, port: port))")
         fflush(nil)
         if let portFile { try? "\(port)\n".write(toFile: portFile, atomically: true, encoding: .utf8) }
     }
@@ -40,24 +59,10 @@ struct ServiceOptions: ParsableArguments {
 
 /// `--air HOST:PORT` (a name, an IPv4 address, or [IPv6]:PORT), or exit 2 naming the problem.
 func parseAir(_ text: String) throws -> LabWire.AirAddress {
-    guard let (host, port) = splitHostPort(text) else { log("--air \"\(text)\": expected HOST:PORT, e.g. coord.lab:8702 or [fd00::1]:8702"); throw ExitCode(2) }
-    return LabWire.AirAddress(host: host, port: port)
-}
-
-/// Splits `host:port`, `[v6]:port`; nil when malformed.
-func splitHostPort(_ text: String) -> (String, UInt16)? {
-    let host: Substring, portText: Substring
-    if text.hasPrefix("[") {
-        guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else { return nil }
-        host = text[text.index(after: text.startIndex)..<close]
-        portText = text[text.index(close, offsetBy: 2)...]
-    } else {
-        guard let colon = text.lastIndex(of: ":"), !text[..<colon].contains(":") else { return nil }
-        host = text[..<colon]
-        portText = text[text.index(after: colon)...]
-    }
-    guard !host.isEmpty, let port = UInt16(portText), port > 0 else { return nil }
-    return (String(host), port)
+    do {
+        let a = try HostPort(parsing: text)
+        return LabWire.AirAddress(host: a.host, port: a.port)
+    } catch { log("--air: \(error)"); throw ExitCode(2) }
 }
 
 /// Blocks until SIGINT or SIGTERM, or until `timeout` seconds have passed. Returns true for a signal.
@@ -106,7 +111,7 @@ struct AirCommand: AsyncParsableCommand {
     var seed: UInt64 = 1
 
     func run() async throws {
-        let air = AirServer(parameters: RadioParameters(), seed: seed)
+        let air = AirServer(parameters: RadioParameters(), seed: seed, token: try service.token())
         let port: UInt16
         do { port = try air.start(host: service.host, port: service.port) } catch {
             log("herald-lab air: \(error)")

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import HeraldAnalysis
+import HeraldCore
 import LabCoordinator
 import LabHTTP
 import LabPlan
@@ -77,19 +78,38 @@ struct RunCommand: AsyncParsableCommand {
             for n in current.nodes where n.message != nil { log("  \(n.name) (agent \(n.agent), \(n.agentURL)): \(n.state): \(n.message!)") }
             throw ExitCode(2)
         }
-        // Fetch and unpack the bundle.
-        let (bs, archive, _) = try await client.request("GET", "/v1/runs/\(current.id)/bundle", timeout: 300)
-        guard bs == 200 else { log("herald-lab run: cannot fetch the bundle (HTTP \(bs))"); throw ExitCode(2) }
+        // Fetch the bundle to disk (streamed, hashed on the way), check it, unpack it.
         let outDir = URL(fileURLWithPath: out)
         try FileManager.default.createDirectory(at: outDir, withIntermediateDirectories: true)
         let tarURL = outDir.appendingPathComponent("\(current.id).tar.gz")
-        if !FileManager.default.fileExists(atPath: tarURL.path) || (try? Data(contentsOf: tarURL)) != archive {
-            try archive.write(to: tarURL)
-            let tar = Process()
-            tar.executableURL = URL(fileURLWithPath: "/bin/tar")
-            tar.arguments = ["-xzf", tarURL.path, "-C", outDir.path]
-            try tar.run()
-            tar.waitUntilExit()
+        let part = outDir.appendingPathComponent(".\(current.id).tar.gz.part")
+        FileManager.default.createFile(atPath: part.path, contents: nil)
+        var hasher = SHA256()
+        do {
+            let result = try FileDownload.get(base.appendingPathComponent("v1/runs/\(current.id)/bundle"), headers: token.map { ["Authorization": "Bearer \($0)"] } ?? [:],
+                                              appendingTo: part, hasher: &hasher, timeout: 120)
+            guard result.status == 200 else { throw LabClient.Failure(status: result.status, message: "unexpected status") }
+        } catch {
+            try? FileManager.default.removeItem(at: part)
+            log("herald-lab run: cannot fetch the bundle of \(current.id): \(error)")
+            throw ExitCode(2)
+        }
+        let sha = hasher.finalizeHex()
+        if let expected = current.bundleSha256, expected != sha {
+            try? FileManager.default.removeItem(at: part)
+            log("herald-lab run: the bundle of \(current.id) arrived damaged (SHA-256 \(sha), the coordinator says \(expected)); fetch it again with `herald-lab run` or from \(coordinator)/v1/runs/\(current.id)/bundle")
+            throw ExitCode(2)
+        }
+        _ = try? FileManager.default.removeItem(at: tarURL)
+        try FileManager.default.moveItem(at: part, to: tarURL)
+        let tar = Process()
+        tar.executableURL = URL(fileURLWithPath: "/bin/tar")
+        tar.arguments = ["-xzf", tarURL.path, "-C", outDir.path, "--no-same-owner", "--no-same-permissions"]
+        try tar.run()
+        tar.waitUntilExit()
+        guard tar.terminationStatus == 0 else {
+            log("herald-lab run: tar could not unpack \(tarURL.path) (exit \(tar.terminationStatus))")
+            throw ExitCode(2)
         }
         let bundle = outDir.appendingPathComponent(current.id)
         print("bundle: \(bundle.path)")

@@ -87,7 +87,7 @@ extension Agent {
                 guard let address = r.air else { throw AirError.socket("no air to attach to: give the agent --air HOST:PORT") }
                 let spec = r.assignment.node
                 let onAir = try AirTransport(host: address.host, port: address.port, node: spec.name, x: spec.position.x, y: spec.position.y,
-                                             parameters: Simulation.parameters(r.assignment.radio), scheduler: scheduler)
+                                             parameters: Simulation.parameters(r.assignment.radio), token: config.token, scheduler: scheduler)
                 transport = onAir
                 air = onAir
                 r.closeRadio = { onAir.close() }
@@ -188,12 +188,18 @@ extension Agent {
         guard let r = runs[id] else {
             throw HTTPError(.notFound, "agent \(config.name) has no run \(id) (released already, or never armed)")
         }
-        guard r.state == .finished else { throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue) on agent \(config.name)\(r.message.map { ": \($0)" } ?? ""); files are served once it has finished") }
+        guard r.state == .finished || r.state == .failed else { throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue) on agent \(config.name)\(r.message.map { ": \($0)" } ?? ""); files are served once it has finished") }
+        if r.state == .failed && r.files.isEmpty {
+            // Whatever a failed node logged is served too, so that it is not lost with the failure.
+            r.files = (try? checksums(r)) ?? []
+            try persist(r)
+        }
         var list = LabWire.FileList(runId: id, node: r.assignment.node.name, resumed: r.resumed, startedAt: r.startedAt, files: r.files)
         list.startAt = r.startAt
         list.gaps = r.gaps.isEmpty ? nil : r.gaps
         list.aborted = r.aborted ? true : nil
         list.writeError = r.writeError
+        list.failure = r.state == .failed ? (r.message ?? "failed") : nil
         return list
     }
 

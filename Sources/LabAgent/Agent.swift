@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import HeraldRadio
 import LabHTTP
+import LabNet
 import LabNode
 import LabPlan
 import BlueZRadio
@@ -92,7 +93,7 @@ public final class Agent: @unchecked Sendable {
         try FileManager.default.createDirectory(at: runsDirectory, withIntermediateDirectories: true)
         let port = try await http.start(host: config.host, port: config.port)
         boundPort = port
-        url = config.advertiseURL?.absoluteString ?? "http://\(Self.urlHost(config.host)):\(port)"
+        url = config.advertiseURL?.absoluteString ?? "http://\(HostPort.urlHost(config.host)):\(port)"
         scheduler.sync { recover() }
         watchdog = StallWatchdog(threshold: config.stallThreshold) { [weak self] from, to in
             guard let self else { return }
@@ -121,9 +122,6 @@ public final class Agent: @unchecked Sendable {
 
     var runsDirectory: URL { config.dataDirectory.appendingPathComponent("runs") }
     var now: Double { Date().timeIntervalSince1970 }
-
-    /// A host as it goes into a URL: IPv6 literals in brackets.
-    static func urlHost(_ host: String) -> String { host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host }
 
     public var info: LabWire.AgentInfo {
         LabWire.AgentInfo(name: config.name, url: url, tags: config.tags, radio: config.radio, adapter: config.adapter, controller: controller, port: boundPort)

@@ -52,12 +52,18 @@ extension Coordinator {
                 if let error, error.contains("results disk") { diskProblem = error }
                 continue
             }
+            if let f = list.failure, list.files.isEmpty {
+                r.nodes[i].state = "lost"
+                r.nodes[i].message = "the node failed and logged nothing: \(f)"
+                continue
+            }
             r.nodes[i].files = list.files
             r.nodes[i].agentStartedAt = list.startedAt
             if let st = list.startedAt { r.nodes[i].startedAt = st - offset }
             if let st = list.startedAt, let at = list.startAt, !list.resumed { r.nodes[i].lateBy = st - at }
             r.nodes[i].gaps = list.gaps.map { $0.map { LabWire.Gap(from: $0.from - offset, to: $0.to - offset, reason: $0.reason) } }
             var why = [String]()
+            if let f = list.failure { why.append("the node failed: \(f)") }
             if list.resumed { why.append("the agent restarted during the run") }
             if let g = list.gaps, !g.isEmpty { why.append("\(g.count) gap(s) in the logs: " + g.map { String(format: "%.1f s (%@)", $0.to - $0.from, $0.reason) }.joined(separator: ", ")) }
             if list.aborted == true { why.append("stopped before the planned end") }
@@ -98,7 +104,7 @@ extension Coordinator {
             notes.append("analysis failed: \(error)")
         }
         // The archive.
-        do { try archive(r.id) } catch { notes.append("cannot write \(r.id).tar.gz: \(error)") }
+        do { r.bundleSha256 = try archive(r.id) } catch { notes.append("cannot write \(r.id).tar.gz: \(error)") }
         let gathered = r.nodes.filter { $0.state == "complete" || $0.state == "partial" }
         if gathered.isEmpty { notes.append("no node could be gathered") }
         r.bundle = bundle.path
@@ -121,8 +127,10 @@ extension Coordinator {
         log("coordinator: run \(r.id) \(r.state.rawValue): \(bundle.path) (\(r.nodes.map { "\($0.name) \($0.state)" }.joined(separator: ", ")))\(r.message.map { "; \($0)" } ?? "")")
     }
 
-    /// `<id>.tar.gz` beside the bundle, written to a temporary name, checked, fsynced, renamed.
-    func archive(_ id: String) throws {
+    /// `<id>.tar.gz` beside the bundle, written to a temporary name, checked, fsynced, renamed;
+    /// returns its SHA-256.
+    @discardableResult
+    func archive(_ id: String) throws -> String {
         let final = config.results.appendingPathComponent("\(id).tar.gz")
         let tmp = config.results.appendingPathComponent(".\(id).tar.gz.tmp")
         let tar = Process()
@@ -138,8 +146,10 @@ extension Coordinator {
             throw HTTPError(.internalServerError, "tar exited with \(tar.terminationStatus): \(String(decoding: message.prefix(300), as: UTF8.self))")
         }
         try Durable.syncFile(tmp)
+        let sha = try SHA256.hash(fileAt: tmp).sha256
         guard rename(tmp.path, final.path) == 0 else { throw HTTPError(.internalServerError, "cannot rename \(tmp.path)") }
         try Durable.syncDirectory(config.results)
+        return sha
     }
 
     /// Fetches one node's file list and files, verifying each SHA-256, retrying with backoff.

@@ -18,7 +18,8 @@ extension Coordinator {
             }
             try self.store.saveAgent(info, lastSeen: t)
             let from = req.peerHost.map { " from \($0)" } ?? ""
-            self.log("coordinator: agent \(info.name) registered\(from) at \(info.url)\(announced != info.url ? " (it announced \(announced))" : "") (radio \(info.radio.rawValue), tags \(info.tags.joined(separator: ",")))")
+            let esc = HTTPService.escaped
+            self.log("coordinator: agent \(info.name) registered\(from) at \(esc(info.url))\(announced != info.url ? " (it announced \(esc(announced)))" : "") (radio \(info.radio.rawValue), tags \(esc(info.tags.joined(separator: ","))))")
             return .json(Empty())
         }
         http.route("POST", "/v1/agents/:name/heartbeat") { [unowned self] req in

@@ -46,23 +46,15 @@ extension Coordinator {
 
     // MARK: Clock
 
-    /// Clock probes over one kept-alive connection (plain socket: sub-millisecond round trips on a
-    /// LAN); falls back to the HTTP client when that fails. Returns the samples and, when there
-    /// are none, why.
+    /// Clock probes over one kept-alive connection with TCP_NODELAY (sub-millisecond round trips
+    /// on a LAN). Returns the samples and, when there are none, why (naming the URL).
     func probe(_ c: LabClient, count: Int) async -> ([LabWire.ClockSample], String?) {
-        let base = c.base, token = c.token
-        let fast = await ClockProbe.probe(base, token: token, count: count)
-        if !fast.isEmpty { return (fast.map { LabWire.ClockSample(offset: $0.offset, roundTrip: $0.roundTrip) }, nil) }
-        var out = [LabWire.ClockSample]()
-        var lastError = "no answer"
-        for _ in 0..<min(count, 4) {
-            let t0 = now
-            do {
-                let reply: LabWire.ClockReply = try await c.call("POST", "/v1/clock", Empty())
-                out.append(LabWire.ClockSample(t0: t0, t1: reply.received, t2: reply.sent, t3: now))
-            } catch { lastError = "\(error)" }
+        do {
+            let samples = try await ClockProbe.measure(c.base, token: c.token, count: count)
+            return (samples.map { LabWire.ClockSample(offset: $0.offset, roundTrip: $0.roundTrip) }, nil)
+        } catch {
+            return ([], "\(error)")
         }
-        return (out, out.isEmpty ? "no answer to clock probes at \(base.absoluteString) (\(lastError))" : nil)
     }
 
     // MARK: Arming and the start barrier

@@ -3,6 +3,7 @@ import HeraldAnalysis
 import HeraldCore
 import LabHistory
 import LabHTTP
+import LabNet
 import LabPlan
 import Yams
 
@@ -72,7 +73,7 @@ public final class Coordinator: @unchecked Sendable {
 
     public func start() async throws -> UInt16 {
         let port = try await http.start(host: config.host, port: config.port)
-        url = "http://\(config.host.contains(":") ? "[\(config.host)]" : config.host):\(port)"
+        url = "http://\(HostPort.urlHost(config.host)):\(port)"
         log("coordinator listening on \(config.host):\(port) (results \(config.results.path))")
         // Pick up runs a previous coordinator left unfinished.
         let unfinished = withLock { runs.values.filter { !$0.state.isFinal } }
@@ -161,12 +162,12 @@ public final class Coordinator: @unchecked Sendable {
             throw HTTPError(.badRequest, "agent \(info.name) announces \"\(info.url)\", which is not an http URL")
         }
         let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        guard ["0.0.0.0", "::", ""].contains(bare) else { return info.url }
+        guard HostPort.isWildcard(bare) else { return info.url }
         guard let peer = peerHost, let port = info.port ?? u.port.flatMap(UInt16.init(exactly:)) else {
             throw HTTPError(.badRequest, "agent \(info.name) announces \(info.url) (a wildcard address) and its own address is unknown: start it with --advertise-url")
         }
         let mapped = peer.hasPrefix("::ffff:") && peer.contains(".") ? String(peer.dropFirst(7)) : peer
-        return "\(scheme)://\(mapped.contains(":") ? "[\(mapped)]" : mapped):\(port)"
+        return "\(scheme)://\(HostPort.urlHost(mapped)):\(port)"
     }
 
     // MARK: Submitting

@@ -122,6 +122,8 @@ public struct RunRecord: Codable, Sendable {
     public var nodes: [Node]
     public var message: String?
     public var bundle: String?
+    /// SHA-256 of `<id>.tar.gz`, for clients to verify what they fetched.
+    public var bundleSha256: String?
     public var passed: Bool?
     public var headline: String?
     /// Set by an abort request: the run stops early and what exists is gathered.

@@ -1,4 +1,5 @@
 import Foundation
+import LabNet
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,62 +20,93 @@ public enum ClockProbe {
     private static let queues = (0..<16).map { DispatchQueue(label: "heraldlab.clock-probe.\($0)") }
 
     public static func probe(_ url: URL, token: String?, count: Int, timeout: TimeInterval = 5) async -> [Sample] {
+        (try? await measure(url, token: token, count: count, timeout: timeout)) ?? []
+    }
+
+    /// Like `probe`, but says why there are no samples: a `NetError` naming `url` when it cannot
+    /// connect or gets no valid answer (an HTTP status other than 200 is named in the message).
+    public static func measure(_ url: URL, token: String?, count: Int, timeout: TimeInterval = 5) async throws -> [Sample] {
         let queue = queues[abs(url.absoluteString.hashValue) % queues.count]
-        return await withCheckedContinuation { c in
-            queue.async { c.resume(returning: probeBlocking(url, token: token, count: count, timeout: timeout)) }
+        return try await withCheckedThrowingContinuation { c in
+            queue.async { c.resume(with: Result { try measureBlocking(url, token: token, count: count, timeout: timeout) }) }
         }
     }
 
     /// Sends `count` `POST /v1/clock` requests to `url` (http://host:port) and returns the samples.
     public static func probeBlocking(_ url: URL, token: String?, count: Int, timeout: TimeInterval = 5) -> [Sample] {
-        guard let host = url.host, let port = url.port, host == "127.0.0.1" || host == "localhost" || inet_addr(host) != INADDR_NONE else { return [] }
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return [] }
+        (try? measureBlocking(url, token: token, count: count, timeout: timeout)) ?? []
+    }
+
+    /// The samples of `count` probes, fewer if the connection fails part way; throws when there is
+    /// not a single valid sample.
+    public static func measureBlocking(_ url: URL, token: String?, count: Int, timeout: TimeInterval = 5) throws -> [Sample] {
+        func failure(_ kind: NetError.Kind, _ why: String) -> NetError {
+            NetError(kind, "clock probe of \(url.absoluteString): \(why)")
+        }
+        let target: HostPort
+        let fd: Int32
+        do {
+            target = try HostPort(url: url)
+            fd = try Dialer.connect(host: target.host, port: target.port, timeout: timeout)
+        } catch let e as NetError { throw failure(e.kind, e.message) }
         defer { close(fd) }
         var one: Int32 = 1
-        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, &one, socklen_t(MemoryLayout<Int32>.size))
         var tv = timeval(tv_sec: Int(timeout), tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = UInt16(port).bigEndian
-        inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host, &addr.sin_addr)
-        let c = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard c == 0 else { return [] }
-        var request = "POST /v1/clock HTTP/1.1\r\nHost: \(host):\(port)\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+        var request = "POST /v1/clock HTTP/1.1\r\nHost: \(target)\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
         if let token { request += "Authorization: Bearer \(token)\r\n" }
         request += "\r\n{}"
         let bytes = Array(request.utf8)
         var out = [Sample]()
         var buffer = [UInt8](repeating: 0, count: 4096)
-        for _ in 0..<count {
+        // Why the last probe ended without a sample (thrown only when there is no sample at all).
+        var problem: NetError?
+        probing: for _ in 0..<count {
             let t0 = Date().timeIntervalSince1970
             let sent = bytes.withUnsafeBytes { send(fd, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard sent == bytes.count else { break }
+            guard sent == bytes.count else { problem = failure(.protocolError, "send failed: \(NetError.text(errno: errno))"); break }
             // Read one response: head, then Content-Length bytes of body.
             var filled = 0
+            var status = 0
             var body: [UInt8]?
             while body == nil {
                 let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + filled, $0.count - filled, 0) }
-                if n <= 0 { return out }
+                if n < 0 && errno == EINTR { continue }
+                if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { problem = failure(.timeout, "no answer within \(Int(timeout)) s"); break probing }
+                if n <= 0 { problem = failure(.protocolError, n == 0 ? "the connection closed before an answer" : "receive failed: \(NetError.text(errno: errno))"); break probing }
                 // Acknowledge at once: the server writes head and body separately, and a delayed ACK
                 // would hold the body back for tens of milliseconds (Nagle on the server side).
                 setsockopt(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, &one, socklen_t(MemoryLayout<Int32>.size))
                 filled += n
                 let text = String(decoding: buffer[0..<filled], as: UTF8.self)
-                guard let headEnd = text.range(of: "\r\n\r\n") else { continue }
+                guard let headEnd = text.range(of: "\r\n\r\n") else {
+                    if filled == buffer.count { problem = failure(.protocolError, "answer head too large"); break probing }
+                    continue
+                }
                 let head = text[..<headEnd.lowerBound].lowercased()
-                let length = head.components(separatedBy: "\r\n").first { $0.hasPrefix("content-length:") }
+                let lines = head.components(separatedBy: "\r\n")
+                status = lines.first.map { $0.split(separator: " ") }.flatMap { $0.count >= 2 ? Int($0[1]) : nil } ?? 0
+                let length = lines.first { $0.hasPrefix("content-length:") }
                     .flatMap { Int($0.dropFirst(15).trimmingCharacters(in: .whitespaces)) } ?? 0
                 let bodyStart = text.utf8.distance(from: text.utf8.startIndex, to: headEnd.upperBound)
+                guard bodyStart + length <= buffer.count else { problem = failure(.protocolError, "answer too large"); break probing }
                 if filled - bodyStart >= length { body = Array(buffer[bodyStart..<(bodyStart + length)]) }
             }
             let t3 = Date().timeIntervalSince1970
+            guard status == 200 else {
+                let text = String(decoding: body!.prefix(200), as: UTF8.self)
+                problem = failure(.protocolError, "HTTP \(status)\(text.isEmpty ? "" : ": \(text)")")
+                break
+            }
             guard let reply = try? JSONDecoder().decode([String: Double].self, from: Data(body!)),
-                  let t1 = reply["received"], let t2 = reply["sent"] else { break }
+                  let t1 = reply["received"], let t2 = reply["sent"] else {
+                problem = failure(.protocolError, "the answer is not {\"received\": t, \"sent\": t}")
+                break
+            }
             out.append(Sample(offset: ((t1 - t0) + (t2 - t3)) / 2, roundTrip: (t3 - t0) - (t2 - t1)))
         }
+        if out.isEmpty && count > 0 { throw problem ?? failure(.protocolError, "no answer") }
         return out
     }
 }

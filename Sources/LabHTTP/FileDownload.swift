@@ -1,5 +1,6 @@
 import Foundation
 import HeraldCore
+import LabNet
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -17,24 +18,20 @@ public enum FileDownload {
     /// GETs `url` (http only) with `headers`; on 200 the file is truncated first, on 206 the body is
     /// appended. Every written byte is fed to `hasher` in order.
     public static func get(_ url: URL, headers: [String: String], appendingTo file: URL, hasher: inout SHA256, timeout: TimeInterval = 60) throws -> Result {
-        guard url.scheme == "http", let host = url.host else { throw LabClient.Failure(status: nil, message: "only http:// is supported for downloads: \(url)") }
-        let port = UInt16(url.port ?? 80)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw LabClient.Failure(status: nil, message: "socket: errno \(errno)") }
+        guard url.scheme == "http" else { throw LabClient.Failure(status: nil, message: "only http:// is supported for downloads: \(url)") }
+        let target: HostPort
+        let fd: Int32
+        do {
+            target = try HostPort(url: url)
+            fd = try Dialer.connect(host: target.host, port: target.port, timeout: timeout)
+        } catch let e as NetError {
+            throw LabClient.Failure(status: nil, message: "download of \(url.absoluteString): \(e.message)")
+        }
         defer { close(fd) }
-        var tv = timeval(tv_sec: Int(timeout), tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = port.bigEndian
-        let resolved = host == "localhost" ? "127.0.0.1" : host
-        guard inet_pton(AF_INET, resolved, &addr.sin_addr) == 1 else { throw LabClient.Failure(status: nil, message: "downloads need an IPv4 address: \(host)") }
-        let c = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard c == 0 else { throw LabClient.Failure(status: nil, message: "cannot connect to \(host):\(port) (errno \(errno))") }
+        Sockets.setTimeouts(fd, seconds: timeout)
         var path = url.path.isEmpty ? "/" : url.path
         if let q = url.query { path += "?" + q }
-        var request = "GET \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nConnection: close\r\n"
+        var request = "GET \(path) HTTP/1.1\r\nHost: \(target)\r\nConnection: close\r\n"
         for (k, v) in headers { request += "\(k): \(v)\r\n" }
         request += "\r\n"
         try sendAll(fd, Array(request.utf8))

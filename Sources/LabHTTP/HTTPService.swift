@@ -1,6 +1,7 @@
 import Foundation
 import FlyingFox
 import FlyingSocks
+import LabNet
 
 /// A JSON HTTP service on FlyingFox: routes with `:parameters`, a shared bearer token required
 /// on every route but `GET /health` (401 and a log line otherwise), and request bodies limited
@@ -57,15 +58,46 @@ public final class HTTPService: @unchecked Sendable {
         routes.append(Route(method: method, parts: pattern.split(separator: "/").map(String.init), handler: handler, public_: isPublic, bodyLimit: bodyLimit))
     }
 
-    /// Starts listening on `host:port` (port 0: any free port); returns the bound port.
+    /// Starts listening on `host:port` (a name, an IPv4 or IPv6 literal, or a wildcard as
+    /// `Listener` takes them; port 0: any free port); returns the bound port.
     public func start(host: String = "127.0.0.1", port: UInt16) async throws -> UInt16 {
-        let address = try sockaddr_in.inet(ip4: host, port: port)
-        let server = HTTPServer(address: address, timeout: 60, pool: SharedSocketPool.shared, logger: .disabled)
+        let address: NetAddress
+        do {
+            address = try Listener.addresses(host: host, port: port)[0]
+            // FlyingFox reports a failed bind only by never listening; binding once here first
+            // says at once why it cannot (address in use, not an address of this machine).
+            close(try Listener.listen(on: address, naming: HostPort(host: host, port: port)).fd)
+        } catch let e as NetError {
+            throw HTTPError(.internalServerError, "\(name): \(e.message)")
+        }
+        // FlyingFox binds the address it is given: a sockaddr_in or a sockaddr_in6 (an IPv6 socket
+        // on Linux is dual-stack unless net.ipv6.bindv6only says otherwise).
+        let server: HTTPServer
+        if let v6 = address.ipv6 {
+            server = HTTPServer(address: v6, timeout: 60, pool: SharedSocketPool.shared, logger: .disabled)
+        } else {
+            server = HTTPServer(address: address.ipv4!, timeout: 60, pool: SharedSocketPool.shared, logger: .disabled)
+        }
         await server.appendRoute("*") { [self] request in await self.handle(request) }
         self.server = server
         task = Task { try? await server.run() }
-        try await server.waitUntilListening(timeout: 10)
-        guard case .ip4(_, let bound)? = await server.listeningAddress else { throw HTTPError(.internalServerError, "no listening address") }
+        do { try await server.waitUntilListening(timeout: 10) } catch {
+            throw HTTPError(.internalServerError, "\(name): cannot listen on \(HostPort(host: host, port: port)) (\(address.host))")
+        }
+        let bound: UInt16
+        switch await server.listeningAddress {
+        case .ip4(_, let p)?, .ip6(_, let p)?: bound = p
+        default: throw HTTPError(.internalServerError, "no listening address")
+        }
+        // TCP_NODELAY on every connection FlyingFox accepts. FlyingFox 0.27 makes, binds and
+        // listens on its socket inside HTTPServer.run() and hands it to nobody (no initialiser
+        // takes a Socket, `state` is private, accepted sockets get no options), so the listening
+        // socket is found by what it is bound to and the option set on it: Linux copies it to
+        // every connection accepted afterwards. Replies are written head then body; with Nagle a
+        // body waits for the head's ACK, a round trip (a clock probe's offset skews by half).
+        // With port 0 nobody knows the port before this returns; with a fixed port only a
+        // connection completed in the microseconds since listen() could miss it.
+        for fd in Sockets.listeningSockets(family: address.family, port: bound) { Sockets.setNoDelay(fd) }
         return bound
     }
 
@@ -81,7 +113,8 @@ public final class HTTPService: @unchecked Sendable {
             var params = [String: String]()
             var ok = true
             for (p, v) in zip(r.parts, parts) {
-                if p.hasPrefix(":") { params[String(p.dropFirst())] = v.removingPercentEncoding ?? v } else if p != v { ok = false; break }
+                // FlyingFox has decoded the path once already: parameters are taken as they are.
+                if p.hasPrefix(":") { params[String(p.dropFirst())] = v } else if p != v { ok = false; break }
             }
             guard ok else { continue }
             if r.method == method { return (r, params) }
@@ -98,20 +131,22 @@ public final class HTTPService: @unchecked Sendable {
         case .ip4(let h, _)?, .ip6(let h, _)?: peerHost = h
         default: peerHost = nil
         }
-        guard let (route, params) = match(method, path) else {
-            return .error(.notFound, "no route \(method) \(path)")
-        }
         var headers = [String: String]()
         for (k, v) in request.headers { headers[k.rawValue.lowercased()] = v }
-        if !route.public_, let token {
+        let matched = match(method, path)
+        // Authentication before routing: without the token, nobody learns which routes exist.
+        if matched?.0.public_ != true, let token {
             let given = headers["authorization"].flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
             guard let given, Self.constantTimeEqual(given, token) else {
-                log("\(name): refused \(method) \(path) from \(remote): \(given == nil ? "missing" : "wrong") token")
+                log("\(name): refused \(method) \(Self.escaped(path)) from \(remote): \(given == nil ? "missing" : "wrong") token")
                 return .error(.unauthorized, "a valid token is required (Authorization: Bearer <token>)")
             }
         }
+        guard let (route, params) = matched else {
+            return .error(.notFound, "no route \(method) \(Self.escaped(path))")
+        }
         if let length = headers["content-length"].flatMap(Int.init), length > route.bodyLimit {
-            log("\(name): refused \(method) \(path) from \(remote): body of \(length) bytes over the \(route.bodyLimit)-byte limit")
+            log("\(name): refused \(method) \(Self.escaped(path)) from \(remote): body of \(length) bytes over the \(route.bodyLimit)-byte limit")
             return .error(.payloadTooLarge, "request body over \(route.bodyLimit) bytes")
         }
         let body: Data
@@ -128,9 +163,26 @@ public final class HTTPService: @unchecked Sendable {
         } catch let e as HTTPError {
             return .error(e.status, e.message)
         } catch {
-            log("\(name): \(method) \(path) failed: \(error)")
+            log("\(name): \(method) \(Self.escaped(path)) failed: \(Self.escaped("\(error)"))")
             return .error(.internalServerError, "\(error)")
         }
+    }
+
+    /// Text from the network as it may go into a log line: control characters, quotes and
+    /// backslashes escaped (no forged lines), at most 200 characters.
+    public static func escaped(_ text: String) -> String {
+        var out = ""
+        for u in text.unicodeScalars.prefix(200) {
+            switch u {
+            case "\\": out += "\\\\"
+            case "\"": out += "\\\""
+            case _ where u.value < 0x20 || u.value == 0x7F || (0x80...0x9F).contains(u.value) || u.value == 0x2028 || u.value == 0x2029:
+                out += String(format: "\\x%02X", u.value & 0xFF)
+            default: out.unicodeScalars.append(u)
+            }
+        }
+        if text.unicodeScalars.count > 200 { out += "..." }
+        return out
     }
 
     static func constantTimeEqual(_ a: String, _ b: String) -> Bool {

@@ -1,13 +1,11 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
+import LabNet
 
-/// A small JSON HTTP client over URLSession (libcurl on Linux), with the bearer token.
+/// A small JSON HTTP client with the bearer token, over `HTTPExchange` (one connection from
+/// LabNet's `Dialer` per request, on a thread of its own; not URLSession: see `HTTPExchange`).
 public final class LabClient: @unchecked Sendable {
     public let base: URL
     public let token: String?
-    private let session: URLSession
 
     public struct Failure: Error, CustomStringConvertible, Sendable {
         public var status: Int?
@@ -16,44 +14,38 @@ public final class LabClient: @unchecked Sendable {
         public init(status: Int?, message: String) { self.status = status; self.message = message }
     }
 
-    /// One session for the whole process: on Linux every URLSession holds threads of its own, and
-    /// hundreds of them (a coordinator arming 200 agents) exhaust the dispatch thread pool.
-    private static let shared: URLSession = {
-        let config = URLSessionConfiguration.ephemeral
-        config.timeoutIntervalForResource = 600
-        config.httpMaximumConnectionsPerHost = 512
-        return URLSession(configuration: config)
-    }()
     private let timeout: TimeInterval
 
     public init(base: URL, token: String?, timeout: TimeInterval = 10) {
         self.base = base
         self.token = token
         self.timeout = timeout
-        session = Self.shared
     }
 
+    /// Sends a request; `timeout` bounds the connect and every wait for the answer's bytes.
+    /// Returns the status, the body and the headers (names in lower case).
     public func request(_ method: String, _ path: String, body: Data? = nil, headers: [String: String] = [:], timeout: TimeInterval? = nil) async throws -> (Int, Data, [String: String]) {
         guard let url = URL(string: path, relativeTo: base) else { throw Failure(status: nil, message: "bad path \(path)") }
-        var r = URLRequest(url: url)
-        r.httpMethod = method
-        r.timeoutInterval = timeout ?? self.timeout
-        if let token { r.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
-        if let body {
-            r.httpBody = body
-            r.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        }
-        for (k, v) in headers { r.setValue(v, forHTTPHeaderField: k) }
-        let (data, response): (Data, URLResponse)
+        var all = headers
+        if let token { all["Authorization"] = "Bearer \(token)" }
+        if body != nil, !all.keys.contains(where: { $0.lowercased() == "content-type" }) { all["Content-Type"] = "application/json" }
+        let wait = timeout ?? self.timeout
+        let fields = all
+        let answer: HTTPExchange.Answer
         do {
-            (data, response) = try await session.data(for: r)
-        } catch {
-            throw Failure(status: nil, message: "\(method) \(url.absoluteString): \(error.localizedDescription)")
+            // A thread per request: the socket calls block, and the cooperative pool has only as
+            // many threads as cores.
+            answer = try await withCheckedThrowingContinuation { c in
+                let thread = Thread {
+                    c.resume(with: Result { try HTTPExchange.perform(method, url, headers: fields, body: body, timeout: wait) })
+                }
+                thread.stackSize = 1 << 20
+                thread.start()
+            }
+        } catch let e as NetError {
+            throw Failure(status: nil, message: "\(method) \(url.absoluteString): \(e.message)")
         }
-        let http = response as? HTTPURLResponse
-        var out = [String: String]()
-        for (k, v) in http?.allHeaderFields ?? [:] { out["\(k)".lowercased()] = "\(v)" }
-        return (http?.statusCode ?? 0, data, out)
+        return (answer.status, answer.body, answer.headers)
     }
 
     /// Sends JSON, expects 2xx and a JSON answer.

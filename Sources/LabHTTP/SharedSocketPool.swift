@@ -8,7 +8,9 @@ import FlyingSocks
 final class SharedSocketPool: AsyncSocketPool, @unchecked Sendable {
     static let shared = SharedSocketPool()
 
-    private let inner: any AsyncSocketPool = HTTPServer.defaultPool()
+    /// FlyingSocks' pool on `EpollQueue`, not `HTTPServer.defaultPool()`, whose epoll queue loses
+    /// track of a descriptor number closed while registered (see `EpollQueue`).
+    private let inner: any AsyncSocketPool = SocketPool(queue: EpollQueue())
     private let lock = NSLock()
     private var prepareTask: Task<Void, Error>?
     private var runTask: Task<Void, Error>?

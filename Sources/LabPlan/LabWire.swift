@@ -123,6 +123,8 @@ public enum LabWire {
         /// The run was stopped before its planned end (abort).
         public var aborted: Bool?
         public var writeError: String?
+        /// Why the node failed, when it did (what it logged, if anything, is still listed).
+        public var failure: String?
         public init(runId: String, node: String, resumed: Bool, startedAt: Double?, files: [FileInfo]) {
             self.runId = runId; self.node = node; self.resumed = resumed; self.startedAt = startedAt; self.files = files
         }

@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import HeraldRadio
 import RadioSim
+import LabNet
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -20,9 +21,13 @@ public final class AirServer: @unchecked Sendable {
     private var nextConnection = 0
     public let log: @Sendable (String) -> Void
 
-    public init(parameters: RadioParameters = RadioParameters(), seed: UInt64 = 1, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+    /// Required in every node's hello when set.
+    private let token: String?
+
+    public init(parameters: RadioParameters = RadioParameters(), seed: UInt64 = 1, token: String? = nil, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
         self.defaultParameters = parameters
         self.seed = seed
+        self.token = token
         self.log = log
         scheduler = DispatchScheduler(label: "heraldlab.air")
         // A tick a second to every node: lets a node tell a silent air from a dead link.
@@ -34,25 +39,17 @@ public final class AirServer: @unchecked Sendable {
 
     private var ticks: ScheduledTask?
 
-    /// Listens on `host:port` (0: any free port) and returns the bound port.
+    /// Listens on `host:port` (a name, IPv4 or IPv6 literal, or a wildcard; port 0: any free port)
+    /// and returns the bound port.
     public func start(host: String = "127.0.0.1", port: UInt16) throws -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw AirError.socket("socket: errno \(errno)") }
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = port.bigEndian
-        inet_pton(AF_INET, host, &addr.sin_addr)
-        let b = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard b == 0, listen(fd, 128) == 0 else { Glibc.close(fd); throw AirError.socket("cannot listen on \(host):\(port) (errno \(errno))") }
-        var bound = sockaddr_in()
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &bound) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        let fd: Int32, bound: UInt16
+        do { (fd, bound) = try Listener.listen(host: host, port: port) } catch let e as NetError {
+            throw AirError.socket(e.message)
+        }
         listenFD = fd
         let thread = Thread { [weak self] in self?.acceptLoop(fd) }
         thread.start()
-        return UInt16(bigEndian: bound.sin_port)
+        return bound
     }
 
     public func stop() {
@@ -89,6 +86,20 @@ public final class AirServer: @unchecked Sendable {
 
     private func received(_ m: AirMessage, connection id: Int, socket: LineSocket) {
         if m.t == "hello" {
+            if let token {
+                let given = Array((m.token ?? "").utf8), want = Array(token.utf8)
+                var diff = UInt8(given.count == want.count ? 0 : 1)
+                for (a, b) in zip(given, want) { diff |= a ^ b }
+                guard diff == 0 else {
+                    log("air: refused a hello from connection \(id): \(m.token == nil ? "missing" : "wrong") token")
+                    var r = AirMessage("hello", id: m.id)
+                    r.ok = false
+                    r.error = "a valid token is required"
+                    socket.send(r)
+                    socket.close()
+                    return
+                }
+            }
             if medium == nil { medium = SimMedium(scheduler: scheduler, parameters: m.parameters ?? defaultParameters, seed: seed) }
             let name = m.node ?? "node\(id)"
             // A node that reattaches (its link was down) replaces its old attachment.

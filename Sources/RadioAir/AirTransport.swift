@@ -48,7 +48,7 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
     /// Connects to the air and attaches a node at (x, y) metres. If the connection is lost later
     /// (the air stops, the link goes down), the transport reports the radio unavailable, reattaches
     /// every 2 s, and reports it powered on again once the air answers.
-    public init(host: String, port: UInt16, node: String, x: Double, y: Double, parameters: RadioParameters, scheduler: DispatchScheduler) throws {
+    public init(host: String, port: UInt16, node: String, x: Double, y: Double, parameters: RadioParameters, token: String? = nil, scheduler: DispatchScheduler) throws {
         dispatch = scheduler
         self.host = host
         self.port = port
@@ -57,6 +57,7 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
         hello.x = x
         hello.y = y
         hello.parameters = parameters
+        hello.token = token
         self.hello = hello
         socket = try LineSocket.connect(host: host, port: port)
         lastHeard = Date().timeIntervalSince1970
@@ -172,7 +173,9 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
         let fresh = isFresh(m.at)
         switch m.t {
         case "tick": break
-        case "hello": address = m.address.map { RadioAddress($0) }
+        case "hello":
+            if m.ok == false { log?("radio: the air refused this node: \(m.error ?? "no reason given")") }
+            address = m.address.map { RadioAddress($0) }
         case "reply":
             if let id = m.id, let c = pending.removeValue(forKey: id) { c(m) }
         case "report":

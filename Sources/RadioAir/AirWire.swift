@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import HeraldRadio
 import RadioSim
+import LabNet
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -37,6 +38,8 @@ struct AirMessage: Codable {
     /// When the air sent the message (its wall clock): lets a node tell a fresh report from one
     /// that waited in a buffer while the node was paused or its link was down.
     var at: Double?
+    /// The lab's token, in a node's hello (an air started with a token refuses a hello without it).
+    var token: String?
 
     init(_ t: String, id: Int? = nil) { self.t = t; self.id = id }
 
@@ -130,16 +133,13 @@ final class LineSocket: @unchecked Sendable {
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
     }
 
-    static func connect(host: String, port: UInt16) throws -> LineSocket {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw AirError.socket("socket: errno \(errno)") }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = port.bigEndian
-        guard inet_pton(AF_INET, host, &addr.sin_addr) == 1 else { Glibc.close(fd); throw AirError.socket("bad address \(host)") }
-        let r = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard r == 0 else { Glibc.close(fd); throw AirError.socket("cannot connect to the air at \(host):\(port) (errno \(errno)); is `herald-lab air` running?") }
-        return LineSocket(fd: fd)
+    /// Connects to the air at `host:port` (a name, IPv4 or IPv6).
+    static func connect(host: String, port: UInt16, timeout: TimeInterval = 10) throws -> LineSocket {
+        do {
+            return LineSocket(fd: try Dialer.connect(host: host, port: port, timeout: timeout))
+        } catch let e as NetError {
+            throw AirError.socket("\(e.message); is `herald-lab air` running there?")
+        }
     }
 
     func send(_ message: AirMessage) {

@@ -93,6 +93,28 @@ final class LogsTests: XCTestCase {
         XCTAssertEqual(read("detection.csv"), "node1,Linux,6.1,\(own.shortName),ZqFdag,ql8F4g\n")
     }
 
+    func testDetectionLogOfAResumedNodeKeepsWhatItHadSeen() {
+        let own = FixedPayloadSupplier(identifier: 1).payloadData
+        let url = dir.appendingPathComponent("detection.csv")
+        let a = FixedPayloadSupplier(identifier: 1_784_521_062).payloadData, b = FixedPayloadSupplier(identifier: -502_964_310).payloadData
+        let first = DetectionLog(url: url, deviceName: "node,1", osVersion: "6.1", ownShortName: own.shortName)
+        first.sensor(.BLE, didRead: a, fromTarget: "X")
+        // The agent restarts: a new logger over the same folder.
+        let resumed = DetectionLog(url: url, deviceName: "node,1", osVersion: "6.1", ownShortName: own.shortName)
+        XCTAssertEqual(resumed.seen, [a.shortName], "not rewritten empty")
+        resumed.sensor(.BLE, didRead: b, fromTarget: "Y")
+        XCTAssertEqual(read("detection.csv"), "\"node,1\",Linux,6.1,\(own.shortName),ZqFdag,ql8F4g\n")
+    }
+
+    func testALogFileThatCannotBeWrittenSaysSo() throws {
+        let file = LogFile(url: URL(fileURLWithPath: "/dev/full"), scheduler: nil)
+        XCTAssertNil(file.writeError)
+        file.append("row\n")
+        file.flush()
+        XCTAssertEqual(file.writeError, "full: write failed (No space left on device)")
+        XCTAssertEqual(file.size, 4, "the row stays buffered for the next flush")
+    }
+
     func testStatisticsOfIntervals() {
         let a = FixedPayloadSupplier(identifier: 1_784_521_062).payloadData
         let log = StatisticsLog(url: dir.appendingPathComponent("statistics.csv"), scheduler: scheduler, ownShortName: "self00")

@@ -49,9 +49,10 @@ final class HarnessTests: XCTestCase {
         XCTAssertTrue(FileManager.default.fileExists(atPath: out.appendingPathComponent("\(bundle)/report/report.html").path))
         XCTAssertTrue(FileManager.default.fileExists(atPath: lab.results.appendingPathComponent("\(bundle).tar.gz").path))
         // The agents dropped their copies once the coordinator had them.
+        // Releases follow the run's recorded end (nothing is deleted before that is durable).
         for i in 1...3 {
             let runs = lab.dir.appendingPathComponent("agent\(i)/runs")
-            XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: runs.path)) ?? [], [], "agent\(i) released its copy")
+            try lab.waitUntil(timeout: 10, "agent\(i) released its copy") { ((try? FileManager.default.contentsOfDirectory(atPath: runs.path)) ?? ["?"]).isEmpty }
         }
     }
 
@@ -107,11 +108,37 @@ final class HarnessTests: XCTestCase {
         XCTAssertEqual(lab.call("GET", "/health", token: .some(nil)).0, 200, "the health check needs no token")
         XCTAssertEqual(lab.call("GET", "/v1/agents").0, 200)
         XCTAssertTrue(lab.log("coordinator").contains("refused GET /v1/agents"), lab.log("coordinator"))
+        // Routes are not listed to strangers: an unknown route without the token is 401, not 404.
+        XCTAssertEqual(lab.call("GET", "/v1/no-such-route", token: .some(nil)).0, 401)
+        XCTAssertEqual(lab.call("GET", "/v1/no-such-route").0, 404)
+        // A path cannot forge a log line.
+        XCTAssertEqual(lab.call("GET", "/v1/x%0D%0Acoordinator:%20forged%20line", token: .some(nil)).0, 401)
+        XCTAssertFalse(lab.log("coordinator").split(separator: "\n").contains { $0.hasPrefix("coordinator: forged line") }, lab.log("coordinator"))
+        XCTAssertTrue(lab.log("coordinator").contains("\\x0D\\x0Acoordinator: forged line"), lab.log("coordinator"))
         // Agents too.
         let agent = LabClientSync(url: "http://127.0.0.1:\(lab.ports["agent1"]!)", token: "nope-nope-nope-nope")
         XCTAssertEqual(agent.status("GET", "/v1/status"), 401)
         // Oversized bodies are refused.
         XCTAssertEqual(lab.call("POST", "/v1/runs", body: Data(repeating: 65, count: 300 * 1024)).0, 413)
+    }
+
+    func testServicesNeverRunWithoutAuthenticationByAccident() throws {
+        guard FileManager.default.isExecutableFile(atPath: LabProcesses.binary.path) else { throw XCTSkip("build herald-lab first") }
+        let lab = try LabProcesses()
+        self.lab = lab
+        let env = ["PATH": "/usr/bin:/bin"] // no HERALDLAB_TOKEN
+        for service in [["coordinator", "--results", lab.results.path], ["air"], ["agent", "--name", "a1", "--data", lab.dir.appendingPathComponent("a1").path]] {
+            let (code, out) = try lab.cli(service + ["--port", "0"], environment: env)
+            XCTAssertEqual(code, 2, "\(service[0]) without a token: \(out)")
+            XCTAssertTrue(out.contains("no token"), out)
+            let (c2, o2) = try lab.cli(service + ["--port", "0", "--insecure", "--host", "0.0.0.0"], environment: env)
+            XCTAssertEqual(c2, 2, "\(service[0]) --insecure on a non-loopback address: \(o2)")
+            XCTAssertTrue(o2.contains("loopback only"), o2)
+        }
+        // --insecure on loopback starts, and says so.
+        let (code, out) = try lab.cli(["air", "--port", "0", "--insecure", "--port-file", lab.dir.appendingPathComponent("x.port").path], environment: env, timeout: 1)
+        XCTAssertNotEqual(code, 2, "--insecure on loopback starts: \(out)")
+        XCTAssertTrue(out.contains("authentication is off"), out)
     }
 
     func testInventoryShowsExpectedAgentsThatNeverRegistered() throws {

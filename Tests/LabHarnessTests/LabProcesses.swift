@@ -75,7 +75,7 @@ final class LabProcesses {
     var coordinatorURL: String { "http://127.0.0.1:\(ports["coordinator"]!)" }
     var airAddress: String { "127.0.0.1:\(ports["air"]!)" }
 
-    func startAir() throws { try start("air", ["air"]) }
+    func startAir() throws { try start("air", ["air", "--token-file", tokenFile.path]) }
 
     func startCoordinator(port: UInt16 = 0) throws {
         try start("coordinator", ["coordinator", "--token-file", tokenFile.path, "--results", results.path, "--air", airAddress, "--gather-patience", "30"], port: port)
@@ -150,10 +150,13 @@ final class LabProcesses {
     }
 
     /// Runs `herald-lab ARGS` to completion.
-    func cli(_ args: [String]) throws -> (Int32, String) {
+    /// `timeout`: the command is stopped (SIGTERM) after that many seconds (for services).
+    func cli(_ args: [String], environment: [String: String]? = nil, timeout: TimeInterval? = nil) throws -> (Int32, String) {
         let p = Process()
         p.executableURL = Self.binary
         p.arguments = args
+        if let environment { p.environment = environment }
+        if let timeout { DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { if p.isRunning { p.terminate() } } }
         let pipe = Pipe()
         p.standardOutput = pipe
         p.standardError = pipe

@@ -1,0 +1,36 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Why a connection could not be made or a socket not opened: the text always names what was
+/// asked for (`host:port`, a URL, a flag's text) and the cause.
+public struct NetError: Error, CustomStringConvertible, Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        /// The text is not a host and port (bad flag, bad URL).
+        case badAddress
+        /// The host name does not resolve.
+        case resolve
+        /// Every address refused or was unreachable.
+        case connect
+        /// No address answered within the timeout.
+        case timeout
+        /// The socket could not be bound or listen.
+        case listen
+        /// Connected, but the other end did not answer as expected.
+        case protocolError
+    }
+
+    public var kind: Kind
+    public var message: String
+    public var description: String { message }
+
+    public init(_ kind: Kind, _ message: String) {
+        self.kind = kind
+        self.message = message
+    }
+
+    /// The text of an `errno` value ("Connection refused").
+    public static func text(errno code: Int32) -> String {
+        String(cString: strerror(code))
+    }
+}

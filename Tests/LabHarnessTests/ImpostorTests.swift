@@ -1,0 +1,105 @@
+import Foundation
+import XCTest
+import HeraldCore
+import LabHTTP
+import LabPlan
+
+/// An agent that lies: it registers with the real coordinator, accepts a node and then lists
+/// file names that try to leave the bundle. Nothing may be written outside the node's folder.
+final class ImpostorTests: XCTestCase {
+    var lab: LabProcesses?
+    override func tearDown() { lab?.stopAll(); lab = nil }
+
+    final class Impostor: @unchecked Sendable {
+        let http: HTTPService
+        let lock = NSLock()
+        var runId: String?
+        var node: String?
+        var startAt: Double?
+        var duration = 0.0
+        let fileNames: [String]
+        let body = Data("abc".utf8)
+
+        init(token: String, fileNames: [String]) {
+            self.fileNames = fileNames
+            http = HTTPService(name: "impostor", token: token, log: { _ in })
+            http.route("POST", "/v1/clock") { _ in .json(LabWire.ClockReply(received: Date().timeIntervalSince1970, sent: Date().timeIntervalSince1970)) }
+            http.route("POST", "/v1/arm") { [unowned self] req in
+                let a = try req.decode(LabWire.ArmRequest.self).assignment
+                lock.withLock { runId = a.runId; node = a.node.name; duration = a.duration }
+                return .json(status)
+            }
+            http.route("POST", "/v1/start") { [unowned self] req in
+                let s = try req.decode(LabWire.StartRequest.self)
+                lock.withLock { startAt = s.startAt }
+                return .json(status)
+            }
+            http.route("GET", "/v1/status") { [unowned self] _ in .json(status) }
+            http.route("GET", "/v1/runs/:run/files") { [unowned self] _ in
+                let (id, node, start) = lock.withLock { (runId ?? "", self.node ?? "", startAt) }
+                let sha = SHA256.hash(body)
+                var list = LabWire.FileList(runId: id, node: node, resumed: false, startedAt: start,
+                                            files: fileNames.map { LabWire.FileInfo(name: $0, bytes: 3, sha256: sha) })
+                list.startAt = start
+                return .json(list)
+            }
+            // Never reached: the coordinator refuses the list before fetching anything.
+            http.route("GET", "/v1/runs/:run/files/:file") { _ in .json(["never": "fetched"]) }
+            http.route("POST", "/v1/runs/:run/release") { _ in .json(Empty()) }
+            http.route("POST", "/v1/runs/:run/stop") { [unowned self] _ in .json(status) }
+        }
+
+        var status: LabWire.AgentStatus {
+            lock.withLock {
+                var state = LabWire.AgentState.idle
+                if runId != nil { state = .armed }
+                if let s = startAt { state = Date().timeIntervalSince1970 >= s + duration ? .finished : .running }
+                var st = LabWire.AgentStatus(name: "impostor", state: state)
+                st.runId = runId
+                st.node = node
+                st.startAt = startAt
+                st.startedAt = startAt
+                return st
+            }
+        }
+    }
+
+    func testTraversalNamesInAFileListWriteNothingOutsideTheBundle() async throws {
+        guard FileManager.default.isExecutableFile(atPath: LabProcesses.binary.path) else { throw XCTSkip("build herald-lab first") }
+        let lab = try LabProcesses()
+        self.lab = lab
+        try lab.startAir()
+        try lab.startCoordinator()
+        try lab.startAgent(1)
+        let impostor = Impostor(token: lab.token, fileNames: ["contacts.csv", "../../../../x", "/../../.."])
+        let port = try await impostor.http.start(port: 0)
+        let coordinator = LabClient(base: URL(string: lab.coordinatorURL)!, token: lab.token, timeout: 5)
+        let info = LabWire.AgentInfo(name: "impostor", url: "http://127.0.0.1:\(port)", tags: [], radio: .sim, adapter: nil, controller: nil, port: port)
+        let _: Empty = try await coordinator.call("POST", "/v1/agents/register", info)
+        let beats = Task {
+            while !Task.isCancelled {
+                let _: Empty? = try? await coordinator.call("POST", "/v1/agents/impostor/heartbeat", impostor.status)
+                try? await Task.sleep(nanoseconds: 300_000_000)
+            }
+        }
+        defer { beats.cancel() }
+        let plan = "name: lies\nduration: 3s\nwarmup: 1s\nagents: {names: [agent1, impostor]}\nnodes:\n  - {name: n1, position: [0, 0]}\n  - {name: n2, position: [1, 0]}\n"
+        let (status, data, _) = try await coordinator.request("POST", "/v1/runs", body: Data(plan.utf8))
+        XCTAssertEqual(status, 201, String(decoding: data, as: UTF8.self))
+        let id = try XCTUnwrap((try JSONSerialization.jsonObject(with: data) as? [String: Any])?["id"] as? String)
+        var final: [String: Any] = [:]
+        for _ in 0..<300 {
+            if let r = lab.runRecord(id), let s = r["state"] as? String, ["complete", "failed", "aborted"].contains(s) { final = r; break }
+            try await Task.sleep(nanoseconds: 100_000_000)
+        }
+        XCTAssertNotNil(final["state"], "the run ended")
+        let node = ((final["nodes"] as? [[String: Any]]) ?? []).first { $0["name"] as? String == "n2" }
+        XCTAssertEqual(node?["state"] as? String, "lost")
+        XCTAssertTrue((node?["message"] as? String ?? "").contains("not one of the Herald files"), "\(node ?? [:])")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.dir.appendingPathComponent("x").path), "nothing written outside results/")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: lab.results.appendingPathComponent("coordinator.sqlite").path), "the results folder survives")
+        let nodeDir = lab.results.appendingPathComponent("\(id)/nodes/n2")
+        XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: nodeDir.path)) ?? [], [], "not even the valid name is written from a lying list")
+        await impostor.http.stop()
+    }
+}
