@@ -374,7 +374,7 @@ class Lab:
 
     # -- services
     def start_air(self):
-        self.procs.start("air", ["ip", "netns", "exec", ns("coord"), self.bin, "air", "--host", "0.0.0.0", "--port", str(AIR_PORT)])
+        self.procs.start("air", ["ip", "netns", "exec", ns("coord"), self.bin, "air", "--host", "0.0.0.0", "--port", str(AIR_PORT), "--token-file", self.token])
 
     def start_coordinator(self, results=None, air=None, extra=()):
         if results is not None or self.coord_flags is None:
