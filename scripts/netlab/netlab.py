@@ -268,8 +268,15 @@ def reset(L, C, why):
     L.start_all(fresh=True)
 
 
-def all_idle(L):
-    return all((L.agent_status(a) or {}).get("state") == "idle" for a in AGENTS)
+def all_idle(L, wait=10.0):
+    """Every agent idle, waiting up to `wait` s (releases follow the recorded end)."""
+    deadline = time.time() + wait
+    while True:
+        if all((L.agent_status(a) or {}).get("state") == "idle" for a in AGENTS):
+            return True
+        if time.time() >= deadline:
+            return False
+        time.sleep(0.5)
 
 
 # ---------------------------------------------------------------- scenarios
@@ -413,9 +420,7 @@ def scenario_radio_fail(L, C):
     C("6 reason names n1 and the air", re.search(r"\bn1\b[^|]*(\bair\b|air\.lab|resolve)", errors) is not None, f"errors: {errors!r}")
     others = [a for a in ("n2", "n3") if re.search(rf"\b{a}\b[^|;]*radio", errors)]
     C("6 only n1's radio fails", not others, f"n2 and n3 resolve air.lab, yet these report a radio failure too: {others}" if others else "n2 and n3 report no radio failure")
-    deadline = time.time() + 10
-    while time.time() < deadline and not all_idle(L):
-        time.sleep(0.5)
+    all_idle(L)
     states = {a: (L.agent_status(a) or {}).get("state") for a in AGENTS}
     C("6 agents released", all(s == "idle" for s in states.values()), f"GET /v1/status after the run: {states}")
     # Back to the lab's own air address for what follows.
