@@ -517,7 +517,7 @@ def bench(args):
         L.start_all()
         for label, delay, jitter, loss in (("n3 behind the relay: 20 ms +- 5 ms, 1 % loss", 20, 5, 0.01), ("n3 behind the relay: no delay, no loss", 0, 0, 0.0)):
             L.relay_start(delay, jitter, loss, seed=2)
-            skews, offsets = [], {a: [] for a in AGENTS}
+            skews, offsets, by_node = [], {a: [] for a in AGENTS}, {a: [] for a in AGENTS}
             for i in range(args.repeat):
                 r = Run(L, "skew.yaml", f"bench-{delay}-{i}").go(timeout=120)
                 if r.t0 is None:
@@ -525,6 +525,7 @@ def bench(args):
                     continue
                 for a, st in r.started.items():
                     skews.append(abs(st - r.t0) * 1000)
+                    by_node[a].append((st - r.t0) * 1000)
                 for a in AGENTS:
                     n = mnode(r.manifest, a)
                     if n is not None:
@@ -539,6 +540,8 @@ def bench(args):
             for a in AGENTS:
                 xs = offsets[a]
                 tag = " (relayed)" if a == RELAYED else ""
+                if by_node[a]:
+                    print(f"true start skew {a}{tag}: " + ", ".join(f"{x:+.3f}" for x in by_node[a]) + " ms")
                 if xs:
                     print(f"clock offset error |offset - 0| {a}{tag}: mean {statistics.mean(xs):.3f} ms, max {max(xs):.3f} ms over {len(xs)} runs")
                 else:
