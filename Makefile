@@ -3,7 +3,7 @@ SWIFT ?= swift
 APT_PACKAGES := pkg-config libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus xz-utils chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release test bench bench-sim bench-analysis bench-harness bench-lab simulate demo test-bluez test-lab clean
+.PHONY: all deps build release test test-badinput bench bench-sim bench-analysis bench-harness bench-lab simulate demo test-bluez test-lab clean
 
 all: build
 
@@ -25,6 +25,11 @@ release: deps
 test: deps
 	$(SWIFT) build
 	$(SWIFT) test --disable-swift-testing
+
+# Bad-input suite: 1,000 mutated plans (plan check, then a short simulate) and 300 mutated log
+# folders (analyse, compare, regress) through the built herald-lab; counts crashes, hangs, escapes.
+test-badinput: build
+	python3 scripts/badinput/run.py --seed $${BADINPUT_SEED:-1}
 
 # The main job on the built-in simulated lab: the air, a coordinator and three agents on
 # loopback run plans/smoke.yaml; the bundle and its report land in results/.

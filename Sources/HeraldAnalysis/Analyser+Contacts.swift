@@ -55,7 +55,8 @@ extension Analyser {
 
         // Pass 1: read rows.
         var rows = 0
-        let first = try CSVScanner.scan(url: url) { p, line, number in
+        let root = inputs[o].root
+        let first = try CSVScanner.scan(url: url, root: root) { p, line, number in
             if columns == nil {
                 if let c = Columns.from(header: p, line) { columns = c; return true }
                 columns = Columns.guess(line.count)
@@ -63,10 +64,15 @@ extension Analyser {
             let c = columns!
             guard line.count == c.count else { return false }
             guard isEvent(p, line, c.read, 50) else {
-                // Only a row's shape is checked here; its time is parsed in pass 2 when it matters.
+                // Every row's time is checked here (an impossible date is a malformed line), and a
+                // measure row's RSSI (a number that cannot be one is a malformed line); pass 2 skips both.
                 rows += 1
-                let s = line.starts[c.time]
-                return line.ends[c.time] - s >= 19 && p[s + 4] == 45 && p[s + 13] == 58
+                guard LogTime.isValid(p, line.starts[c.time], line.ends[c.time]) else { return false }
+                if isEvent(p, line, c.measure, 51) {
+                    let (ds, de) = field(p, line, c.data)
+                    return !Self.rssi(p, ds, de).bad
+                }
+                return true
             }
             guard let t = LogTime.parse(p, line.starts[c.time], line.ends[c.time]) else { return false }
             rows += 1
@@ -97,7 +103,7 @@ extension Analyser {
         for (id, devs) in idDevices { idCache[Self.hash(Array(id.utf8)), default: []].append((Array(id.utf8), devs)) }
         var measure = 0, read = 0, share = 0
         let c = columns!
-        try CSVScanner.scan(url: url) { p, line, number in
+        try CSVScanner.scan(url: url, root: root) { p, line, number in
             guard line.count == c.count else { return true }
             if isEvent(p, line, c.measure, 51) {
                 measure += 1
@@ -110,7 +116,8 @@ extension Analyser {
                 let heraldT = t.wallSecond + heraldShift
                 let strictT = t.absolute + shift
                 let (ds, de) = field(p, line, c.data)
-                let rssi = Self.rssi(p, ds, de)
+                let (rssi, bad) = Self.rssi(p, ds, de)
+                if bad { return true } // counted in pass 1
                 for d in entry.devices {
                     let a: PairAccumulator
                     if let existing = pairs[o][d] { a = existing } else { a = make(o, d); pairs[o][d] = a }
@@ -174,15 +181,23 @@ extension Analyser {
         return true
     }
 
-    /// `RSSI:-47.0` (optionally `[BLETransmitPower:..]`) -> -47.
-    @inline(__always) static func rssi(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Int? {
-        guard e - s >= 6, p[s] == 82, p[s + 4] == 58 else { return nil } // "R", ":"
+    /// Largest RSSI magnitude read, dBm: beyond it the value is garbage and the row malformed.
+    /// (Far wider than physics, so that every row Herald's script counts still counts.)
+    static let maximumRSSIMagnitude = 100_000
+
+    /// `RSSI:-47.0` (optionally `[BLETransmitPower:..]`) -> -47; `bad` when the number is out of
+    /// range (it is never accumulated past the range, so nothing overflows).
+    @inline(__always) static func rssi(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> (value: Int?, bad: Bool) {
+        guard e - s >= 6, p[s] == 82, p[s + 4] == 58 else { return (nil, false) } // "R", ":"
         var k = s + 5
         var sign = 1
         if k < e, p[k] == 45 { sign = -1; k += 1 }
         var v = 0, digits = 0
-        while k < e, p[k] >= 48, p[k] <= 57 { v = v * 10 + Int(p[k] - 48); k += 1; digits += 1 }
-        return digits > 0 ? sign * v : nil
+        while k < e, p[k] >= 48, p[k] <= 57 {
+            v = v * 10 + Int(p[k] - 48); k += 1; digits += 1
+            if v > maximumRSSIMagnitude { return (nil, true) }
+        }
+        return (digits > 0 ? sign * v : nil, false)
     }
 
     @inline(__always) static func hash(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Int {

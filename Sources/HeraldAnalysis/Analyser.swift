@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Turns a bundle or a folder of device folders into Herald's efficacy figures, in both modes,
 /// from one streaming parse (two passes over each contacts.csv: read rows first, since an id's
@@ -10,9 +13,15 @@ public enum Analyser {
         guard let ceStart = opts.ceStart, let ceEnd = opts.ceEnd else {
             throw AnalysisError.missingWindow("give --ce-start and --ce-end (YYYY-MM-DD HH:MM:SS, in the logs' time base), or analyse a bundle whose manifest has one")
         }
-        guard ceEnd > ceStart else { throw AnalysisError.missingWindow("--ce-end must be after --ce-start") }
         let filterStart = opts.filterStart ?? ceStart
         let filterEnd = opts.filterEnd ?? ceEnd
+        for (flag, t) in [("--ce-start", ceStart), ("--ce-end", ceEnd), ("--filter-start", filterStart), ("--filter-end", filterEnd)] {
+            if let problem = InputLimits.timeProblem(t) { throw AnalysisError.badFlag("\(flag) \(problem)") }
+        }
+        guard ceEnd > ceStart else { throw AnalysisError.missingWindow("--ce-end must be after --ce-start") }
+        guard ceEnd - ceStart <= InputLimits.maximumContactEvent else {
+            throw AnalysisError.badFlag("--ce-end: the contact event lasts \(Int((ceEnd - ceStart) / 86400)) days; at most \(Int(InputLimits.maximumContactEvent / 86400))")
+        }
         let cetotal = Int((ceEnd - ceStart) / 30).advanced(by: (ceEnd - ceStart).truncatingRemainder(dividingBy: 30) > 0 ? 1 : 0)
         let ceStartSec = Int64(ceStart.rounded(.down)), ceEndSec = Int64(ceEnd.rounded(.down))
         let ceSeconds = Int(ceEndSec - ceStartSec)
@@ -30,22 +39,21 @@ public enum Analyser {
             var summary = AnalysisResult.Device(index: o + 1, folder: dev.folder, label: "\(o + 1) - \(dev.model) - \(dev.os) \(dev.osVersion)",
                                                 shortName: dev.shortName, model: dev.model, os: dev.os, osVersion: dev.osVersion, shift: dev.shift,
                                                 rows: 0, malformedLines: 0, measureRows: 0, readRows: 0, shareRows: 0, problems: dev.problems)
-            readBattery(dev.url, into: &summary)
+            readBattery(dev.url, root: dev.root, into: &summary)
             let contacts = dev.url.appendingPathComponent("contacts.csv")
-            let attributes = try? FileManager.default.attributesOfItem(atPath: contacts.path)
-            let size = (attributes?[.size] as? NSNumber)?.int64Value
-            if size == nil {
-                summary.problems.append("contacts.csv is missing")
-            } else if size == 0 {
-                summary.problems.append("contacts.csv is empty")
-            } else {
-                bytesRead += size!
-                do {
+            do {
+                let size = try LogFileAccess.size(contacts, root: dev.root)
+                if size == 0 {
+                    summary.problems.append("contacts.csv is empty")
+                } else {
+                    bytesRead += size
                     try scanContacts(contacts, observer: o, inputs: inputs, byShortName: byShortName, summary: &summary, pairs: &pairs, make: acc,
                                      window: (ceStart, ceEnd, ceStartSec, filterStart, filterEnd, cetotal))
-                } catch {
-                    summary.problems.append("contacts.csv cannot be read: \(error.localizedDescription)")
                 }
+            } catch let problem as LogFileAccess.Problem {
+                summary.problems.append(problem.description)
+            } catch {
+                summary.problems.append("contacts.csv cannot be read: \(error.localizedDescription)")
             }
             if summary.malformedLines > 0 { summary.problems.append("contacts.csv: \(summary.malformedLines) malformed line(s) skipped") }
             for p in summary.problems { problems.append("\(dev.folder): \(p)") }
@@ -118,9 +126,18 @@ public enum Analyser {
                     m.rssiP5 = a.rssiPercentile(0.05)
                     m.rssiP95 = a.rssiPercentile(0.95)
                     if let q3 = a.rssiPercentile(0.75), let q1 = a.rssiPercentile(0.25) { m.rssiSpread = q3 - q1 }
-                    for (i, c) in a.intervalHistogram.enumerated() { charts.intervalHistogram[i] += c }
+                    for i in a.intervalHistogram.indices {
+                        let sum = UInt64(charts.intervalHistogram[i]) + UInt64(a.intervalHistogram.get(i))
+                        charts.intervalHistogram[i] = UInt32(min(sum, UInt64(UInt32.max)))
+                    }
                     var series = [(Int, Double)]()
-                    for b in 0..<a.binRSSICount.count where a.binRSSICount[b] > 0 { series.append((b, Double(a.binRSSISum[b]) / Double(a.binRSSICount[b]))) }
+                    let size = SparseChunks<UInt16>.chunkSize
+                    for (chunk, base) in a.binRSSICount.chunks {
+                        for k in 0..<size {
+                            let b = chunk * size + k, n = a.binRSSICount.storage[base + k]
+                            if n > 0 { series.append((b, Double(a.binRSSISum.get(b)) / Double(n))) }
+                        }
+                    }
                     charts.rssiSeries["\(devices[o].folder)\u{1F}\(devices[d].folder)"] = series
                 }
                 metrics.append(m)
@@ -190,15 +207,20 @@ public enum Analyser {
         return (first, last)
     }
 
-    static func readBattery(_ dir: URL, into summary: inout AnalysisResult.Device) {
+    static func readBattery(_ dir: URL, root: URL?, into summary: inout AnalysisResult.Device) {
         let url = dir.appendingPathComponent("battery.csv")
-        guard FileManager.default.fileExists(atPath: url.path) else { return }
-        _ = try? CSVScanner.scan(url: url) { p, line, _ in
+        var st = stat()
+        guard lstat(url.path, &st) == 0 else { return } // optional file
+        do { _ = try LogFileAccess.size(url, root: root) } catch {
+            summary.problems.append("\(error)")
+            return
+        }
+        _ = try? CSVScanner.scan(url: url, root: root) { p, line, _ in
             guard line.count >= 3, LogTime.parse(p, line.starts[0], line.ends[0]) != nil else {
                 return p.equals(line.starts[0], line.ends[0], "time") // header (optional) is fine
             }
             let source = p.string(line.starts[1], line.ends[1])
-            guard let level = Double(p.string(line.starts[2], line.ends[2])) else { return false }
+            guard let level = Double(p.string(line.starts[2], line.ends[2])), level.isFinite, level >= 0, level <= 100 else { return false }
             summary.batterySource = source
             if summary.batteryFirst == nil { summary.batteryFirst = level }
             summary.batteryLast = level

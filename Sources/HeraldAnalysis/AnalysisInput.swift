@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// What to analyse and how: windows, shifts, thresholds. Times are seconds since 1970 in the
 /// logs' own time base (wall clock; HeraldLab nodes write UTC).
@@ -46,6 +49,37 @@ public struct DeviceInput: Sendable {
     /// Seconds added to this device's times (flags), minus its clock offset (bundles).
     public var shift: Double
     public var problems: [String]
+    /// The analysed folder: files are read only if they resolve inside it (`LogFileAccess`).
+    public var root: URL? = nil
+}
+
+/// Ranges every number from a flag, a manifest or a file must fall in before any arithmetic.
+public enum InputLimits {
+    /// Largest time shift or clock offset, seconds (100 years: a device clock reset to 1970 is
+    /// still representable; anything larger is corrupt).
+    public static let maximumShift: Double = 100 * 366 * 86400
+    /// Times (flags, manifests, log rows): years 1970 to 9999.
+    public static let earliestTime: Double = 0
+    public static let latestTime: Double = 253_402_300_799 // 9999-12-31 23:59:59
+    /// Longest contact event, seconds (366 days; Herald's tests last hours).
+    public static let maximumContactEvent: Double = 366 * 86400
+    /// Device folders in one analysis (pairs grow with the square).
+    public static let maximumDevices = 1000
+    /// manifest.json and summary.json are read whole up to this size.
+    public static let maximumJSONBytes: Int64 = 64 << 20
+
+    /// A problem with a shift or offset, or nil.
+    public static func shiftProblem(_ v: Double) -> String? {
+        guard v.isFinite else { return "\(v) is not a number of seconds" }
+        guard abs(v) <= maximumShift else { return "\(v) s is out of range (at most ±\(Int(maximumShift)) s, 100 years)" }
+        return nil
+    }
+    /// A problem with a time (seconds since 1970), or nil.
+    public static func timeProblem(_ v: Double) -> String? {
+        guard v.isFinite else { return "\(v) is not a time" }
+        guard v >= earliestTime, v <= latestTime else { return "is out of range (years 1970 to 9999)" }
+        return nil
+    }
 }
 
 /// The manifest fields the analyser needs (docs/BUNDLE.md), read leniently.
@@ -133,12 +167,16 @@ public enum AnalysisError: Error, CustomStringConvertible {
     case noDevices(String)
     case missingWindow(String)
     case badFlag(String)
+    case badManifest(String)
+    case tooManyDevices(String, Int)
     public var description: String {
         switch self {
         case .notFound(let p): return "\(p): no such folder"
         case .noDevices(let p): return "\(p): no device folders found (a bundle has nodes/<node>/, a plain test folder has one folder per device)"
         case .missingWindow(let what): return "no contact-event window: \(what)"
         case .badFlag(let what): return what
+        case .badManifest(let what): return "manifest.json: \(what)"
+        case .tooManyDevices(let p, let n): return "\(p): \(n) device folders; at most \(InputLimits.maximumDevices) can be analysed together"
         }
     }
 }
@@ -154,10 +192,16 @@ enum InputLoader {
         let manifestURL = path.appendingPathComponent("manifest.json")
         var devicesRoot = path
         var description = InputDescription(path: path.path, kind: "folder")
-        if fm.fileExists(atPath: manifestURL.path) {
+        var lst = stat()
+        if lstat(manifestURL.path, &lst) == 0 {
             description.kind = "bundle"
             devicesRoot = path.appendingPathComponent("nodes")
-            if let data = try? Data(contentsOf: manifestURL), let m = try? JSONDecoder().decode(BundleManifest.self, from: data) {
+            let data: Data
+            do { data = try LogFileAccess.read(manifestURL, root: path, limit: InputLimits.maximumJSONBytes) } catch {
+                throw AnalysisError.badManifest("\(error)")
+            }
+            if let m = try? JSONDecoder().decode(BundleManifest.self, from: data) {
+                try check(m)
                 manifest = m
                 description.runId = m.runId
                 description.plan = m.plan?.name
@@ -169,10 +213,11 @@ enum InputLoader {
                 for n in m.nodes ?? [] { if let c = n.controller { controllers[n.name] = c.keys.sorted().map { "\($0)=\(c[$0]!)" }.joined(separator: " ") } }
                 if !controllers.isEmpty { description.controllers = controllers }
                 if let ce = m.contactEvent {
-                    let start = LogTime.parse(text: ce.start), end = LogTime.parse(text: ce.end)
+                    guard let start = LogTime.parse(text: ce.start) else { throw AnalysisError.badManifest("contactEvent.start \"\(ce.start.prefix(64))\" is not a time (YYYY-MM-DD HH:MM:SS, years 1970 to 9999)") }
+                    guard let end = LogTime.parse(text: ce.end) else { throw AnalysisError.badManifest("contactEvent.end \"\(ce.end.prefix(64))\" is not a time (YYYY-MM-DD HH:MM:SS, years 1970 to 9999)") }
                     if opts.ceStart == nil { opts.ceStart = start }
                     if opts.ceEnd == nil { opts.ceEnd = end }
-                    if opts.filterStart == nil, let s = start { opts.filterStart = s - (m.plan?.warmup ?? 0) }
+                    if opts.filterStart == nil { opts.filterStart = max(InputLimits.earliestTime, start - (m.plan?.warmup ?? 0)) }
                     if opts.filterEnd == nil { opts.filterEnd = end }
                 }
                 if opts.thresholds == nil { opts.thresholds = m.plan?.thresholds }
@@ -181,15 +226,25 @@ enum InputLoader {
         guard let entries = try? fm.contentsOfDirectory(at: devicesRoot, includingPropertiesForKeys: [.isDirectoryKey]) else {
             throw AnalysisError.noDevices(path.path)
         }
-        let folders = entries.filter { (try? $0.resourceValues(forKeys: [.isDirectoryKey]).isDirectory) == true && !$0.lastPathComponent.hasPrefix(".") }
+        // A folder that is a link counts (and is flagged if its files lead outside the analysed folder).
+        let folders = entries.filter { url in
+            var isDir: ObjCBool = false
+            return !url.lastPathComponent.hasPrefix(".") && fm.fileExists(atPath: url.path, isDirectory: &isDir) && isDir.boolValue
+        }
             .sorted { $0.lastPathComponent < $1.lastPathComponent }
         guard !folders.isEmpty else { throw AnalysisError.noDevices(path.path) }
+        guard folders.count + (manifest?.nodes?.count ?? 0) <= 2 * InputLimits.maximumDevices, folders.count <= InputLimits.maximumDevices else {
+            throw AnalysisError.tooManyDevices(path.path, max(folders.count, manifest?.nodes?.count ?? 0))
+        }
+        for (key, value) in opts.timeshifts.sorted(by: { $0.key < $1.key }) {
+            if let problem = InputLimits.shiftProblem(value) { throw AnalysisError.badFlag("--timeshift \(key)=\(value): \(problem)") }
+        }
         var devices = [DeviceInput]()
         for url in folders {
             let name = url.lastPathComponent
             let node = manifest?.nodes?.first { $0.name == name }
             var device = DeviceInput(folder: name, url: url, model: name, os: node?.os ?? "", osVersion: node?.osVersion ?? "",
-                                     shortName: node?.shortName ?? "", shift: 0 - (node?.clockOffset ?? 0), problems: [])
+                                     shortName: node?.shortName ?? "", shift: 0 - (node?.clockOffset ?? 0), problems: [], root: path)
             if let state = node?.state, state != "complete" { device.problems.append("node state is \(state) in the manifest") }
             readDetection(&device)
             if let s = opts.timeshifts[name] ?? opts.timeshifts[device.shortName] { device.shift += s }
@@ -198,7 +253,7 @@ enum InputLoader {
         if let m = manifest {
             for n in m.nodes ?? [] where !devices.contains(where: { $0.folder == n.name }) {
                 devices.append(DeviceInput(folder: n.name, url: devicesRoot.appendingPathComponent(n.name), model: n.name, os: n.os ?? "", osVersion: n.osVersion ?? "",
-                                           shortName: n.shortName ?? "", shift: 0, problems: ["node folder missing from the bundle (state \(n.state ?? "unknown"))"]))
+                                           shortName: n.shortName ?? "", shift: 0, problems: ["node folder missing from the bundle (state \(n.state ?? "unknown"))"], root: path))
             }
             devices.sort { $0.folder < $1.folder }
         }
@@ -206,22 +261,42 @@ enum InputLoader {
         for key in opts.timeshifts.keys where !known.contains(key) {
             throw AnalysisError.badFlag("--timeshift \(key)=...: no device folder or shortName \"\(key)\" (devices: \(devices.map(\.folder).joined(separator: ", ")))")
         }
+        guard devices.count <= InputLimits.maximumDevices else { throw AnalysisError.tooManyDevices(path.path, devices.count) }
         return (description, devices, opts, manifest)
+    }
+
+    /// Every number of a manifest is range-checked before use; names must be plain folder names.
+    static func check(_ m: BundleManifest) throws {
+        for (i, n) in (m.nodes ?? []).enumerated() {
+            if n.name.isEmpty || n.name == "." || n.name == ".." || n.name.contains("/") || n.name.utf8.count > 255 {
+                throw AnalysisError.badManifest("nodes[\(i)].name \"\(n.name.prefix(64))\" is not a folder name")
+            }
+            if let o = n.clockOffset, let problem = InputLimits.shiftProblem(o) { throw AnalysisError.badManifest("nodes[\(i)].clockOffset \(problem)") }
+        }
+        if let p = m.plan {
+            if let w = p.warmup, !(w.isFinite && w >= 0 && w <= InputLimits.maximumShift) { throw AnalysisError.badManifest("plan.warmup \(w) is out of range (0 to \(Int(InputLimits.maximumShift)) s)") }
+            if let d = p.duration, !(d.isFinite && d >= 0 && d <= InputLimits.maximumShift) { throw AnalysisError.badManifest("plan.duration \(d) is out of range (0 to \(Int(InputLimits.maximumShift)) s)") }
+            if let t = p.thresholds {
+                let pcts: [(String, Double)] = [("detectionPct", t.detectionPct), ("continuityPct", t.continuityPct), ("pairContinuityPct", t.pairContinuityPct), ("regressionTolerancePct", t.regressionTolerancePct)]
+                for (name, v) in pcts where !(v.isFinite && v >= 0 && v <= 100) { throw AnalysisError.badManifest("plan.thresholds.\(name) \(v) is out of range (0 to 100)") }
+                let times: [(String, Double)] = [("timeToFirstDetection", t.timeToFirstDetection), ("timeToFirstRead", t.timeToFirstRead)]
+                for (name, v) in times where !(v.isFinite && v >= 0 && v <= InputLimits.maximumShift) { throw AnalysisError.badManifest("plan.thresholds.\(name) \(v) is out of range (0 to \(Int(InputLimits.maximumShift)) s)") }
+            }
+        }
     }
 
     /// detection.csv: `<name>,<OS>,<OSVersion>,<ownShortName>,...`.
     static func readDetection(_ device: inout DeviceInput) {
         let url = device.url.appendingPathComponent("detection.csv")
-        guard FileManager.default.fileExists(atPath: url.path) else {
-            device.problems.append("detection.csv is missing")
-            return
-        }
         var fields: [String]?
         do {
-            try CSVScanner.scan(url: url) { p, line, _ in
+            try CSVScanner.scan(url: url, root: device.root) { p, line, _ in
                 if fields == nil { fields = (0..<line.count).map { p.string(line.starts[$0], line.ends[$0]) } }
                 return true
             }
+        } catch let problem as LogFileAccess.Problem {
+            device.problems.append(problem.description)
+            return
         } catch {
             device.problems.append("detection.csv cannot be read: \(error.localizedDescription)")
             return

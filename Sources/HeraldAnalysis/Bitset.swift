@@ -1,33 +1,95 @@
-/// A fixed-size set of small integers.
-struct Bitset {
-    private(set) var words: [UInt64]
+/// Fixed-size chunks of a very long array, allocated only where something is stored: memory
+/// follows the data seen, never the length claimed (a contact event of a thousand years costs
+/// nothing until rows fall into it). Chunks live in one flat array, found through a map from
+/// chunk number; the last chunk used is cached, since log rows arrive mostly in time order.
+struct SparseChunks<Element> {
+    static var chunkShift: Int { 6 }
+    static var chunkSize: Int { 1 << chunkShift }
     let count: Int
-    init(count: Int) {
+    let zero: Element
+    private(set) var storage: [Element] = []
+    private var index: [Int: Int] = [:]
+    private var lastChunk = -1
+    private var lastBase = 0
+
+    init(count: Int, zero: Element) {
         self.count = max(0, count)
-        words = [UInt64](repeating: 0, count: (self.count + 63) / 64)
+        self.zero = zero
+    }
+
+    /// Indices of the elements that chunks in use hold, in increasing order.
+    var indices: [Int] {
+        chunks.flatMap { c in (c.chunk * Self.chunkSize ..< min(count, (c.chunk + 1) * Self.chunkSize)) }
+    }
+
+    /// Chunk numbers in use, in increasing order, with their base in `storage`.
+    var chunks: [(chunk: Int, base: Int)] { index.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
+
+    @inline(__always) func get(_ i: Int) -> Element {
+        guard i >= 0, i < count else { return zero }
+        let c = i >> Self.chunkShift
+        if c == lastChunk { return storage[lastBase + (i & (Self.chunkSize - 1))] }
+        guard let base = index[c] else { return zero }
+        return storage[base + (i & (Self.chunkSize - 1))]
+    }
+
+    /// Applies `body` to element `i` (allocating its chunk); ignores indices outside 0..<count.
+    @inline(__always) mutating func update(_ i: Int, _ body: (inout Element) -> Void) {
+        guard i >= 0, i < count else { return }
+        let c = i >> Self.chunkShift
+        if c != lastChunk { locate(c) }
+        body(&storage[lastBase + (i & (Self.chunkSize - 1))])
+    }
+
+    @inline(never) private mutating func locate(_ c: Int) {
+        if let base = index[c] { lastChunk = c; lastBase = base; return }
+        let base = storage.count
+        storage.append(contentsOf: repeatElement(zero, count: Self.chunkSize))
+        index[c] = base
+        lastChunk = c
+        lastBase = base
+    }
+}
+
+/// A set of integers in 0..<count, stored sparsely (`SparseChunks` of 64-bit words).
+struct Bitset {
+    private var words: SparseChunks<UInt64>
+    var count: Int { capacity }
+    let capacity: Int
+    init(count: Int) {
+        capacity = max(0, count)
+        words = SparseChunks(count: (capacity + 63) / 64, zero: 0)
     }
     @inline(__always) mutating func insert(_ i: Int) {
-        guard i >= 0, i < count else { return }
-        words[i >> 6] |= 1 << UInt64(i & 63)
+        guard i >= 0, i < capacity else { return }
+        words.update(i >> 6) { $0 |= 1 << UInt64(i & 63) }
     }
     @inline(__always) func contains(_ i: Int) -> Bool {
-        guard i >= 0, i < count else { return false }
-        return words[i >> 6] & (1 << UInt64(i & 63)) != 0
+        guard i >= 0, i < capacity else { return false }
+        return words.get(i >> 6) & (1 << UInt64(i & 63)) != 0
     }
-    var isEmpty: Bool { words.allSatisfy { $0 == 0 } }
-    var cardinality: Int { words.reduce(0) { $0 + $1.nonzeroBitCount } }
+    var isEmpty: Bool { words.storage.allSatisfy { $0 == 0 } }
+    var cardinality: Int { words.storage.reduce(0) { $0 + $1.nonzeroBitCount } }
     /// The smallest member, if any.
     var first: Int? {
-        for (w, word) in words.enumerated() where word != 0 { return w * 64 + word.trailingZeroBitCount }
+        let size = SparseChunks<UInt64>.chunkSize
+        for (chunk, base) in words.chunks {
+            for k in 0..<size where words.storage[base + k] != 0 { return (chunk * size + k) * 64 + words.storage[base + k].trailingZeroBitCount }
+        }
         return nil
     }
     /// Members in increasing order.
     func forEach(_ body: (Int) -> Void) {
-        for (w, var word) in words.enumerated() {
-            while word != 0 {
-                let b = word.trailingZeroBitCount
-                body(w * 64 + b)
-                word &= word - 1
+        let size = SparseChunks<UInt64>.chunkSize
+        for (chunk, base) in words.chunks {
+            for k in 0..<size {
+                var word = words.storage[base + k]
+                let w = chunk * size + k
+                while word != 0 {
+                    let b = word.trailingZeroBitCount
+                    body(w * 64 + b)
+                    word &= word - 1
+                }
             }
         }
     }

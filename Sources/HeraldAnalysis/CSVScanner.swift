@@ -8,19 +8,37 @@ import Glibc
 /// slices, without building Strings: memory stays bounded whatever the file size.
 /// Tolerates a UTF-8 BOM, CRLF line ends, quoted fields (Herald does not escape inner quotes:
 /// a quote ends a quoted field only when a comma or the line end follows) and a last line
-/// without a newline. Lines with NUL bytes or over 64 KiB are reported as malformed.
+/// without a newline. Lines with NUL bytes or over 64 KiB are reported as malformed; a line
+/// may hold any number of fields (detection.csv of a folder of 150 phones has 150+).
+/// Only regular files are read (`LogFileAccess`): a FIFO, device or directory is refused.
 struct CSVScanner {
-    /// The fields of one line: `starts[k]..<ends[k]` index into the line's buffer.
+    /// The fields of one line: `starts[k]..<ends[k]` index into the line's buffer. Any number
+    /// of fields: the storage doubles when a line has more fields than it holds.
     struct Line {
-        static let capacity = 64
-        let starts: UnsafeMutablePointer<Int>
-        let ends: UnsafeMutablePointer<Int>
+        static let initialCapacity = 64
+        private(set) var starts: UnsafeMutablePointer<Int>
+        private(set) var ends: UnsafeMutablePointer<Int>
+        private(set) var capacity: Int
         var count = 0
+        init(capacity: Int = Line.initialCapacity) {
+            self.capacity = capacity
+            starts = .allocate(capacity: capacity)
+            ends = .allocate(capacity: capacity)
+        }
+        func deallocate() { starts.deallocate(); ends.deallocate() }
         @inline(__always) mutating func append(_ s: Int, _ e: Int) {
-            guard count < Self.capacity else { return }
+            if count == capacity { grow() }
             starts[count] = s
             ends[count] = e
             count += 1
+        }
+        @inline(never) private mutating func grow() {
+            let bigger = capacity * 2
+            let s = UnsafeMutablePointer<Int>.allocate(capacity: bigger), e = UnsafeMutablePointer<Int>.allocate(capacity: bigger)
+            s.update(from: starts, count: count)
+            e.update(from: ends, count: count)
+            starts.deallocate(); ends.deallocate()
+            starts = s; ends = e; capacity = bigger
         }
     }
 
@@ -79,20 +97,17 @@ struct CSVScanner {
             i += 1 // comma
             if i == end { st.line.append(end, end); break }
         }
-        if st.line.count >= Line.capacity { ok = false }
         if !ok || !row(p, &st.line, st.lineNumber) { st.malformed += 1 }
     }
 
     /// Calls `row(bytes, line, lineNumber)` for each line; returns (lines, malformed, missing final newline).
     /// `row` returns false for a line it judges malformed.
     @discardableResult
-    static func scan(url: URL, _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) throws -> (lines: Int, malformed: Int, missingFinalNewline: Bool) {
-        let handle = try FileHandle(forReadingFrom: url)
+    static func scan(url: URL, root: URL? = nil, _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) throws -> (lines: Int, malformed: Int, missingFinalNewline: Bool) {
+        let handle = try LogFileAccess.open(url, root: root)
         defer { try? handle.close() }
-        let starts = UnsafeMutablePointer<Int>.allocate(capacity: Line.capacity)
-        let ends = UnsafeMutablePointer<Int>.allocate(capacity: Line.capacity)
-        defer { starts.deallocate(); ends.deallocate() }
-        var st = State(line: Line(starts: starts, ends: ends))
+        var st = State(line: Line())
+        defer { st.line.deallocate() }
         var carry = [UInt8]()
         var buffer = [UInt8]()
         var sawAny = false
@@ -158,7 +173,8 @@ enum LogTime {
               let s0 = d(17), let s1 = d(18) else { return nil }
         let year = y0 * 1000 + y1 * 100 + y2 * 10 + y3, month = m0 * 10 + m1, day = d0 * 10 + d1
         let hour = h0 * 10 + h1, minute = i0 * 10 + i1, second = s0 * 10 + s1
-        guard (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
+        // Impossible dates and times (2022-02-31, 25:61) are malformed, as are years before 1970.
+        guard year >= 1970, (1...12).contains(month), day >= 1, day <= daysIn(month, year), hour < 24, minute < 60, second < 61 else { return nil }
         let days = HeraldTimestamp.daysFromCivil(year, month, day)
         var result = Parsed(wallSecond: Int64(days) * 86400 + Int64(hour * 3600 + minute * 60 + second), millis: 0, zoneOffset: nil)
         var k = s + 19
@@ -172,18 +188,48 @@ enum LogTime {
             if p[k] == 90 { result.zoneOffset = 0 }
             else if p[k] == 43 || p[k] == 45, e - k >= 5 {
                 let sign = p[k] == 43 ? 1 : -1
-                var digits = [Int]()
+                var digits = (0, 0, 0, 0), n = 0
                 var j = k + 1
-                while j < e, digits.count < 4 { let c = p[j]; if c >= 48 && c <= 57 { digits.append(Int(c - 48)) } else if c != 58 { break }; j += 1 }
-                if digits.count == 4 { result.zoneOffset = sign * ((digits[0] * 10 + digits[1]) * 3600 + (digits[2] * 10 + digits[3]) * 60) }
+                while j < e, n < 4 {
+                    let c = p[j]
+                    if c >= 48 && c <= 57 {
+                        let v = Int(c - 48)
+                        switch n { case 0: digits.0 = v; case 1: digits.1 = v; case 2: digits.2 = v; default: digits.3 = v }
+                        n += 1
+                    } else if c != 58 { break }
+                    j += 1
+                }
+                if n == 4 { result.zoneOffset = sign * ((digits.0 * 10 + digits.1) * 3600 + (digits.2 * 10 + digits.3) * 60) }
             }
         }
         return result
     }
 
+    @inline(__always) static func daysIn(_ month: Int, _ year: Int) -> Int {
+        switch month {
+        case 2: return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
+    }
+
+    /// Whether the field holds a possible time (the same rules as `parse`, which also accepts
+    /// anything after the seconds): only the checks, none of the arithmetic, for rows whose time
+    /// is not needed until pass 2.
+    @inline(__always) static func isValid(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Bool {
+        guard e - s >= 19 else { return false }
+        @inline(__always) func d(_ k: Int) -> Int { Int(p[s + k]) &- 48 }
+        @inline(__always) func digits(_ k: Int) -> Bool { UInt(bitPattern: d(k)) <= 9 && UInt(bitPattern: d(k + 1)) <= 9 }
+        guard digits(0), digits(2), digits(5), digits(8), digits(11), digits(14), digits(17), p[s + 4] == 45, p[s + 7] == 45, p[s + 10] == 32 || p[s + 10] == 84, p[s + 13] == 58, p[s + 16] == 58 else { return false }
+        let year = d(0) * 1000 + d(1) * 100 + d(2) * 10 + d(3), month = d(5) * 10 + d(6), day = d(8) * 10 + d(9)
+        return year >= 1970 && month >= 1 && month <= 12 && day >= 1 && day <= daysIn(month, year)
+            && d(11) * 10 + d(12) < 24 && d(14) * 10 + d(15) < 60 && d(17) * 10 + d(18) < 61
+    }
+
     /// Parses a time given as text (flags, manifests): `YYYY-MM-DD HH:MM:SS[.SSS][zone]`, in the
     /// logs' time base (a zone, when given, is applied).
     static func parse(text: String) -> Double? {
+        guard text.utf8.count <= 64 else { return nil }
         var t = text
         return t.withUTF8 { u in parse(u, 0, u.count)?.absolute }
     }

@@ -4,8 +4,11 @@ import Foundation
 public enum SummaryLoader {
     public static func load(_ path: URL) throws -> AnalysisResult {
         let summary = path.appendingPathComponent("report/summary.json")
-        if FileManager.default.fileExists(atPath: summary.path), let r = try? ReportWriter.readSummary(summary) { return r }
-        if path.lastPathComponent == "summary.json", let r = try? ReportWriter.readSummary(path) { return r }
+        if FileManager.default.fileExists(atPath: summary.path), let r = try? ReportWriter.readSummary(summary, root: path) { return r }
+        if path.lastPathComponent == "summary.json" {
+            // A summary given directly: a regular file, read whole up to a bound.
+            return try ReportWriter.readSummary(path, root: path.deletingLastPathComponent())
+        }
         return try Analyser.analyse(path).result
     }
 }

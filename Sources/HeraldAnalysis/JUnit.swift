@@ -44,7 +44,7 @@ public enum Summary {
         let other = mode == "herald" ? r.strict : r.herald
         var lines = [String]()
         lines.append("\(r.input.kind) \(r.input.runId ?? r.input.path): \(m.phonescount) devices, contact event \(r.parameters.ceStart) to \(r.parameters.ceEnd) (\(r.parameters.cetotal) windows)")
-        lines.append(String(format: "%@ mode: detection %d of %d pairs (%.2f%%), continuity %d of %d windows (%.4f%%, missed %.5f%%), longevity %.4f",
+        lines.append(String(format: "%@ mode: detection %ld of %ld pairs (%.2f%%), continuity %ld of %ld windows (%.4f%%, missed %.5f%%), longevity %.4f",
                             m.mode, m.achieveddetections, m.maxpairs, m.detectionpct, m.achievedwindows, m.maxwindows, m.continuitypct, m.deltacewindowspct, m.longevity))
         lines.append(String(format: "%@ mode: detection %.2f%%, continuity %.4f%%, longevity %.4f", other.mode, other.detectionpct, other.continuitypct, other.longevity))
         for d in r.devices where d.flagged { lines.append("flagged: \(d.folder): \(d.problems.joined(separator: "; "))") }

@@ -1,7 +1,8 @@
 import Foundation
 
 /// Everything kept about one ordered pair (observer, observed) while the logs stream past:
-/// bounded by the test's length, never by the size of the logs.
+/// bounded by the rows seen (sparse bitsets and bins), never by the size of the logs or the
+/// length of the contact event.
 final class PairAccumulator {
     // herald mode
     var heraldSeconds: Bitset
@@ -19,11 +20,13 @@ final class PairAccumulator {
     var intervalSumSquares = 0.0
     var intervalMin = Double.infinity
     var intervalMax = 0.0
-    var intervalHistogram: [UInt32]
+    /// Sparse: only buckets that intervals fall in take memory (a pair costs what its rows cost).
+    var intervalHistogram: SparseChunks<UInt32>
     var firstSample: Double?
     var rssiHistogram = [UInt32](repeating: 0, count: PairAccumulator.rssiBuckets)
-    var binRSSISum: [Float]
-    var binRSSICount: [UInt16]
+    /// Per 30 s bin of the contact event (sparse: only bins with samples take memory).
+    var binRSSISum: SparseChunks<Float>
+    var binRSSICount: SparseChunks<UInt16>
 
     static let intervalBucket = 0.05
     static let intervalBuckets = 2400 // 120 s; more goes to the last bucket
@@ -33,9 +36,9 @@ final class PairAccumulator {
     init(ceSeconds: Int, bins: Int) {
         heraldSeconds = Bitset(count: ceSeconds + 1)
         strictBins = Bitset(count: bins)
-        intervalHistogram = [UInt32](repeating: 0, count: Self.intervalBuckets)
-        binRSSISum = [Float](repeating: 0, count: bins)
-        binRSSICount = [UInt16](repeating: 0, count: bins)
+        intervalHistogram = SparseChunks(count: Self.intervalBuckets, zero: 0)
+        binRSSISum = SparseChunks(count: bins, zero: 0)
+        binRSSICount = SparseChunks(count: bins, zero: 0)
     }
 
     func addSample(at t: Double, rssi: Int?, bin: Int) {
@@ -48,14 +51,15 @@ final class PairAccumulator {
             intervalSumSquares += dt * dt
             if dt < intervalMin { intervalMin = dt }
             if dt > intervalMax { intervalMax = dt }
-            intervalHistogram[min(Self.intervalBuckets - 1, Int(dt / Self.intervalBucket))] += 1
+            intervalHistogram.update(min(Self.intervalBuckets - 1, Int(dt / Self.intervalBucket))) { if $0 < UInt32.max { $0 += 1 } }
         }
         lastSample = t
         if let rssi {
-            rssiHistogram[max(0, min(Self.rssiBuckets - 1, rssi - Self.rssiMin))] += 1
-            if bin >= 0, bin < binRSSISum.count, binRSSICount[bin] < UInt16.max {
-                binRSSISum[bin] += Float(rssi)
-                binRSSICount[bin] += 1
+            let k = max(0, min(Self.rssiBuckets - 1, rssi - Self.rssiMin))
+            if rssiHistogram[k] < UInt32.max { rssiHistogram[k] += 1 } // rssi is bounded by the reader
+            if bin >= 0, bin < binRSSISum.count, binRSSICount.get(bin) < UInt16.max {
+                binRSSISum.update(bin) { $0 += Float(rssi) }
+                binRSSICount.update(bin) { $0 += 1 }
             }
         }
     }
@@ -65,7 +69,8 @@ final class PairAccumulator {
         guard intervalCount > 0 else { return nil }
         let target = max(1, Int((q * Double(intervalCount)).rounded(.up)))
         var seen = 0
-        for (i, c) in intervalHistogram.enumerated() {
+        for i in intervalHistogram.indices {
+            let c = intervalHistogram.get(i)
             seen += Int(c)
             if seen >= target { return min(intervalMax, Double(i + 1) * Self.intervalBucket) }
         }

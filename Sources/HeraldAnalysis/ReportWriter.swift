@@ -15,6 +15,11 @@ public enum ReportWriter {
     }
 
     public static func write(_ report: AnalysisReport, to dir: URL) throws {
+        // Never write through a link: a bundle's report/ that is a symbolic link could send the
+        // report anywhere. (Each file is then written atomically, replacing any link in its place.)
+        if let kind = try? FileManager.default.attributesOfItem(atPath: dir.path)[.type] as? FileAttributeType, kind != .typeDirectory {
+            throw CocoaError(.fileWriteFileExists, userInfo: [NSFilePathErrorKey: dir.path, NSLocalizedDescriptionKey: "\(dir.path) exists and is not a folder (a link or a file): not written"])
+        }
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         let r = report.result
         try RCSV.formalSummary(r.herald).write(to: dir.appendingPathComponent("formal-summary.csv"), atomically: true, encoding: .utf8)
@@ -33,10 +38,10 @@ public enum ReportWriter {
         return try e.encode(r)
     }
 
-    public static func readSummary(_ url: URL) throws -> AnalysisResult {
+    public static func readSummary(_ url: URL, root: URL? = nil) throws -> AnalysisResult {
         let d = JSONDecoder()
         d.nonConformingFloatDecodingStrategy = .convertFromString(positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
-        return try d.decode(AnalysisResult.self, from: Data(contentsOf: url))
+        return try d.decode(AnalysisResult.self, from: LogFileAccess.read(url, root: root, limit: InputLimits.maximumJSONBytes))
     }
 
     static func pairsCSV(_ r: AnalysisResult) -> String {

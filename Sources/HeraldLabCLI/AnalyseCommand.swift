@@ -45,7 +45,9 @@ struct AnalyseCommand: ParsableCommand {
         var options = AnalysisOptions()
         func time(_ flag: String, _ value: String?) throws -> Double? {
             guard let value else { return nil }
-            guard let t = AnalysisTime.parse(value) else { log("\(flag) \"\(value)\": expected YYYY-MM-DD HH:MM:SS"); throw ExitCode(2) }
+            guard let t = AnalysisTime.parse(value) else {
+                log("\(flag) \"\(value.prefix(64))\": expected YYYY-MM-DD HH:MM:SS (a possible date and time, years 1970 to 9999)"); throw ExitCode(2)
+            }
             return t
         }
         options.ceStart = try time("--ce-start", ceStart)
@@ -55,6 +57,7 @@ struct AnalyseCommand: ParsableCommand {
         for s in timeshifts {
             let parts = s.split(separator: "=", maxSplits: 1).map(String.init)
             guard parts.count == 2, let v = Double(parts[1]) else { log("--timeshift \"\(s)\": expected DEVICE=SECONDS"); throw ExitCode(2) }
+            if let problem = InputLimits.shiftProblem(v) { log("--timeshift \"\(s)\": \(problem)"); throw ExitCode(2) }
             options.timeshifts[parts[0]] = v
         }
         let input = URL(fileURLWithPath: path).standardizedFileURL

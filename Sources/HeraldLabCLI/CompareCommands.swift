@@ -46,6 +46,10 @@ struct RegressCommand: ParsableCommand {
     var results: String?
 
     func run() throws {
+        if let t = tolerance, !(t.isFinite && t >= 0 && t <= 100) {
+            log("herald-lab regress: --tolerance \(t): expected percentage points from 0 to 100")
+            throw ExitCode(2)
+        }
         let current: AnalysisResult
         do { current = try SummaryLoader.load(URL(fileURLWithPath: bundle)) } catch {
             log("herald-lab regress: \(bundle): \(error)")
@@ -74,6 +78,10 @@ struct RegressCommand: ParsableCommand {
             }
         }
         let tol = tolerance ?? current.thresholds.regressionTolerancePct
+        guard tol.isFinite, tol >= 0, tol <= 100 else {
+            log("herald-lab regress: \(tolerance != nil ? "--tolerance" : "regressionTolerancePct of \(bundle)") \(tol): expected percentage points from 0 to 100")
+            throw ExitCode(2)
+        }
         let (regressions, compared) = Regression.compare(current: current, baseline: base, tolerance: tol)
         for f in compared.prefix(3) { print(String(format: "%@: %.4f -> %.4f (%+.4f)", f.metric, f.baseline, f.current, f.delta)) }
         if regressions.isEmpty {

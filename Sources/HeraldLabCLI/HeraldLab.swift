@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 
 @available(macOS 10.15, macCatalyst 13, iOS 13, tvOS 13, watchOS 6, *)
 @main
@@ -8,4 +9,19 @@ struct HeraldLab: AsyncParsableCommand {
         abstract: "A test lab for the Herald BLE proximity protocol.",
         subcommands: [PlanCommand.self, SimulateCommand.self, AnalyseCommand.self, CompareCommand.self, RegressCommand.self, HistoryCommand.self, AirCommand.self, AgentCommand.self, NodeCommand.self, CoordinatorCommand.self, RunCommand.self, AgentsCommand.self, RunsCommand.self, BenchCommand.self]
     )
+
+    /// As ArgumentParser's, except that a command line it cannot parse exits 2 like every other
+    /// bad input (ArgumentParser's own code is 64), with its message and usage.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var async = command as? AsyncParsableCommand { try await async.run() } else { try command.run() }
+        } catch {
+            if exitCode(for: error) == .validationFailure {
+                FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+                Foundation.exit(2)
+            }
+            exit(withError: error)
+        }
+    }
 }

@@ -79,36 +79,43 @@ struct RunsCommand: AsyncParsableCommand {
         }
     }
 
-    struct Abort: AsyncParsableCommand {
+    struct Abort: RunAction {
         static let configuration = CommandConfiguration(abstract: "Stop a running run now; what the nodes logged is gathered into its bundle.")
+        static let verb = "abort"
         @OptionGroup var options: CoordinatorOptions
         @Argument(help: "Run id.") var id: String
-        func run() async throws {
-            guard SafeName.isValid(id) else { log("run id \"\(id)\" \(SafeName.problem(with: id)!)"); throw ExitCode(2) }
-            let r: RunRecord = try await options.call("POST", "/v1/runs/\(id)/abort")
-            print("run \(r.id): \(r.state == .cancelled ? "cancelled" : "abort requested; nodes stop and are gathered")")
-        }
+        static func describe(_ r: RunRecord) -> String { r.state == .cancelled ? "cancelled" : "abort requested; nodes stop and are gathered" }
     }
 
-    struct Cancel: AsyncParsableCommand {
+    struct Cancel: RunAction {
         static let configuration = CommandConfiguration(abstract: "Cancel a run that has not started; its agents are released.")
+        static let verb = "cancel"
         @OptionGroup var options: CoordinatorOptions
         @Argument(help: "Run id.") var id: String
-        func run() async throws {
-            guard SafeName.isValid(id) else { log("run id \"\(id)\" \(SafeName.problem(with: id)!)"); throw ExitCode(2) }
-            let r: RunRecord = try await options.call("POST", "/v1/runs/\(id)/cancel")
-            print("run \(r.id): \(r.state.rawValue)")
-        }
     }
 
-    struct Gather: AsyncParsableCommand {
+    struct Gather: RunAction {
         static let configuration = CommandConfiguration(abstract: "Gather an ended run again (nodes lost before, a disk that was full).")
+        static let verb = "gather"
         @OptionGroup var options: CoordinatorOptions
         @Argument(help: "Run id.") var id: String
-        func run() async throws {
-            guard SafeName.isValid(id) else { log("run id \"\(id)\" \(SafeName.problem(with: id)!)"); throw ExitCode(2) }
-            let r: RunRecord = try await options.call("POST", "/v1/runs/\(id)/gather")
-            print("run \(r.id): \(r.state.rawValue)")
-        }
+    }
+}
+
+/// A command that POSTs `/v1/runs/ID/<verb>` and prints the run's new state.
+protocol RunAction: AsyncParsableCommand {
+    static var verb: String { get }
+    var options: CoordinatorOptions { get }
+    var id: String { get }
+    static func describe(_ r: RunRecord) -> String
+}
+
+extension RunAction {
+    static func describe(_ r: RunRecord) -> String { r.state.rawValue }
+
+    func run() async throws {
+        guard SafeName.isValid(id) else { log("run id \"\(id)\" \(SafeName.problem(with: id)!)"); throw ExitCode(2) }
+        let r: RunRecord = try await options.call("POST", "/v1/runs/\(id)/\(Self.verb)")
+        print("run \(r.id): \(Self.describe(r))")
     }
 }

@@ -38,6 +38,14 @@ struct NodeCommand: AsyncParsableCommand {
             log("herald-lab node: plan \(plan.name) has no node \"\(node)\"; its nodes are \(plan.nodes.map(\.name).joined(separator: ", "))")
             throw ExitCode(2)
         }
+        if let d = duration, !(d.isFinite && d > 0 && d <= PlanLimits.maximumDuration) {
+            log("herald-lab node: --duration \(d): expected seconds from more than 0 to \(Int(PlanLimits.maximumDuration))")
+            throw ExitCode(2)
+        }
+        guard every.isFinite, every >= 0.1, every <= 86400 else {
+            log("herald-lab node: --every \(every): expected seconds from 0.1 to 86400")
+            throw ExitCode(2)
+        }
         let dir = URL(fileURLWithPath: out ?? "results/\(plan.name)-node-\(node)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         let identity = ControllerIdentity.read(adapter: adapter)

@@ -19,18 +19,35 @@ struct SimulateCommand: ParsableCommand {
     @Option(help: "Seed of every random generator (default: the plan's seed).")
     var seed: UInt64?
 
+    @Option(name: .customLong("max-duration"), help: "Simulate at most this long (a duration such as 30s or 2m); a shorter run ends the contact event early.")
+    var maxDuration: String?
+
     @Flag(help: "Print no progress.")
     var quiet = false
 
     func run() throws {
-        let plan = try loadPlan(self.plan)
-        let text = (try? String(contentsOfFile: self.plan, encoding: .utf8)) ?? ""
+        var plan = try loadPlan(self.plan)
+        let text = (try? Plan.readText(path: self.plan)) ?? ""
+        if let maxDuration {
+            guard let cap = Plan.parseDuration(maxDuration), cap > 0, cap <= PlanLimits.maximumDuration else {
+                log("herald-lab simulate: --max-duration \"\(maxDuration.prefix(64))\": expected a duration such as 30s, 2m or 1h, more than 0 and at most 7 days")
+                throw ExitCode(2)
+            }
+            if plan.duration > cap {
+                plan.duration = cap
+                if plan.warmup >= cap { plan.warmup = 0 }
+            }
+        }
         let seed = self.seed ?? plan.seed
         let out = URL(fileURLWithPath: self.out ?? "results/\(plan.name)-sim-s\(seed)")
         let sim = Simulation(plan: plan, planText: text, seed: seed, output: out)
         if !quiet { log("simulating \(plan.name): \(plan.nodes.count) nodes for \(formatDuration(plan.duration)) (seed \(seed))") }
         var lastPrinted = Date.distantPast
         let result: Simulation.Result
+        if let problem = plan.rangeProblems.first {
+            log("herald-lab simulate: \(self.plan): \(problem)")
+            throw ExitCode(2)
+        }
         do {
             result = try sim.run { fraction in
                 guard !quiet, Date().timeIntervalSince(lastPrinted) >= 1 || fraction >= 1 else { return }

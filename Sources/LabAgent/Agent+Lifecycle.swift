@@ -30,7 +30,11 @@ extension Agent {
     func arm(_ request: LabWire.ArmRequest) throws {
         let a = request.assignment
         guard SafeName.isValid(a.runId), SafeName.isValid(a.node.name) else { throw HTTPError(.badRequest, "run and node names may hold only letters, digits, '-', '_' and '.'") }
-        guard a.duration.isFinite, a.duration > 0, a.duration <= 31 * 86_400 else { throw HTTPError(.badRequest, "assignment duration \(a.duration) s is out of range") }
+        guard a.duration.isFinite, a.duration > 0, a.duration <= 7 * 86_400 else { throw HTTPError(.badRequest, "assignment duration \(a.duration) s is out of range") }
+        guard a.warmup.isFinite, a.warmup >= 0, a.warmup <= a.duration,
+              [a.node.position.x, a.node.position.y].allSatisfy({ $0.isFinite && abs($0) <= 10_000 }) else {
+            throw HTTPError(.badRequest, "assignment warmup or position out of range")
+        }
         if let held = runs[a.runId] {
             // The same assignment again (a coordinator that restarted): idempotent. Another node
             // of the same run: refused, one agent runs one node.

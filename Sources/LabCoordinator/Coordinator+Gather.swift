@@ -19,12 +19,7 @@ extension Coordinator {
         let bundle = config.results.appendingPathComponent(r.id)
         let nodesDir = bundle.appendingPathComponent("nodes")
         do { try FileManager.default.createDirectory(at: nodesDir, withIntermediateDirectories: true) } catch {
-            r.state = .failed
-            r.message = "cannot create the bundle folder \(nodesDir.path): \(error.localizedDescription); the agents keep their copies"
-            r.agentsKeepCopies = true
-            update(r)
-            log("coordinator: run \(r.id): \(r.message!)")
-            return
+            return failKeepingCopies(&r, "cannot create the bundle folder \(nodesDir.path): \(error.localizedDescription)")
         }
         // Nodes gathered already (a run gathered again) keep their verified files.
         let todo = r.nodes.indices.filter { !["complete", "partial"].contains(r.nodes[$0].state) }
@@ -71,22 +66,9 @@ extension Coordinator {
             r.nodes[i].state = why.isEmpty ? "complete" : "partial"
             r.nodes[i].message = why.isEmpty ? nil : why.joined(separator: "; ")
         }
-        if let diskProblem {
-            r.state = .failed
-            r.message = "\(diskProblem); nothing was released: the agents keep their copies (gather again once there is room)"
-            r.agentsKeepCopies = true
-            update(r)
-            log("coordinator: run \(r.id) failed: \(r.message!)")
-            return
-        }
-        do {
-            try writeManifest(r, plan, bundle: bundle)
-        } catch {
-            r.state = .failed
-            r.message = "cannot write the bundle's manifest: \(error); the agents keep their copies"
-            r.agentsKeepCopies = true
-            update(r)
-            return
+        if let diskProblem { return failKeepingCopies(&r, "\(diskProblem) (gather again once there is room)") }
+        do { try writeManifest(r, plan, bundle: bundle) } catch {
+            return failKeepingCopies(&r, "cannot write the bundle's manifest: \(error)")
         }
         var notes = [String]()
         if let failure { notes.append(failure) }
@@ -125,6 +107,16 @@ extension Coordinator {
         // Nodes whose files never arrived: their agents keep them; a failed run that never got
         // anything releases nothing.
         log("coordinator: run \(r.id) \(r.state.rawValue): \(bundle.path) (\(r.nodes.map { "\($0.name) \($0.state)" }.joined(separator: ", ")))\(r.message.map { "; \($0)" } ?? "")")
+    }
+
+    /// Ends the run as failed without telling any agent to release: they keep their copies for
+    /// `herald-lab runs gather`.
+    func failKeepingCopies(_ r: inout RunRecord, _ reason: String) {
+        r.state = .failed
+        r.message = "\(reason); nothing was released: the agents keep their copies"
+        r.agentsKeepCopies = true
+        update(r)
+        log("coordinator: run \(r.id) failed: \(r.message!)")
     }
 
     /// `<id>.tar.gz` beside the bundle, written to a temporary name, checked, fsynced, renamed;

@@ -47,6 +47,7 @@ public final class Simulation {
     /// Runs the plan; `progress` is called with the simulated fraction done (0...1) a few times a run.
     public func run(progress: (Double) -> Void = { _ in }) throws -> Result {
         let wallStart = Date()
+        if let problem = plan.rangeProblems.first { throw SimulationError.invalidPlan(problem) }
         let fm = FileManager.default
         let nodesDir = output.appendingPathComponent("nodes")
         if fm.fileExists(atPath: nodesDir.path), let existing = try? fm.contentsOfDirectory(atPath: nodesDir.path), !existing.isEmpty {
@@ -101,8 +102,11 @@ public final class Simulation {
 
 public enum SimulationError: Error, CustomStringConvertible {
     case outputNotEmpty(String)
+    /// A plan whose numbers are out of range (`Plan.rangeProblems`).
+    case invalidPlan(String)
     public var description: String {
         switch self {
+        case .invalidPlan(let problem): return "the plan cannot be simulated: \(problem)"
         case .outputNotEmpty(let path): return "\(path)/nodes already holds node folders; choose another --out (bundles are never overwritten)"
         }
     }

@@ -1,6 +1,53 @@
 import Foundation
 import HeraldCore
 import Yams
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Upper bounds on everything a plan may say (documented in plans/README.md).
+public enum PlanLimits {
+    /// A plan file's size.
+    public static let maximumFileBytes = 1 << 20
+    /// YAML nodes once aliases are expanded.
+    public static let maximumYAMLNodes = 100_000
+    /// `duration`, and every other duration unless a field says less (7 days).
+    public static let maximumDuration: TimeInterval = 7 * 86400
+    /// Scan phases (`scan.on`, `scan.rest`, `scan.off`).
+    public static let maximumScanPhase: TimeInterval = 3600
+    /// `scan.on` at least (a shorter scan cycle would flood the scheduler).
+    public static let minimumScanOn: TimeInterval = 0.1
+    public static let maximumConnectionTimeout: TimeInterval = 600
+    public static let maximumConnectLatency: TimeInterval = 60
+    /// Positions: |x|, |y| at most this many metres; grid spacing at most `maximumSpacing`.
+    public static let maximumCoordinate: Double = 10_000
+    public static let maximumSpacing: Double = 1_000
+    public static let maximumNodes = 1000
+    public static let maximumPowerIntervals = 1000
+    public static let maximumTags = 64
+    public static let maximumTextBytes = 65_536
+    public static let maximumLabelBytes = 256
+    /// `start`: years 1970 to 2999.
+    public static let latestStart = Date(timeIntervalSince1970: 32_503_680_000) // 3000-01-01
+
+    /// Counts the expanded tree without recursion, stopping at the bound.
+    static func sizeProblem(_ root: Node) -> String? {
+        var stack = [root]
+        var count = 0
+        while let node = stack.popLast() {
+            count += 1
+            if count > maximumYAMLNodes {
+                return "the document has more than \(maximumYAMLNodes) YAML nodes once aliases are expanded (an alias bomb?); a plan needs far fewer"
+            }
+            switch node {
+            case .scalar, .alias: break
+            case .sequence(let seq): stack.append(contentsOf: seq)
+            case .mapping(let m): for (k, v) in m { stack.append(k); stack.append(v) }
+            }
+        }
+        return nil
+    }
+}
 
 /// A plan that could not be read: every problem, each with its field path.
 public struct PlanError: Error, CustomStringConvertible, Sendable {
@@ -26,25 +73,66 @@ public struct PlanError: Error, CustomStringConvertible, Sendable {
 extension Plan {
     /// Reads and validates a plan file.
     public static func load(path: String) throws(PlanError) -> Plan {
-        let text: String
-        do {
-            text = try String(contentsOfFile: path, encoding: .utf8)
-        } catch {
-            throw PlanError(source: path, problems: [.init(path: "", message: "cannot read the file: \(error.localizedDescription)")])
+        try parse(yaml: try readText(path: path), source: path)
+    }
+
+    /// A plan file's text: a regular file (not a FIFO, device or directory) of at most
+    /// `PlanLimits.maximumFileBytes`, in UTF-8.
+    public static func readText(path: String) throws(PlanError) -> String {
+        func problem(_ message: String) -> PlanError { PlanError(source: path, problems: [.init(path: "", message: message)]) }
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { throw problem("cannot read the file: \(String(cString: strerror(errno)))") }
+        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        defer { try? handle.close() }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+            throw problem("is not a regular file (a directory, FIFO or device); a plan is a YAML file")
         }
-        return try parse(yaml: text, source: path)
+        guard st.st_size <= PlanLimits.maximumFileBytes else {
+            throw problem("is \(st.st_size) bytes; a plan is at most \(PlanLimits.maximumFileBytes) bytes")
+        }
+        var data = Data()
+        do {
+            while let chunk = try handle.read(upToCount: 1 << 16), !chunk.isEmpty {
+                data.append(chunk)
+                if data.count > PlanLimits.maximumFileBytes { throw problem("is larger than \(PlanLimits.maximumFileBytes) bytes") }
+            }
+        } catch let e as PlanError { throw e } catch {
+            throw problem("cannot read the file: \(error.localizedDescription)")
+        }
+        guard let text = String(data: data, encoding: .utf8) else { throw problem("is not UTF-8 text") }
+        return text
+    }
+
+    /// A duration as plans write it (`500ms`, `30s`, `2m`, `8h`), within `PlanLimits.maximumDuration`.
+    public static func parseDuration(_ text: String) -> TimeInterval? {
+        var reader = PlanReader()
+        let v = reader.duration(Node.scalar(.init(text)), "")
+        return reader.problems.isEmpty ? v : nil
     }
 
     /// Parses and validates plan YAML; `source` names the input in error messages.
     public static func parse(yaml: String, source: String = "plan") throws(PlanError) -> Plan {
+        if yaml.utf8.count > PlanLimits.maximumFileBytes {
+            throw PlanError(source: source, problems: [.init(path: "", message: "is \(yaml.utf8.count) bytes; a plan is at most \(PlanLimits.maximumFileBytes) bytes")])
+        }
         let root: Node?
         do {
             root = try Yams.compose(yaml: yaml)
         } catch {
-            throw PlanError(source: source, problems: [.init(path: "", message: "not valid YAML: \(error)")])
+            // The parser quotes the offending line: keep each line of its message short.
+            let message = "\(error)".split(separator: "\n", omittingEmptySubsequences: false)
+                .map { (line: Substring) -> String in line.count > 160 ? String(line.prefix(160)) + "…" : String(line) }
+                .prefix(6).joined(separator: "\n")
+            throw PlanError(source: source, problems: [.init(path: "", message: "not valid YAML: \(message)")])
         }
         guard let root else {
             throw PlanError(source: source, problems: [.init(path: "", message: "the file is empty; a plan needs at least name, duration and nodes")])
+        }
+        // Aliases share nodes, so a small file can stand for a huge tree ("billion laughs"):
+        // count the tree as expanded, up to a bound, before reading it.
+        if let problem = PlanLimits.sizeProblem(root) {
+            throw PlanError(source: source, problems: [.init(path: "", message: problem)])
         }
         var reader = PlanReader()
         let plan = reader.plan(root)
@@ -82,8 +170,9 @@ struct PlanReader {
         return out
     }
 
-    mutating func string(_ node: Node, _ path: String) -> String? {
+    mutating func string(_ node: Node, _ path: String, maxBytes: Int = PlanLimits.maximumLabelBytes) -> String? {
         guard case .scalar(let s) = node else { fail(path, node, "expected text"); return nil }
+        if s.string.utf8.count > maxBytes { fail(path, node, "is \(s.string.utf8.count) bytes long; at most \(maxBytes)"); return nil }
         return s.string
     }
 
@@ -124,7 +213,8 @@ struct PlanReader {
     }
 
     /// `500ms`, `4s`, `1.5s`, `30m`, `8h`. Bare numbers are refused.
-    mutating func duration(_ node: Node, _ path: String, allowZero: Bool = true) -> TimeInterval? {
+    mutating func duration(_ node: Node, _ path: String, allowZero: Bool = true, min: TimeInterval = 0,
+                           max: TimeInterval = PlanLimits.maximumDuration) -> TimeInterval? {
         guard case .scalar(let s) = node else { fail(path, node, "expected a duration such as 4s, 500ms, 2m or 1h"); return nil }
         let text = s.string.trimmingCharacters(in: .whitespaces)
         let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600)]
@@ -132,33 +222,47 @@ struct PlanReader {
             let number = String(text.dropLast(suffix.count)).trimmingCharacters(in: .whitespaces)
             // "4ms" also ends in "s": only accept the longest matching unit.
             if suffix == "s", number.hasSuffix("m") { continue }
-            guard let v = Double(number), v.isFinite else { break }
-            if v < 0 { fail(path, node, "negative duration \"\(text)\""); return nil }
+            guard let v = Double(number) else { break }
+            if v.isNaN { fail(path, node, "\"\(text.prefix(64))\" is not a number"); return nil }
+            if v < 0 { fail(path, node, "negative duration \"\(text.prefix(64))\""); return nil }
+            let seconds = v * scale
+            if !seconds.isFinite || seconds > max {
+                fail(path, node, "\"\(text.prefix(64))\" is too long; at most \(Self.formatSeconds(max))"); return nil
+            }
             if v == 0 && !allowZero { fail(path, node, "must be longer than 0"); return nil }
-            return v * scale
+            if seconds < min && (v != 0 || !allowZero) { fail(path, node, "\"\(text.prefix(64))\" is too short; at least \(Self.formatSeconds(min))"); return nil }
+            return seconds
         }
+        let shown = String(text.prefix(64))
         if Double(text) != nil {
-            fail(path, node, "\"\(text)\" has no unit; write a duration such as \(text)s, 500ms, 2m or 1h")
+            fail(path, node, "\"\(shown)\" has no unit; write a duration such as \(shown)s, 500ms, 2m or 1h")
         } else {
-            fail(path, node, "\"\(text)\" is not a duration; write one such as 4s, 500ms, 2m or 1h (units ms, s, m, h)")
+            fail(path, node, "\"\(shown)\" is not a duration; write one such as 4s, 500ms, 2m or 1h (units ms, s, m, h)")
         }
         return nil
     }
 
-    /// Metres: a number, or text with `m` or `cm`.
-    mutating func distance(_ node: Node, _ path: String) -> Double? {
+    /// Metres: a number, or text with `m` or `cm`; finite and at most `max` in magnitude.
+    mutating func distance(_ node: Node, _ path: String, max: Double = PlanLimits.maximumCoordinate) -> Double? {
         guard case .scalar(let s) = node else { fail(path, node, "expected a distance in metres such as 2 or 2m"); return nil }
-        let text = s.string.trimmingCharacters(in: .whitespaces)
-        if let v = Double(text) { return v }
-        if text.hasSuffix("cm"), let v = Double(text.dropLast(2).trimmingCharacters(in: .whitespaces)) { return v / 100 }
-        if text.hasSuffix("mm") { fail(path, node, "\"\(text)\": use m or cm"); return nil }
-        if text.hasSuffix("m"), let v = Double(text.dropLast(1).trimmingCharacters(in: .whitespaces)) { return v }
-        fail(path, node, "\"\(text)\" is not a distance; write metres such as 2, 2m or 150cm")
-        return nil
+        let text = String(s.string.trimmingCharacters(in: .whitespaces).prefix(64))
+        var value: Double?
+        if let v = Double(text) { value = v }
+        else if text.hasSuffix("cm"), let v = Double(text.dropLast(2).trimmingCharacters(in: .whitespaces)) { value = v / 100 }
+        else if text.hasSuffix("mm") { fail(path, node, "\"\(text)\": use m or cm"); return nil }
+        else if text.hasSuffix("m"), let v = Double(text.dropLast(1).trimmingCharacters(in: .whitespaces)) { value = v }
+        guard let v = value else {
+            fail(path, node, "\"\(text)\" is not a distance; write metres such as 2, 2m or 150cm")
+            return nil
+        }
+        guard v.isFinite else { fail(path, node, "\"\(text)\" is not a finite distance"); return nil }
+        guard abs(v) <= max else { fail(path, node, "\(Self.format(v)) m is out of range; at most \(Self.format(max)) m from the origin"); return nil }
+        return v
     }
 
-    mutating func stringList(_ node: Node, _ path: String) -> [String]? {
+    mutating func stringList(_ node: Node, _ path: String, maxCount: Int = PlanLimits.maximumTags) -> [String]? {
         guard case .sequence(let seq) = node else { fail(path, node, "expected a list"); return nil }
+        if seq.count > maxCount { fail(path, node, "has \(seq.count) entries; at most \(maxCount)"); return nil }
         var out = [String]()
         for (i, item) in seq.enumerated() { if let s = string(item, "\(path)[\(i)]") { out.append(s) } }
         return out
@@ -173,7 +277,15 @@ struct PlanReader {
         }
     }
 
-    static func format(_ v: Double) -> String { v == v.rounded() && abs(v) < 1e15 ? String(Int(v)) : String(v) }
+    static func format(_ v: Double) -> String { v.isFinite && v == v.rounded() && abs(v) < 1e15 ? String(Int(v)) : String(v) }
+
+    static func formatSeconds(_ v: Double) -> String {
+        if v >= 86400, v.truncatingRemainder(dividingBy: 86400) == 0 { return "\(Int(v / 86400)) days (\(Int(v / 3600))h)" }
+        if v >= 3600, v.truncatingRemainder(dividingBy: 3600) == 0 { return "\(Int(v / 3600))h" }
+        if v >= 60, v.truncatingRemainder(dividingBy: 60) == 0 { return "\(Int(v / 60))m" }
+        if v >= 1 { return "\(format(v))s" }
+        return "\(format(v * 1000))ms"
+    }
 
     // MARK: The plan
 
@@ -187,13 +299,15 @@ struct PlanReader {
         if let n = m["nodes"] { nodes = self.nodes(n, "nodes") } else { fail("nodes", nil, "required: a list of nodes, or count and grid") }
 
         var plan = Plan(name: name ?? "", duration: duration ?? 1, nodes: nodes ?? [])
-        if let n = m["description"], let s = string(n, "description") { plan.description = s }
+        if let n = m["description"], let s = string(n, "description", maxBytes: PlanLimits.maximumTextBytes) { plan.description = s }
         if let n = m["variant"], let s = string(n, "variant") { plan.variant = s }
         if let n = m["warmup"], let w = self.duration(n, "warmup") {
             if let duration, w >= duration { fail("warmup", n, "must be shorter than duration") } else { plan.warmup = w }
         }
         if let n = m["start"], let s = string(n, "start") {
-            if let d = HeraldTimestamp.parse(s) { plan.start = d } else { fail("start", n, "\"\(s)\" is not a time; write 2026-01-01T00:00:00Z") }
+            if let d = HeraldTimestamp.parse(s) {
+                if d.timeIntervalSince1970 >= 0, d < PlanLimits.latestStart { plan.start = d } else { fail("start", n, "\"\(s)\" is out of range; years 1970 to 2999") }
+            } else { fail("start", n, "\"\(s)\" is not a time; write 2026-01-01T00:00:00Z") }
         }
         if let n = m["seed"], let v = integer(n, "seed", in: 0...Int.max) { plan.seed = UInt64(v) }
         if let n = m["sensor"], let s = sensor(n, "sensor") { plan.sensor = s }
@@ -215,22 +329,28 @@ struct PlanReader {
         switch node {
         case .sequence(let seq):
             if seq.count < 2 { fail(path, node, "needs at least 2 nodes: a proximity test of one node detects nothing"); return nil }
+            if seq.count > PlanLimits.maximumNodes { fail(path, node, "has \(seq.count) nodes; at most \(PlanLimits.maximumNodes)"); return nil }
             for (i, item) in seq.enumerated() {
                 if let spec = nodeSpec(item, "\(path)[\(i)]", index: i) { specs.append(spec) }
             }
         case .mapping:
             guard let m = mapping(node, path, known: ["count", "prefix", "grid", "identifiers"]) else { return nil }
             guard let countNode = m["count"] else { fail("\(path).count", node, "required with a grid: how many nodes"); return nil }
-            guard let count = integer(countNode, "\(path).count", in: 2...1000) else { return nil }
+            guard let count = integer(countNode, "\(path).count", in: 2...PlanLimits.maximumNodes) else { return nil }
             var prefix = "node"
             if let p = m["prefix"], let s = name(p, "\(path).prefix") { prefix = s }
             var columns = max(1, Int(Double(count).squareRoot().rounded(.up)))
             var spacing = 2.0
             if let g = m["grid"], let gm = mapping(g, "\(path).grid", known: ["columns", "spacing"]) {
                 if let c = gm["columns"], let v = integer(c, "\(path).grid.columns", in: 1...1000) { columns = v }
-                if let s = gm["spacing"], let v = distance(s, "\(path).grid.spacing") {
+                if let s = gm["spacing"], let v = distance(s, "\(path).grid.spacing", max: PlanLimits.maximumSpacing) {
                     if v <= 0 { fail("\(path).grid.spacing", s, "must be more than 0 m") } else { spacing = v }
                 }
+            }
+            let extent = Double(max(columns, (count + columns - 1) / columns)) * spacing
+            if extent > PlanLimits.maximumCoordinate {
+                fail("\(path).grid", m["grid"], "spans \(Self.format(extent)) m; positions must stay within \(Self.format(PlanLimits.maximumCoordinate)) m of the origin")
+                return nil
             }
             var pinned = [Int32?](repeating: nil, count: count)
             if let ids = m["identifiers"] {
@@ -273,7 +393,8 @@ struct PlanReader {
         var position = Position(x: Double(index), y: 0)
         if let p = m["position"] {
             if case .sequence(let seq) = p, seq.count == 2 {
-                if let x = distance(seq[0], "\(path).position[0]"), let y = distance(seq[1], "\(path).position[1]") { position = Position(x: x, y: y) }
+                let x = distance(seq[0], "\(path).position[0]"), y = distance(seq[1], "\(path).position[1]")
+                if let x, let y { position = Position(x: x, y: y) }
             } else {
                 fail("\(path).position", p, "expected [x, y] in metres")
             }
@@ -284,7 +405,9 @@ struct PlanReader {
         if let t = m["tags"], let list = stringList(t, "\(path).tags") { tags = list }
         var power = [PowerInterval]()
         if let p = m["power"] {
-            if case .sequence(let seq) = p {
+            if case .sequence(let seq) = p, seq.count > PlanLimits.maximumPowerIntervals {
+                fail("\(path).power", p, "has \(seq.count) intervals; at most \(PlanLimits.maximumPowerIntervals)")
+            } else if case .sequence(let seq) = p {
                 for (j, item) in seq.enumerated() {
                     let ip = "\(path).power[\(j)]"
                     guard let pm = mapping(item, ip, known: ["off", "on"]) else { continue }
@@ -307,9 +430,9 @@ struct PlanReader {
         guard let m = mapping(node, path, known: ["scan", "advertInterval", "txPower", "includeTxPower", "pseudoAddress", "connectionTimeout", "payloadSharing", "logLevel", "purgeAfter"]) else { return nil }
         var s = SensorSettings()
         if let n = m["scan"], let sm = mapping(n, "\(path).scan", known: ["on", "rest", "off"]) {
-            if let v = sm["on"], let d = duration(v, "\(path).scan.on", allowZero: false) { s.scanOn = d }
-            if let v = sm["rest"], let d = duration(v, "\(path).scan.rest") { s.scanRest = d }
-            if let v = sm["off"], let d = duration(v, "\(path).scan.off") { s.scanOff = d }
+            if let v = sm["on"], let d = duration(v, "\(path).scan.on", allowZero: false, min: PlanLimits.minimumScanOn, max: PlanLimits.maximumScanPhase) { s.scanOn = d }
+            if let v = sm["rest"], let d = duration(v, "\(path).scan.rest", max: PlanLimits.maximumScanPhase) { s.scanRest = d }
+            if let v = sm["off"], let d = duration(v, "\(path).scan.off", max: PlanLimits.maximumScanPhase) { s.scanOff = d }
         }
         if let n = m["advertInterval"], let d = duration(n, "\(path).advertInterval") {
             if d < 0.02 || d > 10.24 { fail("\(path).advertInterval", n, "BLE advertising intervals run from 20ms to 10.24s") } else { s.advertInterval = d }
@@ -317,12 +440,12 @@ struct PlanReader {
         if let n = m["txPower"], let v = integer(n, "\(path).txPower", in: -127...20) { s.txPower = v }
         if let n = m["includeTxPower"], let v = bool(n, "\(path).includeTxPower") { s.includeTxPower = v }
         if let n = m["pseudoAddress"], let v = bool(n, "\(path).pseudoAddress") { s.pseudoAddress = v }
-        if let n = m["connectionTimeout"], let d = duration(n, "\(path).connectionTimeout", allowZero: false) { s.connectionTimeout = d }
+        if let n = m["connectionTimeout"], let d = duration(n, "\(path).connectionTimeout", allowZero: false, min: 0.01, max: PlanLimits.maximumConnectionTimeout) { s.connectionTimeout = d }
         if let n = m["payloadSharing"], let v = bool(n, "\(path).payloadSharing") { s.payloadSharing = v }
         if let n = m["logLevel"], let v = string(n, "\(path).logLevel") {
             if let l = LogLevelSetting(rawValue: v) { s.logLevel = l } else { fail("\(path).logLevel", n, "\"\(v)\" is not a level; use debug, info or fault") }
         }
-        if let n = m["purgeAfter"], let d = duration(n, "\(path).purgeAfter", allowZero: false) { s.purgeAfter = d }
+        if let n = m["purgeAfter"], let d = duration(n, "\(path).purgeAfter", allowZero: false, min: 1) { s.purgeAfter = d }
         return s
     }
 
@@ -332,14 +455,14 @@ struct PlanReader {
         if let n = m["kind"], let v = string(n, "\(path).kind") {
             if let k = RadioKind(rawValue: v) { r.kind = k } else { fail("\(path).kind", n, "\"\(v)\" is not a radio; use sim or bluez") }
         }
-        if let n = m["adapter"], let v = string(n, "\(path).adapter") { r.adapter = v }
+        if let n = m["adapter"], let v = string(n, "\(path).adapter", maxBytes: 64) { r.adapter = v }
         if let n = m["referencePower"], let v = number(n, "\(path).referencePower", in: -120...0, what: "dBm") { r.referencePower = v }
         if let n = m["pathLossExponent"], let v = number(n, "\(path).pathLossExponent", in: 1...6) { r.pathLossExponent = v }
         if let n = m["shadowing"], let v = number(n, "\(path).shadowing", in: 0...30, what: "dB") { r.shadowing = v }
         if let n = m["sensitivity"], let v = number(n, "\(path).sensitivity", in: -130...0, what: "dBm") { r.sensitivity = v }
         if let n = m["reportLoss"], let v = number(n, "\(path).reportLoss", in: 0...1, what: "a probability") { r.reportLoss = v }
         if let n = m["connectSuccess"], let v = number(n, "\(path).connectSuccess", in: 0...1, what: "a probability") { r.connectSuccess = v }
-        if let n = m["connectLatency"], let d = duration(n, "\(path).connectLatency") { r.connectLatency = d }
+        if let n = m["connectLatency"], let d = duration(n, "\(path).connectLatency", max: PlanLimits.maximumConnectLatency) { r.connectLatency = d }
         if let n = m["macRotation"], let d = duration(n, "\(path).macRotation") {
             if d > 0 && d < 1 { fail("\(path).macRotation", n, "rotating more often than every 1s is not realistic") } else { r.macRotation = d }
         }
@@ -364,7 +487,7 @@ struct PlanReader {
         if let n = m["count"], let v = integer(n, "\(path).count", in: 1...10000) {
             if nodeCount > 0, v != nodeCount { fail("\(path).count", n, "is \(v) but the plan has \(nodeCount) nodes; one agent runs one node") } else { a.count = v }
         }
-        if let n = m["names"], let v = stringList(n, "\(path).names") {
+        if let n = m["names"], let v = stringList(n, "\(path).names", maxCount: PlanLimits.maximumNodes) {
             if nodeCount > 0, v.count != nodeCount { fail("\(path).names", n, "names \(v.count) agents but the plan has \(nodeCount) nodes") } else { a.names = v }
         }
         if let n = m["tags"], let v = stringList(n, "\(path).tags") { a.tags = v }

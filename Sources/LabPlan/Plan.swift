@@ -29,6 +29,47 @@ public struct Plan: Codable, Sendable, Equatable {
         self.nodes = nodes
     }
 
+    /// Problems with the plan's numbers, for plans built in code or decoded from JSON (YAML plans
+    /// are checked field by field when read, with the same limits, `PlanLimits`). Empty: fine.
+    public var rangeProblems: [String] {
+        var out = [String]()
+        func check(_ path: String, _ v: Double, _ range: ClosedRange<Double>) {
+            if !(v.isFinite && range.contains(v)) { out.append("\(path): \(v) is out of range (\(range.lowerBound) to \(range.upperBound))") }
+        }
+        check("duration", duration, 0.001...PlanLimits.maximumDuration)
+        check("warmup", warmup, 0...PlanLimits.maximumDuration)
+        if warmup.isFinite, duration.isFinite, warmup >= duration { out.append("warmup: must be shorter than duration") }
+        if !(start.timeIntervalSince1970 >= 0 && start < PlanLimits.latestStart) { out.append("start: out of range (years 1970 to 2999)") }
+        if nodes.count > PlanLimits.maximumNodes { out.append("nodes: \(nodes.count) nodes; at most \(PlanLimits.maximumNodes)") }
+        let c = PlanLimits.maximumCoordinate
+        for (i, n) in nodes.enumerated() {
+            check("nodes[\(i)].position[0]", n.position.x, -c...c)
+            check("nodes[\(i)].position[1]", n.position.y, -c...c)
+            if n.power.count > PlanLimits.maximumPowerIntervals { out.append("nodes[\(i)].power: too many intervals") }
+            for (j, p) in n.power.enumerated() {
+                check("nodes[\(i)].power[\(j)].off", p.off, 0...PlanLimits.maximumDuration)
+                if let on = p.on { check("nodes[\(i)].power[\(j)].on", on, 0...PlanLimits.maximumDuration) }
+            }
+        }
+        check("sensor.scan.on", sensor.scanOn, PlanLimits.minimumScanOn...PlanLimits.maximumScanPhase)
+        check("sensor.scan.rest", sensor.scanRest, 0...PlanLimits.maximumScanPhase)
+        check("sensor.scan.off", sensor.scanOff, 0...PlanLimits.maximumScanPhase)
+        check("sensor.advertInterval", sensor.advertInterval, 0.02...10.24)
+        check("sensor.connectionTimeout", sensor.connectionTimeout, 0.01...PlanLimits.maximumConnectionTimeout)
+        check("sensor.purgeAfter", sensor.purgeAfter, 1...PlanLimits.maximumDuration)
+        check("sensor.txPower", Double(sensor.txPower), -127...20)
+        check("radio.referencePower", radio.referencePower, -120...0)
+        check("radio.pathLossExponent", radio.pathLossExponent, 1...6)
+        check("radio.shadowing", radio.shadowing, 0...30)
+        check("radio.sensitivity", radio.sensitivity, -130...0)
+        check("radio.reportLoss", radio.reportLoss, 0...1)
+        check("radio.connectSuccess", radio.connectSuccess, 0...1)
+        check("radio.connectLatency", radio.connectLatency, 0...PlanLimits.maximumConnectLatency)
+        check("radio.macRotation", radio.macRotation, 0...PlanLimits.maximumDuration)
+        if radio.macRotation > 0 && radio.macRotation < 1 { out.append("radio.macRotation: rotating more often than every 1s is not realistic") }
+        return out
+    }
+
     /// The contact-event window of a run that starts at `start`: from the end of warm-up to the end.
     public func contactEvent(startingAt start: Date) -> ContactEventWindow {
         ContactEventWindow(start: start.addingTimeInterval(warmup), end: start.addingTimeInterval(duration))

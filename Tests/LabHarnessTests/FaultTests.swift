@@ -12,11 +12,7 @@ final class FaultTests: XCTestCase {
     var lab: LabProcesses?
     override func tearDown() { lab?.stopAll(); lab = nil }
 
-    func plan(_ name: String, nodes: Int, duration: String) -> String {
-        var text = "name: \(name)\nduration: \(duration)\nwarmup: 2s\nnodes:\n"
-        for i in 0..<nodes { text += "  - {name: n\(i + 1), position: [\(i), 0]}\n" }
-        return text
-    }
+    func plan(_ name: String, nodes: Int, duration: String) -> String { LabProcesses.plan(name, nodes: nodes, duration: duration) }
 
     func nodeAgent(_ lab: LabProcesses, _ id: String, _ node: String) -> String {
         ((lab.runRecord(id)?["nodes"] as? [[String: Any]]) ?? []).first { $0["name"] as? String == node }?["agent"] as? String ?? ""

@@ -97,6 +97,13 @@ final class LabProcesses {
         return lab
     }
 
+    /// A plan of `nodes` nodes 1 m apart on a line.
+    static func plan(_ name: String, nodes: Int, duration: String) -> String {
+        var text = "name: \(name)\nduration: \(duration)\nwarmup: 2s\nnodes:\n"
+        for i in 0..<nodes { text += "  - {name: n\(i + 1), position: [\(i), 0]}\n" }
+        return text
+    }
+
     var client: LabClient { LabClient(base: URL(string: coordinatorURL)!, token: token, timeout: 5) }
 
     func aliveAgents() throws -> Int {
