@@ -3,7 +3,7 @@ SWIFT ?= swift
 APT_PACKAGES := pkg-config libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus xz-utils chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release test test-badinput bench bench-sim bench-analysis bench-harness simulate demo test-bluez clean
+.PHONY: all deps build release test test-badinput bench bench-sim bench-analysis bench-harness bench-lab simulate demo test-bluez test-lab clean
 
 all: build
 
@@ -68,11 +68,25 @@ test-bluez: deps
 	 echo "test-bluez: $$(( $$(date +%s) - started )) s wall, $$attempt run(s); guest exit $$guest, check exit $$check; outputs in $(BLUEZ_OUT)"; \
 	 [ $$check -eq 0 ] && [ $$guest -le 1 ]
 
+# A multi-host lab in network namespaces (root): coordinator+air, three agents and a client, each
+# its own host on a bridge, one agent behind a user-space delay/loss relay; the real herald-lab
+# binary through plain runs and faults, checked from the bundles (scripts/netlab/). Outputs and
+# every service's log: $(LAB_OUT).
+LAB_APT := iproute2 ethtool curl
+LAB_OUT ?= results/test-lab
+test-lab: build
+	@missing=""; for p in $(LAB_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make test-lab: installing$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	$(SUDO) python3 scripts/netlab/netlab.py test --out $(LAB_OUT)
+
 clean:
 	rm -rf .build Benchmarks/.build .build-bluez
 
 # Benchmarks (release build): figures and ratios, never asserted in tests.
-bench: bench-sim bench-analysis bench-harness
+bench: bench-sim bench-analysis bench-harness bench-lab
 
 bench-sim: release
 	@echo "== simulator: plans/longevity-10.yaml (10 nodes x 8 h, virtual time); target <= 30 s wall, < 1 GB"
@@ -95,3 +109,9 @@ bench-harness: release
 	@.build/release/herald-lab bench arm --agents 200 2>&1 | grep -E "^arm"
 	@echo "== harness: gather throughput on loopback (target >= 200 MB/s)"
 	@.build/release/herald-lab bench gather --megabytes 400
+
+bench-lab: release
+	@echo "== lab in network namespaces: true start skew and clock offset error, one agent behind a 20 ms +- 5 ms, 1 % loss relay, then without delay"
+	@missing=""; for p in $(LAB_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; fi
+	@$(SUDO) python3 scripts/netlab/netlab.py bench --bin .build/release/herald-lab --out results/bench-lab
