@@ -267,7 +267,8 @@ public final class SimMedium {
         guard let c = crowding else { return }
         let now = clock()
         var done = 0
-        while done < pending.count, pending[done].due <= now {
+        // Date has about 0.1 µs of resolution in this century: compare with a margin.
+        while done < pending.count, pending[done].due <= now + 1e-6 {
             decide(pending[done], c)
             done += 1
         }
@@ -280,7 +281,7 @@ public final class SimMedium {
             if drop > 0 { channels[k].removeFirst(drop) }
         }
         if let next = pending.first {
-            scheduler.schedule(after: max(0, next.due - now)) { [weak self] in self?.flush() }
+            scheduler.schedule(after: max(1e-5, next.due - now)) { [weak self] in self?.flush() }
         } else {
             flushScheduled = false
         }
