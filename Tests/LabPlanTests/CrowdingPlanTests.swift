@@ -5,7 +5,7 @@ import XCTest
 final class CrowdingPlanTests: XCTestCase {
     let head = "name: x\nduration: 1m\nnodes: [a, b]\n"
 
-    func parse(_ radio: String) throws -> Plan { try Plan.parse(yaml: head + "radio:\n  crowding: " + radio + "\n", source: "t.yaml") }
+    func parse(_ radio: String) throws(PlanError) -> Plan { try Plan.parse(yaml: head + "radio:\n  crowding: " + radio + "\n", source: "t.yaml") }
 
     func problems(_ radio: String) -> [String] {
         do { _ = try parse(radio); return [] } catch { return error.problems.map { "\($0.path): \($0.message)" } }

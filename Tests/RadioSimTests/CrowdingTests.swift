@@ -48,7 +48,7 @@ final class CrowdingTests: XCTestCase {
         XCTAssertEqual(quiet.collisionsLost, 0, "one advertiser collides with nobody")
         XCTAssertGreaterThan(busy.collisionsLost, 0)
         // 50 adverts of 264 µs every 20 ms on the one channel a scanner hears: G ≈ 0.66, loss ≈ 1 - e^-2G ≈ 73 %.
-        XCTAssertGreaterThan(two, 40, "about one PDU per 20 ms event reaches a one-channel scanner")
+        XCTAssertGreaterThan(two, 30, "about one PDU per 20-30 ms event reaches a one-channel scanner")
         XCTAssertLessThan(fifty, two * 0.5, "reports per pair per second fall with 50 advertisers: \(two) -> \(fifty)")
         XCTAssertGreaterThan(fifty, two * 0.1)
     }
@@ -74,10 +74,10 @@ final class CrowdingTests: XCTestCase {
         XCTAssertLessThanOrEqual(listener.reports.count, 100 * 10 + 10, "100 per second and a burst of a tenth of a second")
         XCTAssertGreaterThan(listener.reports.count, 100 * 10 * 9 / 10)
         XCTAssertGreaterThan(medium.reportsDropped, 0)
-        XCTAssertEqual(perPair, 0.5, accuracy: 0.1)
+        XCTAssertEqual(perPair, 5, accuracy: 0.5, "100 reports a second shared by 20 advertisers")
         let (uncapped, free, _) = reportRate(advertisers: 20, parameters: crowding { _ in }, seconds: 10)
         XCTAssertEqual(free.reportsDropped, 0)
-        XCTAssertGreaterThan(uncapped, 45)
+        XCTAssertGreaterThan(uncapped, 35, "an event every 20-30 ms")
     }
 
     /// A medium with `count` nodes around the origin, powered on.
@@ -107,11 +107,14 @@ final class CrowdingTests: XCTestCase {
         // A peripheral at its limit is not connectable: a fourth central waits for its timeout.
         let (s2, m2, n2) = self.medium(p, count: 6)
         var outcomes = [Result<Void, TransportError>]()
-        for k in 1...4 { n2[k].connect(n2[0].address, timeout: 8) { outcomes.append($0) } }
+        for k in 1...3 { n2[k].connect(n2[0].address, timeout: 8) { outcomes.append($0) } }
         s2.run(until: s2.now.addingTimeInterval(1))
         XCTAssertEqual(outcomes.count, 3)
         XCTAssertEqual(m2.connections(of: 0), 3)
-        s2.run(until: s2.now.addingTimeInterval(8))
+        n2[4].connect(n2[0].address, timeout: 8) { outcomes.append($0) }
+        s2.run(until: s2.now.addingTimeInterval(7.9))
+        XCTAssertEqual(outcomes.count, 3, "the fourth waits")
+        s2.run(until: s2.now.addingTimeInterval(0.2))
         XCTAssertEqual(outcomes.count, 4)
         if case .failure(.timeout) = outcomes[3] {} else { XCTFail("a full peripheral times the attempt out: \(outcomes[3])") }
         // Disconnecting frees the slots of both ends.
