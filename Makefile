@@ -3,7 +3,7 @@ SWIFT ?= swift
 APT_PACKAGES := pkg-config libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus xz-utils chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release test test-badinput bench bench-sim bench-analysis bench-harness bench-lab simulate demo test-bluez test-lab clean
+.PHONY: all deps build release test test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd simulate demo test-bluez test-lab clean
 
 all: build
 
@@ -86,7 +86,7 @@ clean:
 	rm -rf .build Benchmarks/.build .build-bluez
 
 # Benchmarks (release build): figures and ratios, never asserted in tests.
-bench: bench-sim bench-analysis bench-harness bench-lab
+bench: bench-sim bench-analysis bench-harness bench-lab bench-crowd
 
 bench-sim: release
 	@echo "== simulator: plans/longevity-10.yaml (10 nodes x 8 h, virtual time); target <= 30 s wall, < 1 GB"
@@ -115,3 +115,20 @@ bench-lab: release
 	@missing=""; for p in $(LAB_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; fi
 	@$(SUDO) python3 scripts/netlab/netlab.py bench --bin .build/release/herald-lab --out results/bench-lab
+
+# Crowding (docs/SIMULATOR.md): 2 m grids of 10 to 150 nodes, 3 minutes each, radio.crowding on
+# and off; detection, continuity, time to first read, RSSI rows per pair per second, wall time.
+CROWD_SIZES ?= 10 30 100 150
+CROWD_DURATION ?= 3m
+bench-crowd: release
+	@echo "== crowding: 2 m grid, 10 columns, $(CROWD_DURATION) each (sensor defaults); crowding off vs on"
+	@printf "%-6s %-4s %10s %12s %14s %14s %12s %9s\n" nodes mode "detect%" "continuity%" "ttfr-mean-s" "ttfr-max-s" "rows/pair/s" "wall-s"
+	@mkdir -p .build/bench/crowd; for n in $(CROWD_SIZES); do for mode in off on; do \
+	  dir=.build/bench/crowd/grid-$$n-$$mode; rm -rf $$dir; \
+	  printf "name: crowd-grid-%s-%s\nduration: $(CROWD_DURATION)\nwarmup: 10s\nnodes: {count: %s, prefix: node, grid: {columns: 10, spacing: 2m}}\nradio:\n  crowding: %s\n" $$n $$mode $$n $$mode > $$dir.yaml; \
+	  t0=$$(date +%s.%N); .build/release/herald-lab simulate $$dir.yaml --out $$dir --quiet >/dev/null || exit 1; t1=$$(date +%s.%N); \
+	  .build/release/herald-lab analyse $$dir --no-history >/dev/null 2>&1; \
+	  python3 -c "import json,csv,sys; s=json.load(open('$$dir/report/summary.json'))['strict']; rows=list(csv.DictReader(open('$$dir/report/pairs.csv'))); \
+t=[float(r['time_to_first_read_s']) for r in rows if r['time_to_first_read_s'] not in ('','nan')]; d=$$(echo $(CROWD_DURATION) | sed 's/m$$/*60/;s/s$$//')-10; \
+print('%-6s %-4s %10.2f %12.2f %14.1f %14.1f %12.2f %9.1f' % ($$n, '$$mode', s['detectionpct'], s['continuitypct'], sum(t)/len(t) if t else float('nan'), max(t) if t else float('nan'), sum(int(r['rssi_samples']) for r in rows)/len(rows)/d, $$t1-$$t0))"; \
+	done; done

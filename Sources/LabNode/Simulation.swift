@@ -21,6 +21,10 @@ public final class Simulation {
         public var schedulerEvents: UInt64
         public var advertisingEvents: Int
         public var reportsDelivered: Int
+        /// Crowding counters (0 with crowding off).
+        public var collisionsLost: Int = 0
+        public var reportsDropped: Int = 0
+        public var connectionsRefused: Int = 0
     }
 
     public init(plan: Plan, planText: String, seed: UInt64? = nil, output: URL, runId: String? = nil) {
@@ -41,6 +45,18 @@ public final class Simulation {
         p.connectSuccess = r.connectSuccess
         p.connectLatency = r.connectLatency
         p.macRotation = r.macRotation
+        if let c = r.crowding {
+            var k = CrowdingParameters()
+            k.collisions = c.collisions
+            k.capture = c.capture
+            k.scanWindow = c.scanWindow
+            k.scanInterval = c.scanInterval
+            k.reportRate = c.reportRate
+            k.maxConnections = c.maxConnections
+            k.discoveryTime = c.discoveryTime
+            k.connectLoad = c.connectLoad
+            p.crowding = k
+        }
         return p
     }
 
@@ -96,7 +112,9 @@ public final class Simulation {
         try manifest.write(to: output.appendingPathComponent("manifest.json"))
         return Result(manifest: manifest, bundle: output, wallSeconds: Date().timeIntervalSince(wallStart),
                       simulatedSeconds: plan.duration, schedulerEvents: scheduler.executedCount,
-                      advertisingEvents: medium.advertisingEvents, reportsDelivered: medium.reportsDelivered)
+                      advertisingEvents: medium.advertisingEvents, reportsDelivered: medium.reportsDelivered,
+                      collisionsLost: medium.collisionsLost, reportsDropped: medium.reportsDropped,
+                      connectionsRefused: medium.connectionsRefused)
     }
 }
 

@@ -19,6 +19,12 @@ public enum PlanLimits {
     public static let minimumScanOn: TimeInterval = 0.1
     public static let maximumConnectionTimeout: TimeInterval = 600
     public static let maximumConnectLatency: TimeInterval = 60
+    /// `radio.crowding`: scan window and interval (the BLE range, 2.5 ms to 10.24 s), capture
+    /// threshold in dB, reports per second, connections per controller.
+    public static let scanTiming: ClosedRange<TimeInterval> = 0.0025...10.24
+    public static let maximumCapture: Double = 40
+    public static let maximumReportRate: Double = 100_000
+    public static let maximumConnectionLimit = 64
     /// Positions: |x|, |y| at most this many metres; grid spacing at most `maximumSpacing`.
     public static let maximumCoordinate: Double = 10_000
     public static let maximumSpacing: Double = 1_000
@@ -450,7 +456,7 @@ struct PlanReader {
     }
 
     mutating func radio(_ node: Node, _ path: String) -> RadioSettings? {
-        guard let m = mapping(node, path, known: ["kind", "adapter", "referencePower", "pathLossExponent", "shadowing", "sensitivity", "reportLoss", "connectSuccess", "connectLatency", "macRotation"]) else { return nil }
+        guard let m = mapping(node, path, known: ["kind", "adapter", "referencePower", "pathLossExponent", "shadowing", "sensitivity", "reportLoss", "connectSuccess", "connectLatency", "macRotation", "crowding"]) else { return nil }
         var r = RadioSettings()
         if let n = m["kind"], let v = string(n, "\(path).kind") {
             if let k = RadioKind(rawValue: v) { r.kind = k } else { fail("\(path).kind", n, "\"\(v)\" is not a radio; use sim or bluez") }
@@ -466,7 +472,50 @@ struct PlanReader {
         if let n = m["macRotation"], let d = duration(n, "\(path).macRotation") {
             if d > 0 && d < 1 { fail("\(path).macRotation", n, "rotating more often than every 1s is not realistic") } else { r.macRotation = d }
         }
+        if let n = m["crowding"] { r.crowding = crowding(n, "\(path).crowding") }
         return r
+    }
+
+    /// Whether a scalar says a part is off (`off`, `false`, `no`).
+    static func saysOff(_ node: Node) -> Bool {
+        guard case .scalar(let s) = node else { return false }
+        return ["off", "false", "no"].contains(s.string.lowercased())
+    }
+
+    /// `crowding: on` (the calibrated model), `off`, or a mapping that starts from the calibrated
+    /// model and sets or switches `off` each part.
+    mutating func crowding(_ node: Node, _ path: String) -> CrowdingSettings? {
+        if case .scalar = node {
+            guard let on = bool(node, path) else { return nil }
+            return on ? CrowdingSettings() : nil
+        }
+        guard let m = mapping(node, path, known: ["collisions", "capture", "scanWindow", "scanInterval", "reportRate", "maxConnections", "discoveryTime", "connectLoad"]) else { return nil }
+        var c = CrowdingSettings()
+        if let n = m["collisions"], let v = bool(n, "\(path).collisions") { c.collisions = v }
+        if let n = m["capture"] {
+            if Self.saysOff(n) { c.capture = nil } else if let v = number(n, "\(path).capture", in: 0...PlanLimits.maximumCapture, what: "dB (or off)") { c.capture = v }
+        }
+        if let n = m["scanWindow"] {
+            if Self.saysOff(n) { c.scanWindow = nil }
+            else if let d = duration(n, "\(path).scanWindow", allowZero: false, min: PlanLimits.scanTiming.lowerBound, max: PlanLimits.scanTiming.upperBound) { c.scanWindow = d }
+        }
+        if let n = m["scanInterval"], let d = duration(n, "\(path).scanInterval", allowZero: false, min: PlanLimits.scanTiming.lowerBound, max: PlanLimits.scanTiming.upperBound) {
+            c.scanInterval = d
+            // An interval alone keeps the scanner listening all the time.
+            if m["scanWindow"] == nil { c.scanWindow = d }
+        }
+        if let w = c.scanWindow, w > c.scanInterval { fail("\(path).scanWindow", m["scanWindow"], "\(Self.formatSeconds(w)) is longer than scanInterval (\(Self.formatSeconds(c.scanInterval)))") }
+        if let n = m["reportRate"] {
+            if Self.saysOff(n) { c.reportRate = nil } else if let v = number(n, "\(path).reportRate", in: 1...PlanLimits.maximumReportRate, what: "reports per second (or off)") { c.reportRate = v }
+        }
+        if let n = m["maxConnections"] {
+            if Self.saysOff(n) { c.maxConnections = nil } else if let v = integer(n, "\(path).maxConnections", in: 1...PlanLimits.maximumConnectionLimit) { c.maxConnections = v }
+        }
+        if let n = m["discoveryTime"], let d = duration(n, "\(path).discoveryTime", max: PlanLimits.maximumConnectLatency) { c.discoveryTime = d }
+        if let n = m["connectLoad"] {
+            if Self.saysOff(n) { c.connectLoad = 0 } else if let v = number(n, "\(path).connectLoad", in: 0...1, what: "a probability (or off)") { c.connectLoad = v }
+        }
+        return c
     }
 
     mutating func thresholds(_ node: Node, _ path: String) -> Thresholds? {

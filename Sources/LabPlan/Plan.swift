@@ -67,6 +67,17 @@ public struct Plan: Codable, Sendable, Equatable {
         check("radio.connectLatency", radio.connectLatency, 0...PlanLimits.maximumConnectLatency)
         check("radio.macRotation", radio.macRotation, 0...PlanLimits.maximumDuration)
         if radio.macRotation > 0 && radio.macRotation < 1 { out.append("radio.macRotation: rotating more often than every 1s is not realistic") }
+        if let c = radio.crowding {
+            let scan = PlanLimits.scanTiming
+            if let cap = c.capture { check("radio.crowding.capture", cap, 0...PlanLimits.maximumCapture) }
+            if let w = c.scanWindow { check("radio.crowding.scanWindow", w, scan) }
+            check("radio.crowding.scanInterval", c.scanInterval, scan)
+            if let w = c.scanWindow, w.isFinite, c.scanInterval.isFinite, w > c.scanInterval { out.append("radio.crowding.scanWindow: longer than scanInterval") }
+            if let r = c.reportRate { check("radio.crowding.reportRate", r, 1...PlanLimits.maximumReportRate) }
+            if let m = c.maxConnections { check("radio.crowding.maxConnections", Double(m), 1...Double(PlanLimits.maximumConnectionLimit)) }
+            check("radio.crowding.discoveryTime", c.discoveryTime, 0...PlanLimits.maximumConnectLatency)
+            check("radio.crowding.connectLoad", c.connectLoad, 0...1)
+        }
         return out
     }
 
@@ -163,6 +174,29 @@ public struct RadioSettings: Codable, Sendable, Equatable {
     public var connectSuccess: Double = 0.95
     public var connectLatency: TimeInterval = 0.3
     public var macRotation: TimeInterval = 0
+    /// The crowding model (`radio.crowding`); nil: the idealised radio.
+    public var crowding: CrowdingSettings?
+    public init() {}
+}
+
+/// `radio.crowding`: what makes a crowded room degrade (docs/SIMULATOR.md). `crowding: on` is
+/// this struct's defaults, the calibrated model; a part is off when its value is nil (or
+/// `collisions` false, `connectLoad` 0). Mapped onto RadioSim's `CrowdingParameters`.
+public struct CrowdingSettings: Codable, Sendable, Equatable {
+    public var collisions: Bool = true
+    /// dB; nil: no capture effect.
+    public var capture: Double? = 8
+    /// Scanner duty (seconds); nil window: an idealised scanner on all three channels.
+    public var scanWindow: TimeInterval? = 0.01125
+    public var scanInterval: TimeInterval = 0.01125
+    /// Reports per second a controller hands its host; nil: unlimited.
+    public var reportRate: Double? = 200
+    /// Concurrent connections per controller; nil: unlimited.
+    public var maxConnections: Int? = 5
+    /// Seconds of service discovery per connection.
+    public var discoveryTime: TimeInterval = 1
+    /// Failure added per link active nearby (0: off).
+    public var connectLoad: Double = 0.02
     public init() {}
 }
 

@@ -26,6 +26,12 @@ public final class SimMedium {
         var services: [GATTService] = []
         weak var server: (any GATTServerDelegate)?
         weak var transport: SimTransport?
+        /// Crowding: when this scanner's channel rotation starts (seconds), its report budget, its
+        /// controller's connections in use (links and outgoing attempts).
+        var scanPhase: Double = 0
+        var tokens: Double = 0
+        var tokenTime: Double = 0
+        var connections = 0
         init(index: Int, name: String, position: (x: Double, y: Double), address: RadioAddress) {
             self.index = index
             self.name = name
@@ -49,12 +55,34 @@ public final class SimMedium {
     /// Counters, for benchmarks and tests.
     public private(set) var advertisingEvents = 0
     public private(set) var reportsDelivered = 0
+    /// Crowding counters: PDUs lost to collisions at a receiver, reports a controller dropped
+    /// beyond its report rate, connection attempts refused by a connection limit, the most
+    /// connections any controller held at once.
+    public private(set) var collisionsLost = 0
+    public private(set) var reportsDropped = 0
+    public internal(set) var connectionsRefused = 0
+    public private(set) var peakConnections = 0
+
+    /// The crowding model, nil when off.
+    let crowding: CrowdingParameters?
+    /// Seconds since the medium was made: the channel model's clock.
+    private let epoch: Date
+    /// Transmissions per advertising channel (37, 38, 39), in start order, kept while they can
+    /// still overlap a PDU not yet decided.
+    private struct Transmission { let node: Int; let start: Double; let end: Double; let power: Double }
+    private var channels: [[Transmission]] = [[], [], []]
+    /// Advertising events whose PDUs are decided once every PDU that could overlap them is known.
+    private struct PendingEvent { let node: Int; let start: Double; let airTime: Double; let spacing: Double; let due: Double; let report: ScanReport; let power: Double }
+    private var pending: [PendingEvent] = []
+    private var flushScheduled = false
 
     public init(scheduler: any Scheduler, parameters: RadioParameters = RadioParameters(), seed: UInt64) {
         self.scheduler = scheduler
         self.model = PropagationModel(parameters: parameters)
         self.seed = seed
         self.random = SeededGenerator(seed: seed, stream: "medium")
+        self.crowding = parameters.crowding
+        self.epoch = scheduler.now
     }
 
     /// Adds a node and returns its transport. The node starts powered on.
@@ -63,6 +91,11 @@ public final class SimMedium {
         var address = RadioAddress(randomUsing: &g)
         while byAddress[address] != nil { address = RadioAddress(randomUsing: &g) }
         let node = Node(index: nodes.count, name: name, position: (x, y), address: address)
+        if let c = crowding {
+            var s = SeededGenerator(seed: seed, stream: "scan/\(name)")
+            node.scanPhase = s.nextUnit() * 3 * c.scanInterval
+            if let rate = c.reportRate { node.tokens = Self.reportBurst(rate) }
+        }
         nodes.append(node)
         byAddress[address] = node.index
         rebuildPathLoss()
@@ -160,7 +193,9 @@ public final class SimMedium {
         let node = nodes[index]
         guard node.powered, let ad = node.advertisement else { return }
         advertisingEvents += 1
-        if !scanners.isEmpty {
+        if let c = crowding, c.channelModel {
+            queueEvent(index, ad, c)
+        } else if !scanners.isEmpty {
             let n = nodes.count
             let tx = Double(ad.txPower ?? 0)
             let sigma = parameters.shadowing
@@ -177,12 +212,137 @@ public final class SimMedium {
                                         manufacturerData: ad.manufacturerData, serviceUUIDs: ad.serviceUUIDs)
                 }
                 report!.rssi = Int(rssi.rounded())
-                reportsDelivered += 1
-                nodes[j].transport?.deliver(report!)
+                deliver(report!, to: j, at: crowding?.reportRate == nil ? 0 : clock())
             }
         }
         let interval = max(0.02, ad.interval ?? 0.1)
         node.advertisingTask = scheduleAdvert(index, after: interval + random.nextUnit() * parameters.maximumAdvertisingDelay)
+    }
+
+    /// Hands a report to node `j`'s host unless its controller's report budget is spent.
+    @inline(__always) private func deliver(_ report: ScanReport, to j: Int, at time: Double) {
+        if let rate = crowding?.reportRate {
+            let node = nodes[j]
+            if time > node.tokenTime {
+                node.tokens = min(Self.reportBurst(rate), node.tokens + (time - node.tokenTime) * rate)
+                node.tokenTime = time
+            }
+            guard node.tokens >= 1 else { reportsDropped += 1; return }
+            node.tokens -= 1
+        }
+        reportsDelivered += 1
+        nodes[j].transport?.deliver(report)
+    }
+
+    /// A controller's report queue holds a tenth of a second of reports (at least one).
+    static func reportBurst(_ rate: Double) -> Double { max(1, rate / 10) }
+
+    private func clock() -> Double { scheduler.now.timeIntervalSince(epoch) }
+
+    // MARK: Channels: collisions and scanner duty
+
+    /// Records an advertising event's three PDUs and decides them once nothing else can overlap them.
+    private func queueEvent(_ index: Int, _ ad: Advertisement, _ c: CrowdingParameters) {
+        let t = clock()
+        let air = CrowdingParameters.airTime(ad)
+        let spacing = air + c.channelGap
+        let power = Double(ad.txPower ?? 0)
+        for k in 0..<3 {
+            let start = t + Double(k) * spacing
+            channels[k].append(Transmission(node: index, start: start, end: start + air, power: power))
+        }
+        let node = nodes[index]
+        let report = ScanReport(address: node.address, rssi: 0, txPower: ad.includeTxPower ? ad.txPower : nil,
+                                manufacturerData: ad.manufacturerData, serviceUUIDs: ad.serviceUUIDs)
+        // Every PDU that can overlap this event's last one starts before it ends.
+        let due = t + 2 * spacing + air + 1e-6
+        pending.append(PendingEvent(node: index, start: t, airTime: air, spacing: spacing, due: due, report: report, power: power))
+        if !flushScheduled {
+            flushScheduled = true
+            scheduler.schedule(after: due - t) { [weak self] in self?.flush() }
+        }
+    }
+
+    private func flush() {
+        guard let c = crowding else { return }
+        let now = clock()
+        var done = 0
+        // Date has about 0.1 µs of resolution in this century: compare with a margin.
+        while done < pending.count, pending[done].due <= now + 1e-6 {
+            decide(pending[done], c)
+            done += 1
+        }
+        pending.removeFirst(done)
+        // Transmissions that ended before the oldest undecided PDU began can overlap nothing more.
+        let bound = (pending.first?.start ?? now) - 0.001
+        for k in 0..<3 {
+            var drop = 0
+            while drop < channels[k].count, channels[k][drop].end < bound { drop += 1 }
+            if drop > 0 { channels[k].removeFirst(drop) }
+        }
+        if let next = pending.first {
+            scheduler.schedule(after: max(1e-5, next.due - now)) { [weak self] in self?.flush() }
+        } else {
+            flushScheduled = false
+        }
+    }
+
+    /// Which scanners hear an event, PDU by PDU.
+    private func decide(_ e: PendingEvent, _ c: CrowdingParameters) {
+        guard !scanners.isEmpty, nodes[e.node].powered else { return }
+        let n = nodes.count
+        let i = e.node
+        let sigma = parameters.shadowing, loss = parameters.reportLoss, sensitivity = parameters.sensitivity
+        var report = e.report
+        for j in scanners where j != i {
+            var heard = 0
+            for k in 0..<3 {
+                let start = e.start + Double(k) * e.spacing
+                if let window = c.scanWindow, !listening(j, at: start, channel: k, window: window, interval: c.scanInterval) { continue }
+                if c.collisions, collided(i, at: j, channel: k, start: start, end: start + e.airTime, power: e.power, c) {
+                    collisionsLost += 1
+                    continue
+                }
+                heard += 1
+                // The idealised scanner hears all three channels and reports an event once.
+                if c.scanWindow == nil { break }
+            }
+            for _ in 0..<heard {
+                if loss > 0, random.nextUnit() < loss { continue }
+                var rssi = meanRSSI[i * n + j] + e.power
+                if sigma > 0 { rssi += sigma * random.nextGaussian() }
+                if rssi < sensitivity { continue }
+                report.rssi = Int(rssi.rounded())
+                deliver(report, to: j, at: e.start)
+            }
+        }
+    }
+
+    /// Whether scanner `j` listens on channel `k` (0 = 37) at `time`.
+    @inline(__always) private func listening(_ j: Int, at time: Double, channel k: Int, window: Double, interval: Double) -> Bool {
+        let cycle = 3 * interval
+        var u = (time - nodes[j].scanPhase).truncatingRemainder(dividingBy: cycle)
+        if u < 0 { u += cycle }
+        let slot = min(2, Int(u / interval))
+        return slot == k && u - Double(slot) * interval < window
+    }
+
+    /// Whether another transmission on channel `k` overlapping [start, end] spoils the PDU of
+    /// node `i` at receiver `j`: the receiver itself transmitting, or a transmitter it can hear
+    /// that the wanted signal does not capture over.
+    @inline(__always) private func collided(_ i: Int, at j: Int, channel k: Int, start: Double, end: Double, power: Double, _ c: CrowdingParameters) -> Bool {
+        let n = nodes.count
+        let wanted = meanRSSI[i * n + j] + power
+        for t in channels[k] {
+            if t.start >= end { break }
+            guard t.end > start, t.node != i else { continue }
+            if t.node == j { return true }
+            let interferer = meanRSSI[t.node * n + j] + t.power
+            if interferer < parameters.sensitivity { continue }
+            if let capture = c.capture, wanted - interferer >= capture { continue }
+            return true
+        }
+        return false
     }
 
     func setScanning(_ index: Int, _ on: Bool) {
@@ -215,17 +375,73 @@ public final class SimMedium {
         return (ok, latency)
     }
 
+    /// Decides a connection attempt from `central` to `target` under load: each link near either
+    /// end costs a factor (1 - connectLoad), and with collisions on the CONNECT_IND must survive
+    /// the advertising traffic the target hears (pure ALOHA: e^-2G, G = the channel's occupancy).
+    func connectionAttempt(central: Int, target: Int) -> (Bool, TimeInterval) {
+        guard let c = crowding, c.connectLoad > 0 || c.collisions else { return connectionAttempt() }
+        var p = parameters.connectSuccess
+        let n = nodes.count
+        if c.connectLoad > 0 {
+            func near(_ a: Int) -> Bool {
+                a == central || a == target || meanRSSI[a * n + central] >= parameters.sensitivity || meanRSSI[a * n + target] >= parameters.sensitivity
+            }
+            let busy = linkList.reduce(0) { $0 + (near($1.central) || near($1.peripheral) ? 1 : 0) }
+            p *= pow(1 - c.connectLoad, Double(busy))
+        }
+        if c.collisions {
+            var occupancy = 0.0
+            for m in nodes where m.index != target && m.index != central && m.powered {
+                guard let ad = m.advertisement, meanRSSI[m.index * n + target] + Double(ad.txPower ?? 0) >= parameters.sensitivity else { continue }
+                occupancy += CrowdingParameters.airTime(ad) / max(0.02, ad.interval ?? 0.1)
+            }
+            p *= exp(-2 * occupancy)
+        }
+        let ok = random.nextUnit() < p
+        let latency = parameters.connectLatency * (0.5 + random.nextUnit())
+        return (ok, latency)
+    }
+
+    /// Connection slots, counted only with a connection limit.
+    var connectionLimit: Int? { crowding?.maxConnections }
+    func hasFreeSlot(_ index: Int) -> Bool { connectionLimit.map { nodes[index].connections < $0 } ?? true }
+    /// Takes a slot of `index` for an outgoing attempt; false when the controller is at its limit.
+    func takeSlot(_ index: Int) -> Bool {
+        guard connectionLimit != nil else { return true }
+        guard hasFreeSlot(index) else { return false }
+        nodes[index].connections += 1
+        peakConnections = max(peakConnections, nodes[index].connections)
+        return true
+    }
+    func releaseSlot(_ index: Int) {
+        guard connectionLimit != nil, nodes[index].connections > 0 else { return }
+        nodes[index].connections -= 1
+    }
+    /// Connections a node's controller holds now (links and outgoing attempts; 0 without a limit).
+    public func connections(of index: Int) -> Int { nodes[index].connections }
+
     func isLinked(_ central: Int, _ peripheral: Int) -> Bool { links.contains(Link(central: central, peripheral: peripheral)) }
 
-    func link(_ central: Int, _ peripheral: Int) {
+    /// Links `central` to `peripheral`; false if they were linked already. With a connection
+    /// limit the link holds the central's slot (taken for the attempt) and one of the peripheral's.
+    @discardableResult
+    func link(_ central: Int, _ peripheral: Int) -> Bool {
         let l = Link(central: central, peripheral: peripheral)
-        if links.insert(l).inserted { linkList.append(l) }
+        guard links.insert(l).inserted else { return false }
+        linkList.append(l)
+        if connectionLimit != nil {
+            nodes[peripheral].connections += 1
+            peakConnections = max(peakConnections, nodes[peripheral].connections)
+        }
+        return true
     }
 
     func unlink(_ central: Int, _ peripheral: Int, notifyCentral: Bool) {
         let l = Link(central: central, peripheral: peripheral)
         guard links.remove(l) != nil else { return }
         linkList.removeAll { $0 == l }
+        releaseSlot(central)
+        releaseSlot(peripheral)
         let peripheralAddressSeenByCentral = nodes[peripheral].address
         let centralAddress = nodes[central].address
         nodes[peripheral].server?.gattCentralDisconnected(centralAddress)

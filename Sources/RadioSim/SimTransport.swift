@@ -101,18 +101,48 @@ public final class SimTransport: BLETransport {
             answer(after: timeout, completion) { .failure(.timeout("connect to \(address)")) }
             return
         }
-        let (ok, latency) = medium.connectionAttempt()
+        let limited = medium.connectionLimit != nil
+        if limited {
+            // A controller at its limit refuses to initiate; a target at its limit stops being
+            // connectable, so the attempt waits for its timeout.
+            guard medium.takeSlot(index) else {
+                medium.connectionsRefused += 1
+                answer(after: gatt, completion) { .failure(.connectionFailed("connection-limit-exceeded")) }
+                return
+            }
+            if !medium.hasFreeSlot(target) {
+                medium.connectionsRefused += 1
+                answer(after: timeout, completion) {
+                    self.medium.releaseSlot(self.index)
+                    return .failure(.timeout("connect to \(address)"))
+                }
+                return
+            }
+        }
+        let (ok, latency) = medium.connectionAttempt(central: index, target: target)
         if latency > timeout {
-            answer(after: timeout, completion) { .failure(.timeout("connect to \(address)")) }
+            answer(after: timeout, completion) {
+                if limited { self.medium.releaseSlot(self.index) }
+                return .failure(.timeout("connect to \(address)"))
+            }
             return
         }
         answer(after: latency, completion) {
             // The target may have gone (power, MAC rotation) meanwhile.
             guard self.state == .poweredOn, self.medium.target(address) == target, self.medium.isPowered(target) else {
+                if limited { self.medium.releaseSlot(self.index) }
                 return .failure(.connectionFailed("le-connection-abort-by-remote"))
             }
-            guard ok else { return .failure(.connectionFailed("le-connection-abort-by-local")) }
-            self.medium.link(self.index, target)
+            guard ok else {
+                if limited { self.medium.releaseSlot(self.index) }
+                return .failure(.connectionFailed("le-connection-abort-by-local"))
+            }
+            if limited && !self.medium.hasFreeSlot(target) {
+                self.medium.releaseSlot(self.index)
+                self.medium.connectionsRefused += 1
+                return .failure(.connectionFailed("le-connection-abort-by-remote"))
+            }
+            if !self.medium.link(self.index, target), limited { self.medium.releaseSlot(self.index) }
             return .success(())
         }
     }
@@ -123,7 +153,7 @@ public final class SimTransport: BLETransport {
     }
 
     public func discoverServices(_ address: RadioAddress, completion: @escaping (Result<[GATTService], TransportError>) -> Void) {
-        answer(after: gatt, completion) {
+        answer(after: gatt + (medium.crowding?.discoveryTime ?? 0), completion) {
             guard let target = self.linked(address) else { return .failure(.notConnected) }
             return .success(self.medium.services(of: target))
         }
