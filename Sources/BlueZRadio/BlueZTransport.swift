@@ -42,6 +42,10 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     public let options: Options
     /// Diagnostic lines (log.txt), called on the scheduler.
     public var log: ((String) -> Void)?
+    /// Called on the scheduler once the radio is back, with the period it was lost (seconds since
+    /// 1970) and why: the node logged nothing it could vouch for in between.
+    public var onGap: ((_ from: Double, _ to: Double, _ reason: String) -> Void)?
+    private var lostSince: (at: Double, reason: String)?
 
     // MARK: scheduler-confined state
     var bus: DBusConnection?
@@ -146,7 +150,11 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
             recoveryTask = nil
             note("adapter \(adapter) powered (\(describeAdapter(adapter)))")
             for w in waiters { w(.success(())) }
-            if recovered { delegate?.transport(didUpdateState: .poweredOn) }
+            if recovered {
+                if let lostSince { onGap?(lostSince.at, Date().timeIntervalSince1970, "radio lost: \(lostSince.reason)") }
+                lostSince = nil
+                delegate?.transport(didUpdateState: .poweredOn)
+            }
         case .failure(let error):
             if !waiters.isEmpty { note("adapter \(options.adapter) unavailable: \(error)") }
             for w in waiters { w(.failure(error)) }
@@ -236,6 +244,7 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         let remotes = centrals
         centrals.removeAll()
         if wasOn {
+            lostSince = (Date().timeIntervalSince1970, reason)
             note("radio lost: \(reason); retrying every \(Int(options.recoveryInterval)) s")
             for a in links.sorted(by: { $0.value < $1.value }) { delegate?.transport(didDisconnect: a) }
             if let server { for a in remotes.sorted(by: { $0.value < $1.value }) { server.gattCentralDisconnected(a) } }

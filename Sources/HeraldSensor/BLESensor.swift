@@ -124,6 +124,9 @@ public final class BLESensor: Sensor {
         beginScan()
     }
 
+    /// Seconds between attempts to advertise after a failure that may pass.
+    var advertisingRetry: TimeInterval = 10
+
     private func startAdvertising() {
         if settings.pseudoAddress, pseudoDeviceAddress == nil {
             pseudoDeviceAddress = PseudoDeviceAddress(using: &random)
@@ -143,6 +146,15 @@ public final class BLESensor: Sensor {
                 self.isAdvertising = false
                 self.canAdvertise = false
                 self.fault("advertising failed: \(error); writing payload to peers instead")
+                // A radio that cannot advertise at all says so (notSupported); anything else may
+                // be passing (bluetoothd back on the bus before its advertising manager), so the
+                // advertisement is tried again while the radio stays on.
+                if case .notSupported = error { return }
+                self.scheduler.schedule(after: self.advertisingRetry) { [weak self] in
+                    guard let self, self.running, !self.isAdvertising, self.transport.state == .poweredOn else { return }
+                    self.info("advertising: trying again")
+                    self.startAdvertising()
+                }
             }
         }
     }

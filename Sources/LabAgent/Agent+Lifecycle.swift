@@ -99,13 +99,17 @@ extension Agent {
                 r.closeRadio = { onAir.close() }
             }
             let runner = NodeRunner(assignment: r.assignment, transport: transport, directory: r.nodeDirectory)
-            (transport as? BlueZTransport)?.log = runner.radioLog
+            let recordGap: (Double, Double, String) -> Void = { [weak self, weak r] from, to, reason in
+                guard let self, let r else { return }
+                self.addGap(r, from: from, to: to, reason: reason)
+            }
+            if let bluez = transport as? BlueZTransport {
+                bluez.log = runner.radioLog
+                bluez.onGap = recordGap
+            }
             if let air {
                 air.log = runner.radioLog
-                air.onGap = { [weak self, weak r] from, to, reason in
-                    guard let self, let r else { return }
-                    self.addGap(r, from: from, to: to, reason: reason)
-                }
+                air.onGap = recordGap
             }
             r.runner = runner
             if let startAt = r.startAt { Self.wait(until: startAt) }

@@ -145,6 +145,21 @@ final class BLESensorTests: XCTestCase {
         XCTAssertTrue(bundles.dropFirst(132).starts(with: Data([0x02])), "then an RSSI write")
     }
 
+    func testAdvertisingThatFailsForAWhileIsTriedAgain() {
+        scheduler = VirtualScheduler(start: start)
+        transport = ScriptedTransport(scheduler: scheduler)
+        transport.advertisingFailuresLeft = 2
+        recorder = EventRecorder()
+        sensor = BLESensor(transport: transport, payloadDataSupplier: own, random: SeededGenerator(seed: 1))
+        sensor.add(delegate: recorder)
+        sensor.start()
+        at(5)
+        XCTAssertFalse(sensor.isAdvertising)
+        at(25)
+        XCTAssertTrue(sensor.isAdvertising, "advertising again once the radio lets it")
+        XCTAssertEqual(transport.calls.filter { $0 == "startAdvertising" }.count, 3)
+    }
+
     func testConnectTimeoutIsBoundedAndRetriedNextCycle() {
         makeSensor { $0.connectionTimeout = 2 }
         var peer = ScriptedTransport.heraldPeer(payload: peerPayload)

@@ -20,6 +20,8 @@ final class ScriptedTransport: BLETransport {
     var peers: [RadioAddress: Peer] = [:]
     var advertisements: [Advertisement] = []
     var advertisingFails = false
+    /// Advertising fails with a passing error this many times, then works.
+    var advertisingFailuresLeft = 0
     var scanning = false
     var calls: [String] = []
     weak var server: (any GATTServerDelegate)?
@@ -58,6 +60,11 @@ final class ScriptedTransport: BLETransport {
     func startAdvertising(_ advertisement: Advertisement, completion: @escaping (Result<Void, TransportError>) -> Void) {
         calls.append("startAdvertising")
         if advertisingFails { later(.failure(.notSupported("advertising")), completion); return }
+        if advertisingFailuresLeft > 0 {
+            advertisingFailuresLeft -= 1
+            later(.failure(.failed("RegisterAdvertisement: no such method (advertising manager not there yet)")), completion)
+            return
+        }
         advertisements.append(advertisement)
         later(.success(()), completion)
     }
