@@ -19,6 +19,7 @@ struct BenchArm: AsyncParsableCommand {
         abstract: "Time to arm N heartbeating agents, each with its own HTTP listener, in one process; the coordinator's memory.")
     @Option var agents = 200
     @Option(help: "Seconds between an agent's heartbeats (as agents send them by default).") var heartbeat = 1.0
+    @Option(help: "Seconds of heartbeats before the measurement.") var settle = 2.0
     @Flag(help: "Keep the agents' state on disk (the temporary folder), not in /dev/shm.") var disk = false
     @Option(help: "Arm this many times (a fresh run each time), printing each.") var repeats = 1
 
@@ -82,7 +83,7 @@ struct BenchArm: AsyncParsableCommand {
         }
         log(String(format: "%d agents registered and heartbeating every %g s after %.2f s", agents, heartbeat, Date().timeIntervalSince(started)))
         // Let the heartbeats settle into their rhythm before the measurement.
-        try await Task.sleep(nanoseconds: UInt64(max(2, 2 * heartbeat) * 1e9))
+        try await Task.sleep(nanoseconds: UInt64(max(settle, 2 * heartbeat) * 1e9))
         let columns = Int(Double(agents).squareRoot().rounded(.up))
         let plan = "name: arm\(agents)\nduration: 10s\nnodes: {count: \(agents), prefix: n, grid: {columns: \(columns), spacing: 2m}}\n"
         struct Run: Decodable { var id: String; var state: String; var message: String? }
@@ -95,7 +96,8 @@ struct BenchArm: AsyncParsableCommand {
                 throw ValidationError("submit refused: HTTP \(status) \(String(decoding: body.prefix(300), as: UTF8.self))")
             }
             while run.state == "arming" {
-                try await Task.sleep(nanoseconds: 5_000_000)
+                // Not more often: each answer encodes the whole run record (a thousand nodes).
+                try await Task.sleep(nanoseconds: 50_000_000)
                 run = try await client.call("GET", "/v1/runs/\(run.id)")
             }
             let armed = Date().timeIntervalSince(t0)

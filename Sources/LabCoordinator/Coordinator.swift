@@ -227,8 +227,9 @@ public final class Coordinator: @unchecked Sendable {
         }
         let tags = Set(plan.agents.tags ?? [])
         var fit = [LabWire.AgentInfo]()
+        var fitURLs = Set<String>() // the URLs in `fit`: one look-up per agent, not a scan of `fit`
         for v in views where v.info.radio == plan.radio.kind && tags.isSubset(of: Set(v.info.tags)) && !busy(v.info) {
-            if fit.contains(where: { $0.url == v.info.url }) { continue }
+            if !fitURLs.insert(v.info.url).inserted { continue }
             fit.append(v.info)
         }
         guard fit.count >= need else {
