@@ -1,6 +1,7 @@
 import Foundation
 import HeraldCore
 import LabNet
+import CLinuxEvents
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -76,6 +77,10 @@ public enum FileDownload {
         // (no copy); a buffer is received into again only once the hasher is done with it.
         let pipeline = HashPipeline(hasher)
         defer { hasher = pipeline.finish() }
+        // Write-back starts as the file grows (sync_file_range, without waiting), so that the
+        // fsync the gatherer makes at the end finds little left to write.
+        let start = status == 200 ? 0 : Int64(lseek(handle.fileDescriptor, 0, SEEK_CUR))
+        var flushed: Int64 = 0
         func writeAll(_ p: UnsafeRawPointer, _ count: Int) throws {
             var off = 0
             while off < count {
@@ -84,6 +89,10 @@ public enum FileDownload {
                 off += w
             }
             written += Int64(count)
+            if written - flushed >= 8 << 20 {
+                _ = heraldlab_start_writeback(handle.fileDescriptor, start + flushed, written - flushed)
+                flushed = written
+            }
         }
         if filled > bodyStart {
             let slot = pipeline.acquire()
