@@ -38,11 +38,12 @@ struct BenchArm: AsyncParsableCommand {
         let air = AirServer(log: quiet)
         let airPort = try air.start(port: 0)
 
-        // The coordinator: this executable, as `herald-lab coordinator`.
+        // The coordinator: this executable, as `herald-lab coordinator` (or another build's, to
+        // compare: HERALDLAB_BENCH_COORDINATOR=path/to/herald-lab).
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         let portFile = dir.appendingPathComponent("coordinator.port")
         let coordinator = Process()
-        coordinator.executableURL = URL(fileURLWithPath: Bench.executable)
+        coordinator.executableURL = URL(fileURLWithPath: ProcessInfo.processInfo.environment["HERALDLAB_BENCH_COORDINATOR"] ?? Bench.executable)
         coordinator.arguments = ["coordinator", "--results", dir.appendingPathComponent("results").path, "--air", "127.0.0.1:\(airPort)",
                                  "--port-file", portFile.path]
         var env = ProcessInfo.processInfo.environment
