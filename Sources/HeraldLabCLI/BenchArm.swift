@@ -122,7 +122,10 @@ struct BenchArm: AsyncParsableCommand {
         if times.count > 1 { log(String(format: "arm %d agents: median %.3f s of %d", agents, times.sorted()[times.count / 2], times.count)) }
         // Tearing down the in-process agents is not part of the measurement: leave at once.
         coordinator.terminate()
+        coordinator.waitUntilExit()
         withExtendedLifetime((list, air)) {}
+        // exit() skips the `defer` above: the agents' folders (in /dev/shm, memory) go first.
+        try? FileManager.default.removeItem(at: dir)
         Glibc.exit(0)
     }
 }
