@@ -124,7 +124,10 @@ struct BenchArm: AsyncParsableCommand {
         coordinator.terminate()
         coordinator.waitUntilExit()
         withExtendedLifetime((list, air)) {}
-        // exit() skips the `defer` above: the agents' folders (in /dev/shm, memory) go first.
+        // exit() skips the `defer` above: the agents' folders (in /dev/shm, memory) go first;
+        // twice, since agents still answering the last starts may write into them meanwhile.
+        try? FileManager.default.removeItem(at: dir)
+        try await Task.sleep(nanoseconds: 500_000_000)
         try? FileManager.default.removeItem(at: dir)
         Glibc.exit(0)
     }
