@@ -22,7 +22,9 @@ let package = Package(
     ],
     targets: [
         // MARK: Herald protocol: types, payloads, codecs (no dependencies).
-        .target(name: "HeraldCore"),
+        .target(name: "HeraldCore", dependencies: ["CSHA256"]),
+        // SHA-256's compression function in C: SHA-NI where the CPU has it, portable C otherwise.
+        .target(name: "CSHA256"),
         // MARK: Radio abstraction: the one transport protocol the sensor uses, clocks, schedulers.
         .target(name: "HeraldRadio", dependencies: ["HeraldCore"]),
         // MARK: Herald-format log files.

@@ -2,4 +2,13 @@
 #define CLINUXEVENTS_SHIM_H
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <stdint.h>
+
+/// Starts write-back of a file range without waiting (sync_file_range with
+/// SYNC_FILE_RANGE_WRITE, which Glibc declares only under _GNU_SOURCE).
+static inline int heraldlab_start_writeback(int fd, int64_t offset, int64_t length) {
+    return (int)syscall(SYS_sync_file_range, fd, offset, length, 2 /* SYNC_FILE_RANGE_WRITE */);
+}
 #endif

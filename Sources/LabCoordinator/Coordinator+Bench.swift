@@ -2,10 +2,12 @@ import Foundation
 import LabHTTP
 import LabPlan
 
+/// The one benchmark hook left in the coordinator: `herald-lab bench gather` times the real
+/// gathering code (`gatherNode`: download, SHA-256, fsync) on a finished run an agent holds.
+/// Moving it out would need either `gatherNode` public, or the benchmark to drive a real run
+/// through the HTTP API up to its gathering (a run record the coordinator resumes), which a
+/// coordinator only has for runs it armed itself.
 extension Coordinator {
-    /// The state of a run (benchmarks and tests).
-    public func state(of id: String) -> RunRecord.State? { run(id)?.state }
-
     /// Gathers one node's files from an agent into `dir`, verifying every checksum, as a run's
     /// gather does; returns the bytes fetched (benchmarks).
     public func fetchFiles(agentURL: String, runId: String, node: String, into dir: URL) async throws -> Int64 {

@@ -53,6 +53,9 @@ public final class Coordinator: @unchecked Sendable {
     var runs: [String: RunRecord] = [:]
     var tasks: [String: Task<Void, Never>] = [:]
     var housekeeping: Task<Void, Never>?
+    /// Heartbeat times due for SQLite, written together by `flushSeen` (Coordinator+Routes).
+    var pendingSeen: [String: Double] = [:]
+    let seenQueue = DispatchQueue(label: "heraldlab.coordinator.seen")
     public let log: @Sendable (String) -> Void
     public private(set) var url = ""
 
@@ -96,6 +99,7 @@ public final class Coordinator: @unchecked Sendable {
         withLock { for t in tasks.values { t.cancel() } }
         housekeeping?.cancel()
         await http.stop()
+        seenQueue.sync { flushSeen() }
     }
 
     func withLock<T>(_ body: () throws -> T) rethrows -> T { lock.lock(); defer { lock.unlock() }; return try body() }
@@ -223,8 +227,9 @@ public final class Coordinator: @unchecked Sendable {
         }
         let tags = Set(plan.agents.tags ?? [])
         var fit = [LabWire.AgentInfo]()
+        var fitURLs = Set<String>() // the URLs in `fit`: one look-up per agent, not a scan of `fit`
         for v in views where v.info.radio == plan.radio.kind && tags.isSubset(of: Set(v.info.tags)) && !busy(v.info) {
-            if fit.contains(where: { $0.url == v.info.url }) { continue }
+            if !fitURLs.insert(v.info.url).inserted { continue }
             fit.append(v.info)
         }
         guard fit.count >= need else {

@@ -38,6 +38,13 @@ final class CoordinatorStore: @unchecked Sendable {
         try db.write { db in try db.execute(sql: "UPDATE agent SET lastSeen = ? WHERE name = ?", arguments: [t, name]) }
     }
 
+    /// Several agents' last heartbeats in one transaction (one commit, not one per agent).
+    func saveSeen(_ seen: [String: Double]) throws {
+        try db.write { db in
+            for (name, t) in seen { try db.execute(sql: "UPDATE agent SET lastSeen = ? WHERE name = ?", arguments: [t, name]) }
+        }
+    }
+
     func saveError(_ name: String, _ message: String, at t: Double) throws {
         try db.write { db in try db.execute(sql: "UPDATE agent SET lastError = ?, lastErrorAt = ? WHERE name = ?", arguments: [message, t, name]) }
     }

@@ -1,6 +1,7 @@
 import Foundation
 import HeraldCore
 import LabNet
+import CLinuxEvents
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -71,48 +72,82 @@ public enum FileDownload {
         defer { try? handle.close() }
         if status == 200 { try handle.truncate(atOffset: 0) } else { try handle.seekToEnd() }
         var written: Int64 = 0
-        // Hashing runs on its own thread, a few chunks behind the socket (bounded by a semaphore).
+        // Hashing runs on its own thread, a few chunks behind the socket: each chunk is received
+        // into one of a ring of buffers, written to the file from there, and hashed from there
+        // (no copy); a buffer is received into again only once the hasher is done with it.
         let pipeline = HashPipeline(hasher)
         defer { hasher = pipeline.finish() }
-        func consume(_ from: Int, _ to: Int) throws {
-            guard to > from else { return }
-            try buffer.withUnsafeBytes { raw in
-                let slice = UnsafeRawBufferPointer(rebasing: raw[from..<to])
-                pipeline.feed(Data(slice))
-                var off = 0
-                while off < slice.count {
-                    let w = write(handle.fileDescriptor, slice.baseAddress! + off, slice.count - off)
-                    if w < 0 { if errno == EINTR { continue }; throw LabClient.Failure(status: nil, message: "write failed (errno \(errno))") }
-                    off += w
-                }
+        // Write-back starts as the file grows (sync_file_range, without waiting), so that the
+        // fsync the gatherer makes at the end finds little left to write.
+        let start = status == 200 ? 0 : Int64(lseek(handle.fileDescriptor, 0, SEEK_CUR))
+        var flushed: Int64 = 0
+        func writeAll(_ p: UnsafeRawPointer, _ count: Int) throws {
+            var off = 0
+            while off < count {
+                let w = write(handle.fileDescriptor, p + off, count - off)
+                if w < 0 { if errno == EINTR { continue }; throw LabClient.Failure(status: nil, message: "write failed (errno \(errno))") }
+                off += w
             }
-            written += Int64(to - from)
+            written += Int64(count)
+            if written - flushed >= 8 << 20 {
+                _ = heraldlab_start_writeback(handle.fileDescriptor, start + flushed, written - flushed)
+                flushed = written
+            }
         }
-        try consume(bodyStart, filled)
+        if filled > bodyStart {
+            let slot = pipeline.acquire()
+            let n = filled - bodyStart
+            buffer.withUnsafeBytes { slot.copyMemory(from: $0.baseAddress! + bodyStart, byteCount: n) }
+            try writeAll(slot, n)
+            pipeline.hash(slot, n)
+        }
         while length.map({ written < $0 }) ?? true {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 { throw LabClient.Failure(status: nil, message: "receive failed (errno \(errno))") }
-            if n == 0 { break }
-            try consume(0, n)
+            let slot = pipeline.acquire()
+            let n = recv(fd, slot, HashPipeline.bufferSize, 0)
+            if n < 0 && errno == EINTR { pipeline.release(slot); continue }
+            if n < 0 { pipeline.release(slot); throw LabClient.Failure(status: nil, message: "receive failed (errno \(errno))") }
+            if n == 0 { pipeline.release(slot); break }
+            do { try writeAll(slot, n) } catch { pipeline.release(slot); throw error }
+            pipeline.hash(slot, n)
         }
         if let length, written != length { throw LabClient.Failure(status: status, message: "connection closed after \(written) of \(length) bytes") }
         return Result(status: status, bytes: written)
     }
 
-    /// Feeds chunks to SHA-256 on a serial queue, at most 8 chunks ahead of the hasher.
+    /// Hashes chunks on a serial queue, in order, from a ring of `slots` buffers: `acquire` waits
+    /// until a buffer is free, `hash` hands a filled one to the hasher, which frees it when done.
     final class HashPipeline: @unchecked Sendable {
+        static let bufferSize = 1 << 20
+        static let slots = 8
         private var hasher: SHA256
         private let queue = DispatchQueue(label: "heraldlab.download.hash")
-        private let slots = DispatchSemaphore(value: 8)
-        init(_ hasher: SHA256) { self.hasher = hasher }
-        func feed(_ chunk: Data) {
-            slots.wait()
+        private let free = DispatchSemaphore(value: HashPipeline.slots)
+        private let lock = NSLock()
+        private var buffers: [UnsafeMutableRawPointer]
+        private let all: [UnsafeMutableRawPointer]
+        init(_ hasher: SHA256) {
+            self.hasher = hasher
+            all = (0..<Self.slots).map { _ in UnsafeMutableRawPointer.allocate(byteCount: Self.bufferSize, alignment: 64) }
+            buffers = all
+        }
+        deinit { for b in all { b.deallocate() } }
+        func acquire() -> UnsafeMutableRawPointer {
+            free.wait()
+            return lock.withLock { buffers.removeLast() }
+        }
+        func release(_ buffer: UnsafeMutableRawPointer) {
+            lock.withLock { buffers.append(buffer) }
+            free.signal()
+        }
+        func hash(_ buffer: UnsafeMutableRawPointer, _ count: Int) {
+            let address = UInt(bitPattern: buffer) // the ring owns the memory; only the address travels
             queue.async {
-                self.hasher.update(chunk)
-                self.slots.signal()
+                let p = UnsafeMutableRawPointer(bitPattern: address)!
+                self.hasher.update(UnsafeRawBufferPointer(start: p, count: count))
+                self.release(p)
             }
         }
+        /// Waits for the hasher to catch up; returns it.
         func finish() -> SHA256 { queue.sync { hasher } }
     }
 

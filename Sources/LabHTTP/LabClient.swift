@@ -2,7 +2,8 @@ import Foundation
 import LabNet
 
 /// A small JSON HTTP client with the bearer token, over `HTTPExchange` (one connection from
-/// LabNet's `Dialer` per request, on a thread of its own; not URLSession: see `HTTPExchange`).
+/// LabNet's `Dialer` per request, on a thread of its own while it runs, threads reused; not
+/// URLSession: see `HTTPExchange`).
 public final class LabClient: @unchecked Sendable {
     public let base: URL
     public let token: String?
@@ -33,14 +34,12 @@ public final class LabClient: @unchecked Sendable {
         let fields = all
         let answer: HTTPExchange.Answer
         do {
-            // A thread per request: the socket calls block, and the cooperative pool has only as
-            // many threads as cores.
+            // A thread of its own for each request in flight: the socket calls block, and the
+            // cooperative pool has only as many threads as cores. Threads are reused (BlockingThreads).
             answer = try await withCheckedThrowingContinuation { c in
-                let thread = Thread {
+                BlockingThreads.shared.run {
                     c.resume(with: Result { try HTTPExchange.perform(method, url, headers: fields, body: body, timeout: wait) })
                 }
-                thread.stackSize = 1 << 20
-                thread.start()
             }
         } catch let e as NetError {
             throw Failure(status: nil, message: "\(method) \(url.absoluteString): \(e.message)")

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# How each cost grows with the number of nodes (make bench-scale): simulate a grid plan, analyse
+# its bundle, both timed with /usr/bin/time (wall seconds, peak resident memory), then arm
+# N heartbeating agents (herald-lab bench arm). Prints one table.
+#   NODES="10 30 100 150"  DURATION=1h  AGENTS="10 100 1000"  BIN=.build/release/herald-lab
+# Bundles are deleted after analysis (a 100-node hour is several GB); KEEP=1 keeps them.
+set -u
+BIN=${BIN:-.build/release/herald-lab}
+NODES=${NODES:-10 30 100 150}
+DURATION=${DURATION:-1h}
+AGENTS=${AGENTS:-10 100 1000}
+out=.build/bench/scale
+mkdir -p "$out"
+timed() { # timed LOG command...: prints "seconds peakMB"
+  local log=$1; shift
+  /usr/bin/time -f "%e %M" -o "$log.time" "$@" > "$log" 2>&1 || { echo "failed: $* (see $log)" >&2; echo "- -"; return; }
+  awk '{printf "%.1f %.0f", $1, $2 / 1024}' "$log.time"
+}
+rows=()
+for n in $NODES; do
+  cols=$(awk -v n="$n" 'BEGIN { c = int(sqrt(n)); if (c * c < n) c++; print c }')
+  plan=$out/grid-$n.yaml
+  cat > "$plan" <<PLAN
+name: grid-$n
+duration: $DURATION
+warmup: 1m
+nodes: {count: $n, prefix: node, grid: {columns: $cols, spacing: 2m}}
+sensor: {scan: {on: 4s, rest: 1s, off: 2s}, advertInterval: 250ms}
+radio: {kind: sim, referencePower: -59, pathLossExponent: 2.0, shadowing: 4, reportLoss: 0.1}
+PLAN
+  rm -rf "$out/grid-$n"
+  read -r st sm < <(timed "$out/sim-$n.log" "$BIN" simulate "$plan" --out "$out/grid-$n" --quiet)
+  mb=$(du -sm "$out/grid-$n" 2>/dev/null | cut -f1)
+  read -r at am < <(timed "$out/analyse-$n.log" "$BIN" analyse "$out/grid-$n" --no-history)
+  [ "${KEEP:-0}" = 1 ] || rm -rf "$out/grid-$n"
+  rows+=("$(printf '%-7s %-10s %12s %12s %10s %12s %12s' "$n" "$DURATION" "$st" "$sm" "${mb:--}" "$at" "$am")")
+  echo "  ($n nodes: simulate ${st} s, ${sm} MB; ${mb} MB of logs; analyse ${at} s, ${am} MB)" >&2
+done
+arms=()
+for a in $AGENTS; do
+  line=$("$BIN" bench arm --agents "$a" 2>&1 | grep -E "^arm [0-9]+ agents \(")
+  t=$(echo "$line" | sed -n 's/.*: \([0-9.]*\) s (target.*/\1/p')
+  rss=$(echo "$line" | sed -n 's/.*peak \([0-9]*\) MB.*/\1/p')
+  arms+=("$(printf '%-7s %12s %16s' "$a" "${t:--}" "${rss:--}")")
+  echo "  ($a agents: arm ${t:-?} s, coordinator peak ${rss:-?} MB)" >&2
+done
+echo
+echo "nodes   duration   simulate s  simulate MB   logs MB   analyse s   analyse MB"
+printf '%s\n' "${rows[@]}"
+echo "(targets at 100 nodes x 1h: simulate <= 60 s; analyse <= 10 s and <= 1024 MB)"
+echo
+echo "agents  arm s (heartbeats every 1 s)  coordinator peak MB"
+printf '%s\n' "${arms[@]}"
+echo "(target at 1000 agents: arm <= 3 s, coordinator < 300 MB)"
