@@ -70,8 +70,14 @@ public enum ClockProbe {
             var filled = 0
             var status = 0
             var body: [UInt8]?
+            // t3 is when the answer's first segment arrives: the agent stamps `sent` just before
+            // it writes the head, and the body follows as a second segment whose delay would
+            // otherwise count too (on a jittery link, the later of two delays: a bias of a
+            // millisecond or more against the request's single segment).
+            var firstByte: Double?
             while body == nil {
                 let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + filled, $0.count - filled, 0) }
+                if n > 0 && firstByte == nil { firstByte = Date().timeIntervalSince1970 }
                 if n < 0 && errno == EINTR { continue }
                 if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { problem = failure(.timeout, "no answer within \(Int(timeout)) s"); break probing }
                 if n <= 0 { problem = failure(.protocolError, n == 0 ? "the connection closed before an answer" : "receive failed: \(NetError.text(errno: errno))"); break probing }
@@ -93,7 +99,7 @@ public enum ClockProbe {
                 guard bodyStart + length <= buffer.count else { problem = failure(.protocolError, "answer too large"); break probing }
                 if filled - bodyStart >= length { body = Array(buffer[bodyStart..<(bodyStart + length)]) }
             }
-            let t3 = Date().timeIntervalSince1970
+            let t3 = firstByte ?? Date().timeIntervalSince1970
             guard status == 200 else {
                 let text = String(decoding: body!.prefix(200), as: UTF8.self)
                 problem = failure(.protocolError, "HTTP \(status)\(text.isEmpty ? "" : ": \(text)")")
@@ -105,6 +111,10 @@ public enum ClockProbe {
                 break
             }
             out.append(Sample(offset: ((t1 - t0) + (t2 - t3)) / 2, roundTrip: (t3 - t0) - (t2 - t1)))
+            // Let this exchange's last segments (the body, our ACK of it) leave the link before the
+            // next request, so the request does not queue behind them: one round trip, at most 0.1 s.
+            let pause = min(0.1, max(0.0002, t3 - t0))
+            usleep(useconds_t(pause * 1e6))
         }
         if out.isEmpty && count > 0 { throw problem ?? failure(.protocolError, "no answer") }
         return out
