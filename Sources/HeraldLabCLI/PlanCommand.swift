@@ -29,9 +29,13 @@ struct PlanCommand: ParsableCommand {
 }
 
 /// Loads a plan or exits 2 with every problem and its field path.
-func loadPlan(_ path: String) throws -> Plan {
+func loadPlan(_ path: String) throws -> Plan { try loadPlanWithText(path).plan }
+
+/// The plan and the text it was read from (read once), or exit 2 with every problem.
+func loadPlanWithText(_ path: String) throws -> (plan: Plan, text: String) {
     do {
-        return try Plan.load(path: path)
+        let text = try Plan.readText(path: path)
+        return (try Plan.parse(yaml: text, source: path), text)
     } catch {
         FileHandle.standardError.write(Data((error.description + "\n").utf8))
         throw ExitCode(2)

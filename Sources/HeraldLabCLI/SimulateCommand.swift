@@ -26,8 +26,7 @@ struct SimulateCommand: ParsableCommand {
     var quiet = false
 
     func run() throws {
-        var plan = try loadPlan(self.plan)
-        let text = (try? Plan.readText(path: self.plan)) ?? ""
+        var (plan, text) = try loadPlanWithText(self.plan)
         if let maxDuration {
             guard let cap = Plan.parseDuration(maxDuration), cap > 0, cap <= PlanLimits.maximumDuration else {
                 log("herald-lab simulate: --max-duration \"\(maxDuration.prefix(64))\": expected a duration such as 30s, 2m or 1h, more than 0 and at most 7 days")

@@ -19,8 +19,18 @@ public final class DetectionLog: SensorDelegate {
         self.osVersion = osVersion
         self.ownShortName = ownShortName
         // A node resumed after a restart keeps what it had seen: the names already in the file.
-        if let text = try? String(contentsOf: url, encoding: .utf8), let first = text.split(whereSeparator: \.isNewline).first {
-            for name in Self.fields(first).dropFirst(4) where !name.isEmpty && name != ownShortName { seen.insert(name) }
+        if FileManager.default.fileExists(atPath: url.path) {
+            do {
+                let text = try String(contentsOf: url, encoding: .utf8)
+                if let first = text.split(whereSeparator: \.isNewline).first {
+                    for name in Self.fields(first).dropFirst(4) where !name.isEmpty && name != ownShortName { seen.insert(name) }
+                }
+            } catch {
+                // Rewriting it would lose what the node had seen: keep it and say why.
+                writeError = "detection.csv: cannot read what the node had seen before (\(error.localizedDescription)); left as it was"
+                unreadable = true
+                return
+            }
         }
         write()
     }
@@ -48,7 +58,13 @@ public final class DetectionLog: SensorDelegate {
         return String(decoding: out, as: UTF8.self)
     }
 
-    private func write() { writeError = AtomicFile.write(line + "\n", to: url) }
+    /// The file held lines this logger could not read: it is never overwritten.
+    private var unreadable = false
+
+    private func write() {
+        guard !unreadable else { return }
+        writeError = AtomicFile.write(line + "\n", to: url)
+    }
 
     private func add(_ name: String) {
         guard !name.isEmpty, name != ownShortName, !seen.contains(name) else { return }

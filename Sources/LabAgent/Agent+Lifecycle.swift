@@ -130,7 +130,7 @@ extension Agent {
         } catch {
             r.state = .failed
             r.message = "cannot start the radio: \(error)"
-            try? persist(r) // the failure is reported in status either way
+            persistOrReport(r)
             log("agent \(config.name): run \(r.id) failed to start: \(error)")
         }
     }
@@ -146,7 +146,7 @@ extension Agent {
         r.closeRadio = nil
         for t in r.tasks { t.cancel() }
         r.tasks = []
-        if interrupted { r.state = .running; r.resumed = true; try? persist(r); return } // resumed later; the gap comes from aliveAt
+        if interrupted { r.state = .running; r.resumed = true; persistOrReport(r); return } // resumed later; the gap comes from aliveAt
         do {
             r.files = try checksums(r)
             r.state = .finished
@@ -155,7 +155,7 @@ extension Agent {
         } catch {
             r.state = .failed
             r.message = "cannot make the logs durable: \(error)"
-            try? persist(r)
+            persistOrReport(r)
             log("agent \(config.name): run \(r.id): \(r.message!)")
         }
     }
@@ -201,7 +201,10 @@ extension Agent {
         guard r.state == .finished || r.state == .failed else { throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue) on agent \(config.name)\(r.message.map { ": \($0)" } ?? ""); files are served once it has finished") }
         if r.state == .failed && r.files.isEmpty {
             // Whatever a failed node logged is served too, so that it is not lost with the failure.
-            r.files = (try? checksums(r)) ?? []
+            do { r.files = try checksums(r) } catch {
+                r.message = [r.message, "its logs could not be checksummed: \(error)"].compactMap { $0 }.joined(separator: "; ")
+                log("agent \(config.name): run \(id): \(error)")
+            }
             try persist(r)
         }
         var list = LabWire.FileList(runId: id, node: r.assignment.node.name, resumed: r.resumed, startedAt: r.startedAt, files: r.files)
@@ -249,7 +252,7 @@ extension Agent {
         guard to > from else { return }
         r.gaps.append(LabWire.Gap(from: from, to: to, reason: reason))
         r.runner?.radioLog("gap in the logs from \(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: from))) to \(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: to))): \(reason)")
-        do { try persist(r) } catch { log("agent \(config.name): cannot record a gap: \(error)") }
+        persistOrReport(r)
         log("agent \(config.name): run \(r.id): gap of \(String(format: "%.1f", to - from)) s (\(reason))")
     }
 
@@ -263,7 +266,7 @@ extension Agent {
             r.runner?.radioLog("cannot write the logs: \(e)")
             log("agent \(config.name): run \(r.id): cannot write the logs: \(e)")
         }
-        do { try persist(r) } catch { log("agent \(config.name): cannot persist run \(r.id): \(error)") }
+        persistOrReport(r)
     }
 
     /// Sleeps, then spins for the last millisecond, until the wall clock reaches `instant`.

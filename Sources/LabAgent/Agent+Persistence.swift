@@ -22,6 +22,15 @@ extension Agent {
         var writeError: String?
     }
 
+    /// `persist` where the caller cannot refuse anything: a failure goes into the run's status
+    /// (`writeError`) and the agent's log, so the coordinator hears of it.
+    func persistOrReport(_ r: ActiveRun) {
+        do { try persist(r) } catch {
+            r.writeError = "cannot record the run's state: \(error)"
+            log("agent \(config.name): run \(r.id): cannot record its state: \(error)")
+        }
+    }
+
     func persist(_ r: ActiveRun) throws {
         let s = PersistedState(state: r.state, startAt: r.startAt, startedAt: r.startedAt, resumed: r.resumed, air: r.air, files: r.files,
                                gaps: r.gaps, aliveAt: r.aliveAt, aborted: r.aborted, message: r.message, writeError: r.writeError)
@@ -33,7 +42,11 @@ extension Agent {
     /// end has passed is finished. Folders that are not runs are reported, not deleted.
     func recover() {
         let fm = FileManager.default
-        guard let ids = try? fm.contentsOfDirectory(atPath: runsDirectory.path) else { return }
+        let ids: [String]
+        do { ids = try fm.contentsOfDirectory(atPath: runsDirectory.path) } catch {
+            log("agent \(config.name): cannot list the runs kept in \(runsDirectory.path): \(error); none resumed")
+            return
+        }
         var loaded = [ActiveRun]()
         for id in ids.sorted() where SafeName.isValid(id) {
             let dir = runsDirectory.appendingPathComponent(id)
@@ -75,7 +88,7 @@ extension Agent {
                 } else if now >= startAt {
                     r.resumed = true
                     r.state = .running
-                    do { try persist(r) } catch { log("agent \(config.name): cannot persist run \(r.id): \(error)") }
+                    persistOrReport(r)
                     arrange(r) // begins at once (start instant passed) and stops at the planned end
                 } else {
                     arrange(r)

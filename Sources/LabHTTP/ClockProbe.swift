@@ -19,10 +19,6 @@ public enum ClockProbe {
     /// process). Sixteen serial queues bound the threads used whatever the number of agents.
     private static let queues = (0..<16).map { DispatchQueue(label: "heraldlab.clock-probe.\($0)") }
 
-    public static func probe(_ url: URL, token: String?, count: Int, timeout: TimeInterval = 5) async -> [Sample] {
-        (try? await measure(url, token: token, count: count, timeout: timeout)) ?? []
-    }
-
     /// Like `probe`, but says why there are no samples: a `NetError` naming `url` when it cannot
     /// connect or gets no valid answer (an HTTP status other than 200 is named in the message).
     public static func measure(_ url: URL, token: String?, count: Int, timeout: TimeInterval = 5) async throws -> [Sample] {
@@ -30,11 +26,6 @@ public enum ClockProbe {
         return try await withCheckedThrowingContinuation { c in
             queue.async { c.resume(with: Result { try measureBlocking(url, token: token, count: count, timeout: timeout) }) }
         }
-    }
-
-    /// Sends `count` `POST /v1/clock` requests to `url` (http://host:port) and returns the samples.
-    public static func probeBlocking(_ url: URL, token: String?, count: Int, timeout: TimeInterval = 5) -> [Sample] {
-        (try? measureBlocking(url, token: token, count: count, timeout: timeout)) ?? []
     }
 
     /// The samples of `count` probes, fewer if the connection fails part way; throws when there is
