@@ -12,8 +12,8 @@ extension Coordinator {
     /// gather does; returns the bytes fetched (benchmarks).
     public func fetchFiles(agentURL: String, runId: String, node: String, into dir: URL) async throws -> Int64 {
         let n = RunRecord.Node(name: node, agent: node, agentURL: agentURL, state: "finished", files: [])
-        let (list, _, error) = await gatherNode(runId, n, into: dir)
-        guard let list else { throw LabClient.Failure(status: nil, message: error ?? "gather failed") }
+        let (list, _, failure) = await gatherNode(runId, n, into: dir)
+        guard let list else { throw LabClient.Failure(status: nil, message: failure?.message ?? "gather failed") }
         return list.files.reduce(0) { $0 + $1.bytes }
     }
 }

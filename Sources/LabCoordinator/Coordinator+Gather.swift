@@ -24,7 +24,7 @@ extension Coordinator {
         // Nodes gathered already (a run gathered again) keep their verified files.
         let todo = r.nodes.indices.filter { !["complete", "partial"].contains(r.nodes[$0].state) }
         let record = r
-        let outcomes = await withTaskGroup(of: (Int, LabWire.FileList?, LabWire.ClockSample?, String?).self) { group in
+        let outcomes = await withTaskGroup(of: (Int, LabWire.FileList?, LabWire.ClockSample?, GatherRefusal?).self) { group in
             for i in todo {
                 let n = record.nodes[i]
                 group.addTask { [self] in
@@ -32,7 +32,7 @@ extension Coordinator {
                     return (i, list, clock, error)
                 }
             }
-            var out = [(Int, LabWire.FileList?, LabWire.ClockSample?, String?)]()
+            var out = [(Int, LabWire.FileList?, LabWire.ClockSample?, GatherRefusal?)]()
             for await x in group { out.append(x) }
             return out
         }
@@ -42,9 +42,10 @@ extension Coordinator {
             let offset = LabWire.ClockSample.best([r.nodes[i].clockBefore, r.nodes[i].clockAfter].compactMap { $0 })?.offset ?? 0
             guard let list else {
                 r.nodes[i].state = "lost"
-                r.nodes[i].message = error
-                if let error { agentError(r.nodes[i].agent, "gathering run \(r.id): \(error)") }
-                if let error, error.contains("results disk") { diskProblem = error }
+                r.nodes[i].message = error?.message
+                if let error {
+                    if error.diskFull { diskProblem = error.message } else { agentError(r.nodes[i].agent, "gathering run \(r.id): \(error.message)") }
+                }
                 continue
             }
             if let f = list.failure, list.files.isEmpty {
@@ -145,8 +146,8 @@ extension Coordinator {
     }
 
     /// Fetches one node's file list and files, verifying each SHA-256, retrying with backoff.
-    func gatherNode(_ runId: String, _ n: RunRecord.Node, into dir: URL) async -> (LabWire.FileList?, LabWire.ClockSample?, String?) {
-        guard let c = client(n.agentURL, timeout: 30) else { return (nil, nil, "bad agent URL \(n.agentURL)") }
+    func gatherNode(_ runId: String, _ n: RunRecord.Node, into dir: URL) async -> (LabWire.FileList?, LabWire.ClockSample?, GatherRefusal?) {
+        guard let c = client(n.agentURL, timeout: 30) else { return (nil, nil, GatherRefusal(message: "bad agent URL \(n.agentURL)")) }
         let deadline = now + config.gatherPatience
         var delay = 0.2
         var lastError = "agent \(n.agent) at \(n.agentURL) unreachable"
@@ -166,7 +167,7 @@ extension Coordinator {
                 return (list, clock, nil)
             } catch let e as GatherRefusal {
                 log("coordinator: run \(runId): \(n.name) from \(n.agent): \(e.message)")
-                return (nil, clock, e.message)
+                return (nil, clock, e)
             } catch {
                 lastError = "\(error)"
             }
@@ -174,11 +175,15 @@ extension Coordinator {
             delay = min(delay * 2, 5)
         }
         log("coordinator: gave up gathering \(n.name) from \(n.agent) (\(n.agentURL)): \(lastError)")
-        return (nil, clock, lastError)
+        return (nil, clock, GatherRefusal(message: lastError))
     }
 
     /// A problem retrying cannot fix: the agent's answer is not acceptable, or the disk is full.
-    struct GatherRefusal: Error { var message: String }
+    struct GatherRefusal: Error {
+        var message: String
+        /// The results disk, not the agent, is the problem: the run fails and agents keep their copies.
+        var diskFull = false
+    }
 
     /// An agent's file list is checked before anything is written: its run and node, names from
     /// the Herald set only (never a path), sizes and checksums that make sense.
@@ -204,7 +209,7 @@ extension Coordinator {
         let free = Int64(s.f_bavail) * Int64(s.f_frsize)
         let need = list.files.reduce(Int64(0)) { $0 + $1.bytes } + 64 * 1024
         guard free >= need else {
-            throw GatherRefusal(message: "the results disk is full: \(need) bytes needed for \(list.node), \(free) free at \(dir.path)")
+            throw GatherRefusal(message: "the results disk is full: \(need) bytes needed for \(list.node), \(free) free at \(dir.path)", diskFull: true)
         }
     }
 
@@ -234,7 +239,7 @@ extension Coordinator {
             } catch {
                 var s = statvfs()
                 if statvfs(dir.path, &s) == 0, Int64(s.f_bavail) * Int64(s.f_frsize) < file.bytes - have {
-                    throw GatherRefusal(message: "the results disk is full while writing \(file.name) (\(error))")
+                    throw GatherRefusal(message: "the results disk is full while writing \(file.name) (\(error))", diskFull: true)
                 }
                 throw error
             }

@@ -133,7 +133,7 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
                         self.bestDelta = nil
                         self.lastHeard = self.now
                         self.attach(s)
-                        self.simple(AirMessage("powerOn")) { [weak self] r in
+                        self.simple(AirMessage("powerOn"), whileDetached: true) { [weak self] r in
                             guard let self, !self.closed else { return }
                             guard case .success = r else { self.scheduleReattach(); return }
                             self.attached = true
@@ -205,8 +205,10 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
         }
     }
 
-    private func call(_ m: AirMessage, _ done: @escaping (AirMessage) -> Void) {
-        guard attached || m.t == "powerOn" else {
+    /// Sends a request; while the link is down it fails at once, except for the reattaching
+    /// handshake itself (`whileDetached`).
+    private func call(_ m: AirMessage, whileDetached: Bool = false, _ done: @escaping (AirMessage) -> Void) {
+        guard attached || whileDetached else {
             var failure = AirMessage("reply")
             failure.ok = false
             failure.errorKind = "adapterUnavailable"
@@ -221,8 +223,8 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
         socket.send(msg)
     }
 
-    private func simple(_ m: AirMessage, _ completion: @escaping (Result<Void, TransportError>) -> Void) {
-        call(m) { r in completion(r.ok == true ? .success(()) : .failure(AirMessage.transportError(kind: r.errorKind, r.error))) }
+    private func simple(_ m: AirMessage, whileDetached: Bool = false, _ completion: @escaping (Result<Void, TransportError>) -> Void) {
+        call(m, whileDetached: whileDetached) { r in completion(r.ok == true ? .success(()) : .failure(AirMessage.transportError(kind: r.errorKind, r.error))) }
     }
 
     /// The current full value of each readable characteristic, from this node's GATT server.
