@@ -41,7 +41,9 @@ let package = Package(
         .target(name: "HeraldAnalysis", dependencies: ["HeraldCore"]),
         .target(name: "LabHistory", dependencies: ["HeraldAnalysis", .product(name: "GRDB", package: "GRDB.swift")]),
         // MARK: One dialer and one listener for every TCP connection (names, IPv4, IPv6, TCP_NODELAY).
-        .target(name: "LabNet"),
+        .target(name: "LabNet", dependencies: ["CTLS"]),
+        // TLS over the system's OpenSSL (libssl3): contexts, handshakes, records, the lab CA.
+        .target(name: "CTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         // MARK: HTTP plumbing shared by agent, coordinator and air (FlyingFox server, URLSession client, token auth).
         .target(name: "LabHTTP", dependencies: ["HeraldCore", "LabNet", "CLinuxEvents", .product(name: "FlyingFox", package: "FlyingFox")]),
         .systemLibrary(name: "CLinuxEvents"),

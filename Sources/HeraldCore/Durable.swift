@@ -14,12 +14,15 @@ public enum Durable {
     }
 
     /// Replaces `url` with `data` atomically (temporary file, fsync, rename, fsync of the folder).
-    public static func write(_ data: Data, to url: URL) throws {
+    /// `mode`: the file's permissions (0600 for secrets: set before a byte is written).
+    public static func write(_ data: Data, to url: URL, mode: mode_t = 0o644) throws {
         let dir = url.deletingLastPathComponent()
         let tmp = dir.appendingPathComponent(".\(url.lastPathComponent).tmp")
-        let fd = open(tmp.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        unlink(tmp.path)
+        let fd = open(tmp.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         guard fd >= 0 else { throw failure(tmp, "cannot create") }
         do {
+            guard fchmod(fd, mode) == 0 else { throw failure(tmp, "cannot set its mode") }
             try data.withUnsafeBytes { raw in
                 var off = 0
                 while off < raw.count {

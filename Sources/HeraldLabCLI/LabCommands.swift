@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import HeraldCore
 import LabAgent
 import LabCoordinator
 import LabHTTP

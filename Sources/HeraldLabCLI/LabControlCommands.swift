@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import HeraldCore
 import LabCoordinator
 import LabHTTP
 import LabPlan

@@ -4,7 +4,7 @@ import LabNet
 import Glibc
 #endif
 
-/// NTP-style clock probes over one kept-alive HTTP connection on a plain socket: a round trip of
+/// NTP-style clock probes over one kept-alive HTTP connection (plain or TLS): a round trip of
 /// a few hundred microseconds on loopback, where URLSession's jitter alone is milliseconds. The
 /// offset of the probe with the smallest round trip is good to half that round trip.
 public enum ClockProbe {
@@ -35,16 +35,16 @@ public enum ClockProbe {
             NetError(kind, "clock probe of \(url.absoluteString): \(why)")
         }
         let target: HostPort
-        let fd: Int32
+        let connection: Connection
         do {
             target = try HostPort(url: url)
-            fd = try Dialer.connect(host: target.host, port: target.port, timeout: timeout)
+            connection = try Connection.dial(url: url, timeout: timeout)
         } catch let e as NetError { throw failure(e.kind, e.message) }
-        defer { close(fd) }
+        defer { connection.close() }
+        let fd = connection.fd
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, &one, socklen_t(MemoryLayout<Int32>.size))
-        var tv = timeval(tv_sec: Int(timeout), tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        connection.setTimeouts(seconds: timeout)
         var request = "POST /v1/clock HTTP/1.1\r\nHost: \(target)\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
         if let token { request += "Authorization: Bearer \(token)\r\n" }
         request += "\r\n{}"
@@ -55,8 +55,7 @@ public enum ClockProbe {
         var problem: NetError?
         probing: for _ in 0..<count {
             let t0 = Date().timeIntervalSince1970
-            let sent = bytes.withUnsafeBytes { send(fd, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard sent == bytes.count else { problem = failure(.protocolError, "send failed: \(NetError.text(errno: errno))"); break }
+            do { try connection.write(bytes) } catch let e as NetError { problem = failure(e.kind, e.message); break }
             // Read one response: head, then Content-Length bytes of body.
             var filled = 0
             var status = 0
@@ -67,11 +66,13 @@ public enum ClockProbe {
             // millisecond or more against the request's single segment).
             var firstByte: Double?
             while body == nil {
-                let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + filled, $0.count - filled, 0) }
+                let n: Int
+                do { n = try connection.read(into: &buffer, from: filled) } catch let e as NetError {
+                    problem = failure(e.kind, e.kind == .timeout ? "no answer within \(Int(timeout)) s" : e.message)
+                    break probing
+                }
                 if n > 0 && firstByte == nil { firstByte = Date().timeIntervalSince1970 }
-                if n < 0 && errno == EINTR { continue }
-                if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { problem = failure(.timeout, "no answer within \(Int(timeout)) s"); break probing }
-                if n <= 0 { problem = failure(.protocolError, n == 0 ? "the connection closed before an answer" : "receive failed: \(NetError.text(errno: errno))"); break probing }
+                if n == 0 { problem = failure(.protocolError, "the connection closed before an answer"); break probing }
                 // Acknowledge at once: the server writes head and body separately, and a delayed ACK
                 // would hold the body back for tens of milliseconds (Nagle on the server side).
                 setsockopt(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, &one, socklen_t(MemoryLayout<Int32>.size))

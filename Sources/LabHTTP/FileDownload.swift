@@ -19,23 +19,27 @@ public enum FileDownload {
     /// GETs `url` (http only) with `headers`; on 200 the file is truncated first, on 206 the body is
     /// appended. Every written byte is fed to `hasher` in order.
     public static func get(_ url: URL, headers: [String: String], appendingTo file: URL, hasher: inout SHA256, timeout: TimeInterval = 60) throws -> Result {
-        guard url.scheme == "http" else { throw LabClient.Failure(status: nil, message: "only http:// is supported for downloads: \(url)") }
         let target: HostPort
-        let fd: Int32
+        let fd: Connection
         do {
             target = try HostPort(url: url)
-            fd = try Dialer.connect(host: target.host, port: target.port, timeout: timeout)
+            fd = try Connection.dial(url: url, timeout: timeout)
         } catch let e as NetError {
             throw LabClient.Failure(status: nil, message: "download of \(url.absoluteString): \(e.message)")
         }
-        defer { close(fd) }
-        Sockets.setTimeouts(fd, seconds: timeout)
-        var path = url.path.isEmpty ? "/" : url.path
-        if let q = url.query { path += "?" + q }
+        defer { fd.close() }
+        fd.setTimeouts(seconds: timeout)
+        func failure(_ e: Error) -> LabClient.Failure {
+            LabClient.Failure(status: nil, message: "download of \(url.absoluteString): \((e as? NetError)?.message ?? "\(e)")")
+        }
+        let components = URLComponents(url: url, resolvingAgainstBaseURL: true)
+        var path = components?.percentEncodedPath ?? "/"
+        if path.isEmpty { path = "/" }
+        if let q = components?.percentEncodedQuery { path += "?" + q }
         var request = "GET \(path) HTTP/1.1\r\nHost: \(target)\r\nConnection: close\r\n"
         for (k, v) in headers { request += "\(k): \(v)\r\n" }
         request += "\r\n"
-        try sendAll(fd, Array(request.utf8))
+        do { try fd.write(request) } catch { throw failure(error) }
 
         // Read the head.
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
@@ -43,8 +47,8 @@ public enum FileDownload {
         var bodyStart = 0
         var filled = 0
         while true {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + filled, $0.count - filled, 0) }
-            if n < 0 && errno == EINTR { continue }
+            let n: Int
+            do { n = try fd.read(into: &buffer, from: filled) } catch { throw failure(error) }
             guard n > 0 else { throw LabClient.Failure(status: nil, message: "connection closed before the response head") }
             filled += n
             if let end = find(buffer, filled, [13, 10, 13, 10]) {
@@ -103,9 +107,11 @@ public enum FileDownload {
         }
         while length.map({ written < $0 }) ?? true {
             let slot = pipeline.acquire()
-            let n = recv(fd, slot, HashPipeline.bufferSize, 0)
-            if n < 0 && errno == EINTR { pipeline.release(slot); continue }
-            if n < 0 { pipeline.release(slot); throw LabClient.Failure(status: nil, message: "receive failed (errno \(errno))") }
+            let n: Int
+            do { n = try fd.read(into: UnsafeMutableRawBufferPointer(start: slot, count: HashPipeline.bufferSize)) } catch {
+                pipeline.release(slot)
+                throw failure(error)
+            }
             if n == 0 { pipeline.release(slot); break }
             do { try writeAll(slot, n) } catch { pipeline.release(slot); throw error }
             pipeline.hash(slot, n)
@@ -149,15 +155,6 @@ public enum FileDownload {
         }
         /// Waits for the hasher to catch up; returns it.
         func finish() -> SHA256 { queue.sync { hasher } }
-    }
-
-    private static func sendAll(_ fd: Int32, _ bytes: [UInt8]) throws {
-        var off = 0
-        while off < bytes.count {
-            let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + off, $0.count - off, Int32(MSG_NOSIGNAL)) }
-            if n < 0 { if errno == EINTR { continue }; throw LabClient.Failure(status: nil, message: "send failed (errno \(errno))") }
-            off += n
-        }
     }
 
     private static func find(_ buf: [UInt8], _ count: Int, _ pattern: [UInt8]) -> Int? {

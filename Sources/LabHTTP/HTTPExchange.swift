@@ -23,11 +23,10 @@ enum HTTPExchange {
 
     /// `timeout` bounds the connect and every wait for bytes (like URLSession's request timeout).
     static func perform(_ method: String, _ url: URL, headers: [String: String], body: Data?, timeout: TimeInterval) throws -> Answer {
-        guard url.scheme?.lowercased() == "http" else { throw NetError(.badAddress, "only http:// is supported: \(url.absoluteString)") }
         let target = try HostPort(url: url)
-        let fd = try Dialer.connect(host: target.host, port: target.port, timeout: timeout)
-        defer { close(fd) }
-        Sockets.setTimeouts(fd, seconds: timeout)
+        let fd = try Connection.dial(url: url, timeout: timeout)
+        defer { fd.close() }
+        fd.setTimeouts(seconds: timeout)
         let components = URLComponents(url: url, resolvingAgainstBaseURL: true)
         var requestTarget = components?.percentEncodedPath ?? "/"
         if requestTarget.isEmpty { requestTarget = "/" }
@@ -44,34 +43,25 @@ enum HTTPExchange {
         return try readAnswer(fd, method: method, timeout: timeout)
     }
 
-    private static func sendAll(_ fd: Int32, _ data: Data, timeout: TimeInterval) throws {
-        try data.withUnsafeBytes { raw in
-            var off = 0
-            while off < raw.count {
-                let n = send(fd, raw.baseAddress! + off, raw.count - off, Int32(MSG_NOSIGNAL))
-                if n < 0 && errno == EINTR { continue }
-                if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { throw NetError(.timeout, "timed out sending after \(Int(timeout)) s") }
-                if n <= 0 { throw NetError(.protocolError, "send failed: \(NetError.text(errno: errno))") }
-                off += n
-            }
+    private static func sendAll(_ fd: Connection, _ data: Data, timeout: TimeInterval) throws {
+        do { try fd.write(data) } catch let e as NetError where e.kind == .timeout {
+            throw NetError(.timeout, "timed out sending after \(Int(timeout)) s")
         }
     }
 
     /// Reads bytes into `buffer`; false at the end of the stream.
-    private static func receive(_ fd: Int32, into buffer: inout Data, timeout: TimeInterval) throws -> Bool {
+    private static func receive(_ fd: Connection, into buffer: inout Data, timeout: TimeInterval) throws -> Bool {
         var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { throw NetError(.timeout, "no answer within \(Int(timeout)) s") }
-            if n < 0 { throw NetError(.protocolError, "receive failed: \(NetError.text(errno: errno))") }
-            if n == 0 { return false }
-            buffer.append(contentsOf: chunk[0..<n])
-            return true
+        let n: Int
+        do { n = try fd.read(into: &chunk) } catch let e as NetError where e.kind == .timeout {
+            throw NetError(.timeout, "no answer within \(Int(timeout)) s")
         }
+        if n == 0 { return false }
+        buffer.append(contentsOf: chunk[0..<n])
+        return true
     }
 
-    private static func readAnswer(_ fd: Int32, method: String, timeout: TimeInterval) throws -> Answer {
+    private static func readAnswer(_ fd: Connection, method: String, timeout: TimeInterval) throws -> Answer {
         var data = Data()
         let separator = Data("\r\n\r\n".utf8)
         var headEnd: Range<Data.Index>?
@@ -112,7 +102,7 @@ enum HTTPExchange {
         return Answer(status: status, headers: headers, body: rest)
     }
 
-    private static func readChunked(_ fd: Int32, _ buffer: inout Data, timeout: TimeInterval) throws -> Data {
+    private static func readChunked(_ fd: Connection, _ buffer: inout Data, timeout: TimeInterval) throws -> Data {
         var body = Data()
         let crlf = Data("\r\n".utf8)
         func line() throws -> String {

@@ -7,7 +7,21 @@ import LabNet
 /// on every route but `GET /health` (401 and a log line otherwise), and request bodies limited
 /// in size (413). Used by the agent, the coordinator and the air.
 public final class HTTPService: @unchecked Sendable {
+    /// Who may call what: the lab's operator (herald-lab commands), the coordinator (calling an
+    /// agent), an agent (calling the coordinator about itself).
+    public enum Role: String, Sendable, Hashable { case operator_ = "operator", coordinator, agent }
+
+    /// Who made a request, as its credential says.
+    public struct Principal: Sendable, Equatable {
+        public var role: Role
+        public var name: String
+        public init(role: Role, name: String) { self.role = role; self.name = name }
+    }
+
+    public typealias Authenticator = @Sendable (_ bearer: String) -> Principal?
+
     public struct Request: Sendable {
+        public var principal: Principal?
         public var method: String
         public var path: String
         public var parameters: [String: String]
@@ -32,11 +46,12 @@ public final class HTTPService: @unchecked Sendable {
         let parts: [String]
         let handler: Handler
         let public_: Bool
+        let allow: Set<Role>?
         let bodyLimit: Int
     }
 
     public let name: String
-    private let token: String?
+    private let authenticate: Authenticator?
     private var routes: [Route] = []
     private let lock = NSLock()
     private var server: HTTPServer?
@@ -45,17 +60,29 @@ public final class HTTPService: @unchecked Sendable {
     public static let defaultBodyLimit = 1 << 20
 
     /// `token` nil disables authentication (tests of the auth itself use a token).
-    public init(name: String, token: String?, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+    public convenience init(name: String, token: String?, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+        self.init(name: name, authenticate: token.map(HTTPService.sharedToken), log: log)
+    }
+
+    /// One shared token: its holder is the operator.
+    public static func sharedToken(_ token: String) -> Authenticator {
+        { given in constantTimeEqual(given, token) ? Principal(role: .operator_, name: "token") : nil }
+    }
+
+    /// `authenticate` maps a bearer credential to who holds it (nil: no authentication, for
+    /// --insecure on loopback only).
+    public init(name: String, authenticate: Authenticator?, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
         self.name = name
-        self.token = token
+        self.authenticate = authenticate
         self.log = log
         route("GET", "/health", public: true) { _ in .json(["status": "ok", "service": name]) }
     }
 
     /// Adds a route; `pattern` segments starting with `:` are parameters.
-    public func route(_ method: String, _ pattern: String, public isPublic: Bool = false, bodyLimit: Int = HTTPService.defaultBodyLimit, _ handler: @escaping Handler) {
+    /// `allow`: the roles that may call it (nil: any authenticated caller).
+    public func route(_ method: String, _ pattern: String, public isPublic: Bool = false, allow: Set<Role>? = nil, bodyLimit: Int = HTTPService.defaultBodyLimit, _ handler: @escaping Handler) {
         lock.lock(); defer { lock.unlock() }
-        routes.append(Route(method: method, parts: pattern.split(separator: "/").map(String.init), handler: handler, public_: isPublic, bodyLimit: bodyLimit))
+        routes.append(Route(method: method, parts: pattern.split(separator: "/").map(String.init), handler: handler, public_: isPublic, allow: allow, bodyLimit: bodyLimit))
     }
 
     /// Starts listening on `host:port` (a name, an IPv4 or IPv6 literal, or a wildcard as
@@ -135,15 +162,21 @@ public final class HTTPService: @unchecked Sendable {
         for (k, v) in request.headers { headers[k.rawValue.lowercased()] = v }
         let matched = match(method, path)
         // Authentication before routing: without the token, nobody learns which routes exist.
-        if matched?.0.public_ != true, let token {
+        var principal: Principal?
+        if matched?.0.public_ != true, let authenticate {
             let given = headers["authorization"].flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
-            guard let given, Self.constantTimeEqual(given, token) else {
-                log("\(name): refused \(method) \(Self.escaped(path)) from \(remote): \(given == nil ? "missing" : "wrong") token")
-                return .error(.unauthorized, "a valid token is required (Authorization: Bearer <token>)")
+            principal = given.flatMap(authenticate)
+            guard principal != nil else {
+                log("\(name): refused \(method) \(Self.escaped(path)) from \(remote): \(given == nil ? "missing" : "wrong") credential")
+                return .error(.unauthorized, "a valid credential is required (Authorization: Bearer <token>)")
             }
         }
         guard let (route, params) = matched else {
             return .error(.notFound, "no route \(method) \(Self.escaped(path))")
+        }
+        if let principal, let allow = route.allow, !allow.contains(principal.role) {
+            log("\(name): refused \(method) \(Self.escaped(path)) from \(remote): \(principal.role.rawValue) \(Self.escaped(principal.name)) may not call it")
+            return .error(.forbidden, "\(principal.role.rawValue) \(principal.name) may not call \(method) \(Self.escaped(path))")
         }
         if let length = headers["content-length"].flatMap(Int.init), length > route.bodyLimit {
             log("\(name): refused \(method) \(Self.escaped(path)) from \(remote): body of \(length) bytes over the \(route.bodyLimit)-byte limit")
@@ -159,7 +192,7 @@ public final class HTTPService: @unchecked Sendable {
         var query = [String: String]()
         for item in request.query { query[item.name] = item.value }
         do {
-            return try await route.handler(Request(method: method, path: path, parameters: params, query: query, headers: headers, body: body, remote: remote, peerHost: peerHost))
+            return try await route.handler(Request(principal: principal, method: method, path: path, parameters: params, query: query, headers: headers, body: body, remote: remote, peerHost: peerHost))
         } catch let e as HTTPError {
             return .error(e.status, e.message)
         } catch {
@@ -185,7 +218,7 @@ public final class HTTPService: @unchecked Sendable {
         return out
     }
 
-    static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+    public static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
         let x = Array(a.utf8), y = Array(b.utf8)
         guard x.count == y.count else { return false }
         var diff: UInt8 = 0

@@ -1,3 +1,4 @@
+import CTLS
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -15,27 +16,100 @@ public final class Connection: @unchecked Sendable {
     public let name: String
     private var closed = false
     private let lock = NSLock()
+    /// The TLS session (ctls_conn), when the stream is TLS. After the handshake its socket is
+    /// non-blocking; reads and writes wait with poll() for at most `timeout`, and the session is
+    /// used by one thread at a time (`tlsLock`), so that one reader and one writer can share it.
+    private var tls: OpaquePointer?
+    private let tlsLock = NSLock()
+    private var timeout: Double?
 
-    /// Takes ownership of a connected socket.
+    /// Takes ownership of a connected socket (plain).
     public init(fd: Int32, name: String) {
         self.fd = fd
         self.name = name
     }
 
-    /// Dials `host:port` (see `Dialer.connect`).
-    public static func dial(host: String, port: UInt16, timeout: TimeInterval = 10) throws -> Connection {
+    /// Whether the stream is TLS.
+    public var isTLS: Bool { tls != nil }
+
+    /// Dials `host:port` (see `Dialer.connect`); with `tls`, handshakes and checks that the
+    /// server's certificate is the lab CA's and names `host`.
+    public static func dial(host: String, port: UInt16, timeout: TimeInterval = 10, tls: TLSContext? = nil) throws -> Connection {
         let fd = try Dialer.connect(host: host, port: port, timeout: timeout)
-        return Connection(fd: fd, name: "\(HostPort(host: host, port: port))")
+        let c = Connection(fd: fd, name: "\(HostPort(host: host, port: port))")
+        if let tls {
+            c.setTimeouts(seconds: timeout)
+            var err = [CChar](repeating: 0, count: 512)
+            guard let session = ctls_connect(tls.raw, fd, HostPort.unbracketed(host), &err, err.count) else {
+                c.close()
+                throw NetError(.tls, "\(c.name): \(NetError.text(cBuffer: err))")
+            }
+            c.tls = session
+        }
+        return c
+    }
+
+    /// Takes an accepted socket; with `tls`, handshakes as the server, bounded by `timeout`.
+    public static func accepted(fd: Int32, name: String, tls: TLSContext?, timeout: TimeInterval = 10) throws -> Connection {
+        let c = Connection(fd: fd, name: name)
+        if let tls {
+            c.setTimeouts(seconds: timeout)
+            var err = [CChar](repeating: 0, count: 512)
+            guard let session = ctls_accept(tls.raw, fd, &err, err.count) else {
+                c.close()
+                throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
+            }
+            c.tls = session
+        }
+        return c
     }
 
     deinit { close() }
 
-    /// Bounds every following read and write (blocking sockets).
-    public func setTimeouts(seconds: Double) { Sockets.setTimeouts(fd, seconds: seconds) }
+    /// Bounds every following read and write.
+    public func setTimeouts(seconds: Double) {
+        timeout = seconds
+        Sockets.setTimeouts(fd, seconds: seconds)
+    }
+
+    /// Waits until the socket is ready for `events`, for at most the timeout.
+    private func wait(_ events: Int16, doing what: String) throws {
+        let deadline = timeout.map { Date().addingTimeInterval($0) }
+        while true {
+            let left = deadline.map { max(0, $0.timeIntervalSinceNow) }
+            if let left, left <= 0 { throw NetError(.timeout, "\(name): timed out \(what)") }
+            var p = pollfd(fd: fd, events: events, revents: 0)
+            let rc = poll(&p, 1, left.map { Int32(min($0 * 1000, 2_000_000_000).rounded(.up)) } ?? -1)
+            if rc > 0 { return }
+            if rc == 0 { continue }
+            if errno == EINTR { continue }
+            throw NetError(.protocolError, "\(name): poll failed: \(NetError.text(errno: errno))")
+        }
+    }
+
+    /// One TLS record operation, waiting while OpenSSL wants the socket.
+    private func tlsIO(_ session: OpaquePointer, doing what: String, _ op: (OpaquePointer, UnsafeMutablePointer<CChar>, Int) -> Int32) throws -> Int {
+        var err = [CChar](repeating: 0, count: 256)
+        while true {
+            tlsLock.lock()
+            let rc = op(session, &err, err.count)
+            tlsLock.unlock()
+            if rc >= 0 { return Int(rc) }
+            switch rc {
+            case Int32(CTLS_WANT_READ): try wait(Int16(POLLIN), doing: what)
+            case Int32(CTLS_WANT_WRITE): try wait(Int16(POLLOUT), doing: what)
+            default: throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
+            }
+        }
+    }
 
     /// Reads at most `buffer.count` bytes; 0 at the end of the stream.
     public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
+        if let session = tls {
+            let len = Int32(clamping: buffer.count)
+            return try tlsIO(session, doing: "waiting for data") { ctls_read($0, base, len, $1, $2) }
+        }
         while true {
             let n = recv(fd, base, buffer.count, 0)
             if n >= 0 { return n }
@@ -57,6 +131,14 @@ public final class Connection: @unchecked Sendable {
     public func write(_ bytes: UnsafeRawBufferPointer) throws {
         guard let base = bytes.baseAddress else { return }
         var off = 0
+        if let session = tls {
+            while off < bytes.count {
+                let len = Int32(clamping: bytes.count - off)
+                let p = base + off
+                off += try tlsIO(session, doing: "sending") { ctls_write($0, p, len, $1, $2) }
+            }
+            return
+        }
         while off < bytes.count {
             let n = send(fd, base + off, bytes.count - off, Int32(MSG_NOSIGNAL))
             if n > 0 { off += n; continue }
@@ -79,6 +161,12 @@ public final class Connection: @unchecked Sendable {
         lock.lock(); defer { lock.unlock() }
         guard !closed else { return }
         closed = true
+        if let session = tls {
+            tlsLock.lock()
+            ctls_free(session)
+            tls = nil
+            tlsLock.unlock()
+        }
         _ = Glibc.close(fd)
     }
 

@@ -49,3 +49,22 @@ public enum Listener {
         return (fd, bound.port)
     }
 }
+
+extension Listener {
+    /// Accepts one connection (close-on-exec); nil when the listening socket was closed. Transient
+    /// failures (a connection reset before it was accepted, out of descriptors) are waited out.
+    public static func accept(_ fd: Int32) -> Int32? {
+        while true {
+            let c = Glibc.accept(fd, nil, nil)
+            if c >= 0 {
+                _ = fcntl(c, F_SETFD, FD_CLOEXEC)
+                return c
+            }
+            switch errno {
+            case EINTR, ECONNABORTED, EPROTO: continue
+            case EMFILE, ENFILE, ENOBUFS, ENOMEM: usleep(100_000); continue
+            default: return nil
+            }
+        }
+    }
+}

@@ -18,6 +18,9 @@ public struct NetError: Error, CustomStringConvertible, Sendable, Equatable {
         case listen
         /// Connected, but the other end did not answer as expected.
         case protocolError
+        /// TLS could not be set up: a certificate or key unreadable, a handshake refused, a peer
+        /// whose certificate the lab CA did not sign or that names another host.
+        case tls
     }
 
     public var kind: Kind
@@ -27,6 +30,11 @@ public struct NetError: Error, CustomStringConvertible, Sendable, Equatable {
     public init(_ kind: Kind, _ message: String) {
         self.kind = kind
         self.message = message
+    }
+
+    /// A NUL-terminated C message buffer as text.
+    public static func text(cBuffer buffer: [CChar]) -> String {
+        String(decoding: buffer.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// The text of an `errno` value ("Connection refused").

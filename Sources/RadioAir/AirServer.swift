@@ -41,13 +41,14 @@ public final class AirServer: @unchecked Sendable {
 
     /// Listens on `host:port` (a name, IPv4 or IPv6 literal, or a wildcard; port 0: any free port)
     /// and returns the bound port.
-    public func start(host: String = "127.0.0.1", port: UInt16) throws -> UInt16 {
+    /// With `tls`, nodes must speak TLS (the air's certificate, checked against the lab CA).
+    public func start(host: String = "127.0.0.1", port: UInt16, tls: TLSContext? = nil) throws -> UInt16 {
         let fd: Int32, bound: UInt16
         do { (fd, bound) = try Listener.listen(host: host, port: port) } catch let e as NetError {
             throw AirError.socket(e.message)
         }
         listenFD = fd
-        let thread = Thread { [weak self] in self?.acceptLoop(fd) }
+        let thread = Thread { [weak self] in self?.acceptLoop(fd, tls: tls) }
         thread.start()
         return bound
     }
@@ -60,11 +61,28 @@ public final class AirServer: @unchecked Sendable {
     /// How many nodes are attached now.
     public var attachedCount: Int { scheduler.sync { nodes.count } }
 
-    private func acceptLoop(_ fd: Int32) {
+    private func acceptLoop(_ fd: Int32, tls: TLSContext?) {
         while true {
-            let c = accept(fd, nil, nil)
-            if c < 0 { if errno == EINTR { continue }; return }
-            let socket = LineSocket(fd: c)
+            guard let c = Listener.accept(fd) else { return }
+            // The TLS handshake on a thread of its own: a peer that never finishes it holds
+            // nobody else up (the handshake is bounded by the socket's 10 s timeouts).
+            let peer = Sockets.peerHost(c) ?? "?"
+            let handshake = Thread { [weak self] in
+                guard let self else { Glibc.close(c); return }
+                let connection: Connection
+                do { connection = try Connection.accepted(fd: c, name: peer, tls: tls) } catch {
+                    self.log("air: refused a connection from \(peer): \(error)")
+                    return
+                }
+                connection.setTimeouts(seconds: 30)
+                self.adopt(LineSocket(connection))
+            }
+            handshake.stackSize = 256 << 10
+            handshake.start()
+        }
+    }
+
+    private func adopt(_ socket: LineSocket) {
             scheduler.execute { [self] in
                 nextConnection += 1
                 let id = nextConnection
@@ -74,7 +92,6 @@ public final class AirServer: @unchecked Sendable {
                     self?.scheduler.execute { self?.closed(id) }
                 })
             }
-        }
     }
 
     private func closed(_ id: Int) {

@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import HeraldRadio
 import RadioSim
+import LabNet
 
 /// The `BLETransport` of a node whose radio is the air: every call goes to `herald-lab air`
 /// over TCP and every answer and event comes back onto this node's scheduler.
@@ -22,6 +23,7 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
     /// Where to reattach after the connection is lost.
     private let host: String
     private let port: UInt16
+    private let tls: TLSContext?
     private let hello: AirMessage
     /// Whether the link to the air is up (hello answered); false while reconnecting.
     private var attached = true
@@ -48,10 +50,11 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
     /// Connects to the air and attaches a node at (x, y) metres. If the connection is lost later
     /// (the air stops, the link goes down), the transport reports the radio unavailable, reattaches
     /// every 2 s, and reports it powered on again once the air answers.
-    public init(host: String, port: UInt16, node: String, x: Double, y: Double, parameters: RadioParameters, token: String? = nil, scheduler: DispatchScheduler) throws {
+    public init(host: String, port: UInt16, node: String, x: Double, y: Double, parameters: RadioParameters, token: String? = nil, tls: TLSContext? = nil, scheduler: DispatchScheduler) throws {
         dispatch = scheduler
         self.host = host
         self.port = port
+        self.tls = tls
         var hello = AirMessage("hello", id: 0)
         hello.node = node
         hello.x = x
@@ -59,15 +62,15 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
         hello.parameters = parameters
         hello.token = token
         self.hello = hello
-        socket = try LineSocket.connect(host: host, port: port)
+        socket = try LineSocket.connect(host: host, port: port, tls: tls)
         lastHeard = Date().timeIntervalSince1970
         attach(socket)
         watchdog = dispatch.scheduleRepeating(every: 1) { [weak self] in self?.checkSilence() }
     }
 
     /// Checks that the air at `host:port` accepts a connection (a pre-flight before arming).
-    public static func probe(host: String, port: UInt16, timeout: TimeInterval = 3) throws {
-        let s = try LineSocket.connect(host: host, port: port)
+    public static func probe(host: String, port: UInt16, tls: TLSContext? = nil, timeout: TimeInterval = 3) throws {
+        let s = try LineSocket.connect(host: host, port: port, tls: tls, timeout: timeout)
         s.close()
     }
 
@@ -121,10 +124,10 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
     private func scheduleReattach() {
         dispatch.schedule(after: 2) { [weak self] in
             guard let self, !self.closed, !self.attached else { return }
-            let host = self.host, port = self.port
+            let host = self.host, port = self.port, tls = self.tls
             // Connecting blocks (name lookup, handshake): off the node's queue.
             DispatchQueue.global().async {
-                let result = Result { try LineSocket.connect(host: host, port: port) }
+                let result = Result { try LineSocket.connect(host: host, port: port, tls: tls) }
                 self.dispatch.execute {
                     guard !self.closed, !self.attached else { if case .success(let s) = result { s.close() }; return }
                     switch result {

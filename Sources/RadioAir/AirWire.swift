@@ -120,25 +120,28 @@ struct AirMessage: Codable {
     }
 }
 
-/// A TCP connection carrying newline-delimited JSON, with a reader thread.
+/// A connection (plain or TLS) carrying newline-delimited JSON, with a reader thread.
 final class LineSocket: @unchecked Sendable {
-    let fd: Int32
+    let connection: Connection
     private let writeQueue = DispatchQueue(label: "heraldlab.air.write")
     private var closed = false
     private let lock = NSLock()
+    /// A line longer than this closes the connection: nothing the air or a node says is near it.
+    static let maxLine = 1 << 20
 
-    init(fd: Int32) {
-        self.fd = fd
-        var one: Int32 = 1
-        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+    init(_ connection: Connection) {
+        self.connection = connection
     }
 
-    /// Connects to the air at `host:port` (a name, IPv4 or IPv6).
-    static func connect(host: String, port: UInt16, timeout: TimeInterval = 10) throws -> LineSocket {
+    /// Connects to the air at `host:port` (a name, IPv4 or IPv6), over TLS checked against the lab
+    /// CA when `tls` is given.
+    static func connect(host: String, port: UInt16, tls: TLSContext?, timeout: TimeInterval = 10) throws -> LineSocket {
         do {
-            return LineSocket(fd: try Dialer.connect(host: host, port: port, timeout: timeout))
+            let c = try Connection.dial(host: host, port: port, timeout: timeout, tls: tls)
+            c.setTimeouts(seconds: 30)
+            return LineSocket(c)
         } catch let e as NetError {
-            throw AirError.socket("\(e.message); is `herald-lab air` running there?")
+            throw AirError.socket("\(e.message); is `herald-lab air` running there\(tls == nil ? "" : " with TLS")?")
         }
     }
 
@@ -149,27 +152,22 @@ final class LineSocket: @unchecked Sendable {
         writeQueue.async { [self] in
             lock.lock(); let isClosed = closed; lock.unlock()
             guard !isClosed else { return }
-            data.withUnsafeBytes { raw in
-                var off = 0
-                while off < raw.count {
-                    let n = Glibc.send(fd, raw.baseAddress! + off, raw.count - off, Int32(MSG_NOSIGNAL))
-                    if n <= 0 { if errno == EINTR { continue }; break }
-                    off += n
-                }
-            }
+            do { try connection.write(data) } catch { close() }
         }
     }
 
-    /// Reads lines until EOF on a thread of its own; `onLine` gets each decoded message.
+    /// Reads lines until EOF on a thread of its own; `onMessage` gets each decoded message. Lines
+    /// that are not messages are skipped; a line over `maxLine` bytes ends the connection.
     func startReading(onMessage: @escaping @Sendable (AirMessage) -> Void, onClose: @escaping @Sendable () -> Void) {
-        let fd = self.fd
-        let thread = Thread {
+        let connection = self.connection
+        let thread = Thread { [self] in
             var pending = [UInt8]()
             var buf = [UInt8](repeating: 0, count: 65536)
             let decoder = JSONDecoder()
-            while true {
-                let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
-                if n <= 0 { if n < 0 && errno == EINTR { continue }; break }
+            reading: while true {
+                let n: Int
+                do { n = try connection.read(into: &buf) } catch let e as NetError where e.kind == .timeout { continue } catch { break }
+                if n == 0 { break }
                 pending.append(contentsOf: buf[0..<n])
                 var start = 0
                 while let nl = pending[start...].firstIndex(of: 10) {
@@ -178,7 +176,9 @@ final class LineSocket: @unchecked Sendable {
                     if let m = try? decoder.decode(AirMessage.self, from: line) { onMessage(m) }
                 }
                 pending.removeFirst(start)
+                if pending.count > Self.maxLine { break reading }
             }
+            close()
             onClose()
         }
         thread.stackSize = 1 << 20
@@ -191,8 +191,8 @@ final class LineSocket: @unchecked Sendable {
         closed = true
         lock.unlock()
         if !was {
-            shutdown(fd, Int32(SHUT_RDWR))
-            writeQueue.async { Glibc.close(self.fd) }
+            connection.shutdown()
+            writeQueue.async { self.connection.close() }
         }
     }
 }

@@ -1,0 +1,91 @@
+import CTLS
+import Foundation
+
+/// A TLS context over the system's OpenSSL: a server's certificate and key, or a client's trust
+/// in the lab CA. Made once per process and shared by every connection.
+public final class TLSContext: @unchecked Sendable {
+    let raw: OpaquePointer
+    public let isServer: Bool
+
+    /// A server presenting `certificate` (PEM, chain) with `key`.
+    public init(certificate: String, key: String) throws {
+        var err = [CChar](repeating: 0, count: 512)
+        guard let ctx = ctls_server_ctx(certificate, key, &err, err.count) else { throw NetError(.tls, NetError.text(cBuffer: err)) }
+        raw = ctx
+        isServer = true
+    }
+
+    /// A client trusting only the CA certificates in `trusting` (PEM) and checking the peer's name.
+    public init(trusting ca: String) throws {
+        var err = [CChar](repeating: 0, count: 512)
+        guard let ctx = ctls_client_ctx(ca, &err, err.count) else { throw NetError(.tls, NetError.text(cBuffer: err)) }
+        raw = ctx
+        isServer = false
+    }
+
+    deinit { ctls_ctx_free(raw) }
+}
+
+/// The lab's certificate authority: keys and certificates as PEM files (keys mode 0600).
+public enum LabCA {
+    /// A new CA, valid `days`.
+    public static func create(commonName: String, days: Int, certificate: String, key: String) throws {
+        var err = [CChar](repeating: 0, count: 512)
+        guard ctls_make_ca(commonName, Int32(clamping: days), certificate, key, &err, err.count) == 0 else {
+            throw NetError(.tls, NetError.text(cBuffer: err))
+        }
+    }
+
+    /// A certificate for `commonName`, valid for the host names and addresses `names`, signed by
+    /// the CA (server and client use).
+    public static func issue(caCertificate: String, caKey: String, commonName: String, names: [String], days: Int,
+                             certificate: String, key: String) throws {
+        var err = [CChar](repeating: 0, count: 512)
+        let sans = names.map { HostPort.unbracketed($0) }.joined(separator: ",")
+        guard ctls_issue(caCertificate, caKey, commonName, sans, Int32(clamping: days), certificate, key, &err, err.count) == 0 else {
+            throw NetError(.tls, NetError.text(cBuffer: err))
+        }
+    }
+
+    /// The SHA-256 fingerprint of a certificate, hex.
+    public static func fingerprint(certificate: String) throws -> String {
+        var err = [CChar](repeating: 0, count: 512)
+        var out = [CChar](repeating: 0, count: 65)
+        guard ctls_fingerprint(certificate, &out, &err, err.count) == 0 else { throw NetError(.tls, NetError.text(cBuffer: err)) }
+        return NetError.text(cBuffer: out)
+    }
+}
+
+/// What this process trusts when it dials `https://` URLs and TLS air addresses: the lab CA,
+/// set once at start from `--ca` (or the credentials folder) before any connection is made.
+public enum LabTrust {
+    nonisolated(unsafe) private static var context: TLSContext?
+    private static let lock = NSLock()
+
+    public static var client: TLSContext? {
+        get { lock.withLock { context } }
+        set { lock.withLock { context = newValue } }
+    }
+
+    /// The client context for a URL's scheme: nil for http, the lab CA for https.
+    public static func context(for url: URL) throws -> TLSContext? {
+        switch url.scheme?.lowercased() {
+        case "http": return nil
+        case "https":
+            guard let c = client else {
+                throw NetError(.tls, "\(url.absoluteString): https needs the lab CA to check the server (--ca FILE, or ca.pem in --credentials DIR)")
+            }
+            return c
+        default: throw NetError(.badAddress, "only http:// and https:// are supported: \(url.absoluteString)")
+        }
+    }
+}
+
+extension Connection {
+    /// Dials a URL's host and port: TLS checked against the lab CA for https.
+    public static func dial(url: URL, timeout: TimeInterval) throws -> Connection {
+        let tls = try LabTrust.context(for: url)
+        let target = try HostPort(url: url)
+        return try dial(host: target.host, port: target.port, timeout: timeout, tls: tls)
+    }
+}
