@@ -66,6 +66,25 @@ public struct SHA256 {
 
     public mutating func finalizeHex() -> String { Data(finalize()).hexEncodedString.lowercased() }
 
+    /// HMAC-SHA256 (RFC 2104) of `message` under `key`, hex.
+    public static func hmac(key: Data, message: Data) -> String {
+        var k = key.count > 64 ? Data(SHA256.digest(key)) : key
+        k.append(Data(repeating: 0, count: 64 - k.count))
+        var inner = SHA256()
+        inner.update(Data(k.map { $0 ^ 0x36 }))
+        inner.update(message)
+        var outer = SHA256()
+        outer.update(Data(k.map { $0 ^ 0x5c }))
+        outer.update(Data(inner.finalize()))
+        return outer.finalizeHex()
+    }
+
+    public static func digest(_ data: Data) -> [UInt8] {
+        var s = SHA256()
+        s.update(data)
+        return s.finalize()
+    }
+
     public static func hash(_ data: Data) -> String {
         var s = SHA256()
         s.update(data)

@@ -20,8 +20,11 @@ struct ServiceOptions: ParsableArguments {
     @Option(help: "Port to listen on (0: any free port; the port is printed).")
     var port: UInt16 = 0
 
-    @Option(name: .customLong("token-file"), help: "File holding the shared token (default: $HERALDLAB_TOKEN).")
+    @Option(name: .customLong("token-file"), help: "File holding the lab's shared token (default: $HERALDLAB_TOKEN).")
     var tokenFile: String?
+
+    @Option(help: "Credentials folder (default: $HERALDLAB_CREDENTIALS): cert.pem and key.pem serve TLS, ca.pem checks the lab's other services; see herald-lab ca init and herald-lab enrol.")
+    var credentials: String?
 
     @Option(name: .customLong("port-file"), help: "Write the bound port to this file once listening.")
     var portFile: String?
@@ -29,17 +32,35 @@ struct ServiceOptions: ParsableArguments {
     @Flag(help: "Run without a token (authentication off); only on a loopback address.")
     var insecure = false
 
-    /// The token; a service without one refuses to start unless told --insecure, and then
-    /// listens on loopback only: authentication is never off by accident.
-    func token() throws -> String? {
-        let token: String?
-        do { token = try LabToken.load(file: tokenFile) } catch {
+    /// The credentials folder, if any; its lab CA is trusted for every connection this process
+    /// makes, and its certificate is what the service serves TLS with.
+    func folder() throws -> (folder: CredentialsFolder?, tls: TLSContext?) {
+        do {
+            let folder = try CredentialsFolder.locate(credentials)
+            try folder?.trustLabCA()
+            return (folder, try folder?.serverTLS())
+        } catch {
             log("\(error)")
             throw ExitCode(2)
         }
-        if token == nil {
+    }
+
+    /// The shared token (--token-file, $HERALDLAB_TOKEN, else `fallback` from the credentials
+    /// folder). A service with no credential at all (`hasOther` false) refuses to start unless
+    /// told --insecure, and then listens on loopback only: authentication is never off by accident.
+    func token(fallback: () throws -> String? = { nil }, hasOther: Bool = false) throws -> String? {
+        let token: String?
+        do { token = try LabToken.load(file: tokenFile) ?? fallback() } catch {
+            log("\(error)")
+            throw ExitCode(2)
+        }
+        if insecure && (token != nil || hasOther) {
+            log("--insecure turns authentication off: give it without --token-file, $HERALDLAB_TOKEN or credentials")
+            throw ExitCode(2)
+        }
+        if token == nil && !hasOther {
             guard insecure else {
-                log("no token: give --token-file FILE or set HERALDLAB_TOKEN (herald-lab services never run without authentication unless told --insecure, on loopback only)")
+                log("no credentials: give --credentials DIR (herald-lab ca init, herald-lab enrol), --token-file FILE or HERALDLAB_TOKEN (herald-lab services never run without authentication unless told --insecure, on loopback only)")
                 throw ExitCode(2)
             }
             guard ["127.0.0.1", "::1", "localhost"].contains(host) || host.hasPrefix("127.") else {
@@ -112,9 +133,13 @@ struct AirCommand: AsyncParsableCommand {
     var seed: UInt64 = 1
 
     func run() async throws {
-        let air = AirServer(parameters: RadioParameters(), seed: seed, token: try service.token())
+        let (folder, tls) = try service.folder()
+        let ticketKey: Data?
+        do { ticketKey = try folder?.secret("air.key").map { Data($0.utf8) } } catch { log("\(error)"); throw ExitCode(2) }
+        let token = try service.token(fallback: { try folder?.secret("operator.token") }, hasOther: ticketKey != nil)
+        let air = AirServer(parameters: RadioParameters(), seed: seed, token: token, ticketKey: ticketKey)
         let port: UInt16
-        do { port = try air.start(host: service.host, port: service.port) } catch {
+        do { port = try air.start(host: service.host, port: service.port, tls: tls) } catch {
             log("herald-lab air: \(error)")
             throw ExitCode(1)
         }
@@ -159,7 +184,15 @@ struct AgentCommand: AsyncParsableCommand {
         var config = Agent.Config(name: name, dataDirectory: URL(fileURLWithPath: data))
         config.host = service.host
         config.port = service.port
-        config.token = try service.token()
+        let (folder, tls) = try service.folder()
+        do { config.credential = try folder?.agent() } catch { log("\(error)"); throw ExitCode(2) }
+        if let c = config.credential, c.name != name {
+            log("--name \(name): this host's enrolment (agent.json) is for agent \(c.name)")
+            throw ExitCode(2)
+        }
+        config.token = try service.token(hasOther: config.credential != nil)
+        config.tls = tls
+        config.insecure = service.insecure
         if let coordinator {
             guard let u = URL(string: coordinator), u.scheme == "http" || u.scheme == "https", u.host != nil else { log("--coordinator \"\(coordinator)\": expected a URL such as http://coord.lab:8700"); throw ExitCode(2) }
             config.coordinator = u
@@ -210,7 +243,12 @@ struct CoordinatorCommand: AsyncParsableCommand {
         var config = Coordinator.Config(results: URL(fileURLWithPath: results))
         config.host = service.host
         config.port = service.port
-        config.token = try service.token()
+        let (folder, tls) = try service.folder()
+        config.credentials = folder
+        config.tls = tls
+        do { config.airKey = try folder?.secret("air.key").map { Data($0.utf8) } } catch { log("\(error)"); throw ExitCode(2) }
+        config.token = try service.token(fallback: { try folder?.secret("operator.token") })
+        config.insecure = service.insecure
         config.inventory = inventory.map { URL(fileURLWithPath: $0) }
         guard gatherPatience.isFinite, gatherPatience >= 1, gatherPatience <= 86_400 else { log("--gather-patience must be between 1 and 86400 seconds"); throw ExitCode(2) }
         config.gatherPatience = gatherPatience

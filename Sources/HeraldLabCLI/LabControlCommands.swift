@@ -3,6 +3,7 @@ import Foundation
 import HeraldCore
 import LabCoordinator
 import LabHTTP
+import LabNet
 import LabPlan
 
 /// Options of every command that talks to a coordinator.
@@ -10,15 +11,25 @@ struct CoordinatorOptions: ParsableArguments {
     @Option(help: "Coordinator URL, e.g. http://coord.lab:8700.")
     var coordinator: String
 
-    @Option(name: .customLong("token-file"), help: "File holding the token (default: $HERALDLAB_TOKEN).")
+    @Option(name: .customLong("token-file"), help: "File holding the token (default: $HERALDLAB_TOKEN, else operator.token in the credentials folder).")
     var tokenFile: String?
+
+    @Option(help: "Credentials folder: ca.pem checks an https coordinator, operator.token is the credential (default: $HERALDLAB_CREDENTIALS).")
+    var credentials: String?
 
     func client() throws -> LabClient {
         guard let base = URL(string: coordinator), base.scheme == "http" || base.scheme == "https", base.host != nil else {
             log("--coordinator \"\(coordinator)\": expected a URL such as http://coord.lab:8700"); throw ExitCode(2)
         }
         let token: String?
-        do { token = try LabToken.load(file: tokenFile) } catch { log("\(error)"); throw ExitCode(2) }
+        do {
+            let folder = try CredentialsFolder.locate(credentials)
+            try folder?.trustLabCA()
+            token = try LabToken.load(file: tokenFile) ?? folder?.secret("operator.token")
+        } catch { log("\(error)"); throw ExitCode(2) }
+        if base.scheme == "https" && LabTrust.client == nil {
+            log("--coordinator \(coordinator): https needs the lab CA: --credentials DIR holding ca.pem"); throw ExitCode(2)
+        }
         return LabClient(base: base, token: token, timeout: 10)
     }
 
@@ -32,9 +43,14 @@ struct CoordinatorOptions: ParsableArguments {
     }
 }
 
-/// `herald-lab agents`: the lab's agents as the coordinator sees them.
+/// `herald-lab agents`: the lab's agents as the coordinator sees them; enrol and revoke one.
 struct AgentsCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "agents", abstract: "List the agents a coordinator knows: URL, liveness, last heartbeat, runs held, last error.")
+    static let configuration = CommandConfiguration(commandName: "agents", abstract: "List the agents a coordinator knows; enrol or revoke one.",
+                                                    subcommands: [AgentsList.self, AgentsEnrol.self, AgentsRevoke.self], defaultSubcommand: AgentsList.self)
+}
+
+struct AgentsList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "list", abstract: "Every agent: URL, liveness, last heartbeat, runs held, last error.")
 
     @OptionGroup var options: CoordinatorOptions
 

@@ -19,11 +19,8 @@ struct RunCommand: AsyncParsableCommand {
     @Argument(help: "Plan file (YAML).")
     var plan: String
 
-    @Option(help: "Coordinator URL, e.g. http://127.0.0.1:8700.")
-    var coordinator: String
-
-    @Option(name: .customLong("token-file"), help: "File holding the shared token (default: $HERALDLAB_TOKEN).")
-    var tokenFile: String?
+    @OptionGroup var options: CoordinatorOptions
+    var coordinator: String { options.coordinator }
 
     @Option(help: "Folder to unpack the bundle into (default: results).")
     var out: String = "results"
@@ -31,10 +28,7 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         _ = try loadPlan(plan) // refuse a bad plan here, with field paths
         let text = try String(contentsOfFile: plan, encoding: .utf8)
-        guard let base = URL(string: coordinator) else { log("--coordinator: not a URL"); throw ExitCode(2) }
-        let token: String?
-        do { token = try LabToken.load(file: tokenFile) } catch { log("\(error)"); throw ExitCode(2) }
-        let client = LabClient(base: base, token: token, timeout: 10)
+        let client = try options.client()
         let (status, body, _) = try await client.request("POST", "/v1/runs?name=\(URL(fileURLWithPath: plan).lastPathComponent)", body: Data(text.utf8))
         guard status == 201, let record = try? JSONDecoder().decode(RunRecord.self, from: body) else {
             let message = (try? JSONDecoder().decode([String: String].self, from: body))?["error"] ?? String(decoding: body, as: UTF8.self)
@@ -86,7 +80,7 @@ struct RunCommand: AsyncParsableCommand {
         FileManager.default.createFile(atPath: part.path, contents: nil)
         var hasher = SHA256()
         do {
-            let result = try FileDownload.get(base.appendingPathComponent("v1/runs/\(current.id)/bundle"), headers: token.map { ["Authorization": "Bearer \($0)"] } ?? [:],
+            let result = try FileDownload.get(client.base.appendingPathComponent("v1/runs/\(current.id)/bundle"), headers: client.token.map { ["Authorization": "Bearer \($0)"] } ?? [:],
                                               appendingTo: part, hasher: &hasher, timeout: 120)
             guard result.status == 200 else { throw LabClient.Failure(status: result.status, message: "unexpected status") }
         } catch {

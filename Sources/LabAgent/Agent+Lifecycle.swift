@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import HeraldRadio
 import LabHTTP
+import LabNet
 import FlyingFox
 import LabNode
 import LabPlan
@@ -93,7 +94,8 @@ extension Agent {
                 guard let address = r.air else { throw AirError.socket("no air to attach to: give the agent --air HOST:PORT") }
                 let spec = r.assignment.node
                 let onAir = try AirTransport(host: address.host, port: address.port, node: spec.name, x: spec.position.x, y: spec.position.y,
-                                             parameters: Simulation.parameters(r.assignment.radio), token: config.token, scheduler: scheduler)
+                                             parameters: Simulation.parameters(r.assignment.radio), token: config.token, ticket: address.ticket,
+                                             tls: LabTrust.client, scheduler: scheduler)
                 transport = onAir
                 air = onAir
                 r.closeRadio = { onAir.close() }

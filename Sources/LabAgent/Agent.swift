@@ -21,7 +21,16 @@ public final class Agent: @unchecked Sendable {
         public var port: UInt16 = 0
         public var dataDirectory: URL
         public var coordinator: URL?
+        /// The lab's shared token (a lab without enrolment): the coordinator calls with it, and
+        /// the agent calls the coordinator with it.
         public var token: String?
+        /// This agent's enrolment: it calls the coordinator with `credential.token` and accepts
+        /// only `credential.coordinatorToken` (and the shared token, if any) from callers.
+        public var credential: AgentCredential?
+        /// Serve TLS with this (cert.pem and key.pem from the credentials folder).
+        public var tls: TLSContext?
+        /// No authentication at all (loopback only; the command checks).
+        public var insecure = false
         public var tags: [String] = []
         public var radio: RadioKind = .sim
         public var adapter: String?
@@ -83,7 +92,7 @@ public final class Agent: @unchecked Sendable {
     public init(config: Config, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
         self.config = config
         self.log = log
-        http = HTTPService(name: "agent \(config.name)", token: config.token, log: log)
+        http = HTTPService(name: "agent \(config.name)", authenticate: config.insecure ? nil : Self.authenticator(config), log: log)
         controller = config.radio == .bluez ? Self.describe(ControllerIdentity.read(adapter: config.adapter ?? "hci0")) : nil
         routes()
     }
@@ -91,9 +100,9 @@ public final class Agent: @unchecked Sendable {
     /// Starts serving; recovers runs left on disk; starts heartbeats. Returns the bound port.
     public func start() async throws -> UInt16 {
         try FileManager.default.createDirectory(at: runsDirectory, withIntermediateDirectories: true)
-        let port = try await http.start(host: config.host, port: config.port)
+        let port = try await http.start(host: config.host, port: config.port, tls: config.tls)
         boundPort = port
-        url = config.advertiseURL?.absoluteString ?? "http://\(HostPort.urlHost(config.host)):\(port)"
+        url = config.advertiseURL?.absoluteString ?? "\(config.tls == nil ? "http" : "https")://\(HostPort.urlHost(config.host)):\(port)"
         scheduler.sync { recover() }
         watchdog = StallWatchdog(threshold: config.stallThreshold) { [weak self] from, to in
             guard let self else { return }
@@ -101,7 +110,7 @@ public final class Agent: @unchecked Sendable {
         }
         scheduler.scheduleRepeating(every: 5) { [weak self] in self?.keepAlive() }
         if let c = config.coordinator {
-            client = LabClient(base: c, token: config.token, timeout: 5)
+            client = LabClient(base: c, token: config.credential?.token ?? config.token, timeout: 5)
             heartbeat = Task { [weak self] in await self?.heartbeatLoop() }
         }
         log("agent \(config.name) listening on \(config.host):\(port), announced as \(url) (data \(config.dataDirectory.path))")
@@ -118,6 +127,17 @@ public final class Agent: @unchecked Sendable {
             }
         }
         await http.stop()
+    }
+
+    /// Who may call the agent: the coordinator, with the credential it calls this agent alone
+    /// with; the holder of the lab's shared token, in a lab without enrolment.
+    static func authenticator(_ config: Config) -> HTTPService.Authenticator {
+        let coordinator = config.credential?.coordinatorToken, shared = config.token
+        return { given in
+            if let coordinator, HTTPService.constantTimeEqual(given, coordinator) { return HTTPService.Principal(role: .coordinator, name: "coordinator") }
+            if let shared, HTTPService.constantTimeEqual(given, shared) { return HTTPService.Principal(role: .operator_, name: "token") }
+            return nil
+        }
     }
 
     var runsDirectory: URL { config.dataDirectory.appendingPathComponent("runs") }

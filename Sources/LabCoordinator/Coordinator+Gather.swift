@@ -99,7 +99,7 @@ extension Coordinator {
             return
         }
         for n in gathered {
-            guard let c = client(n.agentURL) else { continue }
+            guard let c = client(n) else { continue }
             do {
                 let (status, _, _) = try await c.request("POST", "/v1/runs/\(r.id)/release")
                 if status >= 300 { agentError(n.agent, "release of run \(r.id): HTTP \(status)") }
@@ -147,7 +147,7 @@ extension Coordinator {
 
     /// Fetches one node's file list and files, verifying each SHA-256, retrying with backoff.
     func gatherNode(_ runId: String, _ n: RunRecord.Node, into dir: URL) async -> (LabWire.FileList?, LabWire.ClockSample?, GatherRefusal?) {
-        guard let c = client(n.agentURL, timeout: 30) else { return (nil, nil, GatherRefusal(message: "bad agent URL \(n.agentURL)")) }
+        guard let c = client(n, timeout: 30) else { return (nil, nil, GatherRefusal(message: "bad agent URL \(n.agentURL)")) }
         let deadline = now + config.gatherPatience
         var delay = 0.2
         var lastError = "agent \(n.agent) at \(n.agentURL) unreachable"

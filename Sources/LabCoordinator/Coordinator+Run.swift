@@ -7,8 +7,9 @@ import LabPlan
 /// together, watch them, then gather (Coordinator+Gather). Every step can be resumed after a
 /// coordinator restart from the run's record.
 extension Coordinator {
-    func client(_ url: String, timeout: TimeInterval = 5) -> LabClient? {
-        URL(string: url).map { LabClient(base: $0, token: config.token, timeout: timeout) }
+    /// A client for a node's agent, with the credential the coordinator calls that agent with.
+    func client(_ node: RunRecord.Node, timeout: TimeInterval = 5) -> LabClient? {
+        URL(string: node.agentURL).map { LabClient(base: $0, token: credentialForCalling(node.agent), timeout: timeout) }
     }
 
     /// Runs a run from wherever it is to its end: arm, start together, watch, gather.
@@ -68,9 +69,10 @@ extension Coordinator {
         let results = await withTaskGroup(of: (Int, LabWire.ClockSample?, String?).self) { group in
             for (i, node) in nodesToArm.enumerated() {
                 let spec = plan.nodes[i]
-                let air = record.air
+                // Plans are range-checked (durations at most 7 days): the sum is finite.
+                let air = airAddress(record.air, for: spec.name, until: began + plan.warmup + plan.duration + 600)
                 group.addTask { [self] in
-                    guard let c = client(node.agentURL) else { return (i, nil, "bad agent URL \(node.agentURL)") }
+                    guard let c = client(node) else { return (i, nil, "bad agent URL \(node.agentURL)") }
                     var lastError = ""
                     for attempt in 0..<3 {
                         if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(0.5 * Double(attempt) * 1e9)) }
@@ -138,7 +140,7 @@ extension Coordinator {
         await withTaskGroup(of: Void.self) { group in
             for n in r.nodes {
                 group.addTask { [self] in
-                    guard let c = client(n.agentURL) else { return }
+                    guard let c = client(n) else { return }
                     do {
                         let (status, body, _) = try await c.request("POST", "/v1/runs/\(id)/release")
                         if status >= 300 && status != 404 { agentError(n.agent, "release of run \(id) refused: HTTP \(status) \(String(decoding: body.prefix(200), as: UTF8.self))") }
@@ -155,7 +157,7 @@ extension Coordinator {
             for n in r.nodes where only?.contains(n.name) ?? true {
                 let offset = n.clockBefore?.offset ?? 0
                 group.addTask { [self] in
-                    guard let c = client(n.agentURL) else { return }
+                    guard let c = client(n) else { return }
                     var lastError = ""
                     for attempt in 0..<3 {
                         do {
@@ -176,7 +178,7 @@ extension Coordinator {
     func ensureStarted(_ r: inout RunRecord) async {
         var missing = Set<String>()
         for n in r.nodes {
-            guard let c = client(n.agentURL) else { continue }
+            guard let c = client(n) else { continue }
             if let s: LabWire.AgentStatus = try? await c.call("GET", "/v1/status"), s.runId == r.id, s.state == .armed, s.startAt == nil { missing.insert(n.name) }
         }
         if !missing.isEmpty { await sendStarts(r, only: missing) }
@@ -187,7 +189,7 @@ extension Coordinator {
         await withTaskGroup(of: Void.self) { group in
             for n in r.nodes {
                 group.addTask { [self] in
-                    guard let c = client(n.agentURL) else { return }
+                    guard let c = client(n) else { return }
                     do { let _: LabWire.AgentStatus = try await c.call("POST", "/v1/runs/\(r.id)/stop") } catch {
                         agentError(n.agent, "stop of run \(r.id) failed: \(error)")
                     }

@@ -17,7 +17,16 @@ public final class Coordinator: @unchecked Sendable {
         public var host = "127.0.0.1"
         public var port: UInt16 = 0
         public var results: URL
+        /// The operator's credential (and, for agents not enrolled, the lab's shared token).
         public var token: String?
+        /// The credentials folder: the lab CA and its key (enrolment), this host's certificate.
+        public var credentials: CredentialsFolder?
+        /// Serve TLS with this (the credentials folder's cert.pem and key.pem).
+        public var tls: TLSContext?
+        /// Signs the air tickets of armed nodes (air.key).
+        public var airKey: Data?
+        /// No authentication (loopback only; the command checks).
+        public var insecure = false
         public var inventory: URL?
         /// The air agents with a simulated radio attach to.
         public var air: LabWire.AirAddress?
@@ -49,6 +58,8 @@ public final class Coordinator: @unchecked Sendable {
     let store: CoordinatorStore
     private let lock = NSLock()
     var agents: [String: AgentRecord] = [:]
+    /// Enrolled agents' credentials (Coordinator+Identity); read by the authenticator.
+    let identities: IdentityTable
     private var inventory: [LabWire.AgentInfo] = []
     var runs: [String: RunRecord] = [:]
     var tasks: [String: Task<Void, Never>] = [:]
@@ -63,7 +74,9 @@ public final class Coordinator: @unchecked Sendable {
         self.config = config
         self.log = log
         store = try CoordinatorStore(url: config.results.appendingPathComponent("coordinator.sqlite"))
-        http = HTTPService(name: "coordinator", token: config.token, log: log)
+        let identities = IdentityTable(Identities(try store.credentials()))
+        self.identities = identities
+        http = HTTPService(name: "coordinator", authenticate: config.insecure ? nil : Self.authenticator(operatorToken: config.token, identities: identities), log: log)
         for a in try store.agents() {
             agents[a.info.name] = AgentRecord(info: a.info, lastSeen: a.lastSeen, persistedSeen: a.lastSeen, status: nil, lastError: a.lastError, lastErrorAt: a.lastErrorAt)
         }
@@ -75,8 +88,8 @@ public final class Coordinator: @unchecked Sendable {
     var now: Double { Date().timeIntervalSince1970 }
 
     public func start() async throws -> UInt16 {
-        let port = try await http.start(host: config.host, port: config.port)
-        url = "http://\(HostPort.urlHost(config.host)):\(port)"
+        let port = try await http.start(host: config.host, port: config.port, tls: config.tls)
+        url = "\(config.tls == nil ? "http" : "https")://\(HostPort.urlHost(config.host)):\(port)"
         log("coordinator listening on \(config.host):\(port) (results \(config.results.path))")
         // Pick up runs a previous coordinator left unfinished.
         let unfinished = withLock { runs.values.filter { !$0.state.isFinal } }

@@ -87,7 +87,8 @@ public final class HTTPService: @unchecked Sendable {
 
     /// Starts listening on `host:port` (a name, an IPv4 or IPv6 literal, or a wildcard as
     /// `Listener` takes them; port 0: any free port); returns the bound port.
-    public func start(host: String = "127.0.0.1", port: UInt16) async throws -> UInt16 {
+    public func start(host: String = "127.0.0.1", port: UInt16, tls: TLSContext? = nil) async throws -> UInt16 {
+        if tls != nil { throw HTTPError(.internalServerError, "\(name): TLS is not available on this server yet") }
         let address: NetAddress
         do {
             address = try Listener.addresses(host: host, port: port)[0]

@@ -88,7 +88,23 @@ public enum LabWire {
     public struct AirAddress: Codable, Sendable, Equatable {
         public var host: String
         public var port: UInt16
-        public init(host: String, port: UInt16) { self.host = host; self.port = port }
+        /// The node's ticket for the air (`NodeTicket`), set by the coordinator when it arms a node
+        /// and the lab has an air key.
+        public var ticket: String?
+        public init(host: String, port: UInt16, ticket: String? = nil) { self.host = host; self.port = port; self.ticket = ticket }
+    }
+
+    /// An operator's request to enrol an agent (`herald-lab agents enrol`).
+    public struct EnrolRequest: Codable, Sendable {
+        public var name: String
+        /// Host names and addresses the agent's certificate is valid for.
+        public var hosts: [String]
+        /// The coordinator URL to write into the enrolment.
+        public var coordinator: String?
+        public var days: Int?
+        public init(name: String, hosts: [String], coordinator: String?, days: Int? = nil) {
+            self.name = name; self.hosts = hosts; self.coordinator = coordinator; self.days = days
+        }
     }
 
     public struct ArmRequest: Codable, Sendable {

@@ -21,13 +21,17 @@ public final class AirServer: @unchecked Sendable {
     private var nextConnection = 0
     public let log: @Sendable (String) -> Void
 
-    /// Required in every node's hello when set.
+    /// Required in every node's hello when set (or a ticket, with `ticketKey`).
     private let token: String?
+    /// Checks nodes' tickets (`NodeTicket`): a node with a valid ticket for its name attaches
+    /// without the token, and only under that name.
+    private let ticketKey: Data?
 
-    public init(parameters: RadioParameters = RadioParameters(), seed: UInt64 = 1, token: String? = nil, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+    public init(parameters: RadioParameters = RadioParameters(), seed: UInt64 = 1, token: String? = nil, ticketKey: Data? = nil, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
         self.defaultParameters = parameters
         self.seed = seed
         self.token = token
+        self.ticketKey = ticketKey
         self.log = log
         scheduler = DispatchScheduler(label: "heraldlab.air")
         // A tick a second to every node: lets a node tell a silent air from a dead link.
@@ -94,6 +98,26 @@ public final class AirServer: @unchecked Sendable {
             }
     }
 
+    /// Why a hello is refused (nil: admitted): a valid ticket for the node's name, or the token.
+    private func admit(_ m: AirMessage) -> String? {
+        if token == nil && ticketKey == nil { return nil }
+        if let key = ticketKey, let ticket = m.ticket {
+            return NodeTicket.problem(ticket, node: m.node ?? "", now: Date().timeIntervalSince1970, key: key)
+        }
+        if let token {
+            let given = Array((m.token ?? "").utf8), want = Array(token.utf8)
+            var diff = UInt8(given.count == want.count ? 0 : 1)
+            for (a, b) in zip(given, want) { diff |= a ^ b }
+            return diff == 0 ? nil : "\(m.token == nil ? "a" : "a valid") token or ticket is required"
+        }
+        return "a ticket is required"
+    }
+
+    /// Text from a node as it may go into a log line (control characters escaped, 100 characters).
+    static func escaped(_ s: String) -> String {
+        String(s.unicodeScalars.prefix(100).map { $0.value < 0x20 || $0.value == 0x7F ? "?" : Character($0) })
+    }
+
     private func closed(_ id: Int) {
         guard let node = nodes.removeValue(forKey: id) else { return }
         log("air: \(node.name) left")
@@ -103,19 +127,14 @@ public final class AirServer: @unchecked Sendable {
 
     private func received(_ m: AirMessage, connection id: Int, socket: LineSocket) {
         if m.t == "hello" {
-            if let token {
-                let given = Array((m.token ?? "").utf8), want = Array(token.utf8)
-                var diff = UInt8(given.count == want.count ? 0 : 1)
-                for (a, b) in zip(given, want) { diff |= a ^ b }
-                guard diff == 0 else {
-                    log("air: refused a hello from connection \(id): \(m.token == nil ? "missing" : "wrong") token")
-                    var r = AirMessage("hello", id: m.id)
-                    r.ok = false
-                    r.error = "a valid token is required"
-                    socket.send(r)
-                    socket.close()
-                    return
-                }
+            if let refusal = admit(m) {
+                log("air: refused a hello from connection \(id) as \(Self.escaped(m.node ?? "?")): \(refusal)")
+                var r = AirMessage("hello", id: m.id)
+                r.ok = false
+                r.error = refusal
+                socket.send(r)
+                socket.close()
+                return
             }
             if medium == nil { medium = SimMedium(scheduler: scheduler, parameters: m.parameters ?? defaultParameters, seed: seed) }
             let name = m.node ?? "node\(id)"

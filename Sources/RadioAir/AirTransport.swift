@@ -50,7 +50,7 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
     /// Connects to the air and attaches a node at (x, y) metres. If the connection is lost later
     /// (the air stops, the link goes down), the transport reports the radio unavailable, reattaches
     /// every 2 s, and reports it powered on again once the air answers.
-    public init(host: String, port: UInt16, node: String, x: Double, y: Double, parameters: RadioParameters, token: String? = nil, tls: TLSContext? = nil, scheduler: DispatchScheduler) throws {
+    public init(host: String, port: UInt16, node: String, x: Double, y: Double, parameters: RadioParameters, token: String? = nil, ticket: String? = nil, tls: TLSContext? = nil, scheduler: DispatchScheduler) throws {
         dispatch = scheduler
         self.host = host
         self.port = port
@@ -61,6 +61,7 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
         hello.y = y
         hello.parameters = parameters
         hello.token = token
+        hello.ticket = ticket
         self.hello = hello
         socket = try LineSocket.connect(host: host, port: port, tls: tls)
         lastHeard = Date().timeIntervalSince1970

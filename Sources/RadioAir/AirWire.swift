@@ -40,6 +40,8 @@ struct AirMessage: Codable {
     var at: Double?
     /// The lab's token, in a node's hello (an air started with a token refuses a hello without it).
     var token: String?
+    /// A node's ticket (`NodeTicket`): lets it attach under its name only.
+    var ticket: String?
 
     init(_ t: String, id: Int? = nil) { self.t = t; self.id = id }
 
