@@ -25,7 +25,11 @@ extension Agent {
                 if status == 404 || status == nil { registered = false }
                 failures += 1
                 if failures == 1 || failures.isMultiple(of: 20) {
-                    log("agent \(config.name): coordinator \(coordinator.absoluteString) unreachable (\(error)); any run goes on; retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                    if status == 401 || status == 403 {
+                        log("agent \(config.name): coordinator \(coordinator.absoluteString) refuses this agent's credential (\(error)); was it revoked? enrol it again (herald-lab agents enrol \(config.name)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                    } else {
+                        log("agent \(config.name): coordinator \(coordinator.absoluteString) unreachable (\(error)); any run goes on; retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                    }
                 }
             }
             let wait = failures == 0 ? config.heartbeatInterval : Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff)

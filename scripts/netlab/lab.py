@@ -389,7 +389,7 @@ class Lab:
         d = f"/etc/netns/{ns(a)}/herald-lab"
         os.makedirs(d, exist_ok=True)
         shutil.copy(self.token, os.path.join(d, "token"))
-        opts = dict(name=a, coordinator=f"http://coord.lab:{COORD_PORT}", radio="sim")
+        opts = dict(name=a, coordinator=f"http://coord.lab:{COORD_PORT}", radio="sim", auth="--token-file /etc/herald-lab/token")
         if self.agent_host_ip:
             opts["host"] = ipv4(a)
         env_text = install_env(**opts)
