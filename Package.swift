@@ -77,7 +77,7 @@ let package = Package(
                     exclude: ["fake_bluetoothd.py"]),
         .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabPlan"]),
         .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore", .product(name: "FlyingFox", package: "FlyingFox")]),
-        .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabHTTP", "RadioAir", "LabPlan", "HeraldCore"]),
+        .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore"]),
         .testTarget(name: "EndToEndTests", dependencies: ["LabPlan"]),
     ]
 )
