@@ -16,14 +16,14 @@ import Glibc
 extension Coordinator {
     /// Enrolled agents, from SQLite: by name, and by the hash of the credential they call with.
     struct Identities {
-        var byName: [String: CoordinatorStore.Credential] = [:]
+        var byName: [String: IdentityStore.Credential] = [:]
         var byHash: [String: String] = [:]
 
-        init(_ all: [CoordinatorStore.Credential]) {
+        init(_ all: [IdentityStore.Credential]) {
             for c in all { add(c) }
         }
 
-        mutating func add(_ c: CoordinatorStore.Credential) {
+        mutating func add(_ c: IdentityStore.Credential) {
             if let old = byName[c.name] { byHash[old.tokenHash] = nil }
             byName[c.name] = c
             if c.revokedAt == nil { byHash[c.tokenHash] = c.name }
@@ -36,7 +36,7 @@ extension Coordinator {
         private let lock = NSLock()
         init(_ v: Identities) { value = v }
         func read<T>(_ body: (Identities) -> T) -> T { lock.withLock { body(value) } }
-        func add(_ c: CoordinatorStore.Credential) { lock.withLock { value.add(c) } }
+        func add(_ c: IdentityStore.Credential) { lock.withLock { value.add(c) } }
     }
 
     /// The service's authenticator: the operator's credential, or an enrolled agent's.
@@ -98,9 +98,10 @@ extension Coordinator {
                             names: request.hosts, days: days, certificate: cert.path, key: key.path)
         } catch { throw HTTPError(.internalServerError, "cannot issue a certificate for \(request.name): \(error)") }
         let credential = AgentCredential(name: request.name, token: LabToken.generate(), coordinatorToken: LabToken.generate())
-        let record = CoordinatorStore.Credential(name: request.name, tokenHash: CredentialHash.of(credential.token),
+        let record = IdentityStore.Credential(name: request.name, tokenHash: CredentialHash.of(credential.token),
                                                  coordinatorToken: credential.coordinatorToken, issuedAt: now, revokedAt: nil)
-        try store.saveCredential(record)
+        guard let identityStore else { throw HTTPError(.conflict, "the coordinator has no credentials folder to keep enrolments in") }
+        try identityStore.saveCredential(record)
         identities.add(record)
         log("coordinator: agent \(request.name) enrolled (certificate for \(request.hosts.isEmpty ? "no host names" : request.hosts.joined(separator: ", ")), \(days) days)")
         return Enrolment(credential: credential, coordinator: request.coordinator,
@@ -115,9 +116,10 @@ extension Coordinator {
         guard SafeName.isValid(name) else { throw HTTPError(.badRequest, "agent name \(SafeName.problem(with: name) ?? "is invalid")") }
         guard var record = identities.read({ $0.byName[name] }) else { throw HTTPError(.notFound, "agent \(name) was never enrolled") }
         record.revokedAt = now
-        try store.revoke(name, at: record.revokedAt!)
-        try store.saveCredential(record)
+        guard let identityStore else { throw HTTPError(.notFound, "agent \(name) was never enrolled") }
+        try identityStore.saveCredential(record)
         identities.add(record)
+        try store.forgetAgent(name)
         withLock { agents[name] = nil }
         log("coordinator: agent \(name) revoked; its credential is refused from now on")
     }

@@ -56,6 +56,8 @@ public final class Coordinator: @unchecked Sendable {
     public let config: Config
     let http: HTTPService
     let store: CoordinatorStore
+    /// Enrolled agents (the credentials folder's agents.sqlite), when there is a folder.
+    let identityStore: IdentityStore?
     private let lock = NSLock()
     var agents: [String: AgentRecord] = [:]
     /// Enrolled agents' credentials (Coordinator+Identity); read by the authenticator.
@@ -74,7 +76,8 @@ public final class Coordinator: @unchecked Sendable {
         self.config = config
         self.log = log
         store = try CoordinatorStore(url: config.results.appendingPathComponent("coordinator.sqlite"))
-        let identities = IdentityTable(Identities(try store.credentials()))
+        identityStore = try config.credentials.map { try IdentityStore(url: $0.url.appendingPathComponent("agents.sqlite")) }
+        let identities = IdentityTable(Identities(try identityStore?.credentials() ?? []))
         self.identities = identities
         http = HTTPService(name: "coordinator", authenticate: config.insecure ? nil : Self.authenticator(operatorToken: config.token, identities: identities), log: log)
         for a in try store.agents() {

@@ -30,50 +30,7 @@ final class CoordinatorStore: @unchecked Sendable {
                 t.add(column: "lastErrorAt", .double)
             }
         }
-        m.registerMigration("v3") { db in
-            // Enrolled agents: the hash of the credential an agent calls with, the credential the
-            // coordinator calls it with, and when it was revoked.
-            try db.create(table: "credential") { t in
-                t.primaryKey("name", .text)
-                t.column("tokenHash", .text).notNull()
-                t.column("coordinatorToken", .text).notNull()
-                t.column("issuedAt", .double).notNull()
-                t.column("revokedAt", .double)
-            }
-        }
         try m.migrate(db)
-    }
-
-    struct Credential: Sendable {
-        var name: String
-        var tokenHash: String
-        var coordinatorToken: String
-        var issuedAt: Double
-        var revokedAt: Double?
-    }
-
-    func credentials() throws -> [Credential] {
-        try db.read { db in
-            try Row.fetchAll(db, sql: "SELECT name, tokenHash, coordinatorToken, issuedAt, revokedAt FROM credential ORDER BY name").map { row in
-                Credential(name: row["name"], tokenHash: row["tokenHash"], coordinatorToken: row["coordinatorToken"], issuedAt: row["issuedAt"], revokedAt: row["revokedAt"])
-            }
-        }
-    }
-
-    /// Enrols (or re-enrols, replacing the old credential) an agent name.
-    func saveCredential(_ c: Credential) throws {
-        try db.write { db in
-            try db.execute(sql: "INSERT INTO credential(name, tokenHash, coordinatorToken, issuedAt, revokedAt) VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET tokenHash = excluded.tokenHash, coordinatorToken = excluded.coordinatorToken, issuedAt = excluded.issuedAt, revokedAt = excluded.revokedAt",
-                           arguments: [c.name, c.tokenHash, c.coordinatorToken, c.issuedAt, c.revokedAt])
-        }
-    }
-
-    /// Revokes an agent: its credential is refused from now on and it is no longer listed.
-    func revoke(_ name: String, at t: Double) throws {
-        try db.write { db in
-            try db.execute(sql: "UPDATE credential SET revokedAt = ? WHERE name = ?", arguments: [t, name])
-            try db.execute(sql: "DELETE FROM agent WHERE name = ?", arguments: [name])
-        }
     }
 
     /// The last heartbeat, kept so that a restarted coordinator knows how long ago it was.
@@ -86,6 +43,11 @@ final class CoordinatorStore: @unchecked Sendable {
         try db.write { db in
             for (name, t) in seen { try db.execute(sql: "UPDATE agent SET lastSeen = ? WHERE name = ?", arguments: [t, name]) }
         }
+    }
+
+    /// Drops an agent from the list (a revoked one).
+    func forgetAgent(_ name: String) throws {
+        try db.write { db in try db.execute(sql: "DELETE FROM agent WHERE name = ?", arguments: [name]) }
     }
 
     func saveError(_ name: String, _ message: String, at t: Double) throws {
