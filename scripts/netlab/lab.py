@@ -298,6 +298,11 @@ class Lab:
         self.procs = Procs(os.path.join(self.out, "logs"))
         self.state = {}
         self.token = os.path.join(self.work, "token")
+        # As deployed (README, agents/README.md): a lab CA made by `herald-lab ca init`, agents
+        # enrolled with their own credentials, TLS everywhere. NETLAB_PLAIN=1: one shared token, HTTP.
+        self.secure = os.environ.get("NETLAB_PLAIN") != "1"
+        self.cred = os.path.join(self.work, "cred")
+        self.enrolled = set()
         self.results = os.path.join(self.work, "coordinator-results")
         self.coord_flags = None
         self.air = os.environ.get("NETLAB_AIR", f"coord.lab:{AIR_PORT}")
@@ -311,10 +316,13 @@ class Lab:
         os.makedirs(self.procs.logs)
         self.state = {"created": [], "mounts": [], "out": self.out}
         save_state(self.state)
-        tok = os.urandom(16).hex()
-        open(self.token, "w").write(tok + "\n")
-        self._token = tok
         up(self.state)
+        if self.secure:
+            sh(self.bin, "ca", "init", "--dir", self.cred, "--host", "coord.lab", "--host", ipv4("coord"), "--host", ipv6("coord"))
+            shutil.copy(os.path.join(self.cred, "operator.token"), self.token)
+        else:
+            open(self.token, "w").write(os.urandom(16).hex() + "\n")
+        self._token = open(self.token).read().strip()
         # Mount points for ip netns exec's bind of /etc/netns/NS/herald-lab, and for the data folder.
         ensure_dir("/etc/herald-lab", self.state)
         ensure_dir("/var/lib/herald-lab", self.state)
@@ -343,9 +351,11 @@ class Lab:
         self.procs.stop("relay")
 
     # -- HTTP from the client host
-    def http(self, url, method="GET", body=None, timeout=5, host="client"):
+    def http(self, url, method="GET", body=None, timeout=5, host="client", token=None):
         args = ["ip", "netns", "exec", ns(host), "curl", "-sS", "-m", str(timeout), "-X", method,
-                "-H", f"Authorization: Bearer {self._token}", "-w", "\n%{http_code}"]
+                "-H", f"Authorization: Bearer {token or self._token}", "-w", "\n%{http_code}"]
+        if self.secure:
+            args += ["--cacert", os.path.join(self.cred, "ca.pem")]
         if body is not None:
             args += ["-H", "Content-Type: application/json", "--data-binary", json.dumps(body)]
         r = subprocess.run(args + [url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -357,11 +367,19 @@ class Lab:
         except ValueError:
             return int(code), text
 
+    @property
+    def scheme(self):
+        return "https" if self.secure else "http"
+
+    def auth_flags(self):
+        """How a service or command on the lab proves itself."""
+        return ["--credentials", self.cred] if self.secure else ["--token-file", self.token]
+
     def coord_url(self, path=""):
-        return f"http://coord.lab:{COORD_PORT}{path}"
+        return f"{self.scheme}://coord.lab:{COORD_PORT}{path}"
 
     def agent_url(self, a, path=""):
-        return f"http://{a}.lab:{AGENT_PORT}{path}"
+        return f"{self.scheme}://{a}.lab:{AGENT_PORT}{path}"
 
     def wait_http(self, url, seconds):
         deadline = time.time() + seconds
@@ -374,11 +392,11 @@ class Lab:
 
     # -- services
     def start_air(self):
-        self.procs.start("air", ["ip", "netns", "exec", ns("coord"), self.bin, "air", "--host", "0.0.0.0", "--port", str(AIR_PORT), "--token-file", self.token])
+        self.procs.start("air", ["ip", "netns", "exec", ns("coord"), self.bin, "air", "--host", "0.0.0.0", "--port", str(AIR_PORT), *self.auth_flags()])
 
     def start_coordinator(self, results=None, air=None, extra=()):
         if results is not None or self.coord_flags is None:
-            self.coord_flags = ["--host", "0.0.0.0", "--port", str(COORD_PORT), "--token-file", self.token,
+            self.coord_flags = ["--host", "0.0.0.0", "--port", str(COORD_PORT), *self.auth_flags(),
                                 "--results", results or self.results, "--air", air or self.air, *extra]
         self.procs.start("coordinator", ["ip", "netns", "exec", ns("coord"), self.bin, "coordinator", *self.coord_flags])
         if not self.wait_http(self.coord_url("/health"), 20):
@@ -388,8 +406,13 @@ class Lab:
         """The unit's ExecStart with agent.env as install.sh writes it; the binary is ours."""
         d = f"/etc/netns/{ns(a)}/herald-lab"
         os.makedirs(d, exist_ok=True)
-        shutil.copy(self.token, os.path.join(d, "token"))
-        opts = dict(name=a, coordinator=f"http://coord.lab:{COORD_PORT}", radio="sim", auth="--token-file /etc/herald-lab/token")
+        if self.secure:
+            self.enrol(a, d)
+            auth = "--credentials /etc/herald-lab"
+        else:
+            shutil.copy(self.token, os.path.join(d, "token"))
+            auth = "--token-file /etc/herald-lab/token"
+        opts = dict(name=a, coordinator=self.coord_url(), radio="sim", auth=auth)
         if self.agent_host_ip:
             opts["host"] = ipv4(a)
         env_text = install_env(**opts)
@@ -397,6 +420,25 @@ class Lab:
         argv = expand_exec(unit_exec_start(), parse_env_file(env_text))
         argv[0] = self.bin
         return argv, env_text
+
+    def enrol(self, a, d):
+        """`herald-lab agents enrol` from the client host (the coordinator must be up), then
+        `herald-lab enrol` into the agent host's /etc/herald-lab, as install.sh does. Once per agent."""
+        if a in self.enrolled:
+            return
+        f = os.path.join(self.work, f"{a}.enrol")
+        if os.path.exists(f):
+            os.unlink(f)
+        nsrun(ns("client"), self.bin, "agents", "enrol", a, "--host", f"{a}.lab", "--host", ipv4(a), "--host", ipv6(a),
+              "--out", f, "--coordinator", self.coord_url(), "--credentials", self.cred)
+        sh(self.bin, "enrol", f, "--dir", d)
+        self.enrolled.add(a)
+
+    def agent_token(self, a):
+        """What the coordinator calls agent `a` with (in an enrolled lab, only that agent takes it)."""
+        if not self.secure:
+            return self._token
+        return json.load(open(os.path.join(self.work, f"{a}.enrol")))["credential"]["coordinatorToken"]
 
     def data_dir(self, a):
         return os.path.join(self.work, f"data-{a}")
@@ -441,7 +483,7 @@ class Lab:
         """Starts `herald-lab run` in the client host; returns (process, log path)."""
         logp = os.path.join(self.out, "logs", f"{key}.log")
         p = self.procs.start(key, ["ip", "netns", "exec", ns("client"), self.bin, "run", plan,
-                                   "--coordinator", self.coord_url(), "--token-file", self.token,
+                                   "--coordinator", self.coord_url(), *self.auth_flags(),
                                    "--out", os.path.join(self.out, "bundles")])
         return p, logp
 
@@ -474,7 +516,7 @@ class Lab:
         return None
 
     def agent_status(self, a, timeout=3):
-        code, body = self.http(self.agent_url(a, "/v1/status"), timeout=timeout)
+        code, body = self.http(self.agent_url(a, "/v1/status"), timeout=timeout, token=self.agent_token(a))
         return body if code == 200 else None
 
     def bundle_dir(self, run_id):
