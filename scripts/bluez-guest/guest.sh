@@ -5,6 +5,11 @@
 #   guest.sh prepare              download and unpack the kernel, build the initramfs (once)
 #   guest.sh run OUTDIR SCRIPT    boot, run SCRIPT (bash, as root) in the guest, power off
 #
+# BLUEZ_STACK picks the Linux Bluetooth stack under test:
+#   bookworm  Debian 12, what most lab nodes run: its kernel (6.1) and this machine's BlueZ (5.66)
+#   trixie    Debian 13: kernel 6.12 and BlueZ 5.82 from a trixie root built with mmdebstrap
+#             from Debian's packages; bluetoothd runs chrooted there, on the guest's system bus
+#
 # The guest sees the host's / read-only over virtio-9p (so binaries built here run unchanged),
 # OUTDIR read-write at the same path, and fresh tmpfs on /tmp, /run, /var/lib/bluetooth and
 # /root. SCRIPT's exit status becomes guest.sh's; the console is saved to OUTDIR/console.log.
@@ -13,7 +18,9 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-CACHE=${BLUEZ_CACHE:-$REPO/.build-bluez}
+STACK=${BLUEZ_STACK:-bookworm}
+case "$STACK" in bookworm|trixie) ;; *) echo "bluez-guest: BLUEZ_STACK=$STACK: must be bookworm or trixie" >&2; exit 2 ;; esac
+CACHE=${BLUEZ_CACHE:-$REPO/.build-bluez}/$STACK
 TIMEOUT=${BLUEZ_GUEST_TIMEOUT:-900}
 
 say() { echo "bluez-guest: $*" >&2; }
@@ -25,6 +32,15 @@ prepare() {
         command -v "$tool" >/dev/null || { say "missing $tool: run 'make deps' (apt-get install qemu-system-x86 busybox-static cpio kmod)"; exit 2; }
     done
     mkdir -p "$CACHE"
+    if [ "$STACK" = trixie ] && [ -z "$(kernel_version)" ]; then
+        command -v mmdebstrap >/dev/null || { say "missing mmdebstrap: apt-get install mmdebstrap"; exit 2; }
+        say "building a Debian 13 root (kernel, BlueZ, D-Bus) with mmdebstrap"
+        rm -rf "$CACHE/root"
+        mmdebstrap --quiet --variant=essential --include=bluez,dbus,linux-image-amd64,kmod trixie "$CACHE/root" http://deb.debian.org/debian \
+            || { say "mmdebstrap failed"; exit 2; }
+    fi
+    # Mount points for running bluetoothd chrooted in the root (the guest sees it read-only).
+    [ "$STACK" = trixie ] && mkdir -p "$CACHE/root/run/dbus" "$CACHE/root/var/lib/bluetooth" "$CACHE/root/tmp"
     if [ -z "$(kernel_version)" ]; then
         local pkg
         pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
@@ -53,10 +69,11 @@ prepare() {
     done
     local python
     python=$(python3 -c 'import sys; print(sys.executable)')
-    sed -e "s|@PYTHON@|$python|g" -e "s|@PYBIN@|$(dirname "$python")|g" -e "s|@KVER@|$kver|g" -e "s|@CACHE@|$CACHE|g" -e "s|@MODULES@|$order|g" "$HERE/init" > "$ir/init"
+    sed -e "s|@PYTHON@|$python|g" -e "s|@PYBIN@|$(dirname "$python")|g" -e "s|@KVER@|$kver|g" -e "s|@CACHE@|$CACHE|g" -e "s|@MODULES@|$order|g" \
+        -e "s|@STACK@|$STACK|g" "$HERE/init" > "$ir/init"
     chmod +x "$ir/init"
     (cd "$ir" && find . | cpio -o -H newc --quiet | gzip -1) > "$CACHE/initramfs.gz"
-    say "ready: kernel $kver, initramfs $(du -h "$CACHE/initramfs.gz" | cut -f1)"
+    say "ready: stack $STACK, kernel $kver, initramfs $(du -h "$CACHE/initramfs.gz" | cut -f1)"
 }
 
 run() {
@@ -70,7 +87,7 @@ run() {
     rm -f "$out/guest-exit-code"
     local kver
     kver=$(kernel_version)
-    say "booting $kver (TCG) to run $script; console: $out/console.log"
+    say "booting $kver (TCG, stack $STACK) to run $script; console: $out/console.log"
     local started=$SECONDS
     set +e
     timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m 2048 -smp 2 \

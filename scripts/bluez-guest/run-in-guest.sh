@@ -28,10 +28,25 @@ count=$(python3 -c "import json; print(len(json.load(open('$G/model.json'))['nod
 wait_until 60 "$count hci devices" test "$(ls /sys/class/bluetooth | grep -c '^hci')" -ge "$count" || exit 12
 step "$(ls /sys/class/bluetooth | tr '\n' ' ')"
 
+# The stack's bluetoothd: this machine's (bookworm), or Debian 13's chrooted in its root, on the
+# guest's system bus (the socket folder bound into the root).
+BLUETOOTHD=(/usr/libexec/bluetooth/bluetoothd)
+BLUETOOTHCTL=(bluetoothctl)
+if [ "${HL_STACK:-bookworm}" = trixie ]; then
+  R=${HL_STACK_ROOT:?}
+  mount --bind /proc "$R/proc"; mount --bind /sys "$R/sys"; mount --bind /dev "$R/dev"
+  mount --bind /run/dbus "$R/run/dbus"
+  mount -t tmpfs tmpfs "$R/var/lib/bluetooth"; mount -t tmpfs tmpfs "$R/tmp"
+  BLUETOOTHD=(chroot "$R" /usr/libexec/bluetooth/bluetoothd)
+  BLUETOOTHCTL=(chroot "$R" bluetoothctl)
+fi
+step "stack ${HL_STACK:-bookworm}: kernel $(uname -r), BlueZ $("${BLUETOOTHD[@]}" --version)"
+echo "{\"stack\": \"${HL_STACK:-bookworm}\", \"kernel\": \"$(uname -r)\", \"bluez\": \"$("${BLUETOOTHD[@]}" --version)\"}" > "$OUT/stack.json"
+
 step "bluetoothd -n -d -E"
 # Restarted when it dies, as systemd does on a node (the nodes must ride through it).
 ( while true; do
-    /usr/libexec/bluetooth/bluetoothd -n -d -E >>"$OUT/bluetoothd.log" 2>&1
+    "${BLUETOOTHD[@]}" -n -d -E >>"$OUT/bluetoothd.log" 2>&1
     code=$?
     echo "[guest $(date +%T)] bluetoothd exited $code; restarting" | tee -a "$OUT/bluetoothd-restarts.log"
     sleep 1
@@ -40,7 +55,7 @@ adapters_ready() {
   [ "$(dbus-send --system --print-reply --dest=org.bluez / org.freedesktop.DBus.ObjectManager.GetManagedObjects 2>/dev/null | grep -c '"org.bluez.Adapter1"')" -ge "$count" ]
 }
 wait_until 60 "bluetoothd adapters" adapters_ready || { tail -20 "$OUT/bluetoothd.log"; exit 13; }
-bluetoothctl --version
+"${BLUETOOTHCTL[@]}" --version
 
 addr() { python3 -c "import json; print(json.load(open('$OUT/controllers.json'))['$1']['address'])"; }
 step "lab run: alpha=$(addr alpha) beta=$(addr beta) gamma=$(addr gamma)"
