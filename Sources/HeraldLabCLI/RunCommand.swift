@@ -29,7 +29,12 @@ struct RunCommand: AsyncParsableCommand {
     var out: String = "results"
 
     func run() async throws {
-        _ = try loadPlan(plan) // refuse a bad plan here, with field paths
+        let parsed = try loadPlan(plan) // refuse a bad plan here, with field paths
+        let personas = parsed.nodes.filter { $0.persona != nil }
+        if !personas.isEmpty {
+            log("herald-lab run: \(plan): \(personas.map { "\($0.name) (\($0.persona!.rawValue))" }.joined(separator: ", ")): personas are simulated phones; a lab runs Linux nodes only (herald-lab simulate runs personas)")
+            throw ExitCode(2)
+        }
         let text = try String(contentsOfFile: plan, encoding: .utf8)
         guard let base = URL(string: coordinator) else { log("--coordinator: not a URL"); throw ExitCode(2) }
         let token: String?
