@@ -16,9 +16,10 @@ import LabPlan
 ///   service UUIDs out of the advert into Apple's overflow area: the advert carries only Apple
 ///   manufacturer data (message 0x01 with a service bit set), so a scanner finds the Herald
 ///   service only by connecting and discovering services.
-/// - It scans for the Herald service (CoreBluetooth scans by service UUID, so background iPhones,
-///   which advertise none, are not found this way: iPhones learn of each other through payload
-///   sharing), measures each advert in the foreground and at most one every
+/// - It scans for the Herald service, as CoreBluetooth scans by service UUID: in the foreground
+///   that also finds background iPhones through the service's bit in their overflow area; in the
+///   background it does not, so two background iPhones learn of each other only through payload
+///   sharing. It measures each advert in the foreground and at most one every
 ///   `backgroundMeasureInterval` in the background (iOS coalesces duplicate discoveries there),
 ///   and reads each new peripheral's payload once (connect, discover, read, disconnect).
 ///   It writes nothing to peripherals: since Herald 2.2 Android-like nodes write to iPhones.
@@ -144,8 +145,14 @@ public final class IOSPersona {
 
     // MARK: Scanning and reading
 
+    /// Whether a scan for the Herald service reports this advert.
+    func scanFinds(_ report: ScanReport) -> Bool {
+        if report.serviceUUIDs.contains(HeraldUUIDs.service) || report.serviceUUIDs.contains(HeraldUUIDs.legacyService) { return true }
+        return mode == .foreground && report.manufacturerData[ManufacturerID.apple] == Self.backgroundAppleData
+    }
+
     private func handle(_ report: ScanReport) {
-        guard running, report.serviceUUIDs.contains(HeraldUUIDs.service) || report.serviceUUIDs.contains(HeraldUUIDs.legacyService) else { return }
+        guard running, scanFinds(report) else { return }
         let now = scheduler.now
         let device: Device
         if let known = peripherals[report.address] {

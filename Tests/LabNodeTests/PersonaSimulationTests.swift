@@ -169,6 +169,53 @@ final class PersonaSimulationTests: XCTestCase {
         XCTAssertEqual(androidDetection, "android,Android,33,\(name["android"]!),\([name["iphone-bg"]!, name["iphone-fg"]!, name["linux"]!].sorted().joined(separator: ","))\n")
     }
 
+    func testBackgroundIPhonesLearnOfEachOtherOnlyThroughTheLinuxNodesSharing() throws {
+        let text = """
+        name: two-backgrounds
+        duration: 2m
+        nodes:
+          - {name: linux, position: [0, 0]}
+          - {name: bg1, persona: ios-background, position: [1m, 0]}
+          - {name: bg2, persona: ios-background, position: [0, 1m]}
+        """
+        let plan = try Plan.parse(yaml: text)
+        let result = try Simulation(plan: plan, planText: text, output: tmp.appendingPathComponent("bg")).run()
+        let name = Dictionary(uniqueKeysWithValues: plan.nodes.map { ($0.name, $0.shortName) })
+        for (me, other) in [("bg1", "bg2"), ("bg2", "bg1")] {
+            let r = try rows(result.bundle.appendingPathComponent("nodes/\(me)"))
+            let firstShare = r.first { $0[6] == "4" && $0[10] == name[other]! }
+            let firstRead = r.first { $0[4] == "2" && $0[10] == name[other]! }
+            XCTAssertNotNil(firstShare, "\(me) is told of \(other)")
+            XCTAssertEqual(firstRead?[0], firstShare?[0], "\(me) knows \(other) from the moment it is shared, not before")
+            XCTAssertEqual(counts(r, of: name[other]!).read, 1, "one device for the shared payload, read once")
+        }
+        // Both iPhones are read by the Linux node.
+        let linuxRows = try rows(result.bundle.appendingPathComponent("nodes/linux"))
+        XCTAssertEqual(counts(linuxRows, of: name["bg1"]!).read, 1)
+        XCTAssertEqual(counts(linuxRows, of: name["bg2"]!).read, 1)
+    }
+
+    func testForegroundScanFindsBackgroundIPhonesThroughTheOverflowAreaAndBackgroundScanDoesNot() throws {
+        let plan = try Plan.parse(yaml: Self.planText)
+        let medium = SimMedium(scheduler: VirtualScheduler(start: plan.start), seed: 1)
+        func persona(_ mode: IOSPersona.Mode) -> IOSPersona {
+            IOSPersona(mode: mode, assignment: NodeAssignment(runId: "r", plan: plan, node: plan.nodes[2]),
+                       transport: medium.addNode(name: "\(mode)", x: 0, y: 0), directory: tmp.appendingPathComponent("\(mode)"))
+        }
+        let fg = persona(.foreground), bg = persona(.background)
+        let overflow = ScanReport(address: "C0:00:00:00:00:01", rssi: -50, manufacturerData: bg.advertisement.manufacturerData)
+        let service = ScanReport(address: "C0:00:00:00:00:02", rssi: -50, serviceUUIDs: [HeraldUUIDs.service])
+        let airpods = ScanReport(address: "C0:00:00:00:00:03", rssi: -50, manufacturerData: [ManufacturerID.apple: Data([0x07, 0x19, 0x01])])
+        XCTAssertTrue(fg.scanFinds(overflow))
+        XCTAssertFalse(bg.scanFinds(overflow))
+        XCTAssertTrue(fg.scanFinds(service) && bg.scanFinds(service))
+        XCTAssertFalse(fg.scanFinds(airpods))
+        XCTAssertEqual(bg.advertisement.serviceUUIDs, [])
+        XCTAssertEqual(fg.advertisement.serviceUUIDs, [HeraldUUIDs.service])
+        fg.logs.close()
+        bg.logs.close()
+    }
+
     func testPersonaSimulationIsByteIdenticalForASeedAndTheManifestNamesThePhones() throws {
         var plan = try Plan.parse(yaml: Self.planText)
         plan.duration = 60
