@@ -59,7 +59,7 @@ let package = Package(
         .target(name: "BlueZRadio", dependencies: ["HeraldCore", "HeraldRadio", "DBus", "CBluetooth"]),
         // MARK: The herald-lab command.
         .executableTarget(name: "HeraldLabCLI", dependencies: [
-            "LabNode", "LabPlan", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP", "LabNet",
+            "LabNode", "LabPlan", "HeraldLogs", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP", "LabNet",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
@@ -69,7 +69,7 @@ let package = Package(
         .testTarget(name: "HeraldSensorTests", dependencies: ["HeraldSensor", "RadioSim", "HeraldRadio", "HeraldCore", "HeraldLogs"]),
         .testTarget(name: "RadioSimTests", dependencies: ["RadioSim", "HeraldRadio", "HeraldCore"]),
         .testTarget(name: "LabPlanTests", dependencies: ["LabPlan"]),
-        .testTarget(name: "LabNodeTests", dependencies: ["LabNode", "LabPlan"]),
+        .testTarget(name: "LabNodeTests", dependencies: ["LabNode", "LabPlan", "HeraldCore", "HeraldRadio", "HeraldLogs", "RadioSim"]),
         .testTarget(name: "HeraldAnalysisTests", dependencies: ["HeraldAnalysis", "LabHistory", "LabNode", "LabPlan"]),
         .target(name: "DBusTestSupport", path: "Tests/DBusTestSupport"),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "DBusTestSupport"]),

@@ -1,6 +1,7 @@
 import ArgumentParser
 import BlueZRadio
 import Foundation
+import HeraldLogs
 import HeraldRadio
 import LabHTTP
 import LabNode
@@ -32,10 +33,17 @@ struct NodeCommand: AsyncParsableCommand {
     @Option(help: "Seconds between status lines.")
     var every: Double = 10
 
+    @Option(name: .customLong("power-supply"), help: "Folder of the machine's power supplies, read for battery.csv (mains when it has no battery).")
+    var powerSupply: String = "/sys/class/power_supply"
+
     func run() async throws {
         let plan = try loadPlan(self.plan)
         guard let spec = plan.nodes.first(where: { $0.name == node }) else {
             log("herald-lab node: plan \(plan.name) has no node \"\(node)\"; its nodes are \(plan.nodes.map(\.name).joined(separator: ", "))")
+            throw ExitCode(2)
+        }
+        if let persona = spec.persona {
+            log("herald-lab node: node \(node) is a simulated phone (persona \(persona.rawValue)); herald-lab simulate runs it")
             throw ExitCode(2)
         }
         if let d = duration, !(d.isFinite && d > 0 && d <= PlanLimits.maximumDuration) {
@@ -57,7 +65,8 @@ struct NodeCommand: AsyncParsableCommand {
         let scheduler = DispatchScheduler(label: "heraldlab.node")
         let transport = BlueZTransport(options: .init(adapter: adapter), scheduler: scheduler)
         let runner = scheduler.sync {
-            let runner = NodeRunner(assignment: assignment, transport: transport, directory: dir)
+            let runner = NodeRunner(assignment: assignment, transport: transport, directory: dir,
+                                    power: SysfsPowerSupply(root: URL(fileURLWithPath: powerSupply)))
             transport.log = { message in runner.radioLog(message); log("node \(spec.name): \(message)") }
             runner.start()
             return runner

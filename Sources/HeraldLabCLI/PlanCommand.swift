@@ -20,7 +20,7 @@ struct PlanCommand: ParsableCommand {
             let plan = try loadPlan(self.plan)
             print("\(plan.name): \(plan.nodes.count) nodes, \(formatDuration(plan.duration)) (warm-up \(formatDuration(plan.warmup))), radio \(plan.radio.kind.rawValue)")
             for n in plan.nodes {
-                print("  \(n.name)\tidentifier \(n.identifier)\tshortName \(n.shortName)\tat \(n.position)")
+                print("  \(n.name)\tidentifier \(n.identifier)\tshortName \(n.shortName)\tat \(n.position)" + (n.persona.map { "\tpersona \($0.rawValue)" } ?? ""))
             }
             let s = plan.sensor
             print("  sensor: scan \(formatDuration(s.scanOn)) on / \(formatDuration(s.scanRest)) rest / \(formatDuration(s.scanOff)) off, advert every \(formatDuration(s.advertInterval)), tx \(s.txPower) dBm, pseudo address \(s.pseudoAddress ? "on" : "off")")

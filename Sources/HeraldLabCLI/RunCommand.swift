@@ -26,7 +26,12 @@ struct RunCommand: AsyncParsableCommand {
     var out: String = "results"
 
     func run() async throws {
-        _ = try loadPlan(plan) // refuse a bad plan here, with field paths
+        let parsed = try loadPlan(plan) // refuse a bad plan here, with field paths
+        let personas = parsed.nodes.filter { $0.persona != nil }
+        if !personas.isEmpty {
+            log("herald-lab run: \(plan): \(personas.map { "\($0.name) (\($0.persona!.rawValue))" }.joined(separator: ", ")): personas are simulated phones; a lab runs Linux nodes only (herald-lab simulate runs personas)")
+            throw ExitCode(2)
+        }
         let text = try String(contentsOfFile: plan, encoding: .utf8)
         let client = try options.client()
         let (status, body, _) = try await client.request("POST", "/v1/runs?name=\(URL(fileURLWithPath: plan).lastPathComponent)", body: Data(text.utf8))

@@ -13,8 +13,11 @@ public final class MainsPower: PowerSource {
     public func read() -> (source: String, level: Double) { ("external", 100) }
 }
 
-/// Reads /sys/class/power_supply: a battery with a capacity gives `battery,<capacity>`
-/// (or `external` while it charges or is full on mains), anything else `external,100.0`.
+/// Reads /sys/class/power_supply: the system's battery (`type` Battery, not `scope` Device: a
+/// mouse's or headset's battery is not the node's) gives `battery,<capacity>`, or `external` while
+/// mains or USB power is online or the battery charges, is full or is held (`Not charging`);
+/// without a system battery, `external,100.0`. Capacity is `capacity`, else `energy_now` /
+/// `energy_full` or `charge_now` / `charge_full`.
 public final class SysfsPowerSupply: PowerSource {
     public let root: URL
     public init(root: URL = URL(fileURLWithPath: "/sys/class/power_supply")) { self.root = root }
@@ -22,16 +25,31 @@ public final class SysfsPowerSupply: PowerSource {
     public func read() -> (source: String, level: Double) {
         let fm = FileManager.default
         guard let entries = try? fm.contentsOfDirectory(atPath: root.path) else { return ("external", 100) }
+        var battery: (status: String, level: Double)?
+        var mainsOnline = false
         for e in entries.sorted() {
             let dir = root.appendingPathComponent(e)
             func value(_ name: String) -> String? {
                 (try? String(contentsOf: dir.appendingPathComponent(name), encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
             }
-            guard value("type") == "Battery", let cap = value("capacity").flatMap(Double.init) else { continue }
-            let status = value("status") ?? ""
-            return (status == "Charging" || status == "Full" ? "external" : "battery", min(100, max(0, cap)))
+            func ratio(_ now: String, _ full: String) -> Double? {
+                guard let n = value(now).flatMap(Double.init), let f = value(full).flatMap(Double.init), f > 0 else { return nil }
+                return n / f * 100
+            }
+            switch value("type") {
+            case "Battery":
+                guard battery == nil, value("scope") != "Device",
+                      let level = value("capacity").flatMap(Double.init) ?? ratio("energy_now", "energy_full") ?? ratio("charge_now", "charge_full"),
+                      level.isFinite else { continue }
+                battery = (value("status") ?? "", min(100, max(0, level)))
+            case "Mains", "USB", "USB_C", "USB_PD":
+                if value("online") == "1", value("scope") != "Device" { mainsOnline = true }
+            default: continue
+            }
         }
-        return ("external", 100)
+        guard let battery else { return ("external", 100) }
+        let external = mainsOnline || ["Charging", "Full", "Not charging"].contains(battery.status)
+        return (external ? "external" : "battery", battery.level)
     }
 }
 

@@ -2,9 +2,10 @@ import Foundation
 import HeraldCore
 import HeraldRadio
 
-/// What the sensor believes a peer runs.
+/// What the sensor believes a peer runs. `shared`: known only through a payload-sharing bundle
+/// (no radio address, never shared again).
 public enum PeerOS: String, Sendable {
-    case unknown, android, ios, iosProbable, linux, notHerald
+    case unknown, android, ios, iosProbable, linux, notHerald, shared
 }
 
 /// One entry of the device database: a peer, followed across MAC changes by its pseudo address.
@@ -36,14 +37,18 @@ public final class BLEDevice {
     var payloadWritten = false
     var sharedPayloads = Set<PayloadData>()
     var failedConnections = 0
-    /// Known only through a sharing bundle (no radio address).
-    public let receiveOnly: Bool
+    /// A central that wrote its payload or RSSI to this node: it cannot be read itself (it does
+    /// not advertise), so the sensor never connects to it, and its payload is shared with iOS peers.
+    public internal(set) var receiveOnly = false
 
-    init(identifier: TargetIdentifier, address: RadioAddress?, now: Date, receiveOnly: Bool = false) {
+    /// What its adverts say makes it worth a connection: the Herald service, Apple data (an
+    /// iPhone in background) or a pseudo device address.
+    var mayBeHerald: Bool { hasHeraldService || hasAppleData || pseudoAddress != nil }
+
+    init(identifier: TargetIdentifier, address: RadioAddress?, now: Date) {
         self.identifier = identifier
         self.address = address
         self.createdAt = now
         self.lastUpdatedAt = now
-        self.receiveOnly = receiveOnly
     }
 }

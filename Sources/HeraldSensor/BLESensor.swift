@@ -38,6 +38,8 @@ public final class BLESensor: Sensor {
     private var serviceRegistered = false
     private var lastCentralActivity: Date
     private var ownPayload: PayloadData?
+    /// The radio went off while a pseudo address was in use: draw a new one when it is back.
+    private var pseudoRenewalDue = false
 
     public static let subsystem = "Sensor"
 
@@ -106,6 +108,13 @@ public final class BLESensor: Sensor {
 
     private func radioReady() {
         notify { $0.sensor(.BLE, didUpdateState: .on) }
+        if pseudoRenewalDue {
+            // Herald's Android transmitter renews its pseudo address when Bluetooth restarts.
+            pseudoRenewalDue = false
+            pseudoDeviceAddress = nil
+            lastCentralActivity = scheduler.now
+            info("renewing pseudo address (the radio was off)")
+        }
         if !serviceRegistered {
             transport.register(service: Self.service, server: self) { [weak self] result in
                 guard let self, self.running else { return }
@@ -193,6 +202,10 @@ public final class BLESensor: Sensor {
         }
         processing = true
         attemptedThisCycle.removeAll(keepingCapacity: true)
+        if filteredThisCycle > 0 {
+            debug("scan filter refused \(filteredThisCycle) report(s) from devices that are not Herald")
+            filteredThisCycle = 0
+        }
         purge()
         renewPseudoAddressIfIdle()
         processNext()
@@ -222,15 +235,28 @@ public final class BLESensor: Sensor {
 
     // MARK: Advertising reports
 
+    /// Advertising reports refused by the scan filter (`BLESensorSettings.advertFilter`) since start.
+    public private(set) var reportsFiltered = 0
+    private var filteredThisCycle = 0
+
     private func handle(_ report: ScanReport) {
         guard running else { return }
         let now = scheduler.now
-        let heraldService = report.serviceUUIDs.contains(HeraldUUIDs.service) || report.serviceUUIDs.contains(HeraldUUIDs.legacyService)
-        let manufacturer = report.manufacturerData.isEmpty ? HeraldManufacturerData() : HeraldManufacturerData.parse(report.manufacturerData)
+        let filter = settings.advertFilter
+        let signs = filter.signs(of: report)
+        let knownByPseudo = signs.pseudoAddress.flatMap { byPseudo[$0] }
+        let known = byAddress[report.address] ?? knownByPseudo
+        // Herald's scan filter: nothing else enters the database (no detect row, no RSSI rows).
+        guard signs.admitsNewDevice || knownByPseudo != nil else { refuse(); return }
+        var ignoredApple: String?
+        if signs.appleOnly, let apple = report.manufacturerData[ManufacturerID.apple], known?.os != .ios {
+            ignoredApple = filter.ignoredApplePattern(apple)
+            if ignoredApple != nil && known == nil { refuse(); return }
+        }
         let device: BLEDevice
         if let known = byAddress[report.address] {
             device = known
-        } else if let pseudo = manufacturer.pseudoDeviceAddress, let known = byPseudo[pseudo] {
+        } else if let known = knownByPseudo, let pseudo = signs.pseudoAddress {
             // The same device under a new MAC: follow it, keep its identity and payload.
             if let old = known.address, byAddress[old] === known { byAddress[old] = nil }
             known.address = report.address
@@ -246,9 +272,9 @@ public final class BLESensor: Sensor {
         device.lastUpdatedAt = now
         device.rssi = report.rssi
         device.txPower = report.txPower
-        if heraldService { device.hasHeraldService = true }
-        if manufacturer.hasAppleData { device.hasAppleData = true }
-        if let pseudo = manufacturer.pseudoDeviceAddress, device.pseudoAddress != pseudo {
+        if signs.heraldService { device.hasHeraldService = true }
+        if signs.appleData { device.hasAppleData = true }
+        if let pseudo = signs.pseudoAddress, device.pseudoAddress != pseudo {
             if let old = device.pseudoAddress, byPseudo[old] === device { byPseudo[old] = nil }
             device.pseudoAddress = pseudo
             byPseudo[pseudo] = device
@@ -258,7 +284,11 @@ public final class BLESensor: Sensor {
             else if device.hasAppleData { device.os = .iosProbable }
         }
         if let until = device.ignoreUntil, until > now { return }
-        if !device.hasHeraldService && !device.hasAppleData {
+        if let pattern = ignoredApple {
+            ignore(device, because: "its Apple advert is of a kind that cannot host Herald (\(pattern))")
+            return
+        }
+        if !device.mayBeHerald {
             ignore(device, because: "advertises neither the Herald service nor Apple data")
             return
         }
@@ -268,6 +298,11 @@ public final class BLESensor: Sensor {
         if let payload = device.payload {
             notify { $0.sensor(.BLE, didMeasure: proximity, fromTarget: id, withPayload: payload) }
         }
+    }
+
+    private func refuse() {
+        reportsFiltered += 1
+        filteredThisCycle += 1
     }
 
     private func ignore(_ device: BLEDevice, because reason: String) {
@@ -290,7 +325,7 @@ public final class BLESensor: Sensor {
     func nextAction(for d: BLEDevice, now: Date) -> Action? {
         guard !d.receiveOnly, d.address != nil else { return nil }
         if let until = d.ignoreUntil, until > now { return nil }
-        guard d.hasHeraldService || d.hasAppleData else { return nil }
+        guard d.mayBeHerald else { return nil }
         // Only act on devices heard in the last cycle: others are probably gone.
         let cycle = settings.scanOn + settings.scanRest + settings.scanOff
         guard now.timeIntervalSince(d.lastUpdatedAt) <= cycle + 1 else { return nil }
@@ -442,18 +477,27 @@ public final class BLESensor: Sensor {
         notify { $0.sensor(.BLE, didRead: payload, fromTarget: id) }
     }
 
-    /// Payloads to share with `peer`: recently seen iOS or receive-only devices, never the
-    /// peer's own, unshared first, capped at the bundle limit.
+    /// Payloads to share with `peer`, as Herald's Android sensor chooses them: devices seen in the
+    /// sharing window whose payload is known and that are iOS (confirmed by their signal
+    /// characteristic) or receive-only centrals; never the peer's own payload, never a device
+    /// known only through sharing; unshared first, each group most recently seen first, capped at
+    /// the bundle limit.
     func sharingContent(for peer: BLEDevice, now: Date) -> [PayloadData] {
-        var unshared = [PayloadData](), shared = [PayloadData]()
-        for d in deviceList where d !== peer {
-            guard let p = d.payload, d.os == .ios || d.receiveOnly, p != peer.payload,
+        var unshared = [(BLEDevice, Int)](), shared = [(BLEDevice, Int)]()
+        for (i, d) in deviceList.enumerated() where d !== peer {
+            guard let p = d.payload, d.os != .shared, (d.os == .ios && d.signalCharacteristic != nil) || d.receiveOnly,
+                  p != peer.payload,
                   now.timeIntervalSince(d.lastUpdatedAt) <= settings.payloadSharingWindow else { continue }
-            if peer.sharedPayloads.contains(p) { shared.append(p) } else { unshared.append(p) }
+            if peer.sharedPayloads.contains(p) { shared.append((d, i)) } else { unshared.append((d, i)) }
+        }
+        // Most recent first; the list position breaks ties, so the order never depends on the sort.
+        func recentFirst(_ a: (BLEDevice, Int), _ b: (BLEDevice, Int)) -> Bool {
+            a.0.lastUpdatedAt != b.0.lastUpdatedAt ? a.0.lastUpdatedAt > b.0.lastUpdatedAt : a.1 < b.1
         }
         var out = [PayloadData]()
         var size = 0
-        for p in unshared + shared where size + p.count <= SignalBundle.maximumDataLength {
+        for (d, _) in unshared.sorted(by: recentFirst) + shared.sorted(by: recentFirst) {
+            guard let p = d.payload, size + p.count <= SignalBundle.maximumDataLength else { continue }
             out.append(p)
             size += p.count
         }
@@ -478,17 +522,25 @@ public final class BLESensor: Sensor {
         let id = d.identifier
         switch bundle {
         case .writePayload(let payload):
+            // Only a node that cannot be read writes its payload to a node that is not iOS: it is
+            // receive-only (Herald's Android transmitter sets the same, and the OS to Android).
+            markReceiveOnly(d)
             didRead(payload, from: d)
         case .writeRSSI(let rssi):
+            markReceiveOnly(d)
+            d.rssi = Int(rssi)
             let proximity = Proximity.rssi(Int(rssi))
             notify { $0.sensor(.BLE, didMeasure: proximity, fromTarget: id) }
             if let p = d.payload { notify { $0.sensor(.BLE, didMeasure: proximity, fromTarget: id, withPayload: p) } }
         case .payloadSharing(let rssi, let data):
+            // Only Android-like nodes write sharing bundles.
+            if d.os != .linux { d.os = .android }
             let own = ownPayload
             let payloads = payloadDataSupplier.payload(data).filter { $0 != own }
             if !payloads.isEmpty { notify { $0.sensor(.BLE, didShare: payloads, fromTarget: id) } }
             for p in payloads where !deviceList.contains(where: { $0.payload == p }) {
-                let shared = BLEDevice(identifier: TargetIdentifier(randomUsing: &random), address: nil, now: scheduler.now, receiveOnly: true)
+                let shared = BLEDevice(identifier: TargetIdentifier(randomUsing: &random), address: nil, now: scheduler.now)
+                shared.os = .shared
                 shared.payload = p
                 deviceList.append(shared)
             }
@@ -499,6 +551,12 @@ public final class BLESensor: Sensor {
         case .immediateSend(let data):
             notify { $0.sensor(.BLE, didReceive: data, fromTarget: id) }
         }
+    }
+
+    private func markReceiveOnly(_ d: BLEDevice) {
+        if !d.receiveOnly { info("\(d.identifier) is receive-only (it writes to this node)") }
+        d.receiveOnly = true
+        if d.os != .linux { d.os = .android }
     }
 
     // MARK: Helpers
@@ -525,6 +583,7 @@ extension BLESensor: BLETransportDelegate {
             radioReady()
         case .poweredOff, .unavailable:
             fault("radio \(state.rawValue)")
+            if pseudoDeviceAddress != nil { pseudoRenewalDue = true }
             isAdvertising = false
             serviceRegistered = false
             for t in cycleTasks { t.cancel() }

@@ -32,6 +32,8 @@ public struct BLESensorSettings: Sendable, Equatable {
     public var pseudoAddressRenewal: TimeInterval = 20 * 60
     /// Signal writes are split into fragments of this size.
     public var writeFragmentSize: Int = 20
+    /// Which advertising reports are processed at all (Herald's Android scan filter).
+    public var advertFilter = AdvertFilter()
 
     public init() {}
 }

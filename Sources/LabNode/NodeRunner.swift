@@ -21,13 +21,24 @@ public final class NodeRunner {
     public let logs: NodeLogs
     private let counters: NodeCounters
     public private(set) var state: NodeStatus.State = .idle
+    /// What detection.csv and the status say the node runs.
+    public let os: String
+    public let osVersion: String
 
-    public init(assignment: NodeAssignment, transport: any BLETransport, directory: URL, power: any PowerSource = MainsPower()) {
+    /// - Parameters:
+    ///   - power: where battery.csv's readings come from: by default the machine's power supply
+    ///     (/sys/class/power_supply; mains when it has no battery).
+    ///   - os, osVersion: what detection.csv says; the version defaults to the assignment's, else
+    ///     the machine's kernel release (`uname -r`).
+    public init(assignment: NodeAssignment, transport: any BLETransport, directory: URL, power: any PowerSource = SysfsPowerSupply(),
+                os: String = "Linux", osVersion: String? = nil) {
         self.assignment = assignment
         self.directory = directory
+        self.os = os
+        self.osVersion = osVersion ?? assignment.osVersion ?? HostSystem.kernelRelease() ?? "unknown"
         let scheduler = transport.scheduler
         payload = FixedPayloadSupplier(identifier: assignment.node.identifier)
-        logs = NodeLogs(directory: directory, deviceName: assignment.node.name, os: "Linux", osVersion: assignment.osVersion,
+        logs = NodeLogs(directory: directory, deviceName: assignment.node.name, os: os, osVersion: self.osVersion,
                         ownShortName: payload.shortName, scheduler: scheduler,
                         logLevel: SensorLogger.Level(name: assignment.sensor.logLevel.rawValue) ?? .info, power: power)
         sensor = BLESensor(transport: transport, payloadDataSupplier: payload, settings: BLESensorSettings(assignment.sensor),
@@ -68,7 +79,8 @@ public final class NodeRunner {
 
     public var status: NodeStatus {
         NodeStatus(state: state, peersDetected: counters.peers.count, payloadsRead: counters.payloadsRead,
-                   rssiLastMinute: counters.rssiLastMinute, rssiTotal: counters.rssiTotal, peers: counters.peers.sorted())
+                   rssiLastMinute: counters.rssiLastMinute, rssiTotal: counters.rssiTotal, peers: counters.peers.sorted(),
+                   osVersion: osVersion)
     }
 }
 

@@ -15,13 +15,17 @@ public struct NodeStatus: Codable, Sendable, Equatable {
     public var rssiTotal: Int
     /// ShortNames of the peers detected, sorted.
     public var peers: [String]
-    public init(state: State, peersDetected: Int = 0, payloadsRead: Int = 0, rssiLastMinute: Int = 0, rssiTotal: Int = 0, peers: [String] = []) {
+    /// The OS version the node writes to detection.csv: its kernel release (`uname -r`) on a
+    /// Linux node. The coordinator copies it into the manifest's node entry.
+    public var osVersion: String?
+    public init(state: State, peersDetected: Int = 0, payloadsRead: Int = 0, rssiLastMinute: Int = 0, rssiTotal: Int = 0, peers: [String] = [], osVersion: String? = nil) {
         self.state = state
         self.peersDetected = peersDetected
         self.payloadsRead = payloadsRead
         self.rssiLastMinute = rssiLastMinute
         self.rssiTotal = rssiTotal
         self.peers = peers
+        self.osVersion = osVersion
     }
 }
 

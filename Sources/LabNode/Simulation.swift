@@ -1,6 +1,7 @@
 import Foundation
 import HeraldCore
 import HeraldRadio
+import HeraldLogs
 import LabPlan
 import RadioSim
 
@@ -34,6 +35,10 @@ public final class Simulation {
         self.output = output
         self.runId = runId ?? output.lastPathComponent
     }
+
+    /// The version simulated Linux nodes write to detection.csv: the one node identifiers are
+    /// derived with (`<name>:Linux:Linux:6.1`). Real nodes write their kernel release.
+    public static let linuxVersion = "6.1"
 
     public static func parameters(_ r: RadioSettings) -> RadioParameters {
         var p = RadioParameters()
@@ -73,13 +78,13 @@ public final class Simulation {
 
         let scheduler = VirtualScheduler(start: plan.start)
         let medium = SimMedium(scheduler: scheduler, parameters: Self.parameters(plan.radio), seed: seed)
-        var runners = [NodeRunner]()
+        var runners = [SimulatedNode]()
         var startOffsets = SeededGenerator(seed: seed, stream: "start-offsets")
         for spec in plan.nodes {
             let transport = medium.addNode(name: spec.name, x: spec.position.x, y: spec.position.y)
             for p in spec.power { medium.schedulePower(node: transport.index, off: p.off, on: p.on) }
             let assignment = NodeAssignment(runId: runId, plan: plan, node: spec, seed: seed)
-            let runner = NodeRunner(assignment: assignment, transport: transport, directory: nodesDir.appendingPathComponent(spec.name))
+            let runner = SimulatedNode(assignment: assignment, transport: transport, directory: nodesDir.appendingPathComponent(spec.name))
             runners.append(runner)
             // Real devices are never switched on in the same millisecond: start within the first second.
             let offset = startOffsets.nextUnit()
@@ -96,8 +101,10 @@ public final class Simulation {
 
         var manifestNodes = [Manifest.Node]()
         for (spec, runner) in zip(plan.nodes, runners) {
-            var node = Manifest.Node(name: spec.name, identifier: spec.identifier, shortName: runner.payload.shortName,
-                                     osVersion: runner.assignment.osVersion, position: spec.position, radio: "sim")
+            var node = Manifest.Node(name: spec.name, identifier: spec.identifier, shortName: runner.shortName,
+                                     osVersion: runner.osVersion, position: spec.position, radio: "sim")
+            node.os = runner.os
+            node.persona = spec.persona?.rawValue
             node.startedAt = plan.start
             node.state = spec.power.contains { $0.on == nil } ? .partial : .complete
             for file in NodeRunner.heraldFiles {
@@ -115,6 +122,47 @@ public final class Simulation {
                       advertisingEvents: medium.advertisingEvents, reportsDelivered: medium.reportsDelivered,
                       collisionsLost: medium.collisionsLost, reportsDropped: medium.reportsDropped,
                       connectionsRefused: medium.connectionsRefused)
+    }
+}
+
+/// One node of a simulation: a Linux node (HeraldLab's sensor and logs), or a phone persona.
+/// An Android phone runs the same sensor (Herald's Android sensor is its model) and says Android
+/// in detection.csv; an iPhone is an `IOSPersona`. Simulated nodes run no kernel of their own:
+/// Linux nodes report `Simulation.linuxVersion`, so that a bundle is the same on every machine.
+final class SimulatedNode {
+    private enum Kind { case sensor(NodeRunner), iPhone(IOSPersona) }
+    private let kind: Kind
+    let directory: URL
+
+    init(assignment: NodeAssignment, transport: SimTransport, directory: URL) {
+        self.directory = directory
+        switch assignment.node.persona {
+        case nil:
+            kind = .sensor(NodeRunner(assignment: assignment, transport: transport, directory: directory, power: MainsPower(),
+                                      osVersion: assignment.osVersion ?? Simulation.linuxVersion))
+        case .android?:
+            kind = .sensor(NodeRunner(assignment: assignment, transport: transport, directory: directory, power: MainsPower(),
+                                      os: Persona.android.os, osVersion: Persona.android.osVersion))
+        case let p?:
+            kind = .iPhone(IOSPersona(mode: p == .iosForeground ? .foreground : .background, assignment: assignment,
+                                      transport: transport, directory: directory, osVersion: p.osVersion))
+        }
+    }
+
+    func start() {
+        switch kind { case .sensor(let r): r.start(); case .iPhone(let p): p.start() }
+    }
+    func stop() {
+        switch kind { case .sensor(let r): r.stop(); case .iPhone(let p): p.stop() }
+    }
+    var shortName: String {
+        switch kind { case .sensor(let r): return r.payload.shortName; case .iPhone(let p): return p.payload.shortName }
+    }
+    var os: String {
+        switch kind { case .sensor(let r): return r.os; case .iPhone(let p): return p.os }
+    }
+    var osVersion: String {
+        switch kind { case .sensor(let r): return r.osVersion; case .iPhone(let p): return p.osVersion }
     }
 }
 

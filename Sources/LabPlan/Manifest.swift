@@ -19,10 +19,11 @@ public struct NodeAssignment: Codable, Sendable, Equatable {
     /// Seconds.
     public var duration: TimeInterval
     public var warmup: TimeInterval
-    /// OS version written to detection.csv.
-    public var osVersion: String
+    /// OS version written to detection.csv and reported in the node's status; nil (the default):
+    /// the node's own kernel release (`uname -r`), read where it runs.
+    public var osVersion: String?
 
-    public init(runId: String, plan: Plan, node: NodeSpec, seed: UInt64? = nil, osVersion: String = "6.1") {
+    public init(runId: String, plan: Plan, node: NodeSpec, seed: UInt64? = nil, osVersion: String? = nil) {
         self.runId = runId
         self.planName = plan.name
         self.node = node
@@ -84,6 +85,9 @@ public struct Manifest: Codable, Sendable, Equatable {
         public var shortName: String
         public var os: String = "Linux"
         public var osVersion: String
+        /// The phone a simulated node behaves as (`android`, `ios-background`, `ios-foreground`);
+        /// nil for a Linux node.
+        public var persona: String?
         public var position: Position?
         public var radio: String
         public var clockOffset: Double = 0

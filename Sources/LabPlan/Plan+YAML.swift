@@ -320,6 +320,11 @@ struct PlanReader {
         if let n = m["radio"], let r = radio(n, "radio") { plan.radio = r }
         if let n = m["thresholds"], let t = thresholds(n, "thresholds") { plan.thresholds = t }
         if let n = m["agents"], let a = agents(n, "agents", nodeCount: plan.nodes.count) { plan.agents = a }
+        if plan.radio.kind != .sim {
+            for (i, node) in plan.nodes.enumerated() {
+                if let p = node.persona { fail("nodes[\(i)].persona", nil, Self.personaNeedsSim(p)) }
+            }
+        }
         if let duration {
             for (i, node) in plan.nodes.enumerated() {
                 for (j, p) in node.power.enumerated() where p.off >= duration {
@@ -393,7 +398,7 @@ struct PlanReader {
             guard let n = name(node, path) else { return nil }
             return NodeSpec(name: n, position: Position(x: Double(index), y: 0))
         }
-        guard let m = mapping(node, path, known: ["name", "position", "identifier", "tags", "power"]) else { return nil }
+        guard let m = mapping(node, path, known: ["name", "position", "identifier", "tags", "power", "persona"]) else { return nil }
         guard let nameNode = m["name"] else { fail("\(path).name", node, "required"); return nil }
         guard let name = self.name(nameNode, "\(path).name") else { return nil }
         var position = Position(x: Double(index), y: 0)
@@ -429,7 +434,18 @@ struct PlanReader {
                 }
             } else { fail("\(path).power", p, "expected a list of {off, on} intervals") }
         }
-        return NodeSpec(name: name, identifier: identifier, position: position, tags: tags, power: power)
+        var persona: Persona?
+        if let n = m["persona"], let v = string(n, "\(path).persona") {
+            if let p = Persona(rawValue: v) { persona = p }
+            else if v != "linux" {
+                fail("\(path).persona", n, "\"\(v.prefix(64))\" is not a persona; use \(Persona.allCases.map(\.rawValue).joined(separator: ", ")), or linux (the default: a Linux node)")
+            }
+        }
+        return NodeSpec(name: name, identifier: identifier, position: position, tags: tags, power: power, persona: persona)
+    }
+
+    static func personaNeedsSim(_ p: Persona) -> String {
+        "\(p.rawValue) is a simulated phone: personas need radio kind sim (a lab drives Linux nodes only)"
     }
 
     mutating func sensor(_ node: Node, _ path: String) -> SensorSettings? {

@@ -50,6 +50,7 @@ public struct Plan: Codable, Sendable, Equatable {
                 check("nodes[\(i)].power[\(j)].off", p.off, 0...PlanLimits.maximumDuration)
                 if let on = p.on { check("nodes[\(i)].power[\(j)].on", on, 0...PlanLimits.maximumDuration) }
             }
+            if let p = n.persona, radio.kind != .sim { out.append("nodes[\(i)].persona: \(PlanReader.personaNeedsSim(p))") }
         }
         check("sensor.scan.on", sensor.scanOn, PlanLimits.minimumScanOn...PlanLimits.maximumScanPhase)
         check("sensor.scan.rest", sensor.scanRest, 0...PlanLimits.maximumScanPhase)
@@ -104,8 +105,10 @@ public struct NodeSpec: Codable, Sendable, Equatable {
     public var tags: [String] = []
     /// Power-off intervals, seconds after start.
     public var power: [PowerInterval] = []
+    /// A simulated phone instead of a Linux node (simulations only); nil: a Linux node.
+    public var persona: Persona?
 
-    public init(name: String, identifier: Int32? = nil, position: Position, tags: [String] = [], power: [PowerInterval] = []) {
+    public init(name: String, identifier: Int32? = nil, position: Position, tags: [String] = [], power: [PowerInterval] = [], persona: Persona? = nil) {
         self.name = name
         let id = identifier ?? TestIdentifier.derive(from: TestIdentifier.deviceText(nodeName: name))
         self.identifier = id
@@ -113,7 +116,28 @@ public struct NodeSpec: Codable, Sendable, Equatable {
         self.position = position
         self.tags = tags
         self.power = power
+        self.persona = persona
     }
+}
+
+/// A phone a simulated node behaves as, toward the Linux nodes around it (plans/README.md):
+/// - `android`: Herald for Android: the Herald service and a 0x05F1 pseudo address advertised,
+///   the payload read over GATT, Android-style signal writes (HeraldLab's own sensor, which
+///   behaves as Herald's Android sensor does).
+/// - `ios-foreground`: Herald for iOS in the foreground: the Herald service advertised, the
+///   payload readable, the iOS-style signal characteristic.
+/// - `ios-background`: Herald for iOS in the background: only Apple manufacturer data
+///   advertised (iOS moves service UUIDs to Apple's overflow area), so the Herald service is
+///   found only by connecting and discovering services.
+public enum Persona: String, Codable, Sendable, CaseIterable {
+    case android
+    case iosBackground = "ios-background"
+    case iosForeground = "ios-foreground"
+
+    /// What the persona's detection.csv and the manifest say it runs.
+    public var os: String { self == .android ? "Android" : "iOS" }
+    /// Android: the API level (Android 13); iOS: the version.
+    public var osVersion: String { self == .android ? "33" : "16.0" }
 }
 
 /// A position in metres; encoded as `[x, y]`.

@@ -158,6 +158,23 @@ final class LogsTests: XCTestCase {
         let r = SysfsPowerSupply(root: root).read()
         XCTAssertEqual(r.source, "battery")
         XCTAssertEqual(r.level, 57)
+        // A headset's battery (scope Device) is not the node's; mains online means external power.
+        try FileManager.default.createDirectory(at: root.appendingPathComponent("hid-headset-battery"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: root.appendingPathComponent("AC"), withIntermediateDirectories: true)
+        for (file, text) in [("hid-headset-battery/type", "Battery"), ("hid-headset-battery/scope", "Device"), ("hid-headset-battery/capacity", "5"),
+                             ("AC/type", "Mains"), ("AC/online", "0")] {
+            try (text + "\n").write(to: root.appendingPathComponent(file), atomically: true, encoding: .utf8)
+        }
+        XCTAssertTrue(SysfsPowerSupply(root: root).read() == ("battery", 57))
+        try "1\n".write(to: root.appendingPathComponent("AC/online"), atomically: true, encoding: .utf8)
+        XCTAssertTrue(SysfsPowerSupply(root: root).read() == ("external", 57))
+        // Energy counters when there is no capacity file.
+        try FileManager.default.removeItem(at: root.appendingPathComponent("BAT0/capacity"))
+        try "30000\n".write(to: root.appendingPathComponent("BAT0/energy_now"), atomically: true, encoding: .utf8)
+        try "40000\n".write(to: root.appendingPathComponent("BAT0/energy_full"), atomically: true, encoding: .utf8)
+        XCTAssertTrue(SysfsPowerSupply(root: root).read() == ("external", 75))
+        try FileManager.default.removeItem(at: root.appendingPathComponent("BAT0"))
+        XCTAssertTrue(SysfsPowerSupply(root: root).read() == ("external", 100), "only a device battery: mains")
     }
 
     func testSensorLoggerFormatLevelsAndBound() {

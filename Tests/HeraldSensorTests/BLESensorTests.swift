@@ -93,18 +93,22 @@ final class BLESensorTests: XCTestCase {
         XCTAssertEqual(events(matching: "detect").count, 2)
     }
 
-    func testNonHeraldDeviceIsIgnoredWithGrowingBackoff() {
+    func testDeviceWithoutHeraldServiceIsIgnoredWithGrowingBackoff() {
         makeSensor()
-        at(1) { transport.advert(from: A, rssi: -40, herald: false) }
-        XCTAssertEqual(recorder.events.suffix(1), ["detect C0:00:00:00:00:0A"])
-        at(2) { transport.advert(from: A, rssi: -40, herald: false) }
-        at(30)
-        XCTAssertTrue(events(matching: "measure").isEmpty)
-        XCTAssertFalse(transport.calls.contains { $0.hasPrefix("connect") })
-        let first = sensor.devices[0].ignoreUntil!
-        XCTAssertEqual(first.timeIntervalSince(start), 61, accuracy: 0.01)
-        at(64) { transport.advert(from: A, rssi: -40, herald: false) }
-        XCTAssertEqual(sensor.devices[0].ignoreUntil!.timeIntervalSince(start), 64 + 72, accuracy: 0.01, "1 minute x 1.2")
+        // An Apple device that is not a Herald phone (a Mac): Apple data, no Herald service on connect.
+        transport.peers[A] = ScriptedTransport.Peer(services: [GATTService(uuid: BluetoothUUID(0x180F), characteristics: [])])
+        at(1) { transport.advert(from: A, rssi: -40, herald: false, apple: true) }
+        XCTAssertEqual(recorder.events.suffix(2), ["detect C0:00:00:00:00:0A", "measure C0:00:00:00:00:0A RSSI:-40.0"])
+        at(6) // scan ends at 4.05: connect and discover (0.05 s each), then ignored for a minute
+        XCTAssertEqual(sensor.devices[0].ignoreUntil!.timeIntervalSince(start), 64.15, accuracy: 0.01)
+        at(8) { transport.advert(from: A, rssi: -40, herald: false, apple: true) }
+        at(60)
+        XCTAssertEqual(events(matching: "measure").count, 1, "not measured while ignored")
+        XCTAssertEqual(transport.calls.filter { $0.hasPrefix("connect") }.count, 1)
+        at(66) { transport.advert(from: A, rssi: -40, herald: false, apple: true) }
+        XCTAssertEqual(events(matching: "measure").count, 2, "measured again once the minute is over")
+        at(68) // tried again at 67.05, ignored for 1 minute x 1.2
+        XCTAssertEqual(sensor.devices[0].ignoreUntil!.timeIntervalSince(start), 67.15 + 72, accuracy: 0.01)
     }
 
     func testAppleOnlyDeviceIsConnectedToConfirmAndRead() {
@@ -229,5 +233,153 @@ final class BLESensorTests: XCTestCase {
         transport.scanning = true
         transport.advert(from: A, rssi: -50)
         XCTAssertFalse(recorder.events.contains { $0.hasPrefix("detect") }, "a stopped sensor records nothing")
+    }
+
+    // MARK: Scan filter (Herald's Android receiver)
+
+    /// The bundles a peer received, reassembled from its 20-byte writes.
+    func bundles(writtenTo address: RadioAddress) -> [SignalBundle] {
+        var r = SignalReassembler<Int>()
+        var out = [SignalBundle]()
+        for w in transport.peers[address]?.writes ?? [] {
+            if case .bundle(let b) = r.append(w, from: 0) { out.append(b) }
+        }
+        return out
+    }
+
+    func testScanFilterAdmitsOnlyHeraldServiceAppleDataOrPseudoAddress() {
+        makeSensor()
+        var g = SeededGenerator(seed: 3)
+        let pseudo = PseudoDeviceAddress(using: &g)
+        let headset: RadioAddress = "C0:00:00:00:00:01", eddystone: RadioAddress = "C0:00:00:00:00:02"
+        let airpods: RadioAddress = "C0:00:00:00:00:03", emptyOverflow: RadioAddress = "C0:00:00:00:00:04"
+        let legacyOnly: RadioAddress = "C0:00:00:00:00:05", handoff: RadioAddress = "C0:00:00:00:00:06"
+        let iphoneBackground: RadioAddress = "C0:00:00:00:00:07", pseudoOnly: RadioAddress = "C0:00:00:00:00:08"
+        var overflow = Data([0x01]) + Data(repeating: 0, count: 16)
+        overflow[3] = 0x40 // one service bit set: an app's service moved to the overflow area
+        transport.peers[pseudoOnly] = ScriptedTransport.heraldPeer(payload: peerPayload)
+        transport.peers[iphoneBackground] = ScriptedTransport.iosPeer(payload: FixedPayloadSupplier(identifier: 77).payloadData)
+        for t in [1.0, 2.0, 3.0] {
+            at(t) {
+                transport.report(from: headset, rssi: -40, manufacturer: [0x0075: Data([1, 2, 3, 4])])
+                transport.report(from: eddystone, rssi: -41, services: [BluetoothUUID(0xFEAA)])
+                transport.report(from: airpods, rssi: -42, manufacturer: [ManufacturerID.apple: Data([0x07, 0x19, 0x01, 0x0E, 0x20])])
+                transport.report(from: emptyOverflow, rssi: -43, manufacturer: [ManufacturerID.apple: Data([0x01]) + Data(repeating: 0, count: 16)])
+                transport.report(from: legacyOnly, rssi: -44, manufacturer: [ManufacturerID.heraldLegacy: Data([1, 2, 3, 4, 5, 6])])
+                transport.report(from: handoff, rssi: -45, manufacturer: [ManufacturerID.apple: Data([0x0C, 0x0E, 0x00] + [UInt8](repeating: 7, count: 12))])
+                transport.report(from: iphoneBackground, rssi: -46, manufacturer: [ManufacturerID.apple: overflow])
+                transport.report(from: pseudoOnly, rssi: -47, manufacturer: [ManufacturerID.herald: pseudo.data])
+            }
+        }
+        XCTAssertEqual(events(matching: "detect"), ["detect \(iphoneBackground)", "detect \(pseudoOnly)"],
+                       "headsets, beacons, AirPods, Handoff and empty overflow adverts never enter the database")
+        XCTAssertEqual(events(matching: "measure").count, 6)
+        XCTAssertEqual(sensor.devices.map(\.address), [iphoneBackground, pseudoOnly])
+        XCTAssertEqual(sensor.reportsFiltered, 18)
+        at(12)
+        XCTAssertEqual(Set(transport.calls.filter { $0.hasPrefix("connect") }), ["connect \(iphoneBackground)", "connect \(pseudoOnly)"])
+        XCTAssertEqual(events(matching: "read").count, 2, "both Herald devices are read")
+        XCTAssertEqual(sensor.devices[0].os, .ios)
+        // The pseudo address follows the device to a new MAC, even under the legacy id.
+        at(15) { transport.report(from: "C0:00:00:00:00:09", rssi: -50, manufacturer: [ManufacturerID.heraldLegacy: pseudo.data]) }
+        XCTAssertEqual(events(matching: "detect").count, 2)
+        XCTAssertEqual(sensor.devices[1].address, "C0:00:00:00:00:09")
+    }
+
+    func testAppleAdvertOfAnIgnoredKindIgnoresAnUnconfirmedDeviceButNotAConfirmedIPhone() {
+        makeSensor()
+        let handoff = [ManufacturerID.apple: Data([0x0C, 0x0E, 0x00] + [UInt8](repeating: 7, count: 12))]
+        transport.peers[A] = ScriptedTransport.iosPeer(payload: peerPayload)
+        at(1) { transport.advert(from: A, rssi: -45, apple: true) }
+        at(6)
+        XCTAssertEqual(sensor.devices[0].os, .ios, "confirmed by its signal characteristic")
+        at(8) { transport.report(from: A, rssi: -46, manufacturer: handoff) }
+        XCTAssertEqual(recorder.events.suffix(2), ["measure \(A) RSSI:-46.0", "measure+ \(A) ZqFdag"], "a confirmed iPhone keeps being measured")
+        // An Apple device only guessed to be an iPhone is ignored when it shows a kind that is not.
+        at(9) { transport.advert(from: B, rssi: -45, herald: false, apple: true) }
+        XCTAssertEqual(sensor.devices[1].os, .iosProbable)
+        at(10) { transport.report(from: B, rssi: -47, manufacturer: handoff) }
+        XCTAssertNotNil(sensor.devices[1].ignoreUntil)
+        XCTAssertFalse(recorder.events.contains("measure \(B) RSSI:-47.0"))
+    }
+
+    func testAppleMessagesSplitAsHeraldParsesThem() {
+        XCTAssertEqual(AdvertFilter.appleMessages(Data([0x10, 0x02, 0xAA, 0xBB, 0x0C, 0x05, 0x01])), [Data([0x10, 0x02, 0xAA, 0xBB]), Data([0x0C, 0x05, 0x01])])
+        XCTAssertEqual(AdvertFilter.appleMessages(Data([0x01, 0x00, 0x10])), [Data([0x01, 0x00, 0x10])], "the overflow area runs to the end")
+        let f = AdvertFilter()
+        XCTAssertEqual(f.ignoredApplePattern(Data([0x10, 0x05, 0x03, 0x14, 0x00])), "10....14")
+        XCTAssertNil(f.ignoredApplePattern(Data([0x10, 0x05, 0x03, 0x18, 0x00])), "a nearby-info message with another action is not refused")
+        XCTAssertNil(f.ignoredApplePattern(Data([0x02, 0x15] + [UInt8](repeating: 1, count: 21))), "Herald does not refuse iBeacons")
+    }
+
+    // MARK: Receive-only centrals and payload sharing (Herald's Android transmitter)
+
+    func testReceiveOnlyCentralIsSharedWithIOSPeersAndSharedOnlyDevicesAreNot() throws {
+        makeSensor()
+        at(0.5)
+        let signal = HeraldUUIDs.androidSignalCharacteristic
+        let central: RadioAddress = "C0:00:00:00:00:0C", rssiOnly: RadioAddress = "C0:00:00:00:00:0D", sharer: RadioAddress = "C0:00:00:00:00:0E"
+        let centralPayload = FixedPayloadSupplier(identifier: 4242).payloadData
+        let viaSharing = FixedPayloadSupplier(identifier: 99).payloadData
+        // A node that cannot advertise connects and writes its payload, then its RSSI.
+        for f in SignalBundle.fragments(of: try SignalBundle.writePayload(centralPayload).encoded()) {
+            _ = sensor.gattWrite(characteristic: signal, value: f, offset: 0, central: central)
+        }
+        XCTAssertEqual(recorder.events.suffix(3), ["detect \(central)", "confirm \(central)", "read \(central) \(centralPayload.shortName)"])
+        _ = sensor.gattWrite(characteristic: signal, value: try SignalBundle.writeRSSI(-58).encoded(), offset: 0, central: rssiOnly)
+        XCTAssertEqual(recorder.events.suffix(2), ["detect \(rssiOnly)", "measure \(rssiOnly) RSSI:-58.0"])
+        let c = sensor.devices.first { $0.address == central }!
+        XCTAssertTrue(c.receiveOnly)
+        XCTAssertEqual(c.os, .android, "a central that writes its payload is taken for Android, as Herald does")
+        XCTAssertTrue(sensor.devices.first { $0.address == rssiOnly }!.receiveOnly)
+        // Another node shares a payload this node has never read: known only through sharing.
+        let sharing = try SignalBundle.payloadSharing(rssi: -61, data: viaSharing.data).encoded()
+        for f in SignalBundle.fragments(of: sharing) { _ = sensor.gattWrite(characteristic: signal, value: f, offset: 0, central: sharer) }
+        XCTAssertEqual(recorder.events.suffix(2), ["share \(sharer) \(viaSharing.shortName)", "measure \(sharer) RSSI:-61.0"])
+        XCTAssertEqual(sensor.devices.last?.os, .shared)
+        XCTAssertNil(sensor.devices.last?.address)
+        // An iPhone in range: read, own payload written, then the receive-only central's payload shared.
+        transport.peers[A] = ScriptedTransport.iosPeer(payload: peerPayload)
+        for t in stride(from: 1.0, to: 40, by: 3) {
+            at(t) {
+                transport.advert(from: A, rssi: -45, apple: true)
+                // The centrals keep writing, as they do every 15 s.
+                _ = sensor.gattWrite(characteristic: signal, value: try! SignalBundle.writeRSSI(-57).encoded(), offset: 0, central: central)
+            }
+        }
+        at(40)
+        XCTAssertFalse(transport.calls.contains("connect \(central)"), "a receive-only central is never connected to")
+        XCTAssertFalse(transport.calls.contains("connect \(rssiOnly)"))
+        let written = bundles(writtenTo: A)
+        XCTAssertEqual(written.first, .writePayload(own.payloadData))
+        let shared = written.compactMap { b -> [PayloadData]? in
+            if case .payloadSharing(_, let data) = b { return own.payload(data) } else { return nil }
+        }
+        XCTAssertFalse(shared.isEmpty, "payload sharing to the iPhone")
+        for list in shared {
+            XCTAssertEqual(list, [centralPayload], "the receive-only central is shared; the payload known only through sharing is not")
+        }
+    }
+
+    // MARK: Pseudo address renewal on Bluetooth restart
+
+    func testPseudoAddressIsRenewedWhenTheRadioComesBackOn() {
+        makeSensor()
+        at(10)
+        let first = sensor.pseudoDeviceAddress
+        XCTAssertNotNil(first)
+        transport.power(false)
+        at(20)
+        XCTAssertFalse(sensor.isAdvertising)
+        transport.power(true)
+        at(25)
+        XCTAssertTrue(sensor.isAdvertising)
+        XCTAssertNotNil(sensor.pseudoDeviceAddress)
+        XCTAssertNotEqual(sensor.pseudoDeviceAddress, first, "a new pseudo address after the radio was off")
+        XCTAssertEqual(transport.advertisements.last?.manufacturerData[ManufacturerID.herald], sensor.pseudoDeviceAddress?.data)
+        // The idle timer starts again from the restart: no second renewal 20 minutes after the first address.
+        let second = sensor.pseudoDeviceAddress
+        at(20 * 60 + 15)
+        XCTAssertEqual(sensor.pseudoDeviceAddress, second)
     }
 }

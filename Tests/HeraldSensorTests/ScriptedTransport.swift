@@ -101,6 +101,19 @@ final class ScriptedTransport: BLETransport {
         later(.success(()), completion)
     }
 
+    /// Delivers a report with exactly this manufacturer data and these services (only while scanning).
+    func report(from address: RadioAddress, rssi: Int, manufacturer: [UInt16: Data] = [:], services: [BluetoothUUID] = []) {
+        guard scanning else { return }
+        delegate?.transport(didReceive: ScanReport(address: address, rssi: rssi, manufacturerData: manufacturer, serviceUUIDs: services))
+    }
+
+    /// The radio goes off or comes back, as BlueZ reports Adapter1.Powered.
+    func power(_ on: Bool) {
+        state = on ? .poweredOn : .poweredOff
+        if !on { scanning = false }
+        delegate?.transport(didUpdateState: state)
+    }
+
     /// Delivers an advert from `address` now (only while scanning, as a radio would).
     func advert(from address: RadioAddress, rssi: Int, pseudo: PseudoDeviceAddress? = nil, herald: Bool = true, apple: Bool = false, txPower: Int? = nil) {
         guard scanning else { return }

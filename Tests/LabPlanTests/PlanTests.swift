@@ -15,7 +15,7 @@ final class PlanTests: XCTestCase {
     }
 
     func testShippedPlansParse() throws {
-        for name in ["smoke", "office-10", "longevity-10", "mac-rotation"] {
+        for name in ["smoke", "office-10", "longevity-10", "mac-rotation", "personas"] {
             let plan = try Plan.load(path: Self.packageRoot.appendingPathComponent("plans/\(name).yaml").path)
             XCTAssertEqual(plan.name, name)
         }
@@ -58,6 +58,32 @@ final class PlanTests: XCTestCase {
         """)
         XCTAssertEqual(plan.nodes.map(\.shortName), ["ZqFdag", "ql8F4g"])
         XCTAssertEqual(plan.nodes[1].position, Position(x: 1.5, y: 2))
+    }
+
+    func testPersonas() throws {
+        let plan = try Plan.parse(yaml: """
+        name: p
+        duration: 1m
+        nodes:
+          - {name: a}
+          - {name: b, persona: android}
+          - {name: c, persona: ios-background}
+          - {name: d, persona: ios-foreground}
+          - {name: e, persona: linux}
+        """)
+        XCTAssertEqual(plan.nodes.map(\.persona), [nil, .android, .iosBackground, .iosForeground, nil])
+        // A Linux node's JSON (manifests, assignments) is what it was before personas existed.
+        let json = String(decoding: try JSONEncoder().encode(plan.nodes[0]), as: UTF8.self)
+        XCTAssertFalse(json.contains("persona"))
+        XCTAssertEqual(try JSONDecoder().decode(NodeSpec.self, from: JSONEncoder().encode(plan.nodes[2])), plan.nodes[2])
+        XCTAssertEqual(problems("name: p\nduration: 1m\nnodes:\n  - {name: a}\n  - {name: b, persona: windows-phone}"),
+                       ["nodes[1].persona: \"windows-phone\" is not a persona; use android, ios-background, ios-foreground, or linux (the default: a Linux node)"])
+        XCTAssertEqual(problems("name: p\nduration: 1m\nnodes:\n  - {name: a}\n  - {name: b, persona: [ios]}"), ["nodes[1].persona: expected text"])
+        XCTAssertEqual(problems("name: p\nduration: 1m\nnodes:\n  - {name: a}\n  - {name: b, persona: android}\nradio: {kind: bluez}"),
+                       ["nodes[1].persona: android is a simulated phone: personas need radio kind sim (a lab drives Linux nodes only)"])
+        var bluez = plan
+        bluez.radio.kind = .bluez
+        XCTAssertEqual(bluez.rangeProblems.count, 3, "plans built in code are checked too")
     }
 
     func testBadPlansNameTheFieldAndTheProblem() {
