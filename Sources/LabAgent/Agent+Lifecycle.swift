@@ -18,8 +18,17 @@ import Glibc
 extension Agent {
     /// Checks, before accepting an assignment, that the node's radio can be reached: a run whose
     /// radio cannot start fails at arming, with the reason, rather than after its whole duration.
-    func preflight(_ request: LabWire.ArmRequest) throws {
-        guard config.radio == .sim else { return }
+    func preflight(_ request: LabWire.ArmRequest) async throws {
+        if config.radio == .bluez {
+            // What the node will run on, for the manifest: the bluetoothd that answers now.
+            let version: String
+            switch await BlueZVersion.read() {
+            case .success(let v): version = v
+            case .failure(let e): version = "unknown: \(e)"
+            }
+            stackLock.withLock { bluezVersion = version }
+            return
+        }
         guard let air = request.air ?? config.air else {
             throw HTTPError(HTTPStatusCode(422, phrase: "Unprocessable Content"), "agent \(config.name) has no air to attach its simulated radio to: give the coordinator or the agent --air HOST:PORT")
         }

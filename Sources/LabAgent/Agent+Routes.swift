@@ -15,7 +15,7 @@ extension Agent {
         }
         http.route("POST", "/v1/arm") { [unowned self] req in
             let arm = try req.decode(LabWire.ArmRequest.self)
-            try self.preflight(arm)
+            try await self.preflight(arm)
             try self.scheduler.sync { try self.arm(arm) }
             return .json(self.status)
         }

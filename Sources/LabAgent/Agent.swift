@@ -61,6 +61,10 @@ public final class Agent: @unchecked Sendable {
     var runs: [String: ActiveRun] = [:]
     var active: ActiveRun? { runs.values.first { $0.state == .armed || $0.state == .running } }
     public let log: @Sendable (String) -> Void
+    /// The host's kernel release, and the bluetoothd version read at the last arming (radio bluez).
+    let kernel = HostSystem.kernelRelease()
+    var bluezVersion: String?
+    let stackLock = NSLock()
 
     final class ActiveRun {
         let assignment: NodeAssignment
@@ -169,6 +173,8 @@ public final class Agent: @unchecked Sendable {
         let current = active ?? runs.values.max { ($0.startAt ?? 0, $0.id) < ($1.startAt ?? 0, $1.id) }
         var s = LabWire.AgentStatus(name: config.name, state: current?.state ?? .idle)
         s.held = runs.keys.sorted()
+        s.kernel = kernel
+        s.bluez = stackLock.withLock { bluezVersion }
         guard let r = current else { return s }
         s.runId = r.id
         s.node = r.assignment.node.name

@@ -261,7 +261,8 @@ extension Coordinator {
         var delays = [Double]()
         for (i, n) in r.nodes.enumerated() {
             let spec = plan.nodes[i]
-            var m = Manifest.Node(name: n.name, identifier: spec.identifier, shortName: spec.shortName, osVersion: "6.1", position: spec.position, radio: "air")
+            var m = Manifest.Node(name: n.name, identifier: spec.identifier, shortName: spec.shortName, osVersion: n.status?.kernel ?? "unknown", position: spec.position, radio: "air")
+            m.bluezVersion = n.status?.bluez
             let best = LabWire.ClockSample.best([n.clockBefore, n.clockAfter].compactMap { $0 })
             m.clockOffset = best?.offset ?? 0
             m.clockRoundTrip = best?.roundTrip

@@ -72,6 +72,10 @@ public enum LabWire {
         public var writeError: String?
         /// Every run this agent holds on disk, ungathered ones included.
         public var held: [String]?
+        /// The agent host's kernel release (`uname -r`) and, with radio bluez, the version of the
+        /// bluetoothd it talks to (read when it last armed), or why that is unknown.
+        public var kernel: String?
+        public var bluez: String?
         public init(name: String, state: AgentState) {
             self.name = name; self.state = state; resumed = false; peersDetected = 0; payloadsRead = 0; rssiLastMinute = 0; rssiTotal = 0
         }

@@ -102,6 +102,8 @@ public struct Manifest: Codable, Sendable, Equatable {
         public var message: String?
         /// Controller identity: a JSON object as the BlueZ radio reports it, or nil.
         public var controller: [String: String]?
+        /// The bluetoothd the node ran with (radio bluez): "5.82", or why it is unknown.
+        public var bluezVersion: String?
         public var agent: AgentInfo?
         public var files: [String: FileEntry] = [:]
         public init(name: String, identifier: Int32, shortName: String, osVersion: String, position: Position?, radio: String) {

@@ -56,6 +56,15 @@ def main(out, plan_path, model_path):
             fail(f"{n['name']}: manifest controller {c} is not the adapter {want}")
         else:
             print(f"{n['name']}: controller {c.get('address')} HCI {c.get('hciVersion')} LMP {c.get('lmpVersion')}.{c.get('lmpSubversion')} manufacturer {c.get('manufacturer')}")
+    stack_path = os.path.join(out, 'stack.json')
+    stack = json.load(open(stack_path)) if os.path.exists(stack_path) else {}
+    print(f"stack {stack.get('stack')}: kernel {stack.get('kernel')}, BlueZ {stack.get('bluez')}")
+    for n in nodes:
+        m = manifest_nodes.get(n['name']) or {}
+        ok = m.get('osVersion') == stack.get('kernel') and m.get('bluezVersion') == stack.get('bluez')
+        print(f"{'ok  ' if ok else 'FAIL'} {n['name']}: manifest says kernel {m.get('osVersion')}, BlueZ {m.get('bluezVersion')}")
+        if not ok:
+            fail(f"{n['name']}: the manifest's kernel/BlueZ {m.get('osVersion')}/{m.get('bluezVersion')} are not the guest's {stack.get('kernel')}/{stack.get('bluez')}")
     print(f"{'receiver':9} {'sender':9} {'detected':>8} {'reads':>5} {'RSSI rows':>9}  values seen (scripted)")
     for rx in nodes:
         folder = os.path.join(bundle, 'nodes', rx['name'])
