@@ -198,6 +198,10 @@ public final class Coordinator: @unchecked Sendable {
         do { plan = try Plan.parse(yaml: planText, source: source) } catch {
             throw HTTPError(.badRequest, error.description)
         }
+        let personas = plan.nodes.filter { $0.persona != nil }
+        guard personas.isEmpty else {
+            throw HTTPError(.badRequest, "\(personas.map { "\($0.name) (persona \($0.persona!.rawValue))" }.joined(separator: ", ")): personas are simulated phones; a lab runs Linux nodes only (herald-lab simulate runs them)")
+        }
         let selected = try select(plan)
         var rng = SystemRandomNumberGenerator()
         let stamp = Self.stamp(now)
