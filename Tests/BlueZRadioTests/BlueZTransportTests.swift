@@ -198,6 +198,38 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         XCTAssertTrue(log.contains("radio lost: adapter /org/bluez/hci0 removed"), log)
     }
 
+    /// bluetoothd dies while the node waits on it (a Connect that never answers, as a crashed
+    /// bluetoothd leaves it): within 30 s of bluetoothd being back, the node detects, reads and
+    /// measures the peer again.
+    func testReadsResumeWithin30sWhenBluetoothdRestartsMidConnection() async throws {
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        let transport = BlueZTransport(options: .init(adapter: "hci0", busAddress: bus.address, recoveryInterval: 0.3), scheduler: scheduler)
+        _ = try await fakeCall("HangNext", [.string("Connect")])
+        let node = try makeNode(scheduler, transport)
+        try await eventually("the first Connect hangs") {
+            ((try await self.fakeState())["hung"] as? [String])?.contains("Connect") == true
+        }
+        XCTAssertEqual(scheduler.sync { node.value.status.payloadsRead }, 0)
+        _ = try await fakeCall("Restart")
+        let back = Date()
+        try await eventually("bluetoothd back and the adapter powered", seconds: 10) {
+            scheduler.sync { transport.state } == .poweredOn
+        }
+        let rssiBefore = scheduler.sync { node.value.status.rssiTotal }
+        try await eventually("the peer read and measured after the restart", seconds: 30) {
+            let s = scheduler.sync { node.value.status }
+            return s.payloadsRead >= 1 && s.rssiTotal > rssiBefore + 3
+        }
+        let took = Date().timeIntervalSince(back)
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+        XCTAssertLessThanOrEqual(took, 30, "back to reading within 30 s (took \(took) s)")
+        let rows = try contacts()
+        XCTAssertTrue(rows.contains { $0[4] == "2" && $0[10] == remotePayload.shortName }, "read row after the restart")
+    }
+
     func testErrorsAreTypedAndExplainWhatToDo() async throws {
         let scheduler = DispatchScheduler(label: "test.bluez")
         // An adapter that is not there: the error names the ones that are.

@@ -42,6 +42,7 @@ class Fake:
                       'apps': [], 'adverts': [], 'unregistered': 0, 'connects': 0, 'disconnects': 0,
                       'reads': 0, 'writes': [], 'restarts': 0}
         self.fail = {}
+        self.hang = set()   # methods whose next call is never answered (a controller that hangs)
         self.discovering = False
         self.advertiser = None
         self.app = None  # (sender, root, tree)
@@ -184,6 +185,10 @@ class Fake:
         if m in self.fail:
             name = self.fail.pop(m)
             return Message.new_error(msg, 'org.bluez.Error.' + name, 'injected by the test')
+        if m in self.hang and iface != 'org.heraldlab.Fake':
+            self.hang.discard(m)
+            self.state.setdefault('hung', []).append(m)
+            return True  # never answered
         if iface == 'org.heraldlab.Fake':
             if m == 'State':
                 return Message.new_method_return(msg, 's', [json.dumps(self.state)])
@@ -193,6 +198,8 @@ class Fake:
                 asyncio.ensure_future(self.write_local(msg)); return True
             if m == 'FailNext':
                 self.fail[msg.body[0]] = msg.body[1]; return Message.new_method_return(msg)
+            if m == 'HangNext':
+                self.hang.add(msg.body[0]); return Message.new_method_return(msg)
             if m == 'Restart':
                 asyncio.ensure_future(self.restart(msg)); return True
             if m == 'RemoveAdapter':
