@@ -2,7 +2,6 @@ import Foundation
 import HeraldCore
 import HeraldRadio
 import LabHTTP
-import FlyingFox
 import LabNode
 import LabPlan
 import RadioAir
