@@ -129,7 +129,7 @@ extension HTTPService {
     /// Answers a request that breaks a rule, logs why, and closes the connection (after
     /// lingering: the client may still be sending what was refused).
     private func refuse(_ c: ServerConnection, _ r: Refusal, head: RequestHead?, logged: String? = nil) {
-        let what = head.map { "\($0.method) \(Self.escaped($0.path))" } ?? "a request"
+        let what = head.map { "\($0.method) \(Self.escaped($0.path))" } ?? r.request.map(Self.escaped) ?? "a request"
         log("\(name): refused \(what) from \(c.remote): \(r.status.code) \(Self.escaped(logged ?? r.message))")
         do {
             try write(.error(r.status, r.message), to: c, head: head, close: true)

@@ -5,7 +5,13 @@ import Foundation
 struct Refusal: Error {
     var status: HTTPStatusCode
     var message: String
-    init(_ status: HTTPStatusCode, _ message: String) { self.status = status; self.message = message }
+    /// The request as far as it is known ("GET /v1/x"), for the log line (escaped there).
+    var request: String?
+    init(_ status: HTTPStatusCode, _ message: String, request: String? = nil) {
+        self.status = status
+        self.message = message
+        self.request = request
+    }
 }
 
 /// A request's head (request line and header fields), parsed strictly (RFC 9112): CRLF line
@@ -122,11 +128,12 @@ struct RequestHead {
         var segments = [String]()
         for raw in rawPath.split(separator: "/") {
             guard let bytes = percentDecoded(raw.utf8), let segment = String(validating: bytes, as: UTF8.self) else {
-                throw Refusal(.badRequest, "malformed percent-encoding in the path")
+                throw Refusal(.badRequest, "malformed percent-encoding in the path", request: "\(method) \(target)")
             }
-            guard segment != ".", segment != "..", !bytes.contains(UInt8(ascii: "/")),
-                  !bytes.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
-                throw Refusal(.badRequest, "path segment \".\", \"..\", or holding \"/\" or a control character")
+            // Control characters other than NUL pass: handlers check their names, and log lines
+            // escape them.
+            guard segment != ".", segment != "..", !bytes.contains(UInt8(ascii: "/")), !bytes.contains(0) else {
+                throw Refusal(.badRequest, "path segment \".\" or \"..\", or holding \"/\" or NUL", request: "\(method) \(target)")
             }
             segments.append(segment)
         }
@@ -137,7 +144,7 @@ struct RequestHead {
                 guard let nameBytes = percentDecoded(pair[0].utf8), let name = String(validating: nameBytes, as: UTF8.self),
                       let valueBytes = percentDecoded((pair.count > 1 ? pair[1] : "").utf8), let value = String(validating: valueBytes, as: UTF8.self),
                       !nameBytes.contains(0), !valueBytes.contains(0) else {
-                    throw Refusal(.badRequest, "malformed percent-encoding in the query")
+                    throw Refusal(.badRequest, "malformed percent-encoding in the query", request: "\(method) \(target)")
                 }
                 query[name] = value
             }

@@ -63,7 +63,12 @@ public final class AirServer: @unchecked Sendable {
     private func acceptLoop(_ fd: Int32) {
         while true {
             let c = accept(fd, nil, nil)
-            if c < 0 { if errno == EINTR { continue }; return }
+            if c < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                // Out of descriptors or memory: wait, rather than stop accepting for good.
+                if errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM { usleep(100_000); continue }
+                return
+            }
             let socket = LineSocket(fd: c)
             scheduler.execute { [self] in
                 nextConnection += 1
@@ -71,6 +76,8 @@ public final class AirServer: @unchecked Sendable {
                 socket.startReading(onMessage: { [weak self] m in
                     self?.scheduler.execute { self?.received(m, connection: id, socket: socket) }
                 }, onClose: { [weak self] in
+                    // Every connection's socket is closed when its reader ends, attached or not.
+                    socket.close()
                     self?.scheduler.execute { self?.closed(id) }
                 })
             }

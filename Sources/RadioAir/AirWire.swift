@@ -160,24 +160,32 @@ final class LineSocket: @unchecked Sendable {
         }
     }
 
-    /// Reads lines until EOF on a thread of its own; `onLine` gets each decoded message.
+    /// The longest line read (a message is a few hundred bytes; a GATT value a few hundred more).
+    static let maxLine = 1 << 20
+
+    /// Reads lines until EOF on a thread of its own; `onMessage` gets each decoded message. A
+    /// line over `maxLine` bytes ends the connection (nothing unbounded is buffered), and only
+    /// new bytes are searched for a line end (a long line costs linear time, not quadratic).
     func startReading(onMessage: @escaping @Sendable (AirMessage) -> Void, onClose: @escaping @Sendable () -> Void) {
         let fd = self.fd
         let thread = Thread {
             var pending = [UInt8]()
             var buf = [UInt8](repeating: 0, count: 65536)
             let decoder = JSONDecoder()
-            while true {
+            reading: while true {
                 let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
                 if n <= 0 { if n < 0 && errno == EINTR { continue }; break }
+                var scan = pending.count
                 pending.append(contentsOf: buf[0..<n])
                 var start = 0
-                while let nl = pending[start...].firstIndex(of: 10) {
+                while let nl = pending[scan...].firstIndex(of: 10) {
                     let line = Data(pending[start..<nl])
                     start = nl + 1
+                    scan = start
                     if let m = try? decoder.decode(AirMessage.self, from: line) { onMessage(m) }
                 }
                 pending.removeFirst(start)
+                if pending.count > Self.maxLine { break reading }
             }
             onClose()
         }

@@ -79,6 +79,12 @@ final class HTTPServiceTests: XCTestCase {
         let refusals = lines.all.filter { $0.contains("refused") }
         XCTAssertEqual(refusals.count, 4, "\(refusals)")
         XCTAssertTrue(refusals.contains { $0.contains("/v1/no-such-route") && $0.contains("missing token") }, "\(refusals)")
+        // Text from the request is escaped in log lines: no forged lines.
+        c.send(get("/v1/x%0D%0At:%20forged"))
+        XCTAssertEqual(c.answer()?.status, 401)
+        let forged = try XCTUnwrap(lines.all.last)
+        XCTAssertTrue(forged.contains("/v1/x\\x0D\\x0At: forged"), forged)
+        XCTAssertFalse(lines.all.contains { $0.contains("\n") || $0.contains("\r") })
     }
 
     func testRolesAreCheckedAfterAuthentication() async throws {
@@ -124,8 +130,9 @@ final class HTTPServiceTests: XCTestCase {
         XCTAssertEqual(try status("/v1/runs/%252e%252e").0, 200)
         XCTAssertEqual(try status("/v1/runs/%252e%252e").1, "%2e%2e")
         XCTAssertEqual(try status("/v1/runs/caf%C3%A9").1, "café")
+        XCTAssertEqual(try status("/v1/runs/a%0Ab").1, "a\nb", "the handler judges names; log lines escape them")
         for bad in ["/v1/runs/%2e%2e", "/v1/runs/..", "/v1/runs/.", "/v1/runs/%2E", "/v1/runs/..%2f..%2fetc", "/v1/runs/a%2Fb", "/v1/runs/a%00b",
-                    "/v1/runs/%zz", "/v1/runs/%4", "/v1/runs/%C3", "/v1/runs/a%0Ab", "/v1/runs/x?q=%00", "/v1/runs/x#frag", "v1/runs/x"] {
+                    "/v1/runs/%zz", "/v1/runs/%4", "/v1/runs/%C3", "/v1/runs/x?q=%00", "/v1/runs/x#frag", "v1/runs/x"] {
             XCTAssertEqual(try status(bad).0, 400, bad)
         }
     }
