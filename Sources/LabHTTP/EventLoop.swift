@@ -28,6 +28,8 @@ final class ServerConnection: @unchecked Sendable {
     var input = InputBuffer()
     /// When the current request's head began to arrive (the header deadline counts from it).
     var headStarted = 0.0
+    /// How far a head that arrives in pieces has been scanned.
+    var scan = HeadScan()
     /// Whether the descriptor is in the epoll set.
     var registered = false
 
@@ -83,7 +85,8 @@ final class EventLoop: @unchecked Sendable {
     let lock = NSLock()
     /// Threads that read requests and write answers: bounded, so that a flood of connections
     /// cannot create threads without end (those beyond wait in order for a free one).
-    let workers = BlockingThreads(maxThreads: 64, maxIdle: 16, idleTimeout: 10, stackSize: 512 * 1024)
+    let workers = BlockingThreads(maxThreads: EventLoop.maxWorkers, maxIdle: 16, idleTimeout: 10, stackSize: 512 * 1024)
+    static let maxWorkers = 64
 
     /// After an error answer, how long and how much the loop reads and discards before closing.
     static let lingerTime = 2.0
@@ -246,14 +249,15 @@ final class EventLoop: @unchecked Sendable {
         return true
     }
 
-    /// Gives a served connection back to wait for its next request, or closes it when its
+    /// Gives a served connection back to wait for its next request (until the idle deadline),
+    /// or for the rest of a head (until `deadline`, the header deadline), or closes it when its
     /// service is stopping. From a worker.
-    func park(_ c: ServerConnection) {
+    func park(_ c: ServerConnection, deadline: Double? = nil) {
         let service = c.service
         let (kept, woke) = lock.withLock { () -> (Bool, Bool) in
             service.active[c.id] = nil
             let before = nextDeadline
-            if !service.stopping && register(c, deadline: monotonicNow() + service.limits.idleTimeout) {
+            if !service.stopping && register(c, deadline: deadline ?? monotonicNow() + service.limits.idleTimeout) {
                 return (true, nextDeadline < before)
             }
             service.open -= 1
@@ -362,7 +366,8 @@ final class EventLoop: @unchecked Sendable {
                 case .idle(let c, _):
                     parked[id] = nil
                     c.service.active[c.id] = c
-                    c.headStarted = now
+                    // A new request's head starts now; a head in pieces keeps its start.
+                    if c.input.available == 0 { c.headStarted = now }
                     dispatch.append(c)
                 case .linger(let fd, let owner, let service, var drained, let deadline):
                     var done = false
@@ -389,7 +394,7 @@ final class EventLoop: @unchecked Sendable {
                     }
                 }
             }
-            if now >= nextDeadline { expire(now: now, closing: &closing) }
+            if now >= nextDeadline { expire(now: now, closing: &closing, dispatch: &dispatch) }
             lock.unlock()
             for close in closing { close() }
             for c in dispatch {
@@ -399,12 +404,17 @@ final class EventLoop: @unchecked Sendable {
     }
 
     /// Closes what is past its deadline and resumes rested listeners (lock held).
-    private func expire(now: Double, closing: inout [() -> Void]) {
+    private func expire(now: Double, closing: inout [() -> Void], dispatch: inout [ServerConnection]) {
         var next = Double.infinity
         for (id, p) in parked {
             switch p {
             case .idle(let c, let deadline):
-                if deadline <= now {
+                if deadline <= now && c.input.available > 0 {
+                    // Part of a head, and its deadline passed: a worker answers 408.
+                    parked[id] = nil
+                    c.service.active[c.id] = c
+                    dispatch.append(c)
+                } else if deadline <= now {
                     // Idle too long: closed without a word (RFC 9112 9.8 allows it).
                     parked[id] = nil
                     c.service.open -= 1

@@ -10,6 +10,19 @@ enum ReadEnd: Error {
     case closed
     /// The deadline passed.
     case timeout
+    /// The head is incomplete and the worker's slice is over: the event loop waits for more.
+    case parked
+}
+
+/// Where the scan of a head that arrives in pieces stopped (indices into the connection's input).
+struct HeadScan {
+    var scan = 0
+    var lineStart = 0
+    /// After any empty lines before the request line.
+    var headStart = 0
+    var requestLine: Range<Int>?
+    var lines: [Range<Int>] = []
+    var isFresh: Bool { scan == 0 }
 }
 
 /// Serving one connection, on a worker thread: the request's head and body are read with their
@@ -37,6 +50,10 @@ extension HTTPService {
             head = try readHead(c)
         } catch let r as Refusal {
             refuse(c, r, head: nil)
+            return
+        } catch ReadEnd.parked {
+            // Part of a head: the loop waits for the rest, until the header deadline.
+            loop.park(c, deadline: c.headStarted + limits.headerTimeout)
             return
         } catch ReadEnd.timeout where c.input.available > 0 {
             refuse(c, Refusal(.requestTimeout, "the request head did not arrive within \(Self.seconds(limits.headerTimeout))"), head: nil)
@@ -168,67 +185,87 @@ extension HTTPService {
         if n == 0 { throw ReadEnd.closed }
     }
 
+    /// How long a worker waits for the rest of a head before it gives the connection back to
+    /// the event loop (with what it has read, and the same header deadline): a client sending
+    /// its head slowly holds a connection, never a worker.
+    static let headSlice = 0.05
+
     /// Reads a request's head within the header deadline and the size limits: 414 for a request
     /// line over `maxRequestLine`, 431 for a head over `maxHeaderBytes` or with more than
-    /// `maxHeaderCount` fields; nothing beyond the limit is buffered.
+    /// `maxHeaderCount` fields; nothing beyond the limit is buffered. Throws `ReadEnd.parked`
+    /// when the head is still incomplete after `headSlice` (the scan resumes where it stopped).
     func readHead(_ c: ServerConnection) throws -> RequestHead {
         let deadline = c.headStarted + limits.headerTimeout
-        c.input.compact()
-        var scan = 0                // next byte to look at
-        var lineStart = 0
-        var headStart = 0           // after any empty lines before the request line
-        var requestLine: Range<Int>?
-        var lines = [Range<Int>]()
+        let slice = monotonicNow() + Self.headSlice
+        if c.scan.isFresh { c.input.compact() }
         while true {
-            let bytes = c.input.bytes
-            while scan < bytes.count {
-                let b = bytes[scan]
-                scan += 1
+            if let head = try scanHead(c) { return head }
+            // The head is not complete: nothing more is read once a limit is passed.
+            let h = c.scan
+            if h.requestLine == nil && h.scan - h.lineStart > limits.maxRequestLine {
+                throw Refusal(.uriTooLong, "request line over \(limits.maxRequestLine) bytes")
+            }
+            if h.scan - h.headStart > limits.maxHeaderBytes {
+                throw Refusal(.requestHeaderFieldsTooLarge, "request head over \(limits.maxHeaderBytes) bytes")
+            }
+            if h.headStart > limits.maxHeaderBytes {
+                throw Refusal(.badRequest, "too many empty lines before the request")
+            }
+            do {
+                // Never more than one byte past the head's limit is read.
+                try fill(c, deadline: min(deadline, slice), max: max(1, limits.maxHeaderBytes + 1 - (c.input.bytes.count - h.headStart)))
+            } catch ReadEnd.timeout where monotonicNow() < deadline {
+                throw ReadEnd.parked
+            }
+        }
+    }
+
+    /// Scans the bytes read since the last call for line ends; the head once it is complete.
+    private func scanHead(_ c: ServerConnection) throws -> RequestHead? {
+        var h = c.scan
+        defer { c.scan = h }
+        var end = 0
+        let head = try c.input.bytes.withUnsafeBufferPointer { bytes -> RequestHead? in
+            while h.scan < bytes.count {
+                let b = bytes[h.scan]
+                h.scan += 1
                 guard b == 0x0A else { continue }
-                guard scan - 2 >= lineStart, bytes[scan - 2] == 0x0D else {
+                guard h.scan - 2 >= h.lineStart, bytes[h.scan - 2] == 0x0D else {
                     throw Refusal(.badRequest, "bare LF in the request head")
                 }
-                let line = lineStart..<(scan - 2)
-                lineStart = scan
-                if requestLine == nil {
+                let line = h.lineStart..<(h.scan - 2)
+                h.lineStart = h.scan
+                if h.requestLine == nil {
                     if line.isEmpty {
                         // Empty lines before a request line are skipped (RFC 9112 2.2).
-                        headStart = scan
+                        h.headStart = h.scan
                         continue
                     }
                     guard line.count <= limits.maxRequestLine else { throw Refusal(.uriTooLong, "request line over \(limits.maxRequestLine) bytes") }
-                    requestLine = line
+                    h.requestLine = line
                 } else if line.isEmpty {
-                    guard scan - headStart <= limits.maxHeaderBytes else {
+                    guard h.scan - h.headStart <= limits.maxHeaderBytes else {
                         throw Refusal(.requestHeaderFieldsTooLarge, "request head over \(limits.maxHeaderBytes) bytes")
                     }
-                    let head = try RequestHead.parse(requestLine: bytes[requestLine!], lines: lines.map { bytes[$0] })
-                    c.input.start = scan
-                    if c.input.start >= c.input.bytes.count { c.input.consume(0) }
+                    let all = Array(bytes)
+                    let head = try RequestHead.parse(requestLine: all[h.requestLine!], lines: h.lines.map { all[$0] })
+                    end = h.scan
+                    h = HeadScan()
                     return head
                 } else {
-                    lines.append(line)
-                    guard lines.count <= limits.maxHeaderCount else {
+                    h.lines.append(line)
+                    guard h.lines.count <= limits.maxHeaderCount else {
                         throw Refusal(.requestHeaderFieldsTooLarge, "more than \(limits.maxHeaderCount) header fields")
                     }
                 }
-                guard scan - headStart <= limits.maxHeaderBytes else {
+                guard h.scan - h.headStart <= limits.maxHeaderBytes else {
                     throw Refusal(.requestHeaderFieldsTooLarge, "request head over \(limits.maxHeaderBytes) bytes")
                 }
             }
-            // The head is not complete: nothing more is read once a limit is passed.
-            if requestLine == nil && scan - lineStart > limits.maxRequestLine {
-                throw Refusal(.uriTooLong, "request line over \(limits.maxRequestLine) bytes")
-            }
-            if scan - headStart > limits.maxHeaderBytes {
-                throw Refusal(.requestHeaderFieldsTooLarge, "request head over \(limits.maxHeaderBytes) bytes")
-            }
-            if headStart > limits.maxHeaderBytes {
-                throw Refusal(.badRequest, "too many empty lines before the request")
-            }
-            // Never more than one byte past the head's limit is read.
-            try fill(c, deadline: deadline, max: max(1, limits.maxHeaderBytes + 1 - (c.input.bytes.count - headStart)))
+            return nil
         }
+        if head != nil { c.input.start = end }
+        return head
     }
 
     /// Reads a body of `Content-Length` bytes or a chunked one, within `deadline`; a chunked body

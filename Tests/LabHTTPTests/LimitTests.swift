@@ -211,7 +211,25 @@ final class LimitTests: XCTestCase {
         }
         let (status, _) = try exchange(port, get("/health", extra: "Connection: close\r\n"))
         XCTAssertEqual(status, 200)
-        for t in trickles { t.stop() }
+        Trickle.stop(trickles)
+    }
+}
+
+extension LimitTests {
+    /// More clients sending their heads slowly than there are workers: a slow head holds a
+    /// connection, not a worker, so /health is still answered.
+    func testSlowHeadsHoldNoWorker() async throws {
+        let port = try await start()
+        var trickles = [Trickle]()
+        var slow = [RawClient]()
+        for _ in 0..<(EventLoop.maxWorkers + 16) {
+            let c = try RawClient(port: port)
+            trickles.append(Trickle(c, Array("GET /health HTTP/1.1\r\nHost: t\r\nX-Slow: ".utf8) + [UInt8](repeating: 97, count: 100), every: 0.2))
+            slow.append(c)
+        }
+        let (status, _) = try exchange(port, get("/health", extra: "Connection: close\r\n"))
+        XCTAssertEqual(status, 200)
+        Trickle.stop(trickles)
     }
 }
 
@@ -236,5 +254,11 @@ final class Trickle: @unchecked Sendable {
     func stop() {
         lock.withLock { stopped = true }
         done.wait()
+    }
+
+    /// Stops them all at once (each takes up to its pause to notice).
+    static func stop(_ all: [Trickle]) {
+        for t in all { t.lock.withLock { t.stopped = true } }
+        for t in all { t.done.wait() }
     }
 }
