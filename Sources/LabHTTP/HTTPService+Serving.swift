@@ -102,6 +102,15 @@ extension HTTPService {
         }
     }
 
+    /// Whether the peer leaves answers unread: the socket is no longer writable (the kernel
+    /// holds more than about two thirds of its send buffer for the peer). Such a connection gets
+    /// no further request served: a client that sends requests without reading the answers
+    /// would otherwise leave a worker blocked writing to it.
+    private func answersPileUp(_ c: ServerConnection) -> Bool {
+        var p = pollfd(fd: c.fd, events: Int16(POLLOUT), revents: 0)
+        return poll(&p, 1, 0) == 0
+    }
+
     /// Writes a handler's answer, then serves the next request or parks the connection.
     private func finish(_ c: ServerConnection, _ head: RequestHead, _ response: HTTPResponse) {
         let loop = EventLoop.shared
@@ -114,6 +123,9 @@ extension HTTPService {
         }
         if !keepAlive {
             loop.release(c)
+        } else if answersPileUp(c) {
+            log("\(name): closed the connection from \(c.remote): it does not read its answers")
+            loop.linger(c)
         } else if c.input.available > 0 {
             c.headStarted = monotonicNow()
             serve(c)
@@ -134,6 +146,9 @@ extension HTTPService {
             return
         }
         if !keepAlive {
+            loop.linger(c)
+        } else if answersPileUp(c) {
+            log("\(name): closed the connection from \(c.remote): it does not read its answers")
             loop.linger(c)
         } else if c.input.available > 0 {
             c.headStarted = monotonicNow()

@@ -233,6 +233,31 @@ extension LimitTests {
     }
 }
 
+extension LimitTests {
+    /// A client that pipelines requests and never reads the answers is closed once its answers
+    /// pile up, instead of leaving a worker blocked writing to it.
+    func testClientThatReadsNoAnswersIsClosed() async throws {
+        let lines = Lines()
+        let service = HTTPService(name: "t", token: nil, limits: .init(idleTimeout: 60), log: lines.append)
+        let port = try await service.start(host: "127.0.0.1", port: 0)
+        services.append(service)
+        // 20 MB of answers: more than the two kernels buffer between a server and a client
+        // that offers a window of a few KiB.
+        let c = try RawClient(port: port, receiveBuffer: 4096)
+        let flood = Array(String(repeating: get("/health"), count: 1000).utf8)
+        let done = DispatchSemaphore(value: 0)
+        let sender = Thread {
+            for _ in 0..<200 where c.send(flood) {}
+            done.signal()
+        }
+        sender.start()
+        done.wait()
+        XCTAssertTrue(c.closedByServer(), "the server closed the connection")
+        XCTAssertTrue(lines.all.contains { $0.contains("does not read its answers") }, "\(lines.all.suffix(3))")
+        XCTAssertEqual(try exchange(port, get("/health", extra: "Connection: close\r\n")).0, 200)
+    }
+}
+
 /// Sends bytes one at a time on a thread of its own until they are all sent, a send fails, or
 /// `stop()` (which waits for the thread).
 final class Trickle: @unchecked Sendable {

@@ -24,6 +24,23 @@ final class RawClient: @unchecked Sendable {
         Sockets.setTimeouts(fd, seconds: timeout)
     }
 
+    /// A client whose receive buffer is `receiveBuffer` bytes (set before it connects, so that
+    /// the window it offers stays that small).
+    init(port: UInt16, receiveBuffer: Int32, timeout: Double = 10) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var size = receiveBuffer
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard rc == 0 else { Glibc.close(fd); throw NetError(.connect, "connect: \(NetError.text(errno: errno))") }
+        Sockets.setTimeouts(fd, seconds: timeout)
+    }
+
     deinit { close() }
 
     func close() {
