@@ -60,7 +60,7 @@ final class IdentityTests: XCTestCase {
         try LabProcesses.plan("identity", nodes: 2, duration: "6s").write(to: plan, atomically: true, encoding: .utf8)
         let (rc, out) = try lab.cli(["run", plan.path, "--coordinator", url, "--credentials", folder.url.path, "--out", lab.dir.appendingPathComponent("bundles").path], timeout: 120)
         XCTAssertTrue(rc == 0 || rc == 1, "the run ends with a verdict, not an error: \(out)\n\(lab.log("coordinator").suffix(2000))")
-        XCTAssertTrue(out.contains("SHA-256"), out)
+        XCTAssertTrue(out.contains("verdict:"), "the bundle was fetched (checked against its SHA-256), unpacked and analysed: \(out)")
         XCTAssertTrue(lab.log("air").contains("n1 attached"), lab.log("air"))
 
         let a1 = try credential(lab, "a1"), a2 = try credential(lab, "a2")
