@@ -184,20 +184,25 @@ extension HTTPService {
         guard remaining > 0 else { throw ReadEnd.timeout }
         guard let connection = c.connection else { throw ReadEnd.closed }
         connection.setTimeouts(seconds: remaining)
-        let old = c.input.bytes.count
-        c.input.bytes.append(contentsOf: repeatElement(0, count: max))
+        let scratch = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: max)
+        defer { scratch.deallocate() }
         let n: Int
         do {
-            n = try connection.read(into: &c.input.bytes, from: old)
+            n = try connection.read(into: UnsafeMutableRawBufferPointer(scratch))
         } catch let e as NetError where e.kind == .timeout {
-            c.input.bytes.removeLast(max)
             throw ReadEnd.timeout
         } catch {
-            c.input.bytes.removeLast(max)
             throw ReadEnd.closed
         }
-        c.input.bytes.removeLast(max - n)
         if n == 0 { throw ReadEnd.closed }
+        c.input.bytes.append(contentsOf: UnsafeBufferPointer(rebasing: scratch[0..<n]))
+    }
+
+    /// Moves `count` bytes of the connection's input to `body`.
+    private func take(_ count: Int, from c: ServerConnection, to body: inout Data) {
+        let start = c.input.start
+        c.input.bytes.withUnsafeBufferPointer { body.append(UnsafeBufferPointer(rebasing: $0[start..<(start + count)])) }
+        c.input.consume(count)
     }
 
     /// How long a worker waits for the rest of a head before it gives the connection back to
@@ -242,9 +247,12 @@ extension HTTPService {
         var end = 0
         let head = try c.input.bytes.withUnsafeBufferPointer { bytes -> RequestHead? in
             while h.scan < bytes.count {
-                let b = bytes[h.scan]
-                h.scan += 1
-                guard b == 0x0A else { continue }
+                // The next line end (memchr: a byte loop is slow in debug builds).
+                guard let base = bytes.baseAddress, let found = memchr(base + h.scan, 0x0A, bytes.count - h.scan) else {
+                    h.scan = bytes.count
+                    break
+                }
+                h.scan = base.distance(to: found.assumingMemoryBound(to: UInt8.self)) + 1
                 guard h.scan - 2 >= h.lineStart, bytes[h.scan - 2] == 0x0D else {
                     throw Refusal(.badRequest, "bare LF in the request head")
                 }
@@ -290,9 +298,7 @@ extension HTTPService {
             var body = Data(capacity: length)
             while body.count < length {
                 if c.input.available == 0 { try fill(c, deadline: deadline, max: min(256 * 1024, length - body.count)) }
-                let take = min(c.input.available, length - body.count)
-                body.append(contentsOf: c.input.bytes[c.input.start..<(c.input.start + take)])
-                c.input.consume(take)
+                take(min(c.input.available, length - body.count), from: c, to: &body)
             }
             return body
         }
@@ -310,10 +316,9 @@ extension HTTPService {
             var left = size
             while left > 0 {
                 if c.input.available == 0 { try fill(c, deadline: deadline, max: min(256 * 1024, left + 2)) }
-                let take = min(c.input.available, left)
-                body.append(contentsOf: c.input.bytes[c.input.start..<(c.input.start + take)])
-                c.input.consume(take)
-                left -= take
+                let count = min(c.input.available, left)
+                take(count, from: c, to: &body)
+                left -= count
             }
             guard try readLine(c, deadline: deadline, max: 0, what: "chunk end").isEmpty else {
                 throw Refusal(.badRequest, "chunk data longer than its size")
