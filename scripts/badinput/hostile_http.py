@@ -531,7 +531,8 @@ def attack(binary, rng, root, env, token, token_file, outside, requests, budget,
             for name, s in services.items():
                 if s.proc.poll() is not None:
                     counts["crash"] += 1
-                    failures.append(f"{name}: exited with {s.proc.returncode} during batch {b + 1} (log: {s.log_path})")
+                    how = "status 0, as after SIGTERM or SIGINT" if s.proc.returncode == 0 else f"status {s.proc.returncode}"
+                    failures.append(f"{name}: exited ({how}) during batch {b + 1} (log: {s.log_path})")
                     return
                 ok = air_hello(s.port, token) if name == "air" else http_health(s.port)
                 if not ok:
