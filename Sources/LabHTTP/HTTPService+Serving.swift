@@ -127,11 +127,17 @@ extension HTTPService {
             log("\(name): closed the connection from \(c.remote): it does not read its answers")
             loop.linger(c)
         } else if c.input.available > 0 {
-            c.headStarted = monotonicNow()
-            serve(c)
+            next(c)
         } else {
             loop.park(c)
         }
+    }
+
+    /// Serves a pipelined request (already partly read) as a new job: a client pipelining
+    /// thousands of requests never deepens a worker's stack, and waits its turn.
+    private func next(_ c: ServerConnection) {
+        c.headStarted = monotonicNow()
+        EventLoop.shared.workers.run { [self] in serve(c) }
     }
 
     /// An answer given before the body was read (auth, routing): the connection stays open only
@@ -151,8 +157,7 @@ extension HTTPService {
             log("\(name): closed the connection from \(c.remote): it does not read its answers")
             loop.linger(c)
         } else if c.input.available > 0 {
-            c.headStarted = monotonicNow()
-            serve(c)
+            next(c)
         } else {
             loop.park(c)
         }

@@ -284,7 +284,8 @@ def gen_garbage(rng, ctx):
                bytes.fromhex("16030100a5010000a103035b") + random_bytes(rng, 150), b"\x00" * 100, b"GET /health HTTP/1.1\r\n",
                b"GET /health HTTP/1.1\nHost: h\n\n", b"GET /health HTTP/1.1\r\nHost: h\r\nX: a\r\n b\r\n\r\n",
                b"GET /health HTTP/9.9\r\nHost: h\r\n\r\n", b"GET /health\r\n\r\n", b"GET  /health  HTTP/1.1\r\n\r\n",
-               b"GET /health HTTP/1.1\r\nHost: h\r\n\r\n" * 50 + b"GET /health HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"]
+               b"GET /health HTTP/1.1\r\nHost: h\r\n\r\n" * 50 + b"GET /health HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+               b"GET /v1/x HTTP/1.1\r\nHost: h\r\n\r\n" * 3000]
     return "garbage", rng.choice(options)
 
 
