@@ -127,11 +127,17 @@ extension HTTPService {
             log("\(name): closed the connection from \(c.remote): it does not read its answers")
             loop.linger(c)
         } else if c.input.available > 0 {
-            c.headStarted = monotonicNow()
-            serve(c)
+            next(c)
         } else {
             loop.park(c)
         }
+    }
+
+    /// Serves a pipelined request (already partly read) as a new job: a client pipelining
+    /// thousands of requests never deepens a worker's stack, and waits its turn.
+    private func next(_ c: ServerConnection) {
+        c.headStarted = monotonicNow()
+        EventLoop.shared.workers.run { [self] in serve(c) }
     }
 
     /// An answer given before the body was read (auth, routing): the connection stays open only
@@ -151,8 +157,7 @@ extension HTTPService {
             log("\(name): closed the connection from \(c.remote): it does not read its answers")
             loop.linger(c)
         } else if c.input.available > 0 {
-            c.headStarted = monotonicNow()
-            serve(c)
+            next(c)
         } else {
             loop.park(c)
         }
@@ -184,31 +189,37 @@ extension HTTPService {
         guard remaining > 0 else { throw ReadEnd.timeout }
         guard let connection = c.connection else { throw ReadEnd.closed }
         connection.setTimeouts(seconds: remaining)
-        let old = c.input.bytes.count
-        c.input.bytes.append(contentsOf: repeatElement(0, count: max))
+        let scratch = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: max)
+        defer { scratch.deallocate() }
         let n: Int
         do {
-            n = try connection.read(into: &c.input.bytes, from: old)
+            n = try connection.read(into: UnsafeMutableRawBufferPointer(scratch))
         } catch let e as NetError where e.kind == .timeout {
-            c.input.bytes.removeLast(max)
             throw ReadEnd.timeout
         } catch {
-            c.input.bytes.removeLast(max)
             throw ReadEnd.closed
         }
-        c.input.bytes.removeLast(max - n)
         if n == 0 { throw ReadEnd.closed }
+        c.input.bytes.append(contentsOf: UnsafeBufferPointer(rebasing: scratch[0..<n]))
         // Plaintext TLS holds decrypted (the rest of a record) is taken too: a connection parked
         // to wait for a readable socket must leave nothing behind in the session (one record,
         // 16 KiB at most, beyond `max`).
         var left = connection.pendingBytes
         while left > 0 {
-            let at = c.input.bytes.count
-            c.input.bytes.append(contentsOf: repeatElement(0, count: left))
-            let m = (try? connection.read(into: &c.input.bytes, from: at)) ?? 0
-            c.input.bytes.removeLast(left - m)
+            let more = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: left)
+            defer { more.deallocate() }
+            let m: Int
+            do { m = try connection.read(into: UnsafeMutableRawBufferPointer(more)) } catch { throw ReadEnd.closed }
+            c.input.bytes.append(contentsOf: UnsafeBufferPointer(rebasing: more[0..<m]))
             left = m > 0 ? connection.pendingBytes : 0
         }
+    }
+
+    /// Moves `count` bytes of the connection's input to `body`.
+    private func take(_ count: Int, from c: ServerConnection, to body: inout Data) {
+        let start = c.input.start
+        c.input.bytes.withUnsafeBufferPointer { body.append(UnsafeBufferPointer(rebasing: $0[start..<(start + count)])) }
+        c.input.consume(count)
     }
 
     /// How long a worker waits for the rest of a head before it gives the connection back to
@@ -253,9 +264,12 @@ extension HTTPService {
         var end = 0
         let head = try c.input.bytes.withUnsafeBufferPointer { bytes -> RequestHead? in
             while h.scan < bytes.count {
-                let b = bytes[h.scan]
-                h.scan += 1
-                guard b == 0x0A else { continue }
+                // The next line end (memchr: a byte loop is slow in debug builds).
+                guard let base = bytes.baseAddress, let found = memchr(base + h.scan, 0x0A, bytes.count - h.scan) else {
+                    h.scan = bytes.count
+                    break
+                }
+                h.scan = base.distance(to: found.assumingMemoryBound(to: UInt8.self)) + 1
                 guard h.scan - 2 >= h.lineStart, bytes[h.scan - 2] == 0x0D else {
                     throw Refusal(.badRequest, "bare LF in the request head")
                 }
@@ -301,9 +315,7 @@ extension HTTPService {
             var body = Data(capacity: length)
             while body.count < length {
                 if c.input.available == 0 { try fill(c, deadline: deadline, max: min(256 * 1024, length - body.count)) }
-                let take = min(c.input.available, length - body.count)
-                body.append(contentsOf: c.input.bytes[c.input.start..<(c.input.start + take)])
-                c.input.consume(take)
+                take(min(c.input.available, length - body.count), from: c, to: &body)
             }
             return body
         }
@@ -321,10 +333,9 @@ extension HTTPService {
             var left = size
             while left > 0 {
                 if c.input.available == 0 { try fill(c, deadline: deadline, max: min(256 * 1024, left + 2)) }
-                let take = min(c.input.available, left)
-                body.append(contentsOf: c.input.bytes[c.input.start..<(c.input.start + take)])
-                c.input.consume(take)
-                left -= take
+                let count = min(c.input.available, left)
+                take(count, from: c, to: &body)
+                left -= count
             }
             guard try readLine(c, deadline: deadline, max: 0, what: "chunk end").isEmpty else {
                 throw Refusal(.badRequest, "chunk data longer than its size")

@@ -167,6 +167,28 @@ final class HTTPServiceTests: XCTestCase {
         XCTAssertEqual(kept.answer()?.status, 200)
     }
 
+    /// Thousands of pipelined requests answered without their handlers (401) are served one
+    /// after the other, not by a worker calling itself.
+    func testManyPipelinedRefusalsOnOneConnection() async throws {
+        let service = HTTPService(name: "t", token: "0123456789abcdef0123", log: { _ in })
+        let port = try await start(service)
+        let c = try RawClient(port: port)
+        let count = 5000
+        let done = DispatchSemaphore(value: 0)
+        let sender = Thread {
+            c.send(String(repeating: get("/v1/unknown"), count: count))
+            done.signal()
+        }
+        sender.start()
+        var statuses = [Int: Int]()
+        for _ in 0..<count {
+            guard let a = c.answer() else { break }
+            statuses[a.status, default: 0] += 1
+        }
+        done.wait()
+        XCTAssertEqual(statuses, [401: count])
+    }
+
     func testFilesAreStreamedWithRanges() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("labhttp-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)

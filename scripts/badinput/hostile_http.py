@@ -284,7 +284,8 @@ def gen_garbage(rng, ctx):
                bytes.fromhex("16030100a5010000a103035b") + random_bytes(rng, 150), b"\x00" * 100, b"GET /health HTTP/1.1\r\n",
                b"GET /health HTTP/1.1\nHost: h\n\n", b"GET /health HTTP/1.1\r\nHost: h\r\nX: a\r\n b\r\n\r\n",
                b"GET /health HTTP/9.9\r\nHost: h\r\n\r\n", b"GET /health\r\n\r\n", b"GET  /health  HTTP/1.1\r\n\r\n",
-               b"GET /health HTTP/1.1\r\nHost: h\r\n\r\n" * 50 + b"GET /health HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"]
+               b"GET /health HTTP/1.1\r\nHost: h\r\n\r\n" * 50 + b"GET /health HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+               b"GET /v1/x HTTP/1.1\r\nHost: h\r\n\r\n" * 3000]
     return "garbage", rng.choice(options)
 
 
@@ -531,7 +532,8 @@ def attack(binary, rng, root, env, token, token_file, outside, requests, budget,
             for name, s in services.items():
                 if s.proc.poll() is not None:
                     counts["crash"] += 1
-                    failures.append(f"{name}: exited with {s.proc.returncode} during batch {b + 1} (log: {s.log_path})")
+                    how = "status 0, as after SIGTERM or SIGINT" if s.proc.returncode == 0 else f"status {s.proc.returncode}"
+                    failures.append(f"{name}: exited ({how}) during batch {b + 1} (log: {s.log_path})")
                     return
                 ok = air_hello(s.port, token) if name == "air" else http_health(s.port)
                 if not ok:
