@@ -13,10 +13,37 @@ public struct PayloadData: Hashable, Sendable, CustomStringConvertible {
 
     /// Herald's short name: empty payload -> ""; up to 3 bytes -> Base64 of it all; otherwise
     /// the first 6 characters of standard Base64 of bytes 3..end (skipping the header).
+    /// Only the bytes the six characters come from are encoded (it is asked for on every
+    /// measurement with a payload).
     public var shortName: String {
-        if data.isEmpty { return "" }
-        if data.count <= 3 { return data.base64EncodedString() }
-        return String(data.dropFirst(3).base64EncodedString().prefix(6))
+        let n = data.count
+        if n == 0 { return "" }
+        if n <= 3 { return data.base64EncodedString() }
+        return data.withUnsafeBytes { raw in Self.base64Prefix(raw, from: 3, count: min(6, n - 3)) }
+    }
+
+    /// The first six characters (fewer when shorter, padding included) of standard Base64 of
+    /// `count` (1...6) bytes at `from`: what Base64 of all the bytes from `from` begins with.
+    private static func base64Prefix(_ raw: UnsafeRawBufferPointer, from: Int, count: Int) -> String {
+        let alphabet: StaticString = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+        let a = alphabet.utf8Start
+        let length = min(6, (count + 2) / 3 * 4)
+        return String(unsafeUninitializedCapacity: 8) { out in
+            var o = 0, i = 0
+            while i < count {
+                let b0 = UInt32(raw[from + i])
+                let b1 = i + 1 < count ? UInt32(raw[from + i + 1]) : 0
+                let b2 = i + 2 < count ? UInt32(raw[from + i + 2]) : 0
+                let v = b0 << 16 | b1 << 8 | b2
+                out[o] = a[Int(v >> 18 & 63)]
+                out[o + 1] = a[Int(v >> 12 & 63)]
+                out[o + 2] = i + 1 < count ? a[Int(v >> 6 & 63)] : 61 // "="
+                out[o + 3] = i + 2 < count ? a[Int(v & 63)] : 61
+                o += 4
+                i += 3
+            }
+            return length
+        }
     }
 
     public var hexEncodedString: String { data.hexEncodedString }

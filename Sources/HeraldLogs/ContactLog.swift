@@ -13,7 +13,7 @@ public final class ContactLog: SensorDelegate {
     /// Last RSSI text per value, so measures do not format doubles again and again.
     private var proximityText: [Proximity: [UInt8]] = [:]
 
-    public init(url: URL, scheduler: any Scheduler, flushInterval: TimeInterval = 2) {
+    public init(url: URL, scheduler: any Scheduler, flushInterval: TimeInterval? = 2) {
         self.scheduler = scheduler
         file = LogFile(url: url, scheduler: scheduler, flushInterval: flushInterval)
         if file.wasEmpty { file.append(Self.header + "\n") }

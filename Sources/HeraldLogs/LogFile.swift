@@ -5,8 +5,9 @@ import Glibc
 #endif
 
 /// An append-only log file, buffered in memory and flushed when the buffer passes 64 KiB, at
-/// least every `flushInterval` seconds of scheduler time, and on `flush()` / `close()`: a crash
-/// loses seconds, not the run. Lines are built as bytes; nothing on the hot path formats dates.
+/// least every `flushInterval` seconds of scheduler time (nil: only by size, for simulations),
+/// and on `flush()` / `close()`: a crash loses seconds, not the run. Lines are built as bytes;
+/// nothing on the hot path formats dates.
 public final class LogFile {
     public let url: URL
     private var fd: Int32 = -1
@@ -25,7 +26,7 @@ public final class LogFile {
     /// The file was empty (or new) when opened.
     public let wasEmpty: Bool
 
-    public init(url: URL, scheduler: (any Scheduler)?, flushInterval: TimeInterval = 2) {
+    public init(url: URL, scheduler: (any Scheduler)?, flushInterval: TimeInterval? = 2) {
         self.url = url
         try? FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
         fd = open(url.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
@@ -34,7 +35,7 @@ public final class LogFile {
         if fd >= 0, fstat(fd, &st) == 0 { bytesWritten = Int64(st.st_size) }
         wasEmpty = bytesWritten == 0
         buffer.reserveCapacity(limit + 1024)
-        if let scheduler {
+        if let scheduler, let flushInterval {
             flushTask = scheduler.scheduleRepeating(every: flushInterval) { [weak self] in self?.flush() }
         }
     }
@@ -99,11 +100,14 @@ public final class LogFile {
 /// Writes a whole small file atomically (temporary file + rename), so a crash never leaves it
 /// empty or half written.
 enum AtomicFile {
-    /// Returns what went wrong, or nil; the previous content stays whole on failure.
+    /// Returns what went wrong, or nil; the previous content stays whole on failure. `durable`
+    /// (live nodes) also syncs the data to disk before the rename; a simulation's files are
+    /// written without (like its appended logs), which saves a disk flush per file.
     @discardableResult
-    static func write(_ text: String, to url: URL) -> String? {
+    static func write(_ text: String, to url: URL, durable: Bool = true) -> String? {
         try? FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
         let tmp = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).tmp")
+        if !durable { return writeQuickly(text, tmp: tmp, to: url) }
         do {
             try Data(text.utf8).write(to: tmp)
             guard rename(tmp.path, url.path) == 0 else { return "\(url.lastPathComponent): cannot rename (\(String(cString: strerror(errno))))" }
@@ -112,6 +116,31 @@ enum AtomicFile {
             try? FileManager.default.removeItem(at: tmp)
             return "\(url.lastPathComponent): write failed (\(error.localizedDescription))"
         }
+    }
+}
+
+extension AtomicFile {
+    private static func writeQuickly(_ text: String, tmp: URL, to url: URL) -> String? {
+        let fd = open(tmp.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { return "\(url.lastPathComponent): write failed (\(String(cString: strerror(errno))))" }
+        var t = text
+        let failure: Int32 = t.withUTF8 { u in
+            var offset = 0
+            while offset < u.count {
+                let n = Glibc.write(fd, u.baseAddress! + offset, u.count - offset)
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { return n < 0 ? errno : ENOSPC }
+                offset += n
+            }
+            return 0
+        }
+        _ = Glibc.close(fd)
+        if failure != 0 {
+            unlink(tmp.path)
+            return "\(url.lastPathComponent): write failed (\(String(cString: strerror(failure))))"
+        }
+        guard rename(tmp.path, url.path) == 0 else { return "\(url.lastPathComponent): cannot rename (\(String(cString: strerror(errno))))" }
+        return nil
     }
 }
 

@@ -5,7 +5,8 @@ import HeraldRadio
 /// statistics.csv: `payload,count,mean,sd,min,max`, one row per other shortName: the number of
 /// intervals and the mean, standard deviation, min and max of the seconds between successive
 /// didRead / didMeasure(withPayload) / didShare events for that payload. Rewritten whole
-/// (atomically) every `writeInterval` seconds of scheduler time and on close, not per event.
+/// (atomically) every `writeInterval` seconds of scheduler time and on close, not per event
+/// (`.batch` writing: only on `write()` and close).
 public final class StatisticsLog: SensorDelegate {
     public static let header = "payload,count,mean,sd,min,max"
 
@@ -32,16 +33,22 @@ public final class StatisticsLog: SensorDelegate {
     public let url: URL
     private let scheduler: any Scheduler
     private let ownShortName: String
-    private var lastTime: [String: Date] = [:]
-    public private(set) var samples: [String: Sample] = [:]
+    private let writing: LogWriting
+    /// Per payload: when it was last seen, and the intervals so far (one lookup per event).
+    private struct Entry { var last: Date; var sample = Sample() }
+    private var entries: [String: Entry] = [:]
+    /// Payloads seen at least twice, with their intervals.
+    public var samples: [String: Sample] { entries.filter { $0.value.sample.count > 0 }.mapValues(\.sample) }
     private var dirty = false
     private var task: ScheduledTask?
 
-    public init(url: URL, scheduler: any Scheduler, ownShortName: String, writeInterval: TimeInterval = 30) {
+    public init(url: URL, scheduler: any Scheduler, ownShortName: String, writeInterval: TimeInterval = 30, writing: LogWriting = .live) {
         self.url = url
         self.scheduler = scheduler
         self.ownShortName = ownShortName
+        self.writing = writing
         write()
+        guard writing == .live else { return }
         task = scheduler.scheduleRepeating(every: writeInterval) { [weak self] in
             guard let self, self.dirty else { return }
             self.write()
@@ -52,17 +59,20 @@ public final class StatisticsLog: SensorDelegate {
         let name = payload.shortName
         guard name != ownShortName else { return }
         let now = scheduler.now
-        if let last = lastTime[name] {
-            samples[name, default: Sample()].add(now.timeIntervalSince(last))
+        if let index = entries.index(forKey: name) {
+            entries.values[index].sample.add(now.timeIntervalSince(entries.values[index].last))
+            entries.values[index].last = now
             dirty = true
+        } else {
+            entries[name] = Entry(last: now)
         }
-        lastTime[name] = now
     }
 
     public var text: String {
         var out = Self.header + "\n"
-        for name in samples.keys.sorted() {
-            let s = samples[name]!
+        for name in entries.keys.sorted() {
+            let s = entries[name]!.sample
+            guard s.count > 0 else { continue }
             var line = [UInt8]()
             Bytes.appendCSV(name, to: &line)
             out += String(decoding: line, as: UTF8.self)
@@ -75,7 +85,7 @@ public final class StatisticsLog: SensorDelegate {
     public private(set) var writeError: String?
 
     public func write() {
-        writeError = AtomicFile.write(text, to: url)
+        writeError = AtomicFile.write(text, to: url, durable: writing == .live)
         dirty = writeError != nil
     }
 

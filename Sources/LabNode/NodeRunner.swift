@@ -22,14 +22,17 @@ public final class NodeRunner {
     private let counters: NodeCounters
     public private(set) var state: NodeStatus.State = .idle
 
-    public init(assignment: NodeAssignment, transport: any BLETransport, directory: URL, power: any PowerSource = MainsPower()) {
+    /// `writing`: `.batch` for a simulation in virtual time (files written in large blocks and at
+    /// close), `.live` wherever someone may read the folder while the node runs.
+    public init(assignment: NodeAssignment, transport: any BLETransport, directory: URL, power: any PowerSource = MainsPower(),
+                writing: LogWriting = .live) {
         self.assignment = assignment
         self.directory = directory
         let scheduler = transport.scheduler
         payload = FixedPayloadSupplier(identifier: assignment.node.identifier)
         logs = NodeLogs(directory: directory, deviceName: assignment.node.name, os: "Linux", osVersion: assignment.osVersion,
                         ownShortName: payload.shortName, scheduler: scheduler,
-                        logLevel: SensorLogger.Level(name: assignment.sensor.logLevel.rawValue) ?? .info, power: power)
+                        logLevel: SensorLogger.Level(name: assignment.sensor.logLevel.rawValue) ?? .info, power: power, writing: writing)
         sensor = BLESensor(transport: transport, payloadDataSupplier: payload, settings: BLESensorSettings(assignment.sensor),
                            random: SeededGenerator(seed: assignment.seed, stream: "sensor/\(assignment.node.name)"),
                            log: LoggerBridge(logs.logger))

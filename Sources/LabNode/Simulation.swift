@@ -79,7 +79,7 @@ public final class Simulation {
             let transport = medium.addNode(name: spec.name, x: spec.position.x, y: spec.position.y)
             for p in spec.power { medium.schedulePower(node: transport.index, off: p.off, on: p.on) }
             let assignment = NodeAssignment(runId: runId, plan: plan, node: spec, seed: seed)
-            let runner = NodeRunner(assignment: assignment, transport: transport, directory: nodesDir.appendingPathComponent(spec.name))
+            let runner = NodeRunner(assignment: assignment, transport: transport, directory: nodesDir.appendingPathComponent(spec.name), writing: .batch)
             runners.append(runner)
             // Real devices are never switched on in the same millisecond: start within the first second.
             let offset = startOffsets.nextUnit()

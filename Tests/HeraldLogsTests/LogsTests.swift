@@ -176,6 +176,36 @@ final class LogsTests: XCTestCase {
         XCTAssertLessThan(l.count, 13)
     }
 
+    func testBatchWritingGivesTheSameFilesAtCloseAndWritesChangesOnlyThen() throws {
+        let live = dir.appendingPathComponent("live"), batch = dir.appendingPathComponent("batch")
+        let a = FixedPayloadSupplier(identifier: 1_784_521_062).payloadData, b = FixedPayloadSupplier(identifier: -502_964_310).payloadData
+        let nodes = [NodeLogs(directory: live, deviceName: "node1", osVersion: "6.1", ownShortName: "hBWwSg", scheduler: scheduler),
+                     NodeLogs(directory: batch, deviceName: "node1", osVersion: "6.1", ownShortName: "hBWwSg", scheduler: scheduler, writing: .batch)]
+        for step in 0..<200 {
+            for node in nodes {
+                for d in node.delegates {
+                    d.sensor(.BLE, didMeasure: .rssi(-40 - step % 30, txPower: step % 3 == 0 ? 12 : nil), fromTarget: "A", withPayload: step % 2 == 0 ? a : b)
+                    if step == 3 { d.sensor(.BLE, didRead: a, fromTarget: "A") }
+                    if step == 150 { d.sensor(.BLE, didShare: [b], fromTarget: "A") }
+                }
+                node.logger.log(.info, subsystem: "Sensor", category: "BLE", "step \(step)")
+            }
+            if step == 10 {
+                XCTAssertEqual(read("live/detection.csv"), "node1,Linux,6.1,hBWwSg,ZqFdag\n")
+                XCTAssertEqual(read("batch/detection.csv"), "node1,Linux,6.1,hBWwSg\n", "written at close")
+                XCTAssertEqual(read("batch/contacts.csv"), "", "no timed flush")
+            }
+            scheduler.advance(by: 0.7)
+        }
+        for node in nodes { node.close() }
+        for file in NodeLogs.fileNames {
+            let l = try Data(contentsOf: live.appendingPathComponent(file)), b = try Data(contentsOf: batch.appendingPathComponent(file))
+            XCTAssertFalse(l.isEmpty, file)
+            XCTAssertEqual(l, b, file)
+        }
+        XCTAssertEqual(read("batch/detection.csv"), "node1,Linux,6.1,hBWwSg,ZqFdag,ql8F4g\n")
+    }
+
     func testNodeLogsWritesExactlyTheHeraldFiles() throws {
         let node = NodeLogs(directory: dir, deviceName: "node1", osVersion: "6.1", ownShortName: "hBWwSg", scheduler: scheduler)
         for d in node.delegates { d.sensor(.BLE, didDetect: "A") }
