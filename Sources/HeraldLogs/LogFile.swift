@@ -11,7 +11,7 @@ import Glibc
 public final class LogFile {
     public let url: URL
     private var fd: Int32 = -1
-    private var buffer: [UInt8] = []
+    private var buffer = ByteBuffer(capacity: 64 * 1024 + 1024)
     private let limit = 64 * 1024
     private var flushTask: ScheduledTask?
     public private(set) var bytesWritten: Int64 = 0
@@ -34,57 +34,55 @@ public final class LogFile {
         var st = stat()
         if fd >= 0, fstat(fd, &st) == 0 { bytesWritten = Int64(st.st_size) }
         wasEmpty = bytesWritten == 0
-        buffer.reserveCapacity(limit + 1024)
         if let scheduler, let flushInterval {
             flushTask = scheduler.scheduleRepeating(every: flushInterval) { [weak self] in self?.flush() }
         }
     }
 
-    deinit { close() }
+    deinit {
+        close()
+        buffer.deallocate()
+    }
 
     public var isOpen: Bool { fd >= 0 }
 
     @inline(__always) public func append(_ bytes: [UInt8]) {
-        buffer.append(contentsOf: bytes)
+        buffer.append(bytes)
         if buffer.count >= limit { flush() }
     }
 
     @inline(__always) public func append(_ text: String) {
-        var t = text
-        t.withUTF8 { buffer.append(contentsOf: $0) }
+        buffer.append(text)
         if buffer.count >= limit { flush() }
     }
 
     /// Appends with a closure that writes into the buffer directly (no intermediate arrays).
-    @inline(__always) public func appendLine(_ build: (inout [UInt8]) -> Void) {
+    @inline(__always) public func appendLine(_ build: (inout ByteBuffer) -> Void) {
         build(&buffer)
         buffer.append(10)
         if buffer.count >= limit { flush() }
     }
 
     public func flush() {
-        guard fd >= 0, !buffer.isEmpty else { return }
+        guard fd >= 0, buffer.count > 0 else { return }
         var failure: Int32 = 0
-        let offset = buffer.withUnsafeBytes { raw -> Int in
-            var offset = 0
-            while offset < raw.count {
-                let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
-                if n < 0 && errno == EINTR { continue }
-                if n <= 0 { failure = n < 0 ? errno : ENOSPC; break }
-                offset += n
-            }
-            return offset
+        var offset = 0
+        while offset < buffer.count {
+            let n = write(fd, buffer.base + offset, buffer.count - offset)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { failure = n < 0 ? errno : ENOSPC; break }
+            offset += n
         }
         bytesWritten += Int64(offset)
         if failure == 0 {
-            buffer.removeAll(keepingCapacity: true)
+            buffer.removeAll()
             writeError = nil
             return
         }
         buffer.removeFirst(offset)
         if buffer.count > retainLimit {
             bytesDropped += Int64(buffer.count)
-            buffer.removeAll(keepingCapacity: true)
+            buffer.removeAll()
         }
         writeError = "\(url.lastPathComponent): write failed (\(String(cString: strerror(failure))))\(bytesDropped > 0 ? "; \(bytesDropped) bytes given up" : "")"
     }
@@ -94,6 +92,75 @@ public final class LogFile {
         flushTask = nil
         flush()
         if fd >= 0 { _ = Glibc.close(fd); fd = -1 }
+    }
+}
+
+/// Where CSV bytes are built: a log file's buffer, or an array.
+public protocol ByteSink {
+    mutating func append(_ byte: UInt8)
+    mutating func append(_ bytes: UnsafeBufferPointer<UInt8>)
+}
+
+extension Array: ByteSink where Element == UInt8 {
+    @inline(__always) public mutating func append(_ bytes: UnsafeBufferPointer<UInt8>) { append(contentsOf: bytes) }
+}
+
+/// A growable byte buffer without copy-on-write or uniqueness checks: rows are built in it
+/// byte by byte at the cost of a bounds check each. Owned by one `LogFile`, which frees it.
+public struct ByteBuffer: ByteSink {
+    private(set) var base: UnsafeMutablePointer<UInt8>
+    public private(set) var count = 0
+    private(set) var capacity: Int
+
+    init(capacity: Int) {
+        self.capacity = max(16, capacity)
+        base = .allocate(capacity: self.capacity)
+    }
+
+    func deallocate() { base.deallocate() }
+
+    @inline(__always) mutating func reserve(_ n: Int) {
+        if count + n > capacity { grow(count + n) }
+    }
+
+    @inline(never) private mutating func grow(_ needed: Int) {
+        let bigger = max(needed, capacity * 2)
+        let b = UnsafeMutablePointer<UInt8>.allocate(capacity: bigger)
+        b.update(from: base, count: count)
+        base.deallocate()
+        base = b
+        capacity = bigger
+    }
+
+    @inline(__always) public mutating func append(_ byte: UInt8) {
+        if count == capacity { grow(count + 1) }
+        base[count] = byte
+        count += 1
+    }
+
+    @inline(__always) public mutating func append(_ bytes: UnsafeBufferPointer<UInt8>) {
+        guard let src = bytes.baseAddress, bytes.count > 0 else { return }
+        reserve(bytes.count)
+        (base + count).update(from: src, count: bytes.count)
+        count += bytes.count
+    }
+
+    @inline(__always) mutating func append(_ bytes: [UInt8]) {
+        bytes.withUnsafeBufferPointer { append($0) }
+    }
+
+    @inline(__always) mutating func append(_ text: String) {
+        var t = text
+        t.withUTF8 { append($0) }
+    }
+
+    mutating func removeAll() { count = 0 }
+
+    mutating func removeFirst(_ n: Int) {
+        let n = min(n, count)
+        guard n > 0 else { return }
+        base.update(from: base + n, count: count - n)
+        count -= n
     }
 }
 
@@ -148,7 +215,7 @@ extension AtomicFile {
 enum Bytes {
     /// Herald's CSV rule: wrap in double quotes if the value contains `,` `"` `'` or `’`;
     /// inner quotes are not escaped.
-    static func appendCSV(_ value: String, to out: inout [UInt8]) {
+    static func appendCSV<S: ByteSink>(_ value: String, to out: inout S) {
         var v = value
         v.withUTF8 { u in
             var needs = false
@@ -161,13 +228,13 @@ enum Bytes {
                 i += 1
             }
             if needs { out.append(34) }
-            out.append(contentsOf: u)
+            out.append(u)
             if needs { out.append(34) }
         }
     }
 
-    static func appendRaw(_ value: String, to out: inout [UInt8]) {
+    static func appendRaw<S: ByteSink>(_ value: String, to out: inout S) {
         var v = value
-        v.withUTF8 { out.append(contentsOf: $0) }
+        v.withUTF8 { out.append($0) }
     }
 }

@@ -128,6 +128,37 @@ final class LogsTests: XCTestCase {
         XCTAssertEqual(read("statistics.csv"), "payload,count,mean,sd,min,max\nZqFdag,2,2.0,1.4142135623730951,1.0,3.0\n")
     }
 
+    func testStatisticsOfManyPayloadsMatchAPlainComputation() {
+        // 300 payloads (the table grows several times), own payload and an empty one among them.
+        let own = FixedPayloadSupplier(identifier: 5).payloadData
+        let log = StatisticsLog(url: dir.appendingPathComponent("statistics.csv"), scheduler: scheduler, ownShortName: own.shortName)
+        var g = SeededGenerator(seed: 9, stream: "stats")
+        let payloads = (0..<300).map { FixedPayloadSupplier(identifier: Int32($0) * 7919 - 1_000_000).payloadData } + [own, PayloadData()]
+        var last = [String: Double](), intervals = [String: [Double]]()
+        var t = 0.0
+        for _ in 0..<5000 {
+            let p = payloads[Int(g.next() % UInt64(payloads.count))]
+            let dt = Double(g.next() % 1000) / 100
+            scheduler.advance(by: dt)
+            t += dt
+            log.sensor(.BLE, didMeasure: .rssi(-50), fromTarget: "X", withPayload: p)
+            let name = p.shortName
+            guard name != own.shortName else { continue }
+            if let l = last[name] { intervals[name, default: []].append(scheduler.now.timeIntervalSince(Date(timeIntervalSince1970: l))) }
+            last[name] = scheduler.now.timeIntervalSince1970
+        }
+        XCTAssertEqual(Set(log.samples.keys), Set(intervals.keys))
+        for (name, xs) in intervals {
+            let s = log.samples[name]!
+            XCTAssertEqual(s.count, xs.count, name)
+            XCTAssertEqual(s.mean, xs.reduce(0, +) / Double(xs.count), accuracy: 1e-6, name)
+            XCTAssertEqual(s.max, xs.max()!, accuracy: 1e-6, name)
+        }
+        let names = log.text.split(separator: "\n").dropFirst().map { String($0.split(separator: ",", omittingEmptySubsequences: false)[0]) }
+        XCTAssertEqual(names, intervals.keys.sorted())
+        withExtendedLifetime(t) {}
+    }
+
     func testBatteryRowsEveryThirtySecondsAndOnChange() {
         final class Scripted: PowerSource {
             var reading: (String, Double) = ("battery", 80)
