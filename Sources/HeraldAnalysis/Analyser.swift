@@ -29,35 +29,23 @@ public enum Analyser {
         let n = inputs.count
         var byShortName = [String: Int]()
         for (i, d) in inputs.enumerated() where !d.shortName.isEmpty && byShortName[d.shortName] == nil { byShortName[d.shortName] = i }
-        var pairs = [[PairAccumulator?]](repeating: [PairAccumulator?](repeating: nil, count: n), count: n)
         let acc: (Int, Int) -> PairAccumulator = { _, _ in PairAccumulator(ceSeconds: ceSeconds, bins: cetotal) }
+        let window: Window = (ceStart, ceEnd, ceStartSec, filterStart, filterEnd, cetotal)
+
+        // Each observer's files on their own, on every core (an observer's contacts.csv fills only
+        // its row of pairs); merged in device order, so the result is the same for any number of threads.
+        let scanned = Parallel.map(inputs.indices, threads: opts.threads, cost: { Self.contactsSize(inputs[$0]) }) { o in
+            Self.scanDevice(o, inputs: inputs, byShortName: byShortName, make: acc, window: window)
+        }
+        var pairs = [[PairAccumulator?]]()
         var devices = [AnalysisResult.Device]()
         var problems = [String]()
         var bytesRead: Int64 = 0
-
-        for (o, dev) in inputs.enumerated() {
-            var summary = AnalysisResult.Device(index: o + 1, folder: dev.folder, label: "\(o + 1) - \(dev.model) - \(dev.os) \(dev.osVersion)",
-                                                shortName: dev.shortName, model: dev.model, os: dev.os, osVersion: dev.osVersion, shift: dev.shift,
-                                                rows: 0, malformedLines: 0, measureRows: 0, readRows: 0, shareRows: 0, problems: dev.problems)
-            readBattery(dev.url, root: dev.root, into: &summary)
-            let contacts = dev.url.appendingPathComponent("contacts.csv")
-            do {
-                let size = try LogFileAccess.size(contacts, root: dev.root)
-                if size == 0 {
-                    summary.problems.append("contacts.csv is empty")
-                } else {
-                    bytesRead += size
-                    try scanContacts(contacts, observer: o, inputs: inputs, byShortName: byShortName, summary: &summary, pairs: &pairs, make: acc,
-                                     window: (ceStart, ceEnd, ceStartSec, filterStart, filterEnd, cetotal))
-                }
-            } catch let problem as LogFileAccess.Problem {
-                summary.problems.append(problem.description)
-            } catch {
-                summary.problems.append("contacts.csv cannot be read: \(error.localizedDescription)")
-            }
-            if summary.malformedLines > 0 { summary.problems.append("contacts.csv: \(summary.malformedLines) malformed line(s) skipped") }
-            for p in summary.problems { problems.append("\(dev.folder): \(p)") }
+        for (summary, row, bytes) in scanned {
+            for p in summary.problems { problems.append("\(summary.folder): \(p)") }
             devices.append(summary)
+            pairs.append(row)
+            bytesRead += bytes
         }
 
         // herald mode: per observer, 30 s bins from its first observation in the window (to the second).
@@ -152,6 +140,39 @@ public enum Analyser {
             devices: devices, herald: herald, strict: strict, pairs: metrics, thresholds: thresholds, checks: checks,
             passed: checks.allSatisfy(\.passed), problems: problems, elapsedSeconds: Date().timeIntervalSince(clockStart), bytesRead: bytesRead)
         return AnalysisReport(result: result, charts: charts)
+    }
+
+    /// Size of a device's contacts.csv for scheduling (0 when it cannot be read).
+    static func contactsSize(_ dev: DeviceInput) -> Int64 {
+        (try? LogFileAccess.size(dev.url.appendingPathComponent("contacts.csv"), root: dev.root)) ?? 0
+    }
+
+    /// One observer: its battery, its contacts.csv (two passes), its problems; its row of pairs.
+    static func scanDevice(_ o: Int, inputs: [DeviceInput], byShortName: [String: Int], make: (Int, Int) -> PairAccumulator,
+                           window: Window) -> (AnalysisResult.Device, [PairAccumulator?], Int64) {
+        let dev = inputs[o]
+        var summary = AnalysisResult.Device(index: o + 1, folder: dev.folder, label: "\(o + 1) - \(dev.model) - \(dev.os) \(dev.osVersion)",
+                                            shortName: dev.shortName, model: dev.model, os: dev.os, osVersion: dev.osVersion, shift: dev.shift,
+                                            rows: 0, malformedLines: 0, measureRows: 0, readRows: 0, shareRows: 0, problems: dev.problems)
+        var row = [PairAccumulator?](repeating: nil, count: inputs.count)
+        var bytesRead: Int64 = 0
+        readBattery(dev.url, root: dev.root, into: &summary)
+        let contacts = dev.url.appendingPathComponent("contacts.csv")
+        do {
+            let size = try LogFileAccess.size(contacts, root: dev.root)
+            if size == 0 {
+                summary.problems.append("contacts.csv is empty")
+            } else {
+                bytesRead += size
+                try scanContacts(contacts, observer: o, inputs: inputs, byShortName: byShortName, summary: &summary, pairs: &row, make: make, window: window)
+            }
+        } catch let problem as LogFileAccess.Problem {
+            summary.problems.append(problem.description)
+        } catch {
+            summary.problems.append("contacts.csv cannot be read: \(error.localizedDescription)")
+        }
+        if summary.malformedLines > 0 { summary.problems.append("contacts.csv: \(summary.malformedLines) malformed line(s) skipped") }
+        return (summary, row, bytesRead)
     }
 
     static func mode(_ name: String, n: Int, cetotal: Int, pairs: [AnalysisResult.PairWindows], detected: [[String]], longevity: (Int, Int)) -> AnalysisResult.Mode {

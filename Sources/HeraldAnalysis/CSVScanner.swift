@@ -85,12 +85,7 @@ struct CSVScanner {
                 i = closed + 1
             } else {
                 let fs = i
-                while i < end {
-                    let c = p[i]
-                    if c == 44 { break }
-                    if c == 0 { ok = false }
-                    i += 1
-                }
+                i = nextComma(p, i, end, &ok)
                 st.line.append(fs, i)
             }
             if i >= end { break }
@@ -100,47 +95,173 @@ struct CSVScanner {
         if !ok || !row(p, &st.line, st.lineNumber) { st.malformed += 1 }
     }
 
+    /// Index of the next `,` at or after `i` (or `end`); a NUL byte on the way clears `ok`.
+    /// Eight bytes at a time: a field rarely holds either.
+    @inline(__always)
+    private static func nextComma(_ p: UnsafeBufferPointer<UInt8>, _ from: Int, _ end: Int, _ ok: inout Bool) -> Int {
+        var i = from
+        let raw = UnsafeRawPointer(p.baseAddress!)
+        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+        let commas = ones &* 44
+        while i + 8 <= end {
+            let w = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+            let c = w ^ commas
+            // High bit set in each byte that is a comma or a NUL (exact for the lowest such byte).
+            let hits = ((c &- ones) & ~c | (w &- ones) & ~w) & highs
+            if hits == 0 { i += 8; continue }
+            let k = i + hits.trailingZeroBitCount / 8
+            if p[k] == 44 { return k }
+            ok = false // a NUL, then keep looking for the comma
+            i = k + 1
+        }
+        while i < end {
+            let c = p[i]
+            if c == 44 { return i }
+            if c == 0 { ok = false }
+            i += 1
+        }
+        return end
+    }
+
     /// Calls `row(bytes, line, lineNumber)` for each line; returns (lines, malformed, missing final newline).
     /// `row` returns false for a line it judges malformed.
+    ///
+    /// `onlyLinesWithField`, asked once `row` has seen its first line: a one-byte field value
+    /// (ASCII, not a comma, quote or newline) such that the lines `row` still needs all hold it
+    /// as a field that is neither the first nor the last (`,2,` or `,"2",`), or nil. From then
+    /// on the other lines are skipped unsplit (a search through whole chunks instead of a look
+    /// at every line), and the counts returned are not those of the whole file: only the lines
+    /// handed to `row` and whether the file ends without a newline stay exact.
     @discardableResult
-    static func scan(url: URL, root: URL? = nil, _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) throws -> (lines: Int, malformed: Int, missingFinalNewline: Bool) {
+    static func scan(url: URL, root: URL? = nil, onlyLinesWithField: (() -> UInt8?)? = nil,
+                     _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) throws -> (lines: Int, malformed: Int, missingFinalNewline: Bool) {
         let handle = try LogFileAccess.open(url, root: root)
         defer { try? handle.close() }
         var st = State(line: Line())
         defer { st.line.deallocate() }
-        var carry = [UInt8]()
-        var buffer = [UInt8]()
+        // One buffer: the carried start of a line, then the next chunk read behind it.
+        let chunkSize = 1 << 20
+        var capacity = chunkSize + maximumLine + 1
+        var buffer = UnsafeMutablePointer<UInt8>.allocate(capacity: capacity)
+        defer { buffer.deallocate() }
+        var carried = 0
         var sawAny = false
         var endedWithNewline = true
-
-        while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty {
-            sawAny = true
-            buffer.removeAll(keepingCapacity: true)
-            buffer.append(contentsOf: carry)
-            buffer.append(contentsOf: chunk)
-            carry.removeAll(keepingCapacity: true)
-            buffer.withUnsafeBufferPointer { p in
-                var s = 0
-                let n = p.count
-                guard let base = p.baseAddress else { return }
-                while s < n, let hit = memchr(base + s, 10, n - s) {
-                    let i = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
-                    process(p, s, i, &st, row)
-                    s = i + 1
-                }
-                if s < n { carry.append(contentsOf: p[s..<n]) }
+        var rowSeen = false
+        var filter: UInt8?
+        var filterDecided = onlyLinesWithField == nil
+        let seen: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool = { p, line, number in
+            rowSeen = true
+            return row(p, &line, number)
+        }
+        let fd = handle.fileDescriptor
+        while true {
+            if carried + chunkSize > capacity {
+                capacity = carried + chunkSize
+                let bigger = UnsafeMutablePointer<UInt8>.allocate(capacity: capacity)
+                bigger.update(from: buffer, count: carried)
+                buffer.deallocate()
+                buffer = bigger
             }
-            if carry.count > maximumLine {
+            // A whole chunk unless the file ends (chunks of 1 MiB, as lines over 64 KiB are cut by them).
+            var got = 0
+            while got < chunkSize {
+                let r = read(fd, buffer + carried + got, chunkSize - got)
+                if r < 0 {
+                    if errno == EINTR { continue }
+                    throw LogFileAccess.Problem.unreadable(url.lastPathComponent, reason: String(cString: strerror(errno)))
+                }
+                if r == 0 { break }
+                got += r
+            }
+            if got == 0 { break }
+            sawAny = true
+            let n = carried + got
+            let p = UnsafeBufferPointer(start: buffer, count: n)
+            var s = 0
+            while s < n {
+                if !filterDecided, rowSeen {
+                    filterDecided = true
+                    filter = onlyLinesWithField?()
+                }
+                if let value = filter {
+                    s = processMatching(p, from: s, field: value, &st, row)
+                    break
+                }
+                guard let hit = memchr(buffer + s, 10, n - s) else { break }
+                let i = buffer.distance(to: hit.assumingMemoryBound(to: UInt8.self))
+                process(p, s, i, &st, seen)
+                s = i + 1
+            }
+            carried = n - s
+            if carried > 0, s > 0 { buffer.update(from: buffer + s, count: carried) }
+            if carried > maximumLine {
                 // A "line" longer than any Herald line: garbage. Drop it.
                 st.malformed += 1
-                carry.removeAll()
+                carried = 0
             }
-            endedWithNewline = carry.isEmpty
+            endedWithNewline = carried == 0
         }
-        if !carry.isEmpty {
-            carry.withUnsafeBufferPointer { process($0, 0, $0.count, &st, row) }
+        if carried > 0 {
+            process(UnsafeBufferPointer(start: buffer, count: carried), 0, carried, &st, filter == nil ? seen : row)
         }
         return (st.lineNumber, st.malformed, sawAny && !endedWithNewline)
+    }
+
+    /// Processes the complete lines of `p` from `from` that can hold `field` as a middle field
+    /// (the byte between commas or quotes); returns where the last complete line ends (the
+    /// start of what must be carried).
+    private static func processMatching(_ p: UnsafeBufferPointer<UInt8>, from: Int, field: UInt8, _ st: inout State,
+                                        _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) -> Int {
+        let base = p.baseAddress!
+        var limit = p.count - 1 // index of the last newline
+        while limit >= from, p[limit] != 10 { limit -= 1 }
+        guard limit >= from else { return from }
+        var pos = from
+        while pos < limit, let hit = nextField(p, from: pos, limit: limit, value: field) {
+            // The line around the hit.
+            var start = hit
+            while start > pos, p[start - 1] != 10 { start -= 1 }
+            let end = memchr(base + hit, 10, limit + 1 - hit).map { base.distance(to: $0.assumingMemoryBound(to: UInt8.self)) } ?? limit
+            process(p, start, end, &st, row)
+            pos = end + 1
+        }
+        return limit + 1
+    }
+
+    /// The first index in `from ..< limit` of `value` with a comma or a quote on either side.
+    /// Words of eight bytes overlapping by two, so that both neighbours of six bytes are seen.
+    @inline(__always)
+    private static func nextField(_ p: UnsafeBufferPointer<UInt8>, from: Int, limit: Int, value: UInt8) -> Int? {
+        let raw = UnsafeRawPointer(p.baseAddress!)
+        let ones: UInt64 = 0x0101_0101_0101_0101, lows: UInt64 = 0x7F7F_7F7F_7F7F_7F7F
+        @inline(__always) func equal(_ w: UInt64, _ b: UInt8) -> UInt64 {
+            let t = w ^ (ones &* UInt64(b))
+            return ~(((t & lows) &+ lows) | t | lows) // 0x80 in each byte equal to b, exactly
+        }
+        var i = max(from - 1, 0)
+        while i + 8 <= p.count, i + 1 < limit {
+            let w = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+            let around = equal(w, 44) | equal(w, 34)
+            // Bytes 1...6 of the word: the value, a separator before (byte k-1) and after (k+1).
+            let hits = equal(w, value) & (around << 8) & (around >> 8) & 0x0080_8080_8080_8000
+            if hits != 0 {
+                let k = i + hits.trailingZeroBitCount / 8
+                if k >= from, k < limit { return k }
+                if k >= limit { return nil }
+            }
+            i += 6
+        }
+        // The tail, byte by byte.
+        var k = max(i + 1, from, 1)
+        while k < limit {
+            if p[k] == value, k + 1 < p.count {
+                let a = p[k - 1], b = p[k + 1]
+                if (a == 44 || a == 34) && (b == 44 || b == 34) { return k }
+            }
+            k += 1
+        }
+        return nil
     }
 }
 
