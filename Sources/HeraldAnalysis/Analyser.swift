@@ -29,7 +29,7 @@ public enum Analyser {
         let n = inputs.count
         var byShortName = [String: Int]()
         for (i, d) in inputs.enumerated() where !d.shortName.isEmpty && byShortName[d.shortName] == nil { byShortName[d.shortName] = i }
-        let acc: (Int, Int) -> PairAccumulator = { _, _ in PairAccumulator(ceSeconds: ceSeconds, bins: cetotal) }
+        let acc = AccumulatorShape(ceSeconds: ceSeconds, bins: cetotal)
         let window: Window = (ceStart, ceEnd, ceStartSec, filterStart, filterEnd, cetotal)
 
         // Each observer's files on their own, on every core (an observer's contacts.csv fills only
@@ -58,9 +58,7 @@ public enum Analyser {
             guard let s = start else { continue }
             for d in 0..<n where d != o {
                 guard let a = pairs[o][d], !a.heraldSeconds.isEmpty else { continue }
-                var bins = Set<Int>()
-                a.heraldSeconds.forEach { bins.insert(($0 - s) / 30) }
-                heraldWindows[o][d] = bins.count
+                heraldWindows[o][d] = a.heraldSeconds.distinctBins(origin: s, width: 30)
             }
         }
         for o in 0..<n {
@@ -148,7 +146,7 @@ public enum Analyser {
     }
 
     /// One observer: its battery, its contacts.csv (two passes), its problems; its row of pairs.
-    static func scanDevice(_ o: Int, inputs: [DeviceInput], byShortName: [String: Int], make: (Int, Int) -> PairAccumulator,
+    static func scanDevice(_ o: Int, inputs: [DeviceInput], byShortName: [String: Int], make: AccumulatorShape,
                            window: Window) -> (AnalysisResult.Device, [PairAccumulator?], Int64) {
         let dev = inputs[o]
         var summary = AnalysisResult.Device(index: o + 1, folder: dev.folder, label: "\(o + 1) - \(dev.model) - \(dev.os) \(dev.osVersion)",
@@ -196,20 +194,38 @@ public enum Analyser {
     /// of the hour.
     static func heraldLongevity(_ pairs: [[PairAccumulator?]], n: Int, ceStartSec: Int64, ceEndSec: Int64) -> (Int, Int) {
         func count(_ from: Int, _ to: Int) -> Int {
-            var perObserved = [Set<Int>](repeating: [], count: n)
-            var start: Int?
+            guard to >= from else { return 0 }
+            // Per observed device, the seconds any observer saw it, as bits from `from`.
+            let words = (to - from) / 64 + 1
+            var perObserved = [[UInt64]](repeating: [], count: n)
             for o in 0..<n {
                 for d in 0..<n where d != o {
                     guard let a = pairs[o][d] else { continue }
-                    a.heraldSeconds.forEach { s in
-                        guard s >= from, s <= to else { return }
-                        perObserved[d].insert(s)
-                        start = min(start ?? s, s)
-                    }
+                    if perObserved[d].isEmpty { perObserved[d] = [UInt64](repeating: 0, count: words) }
+                    a.heraldSeconds.or(from: from, to: to, into: &perObserved[d])
+                }
+            }
+            var start: Int?
+            for bits in perObserved {
+                if let w = bits.firstIndex(where: { $0 != 0 }) {
+                    let s = from + w * 64 + bits[w].trailingZeroBitCount
+                    start = min(start ?? s, s)
                 }
             }
             guard let s0 = start else { return 0 }
-            return perObserved.reduce(0) { total, seconds in total + Set(seconds.map { ($0 - s0) / 30 }).count }
+            var total = 0
+            for bits in perObserved {
+                var last = Int.min
+                for (w, word) in bits.enumerated() {
+                    var x = word
+                    while x != 0 {
+                        let bin = (from + w * 64 + x.trailingZeroBitCount - s0) / 30
+                        if bin != last { total += 1; last = bin }
+                        x &= x - 1
+                    }
+                }
+            }
+            return total
         }
         let ce = Int(ceEndSec - ceStartSec)
         return (count(0, min(3600, ce)), count(max(0, ce - 3600), ce))

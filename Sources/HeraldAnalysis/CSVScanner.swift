@@ -68,8 +68,14 @@ struct CSVScanner {
         if end == start { return }
         if end - start > maximumLine { st.malformed += 1; return }
         st.line.count = 0
-        var i = start
         var ok = true
+        if splitPlain(p, start, end, &st.line, &ok) {
+            if !ok || !row(p, &st.line, st.lineNumber) { st.malformed += 1 }
+            return
+        }
+        st.line.count = 0
+        ok = true
+        var i = start
         while true {
             if i < end, p[i] == 34 {
                 // Quoted field: ends at a quote followed by a comma or the line end.
@@ -93,6 +99,57 @@ struct CSVScanner {
             if i == end { st.line.append(end, end); break }
         }
         if !ok || !row(p, &st.line, st.lineNumber) { st.malformed += 1 }
+    }
+
+    /// Splits a line without quotes at its commas, 32 bytes at a time (a NUL clears `ok`);
+    /// false, with `line` to be reset, if the line holds a quote (the general rules apply).
+    @inline(__always)
+    private static func splitPlain(_ p: UnsafeBufferPointer<UInt8>, _ start: Int, _ end: Int, _ line: inout Line, _ ok: inout Bool) -> Bool {
+        let raw = UnsafeRawPointer(p.baseAddress!)
+        let comma = SIMD32<UInt8>(repeating: 44), quote = SIMD32<UInt8>(repeating: 34), nul = SIMD32<UInt8>(repeating: 0)
+        var fs = start
+        var i = start
+        while i < end {
+            var commas: UInt32 = 0, nuls: UInt32 = 0, quotes: UInt32 = 0
+            if i + 32 <= p.count {
+                let v = raw.loadUnaligned(fromByteOffset: i, as: SIMD32<UInt8>.self)
+                quotes = bits(v .== quote)
+                commas = bits(v .== comma)
+                nuls = bits(v .== nul)
+            } else {
+                for k in 0..<min(32, p.count - i) {
+                    let c = p[i + k]
+                    if c == 34 { quotes |= 1 << UInt32(k) }
+                    if c == 44 { commas |= 1 << UInt32(k) }
+                    if c == 0 { nuls |= 1 << UInt32(k) }
+                }
+            }
+            if end - i < 32 {
+                let valid = (UInt32(1) << UInt32(end - i)) &- 1
+                quotes &= valid
+                commas &= valid
+                nuls &= valid
+            }
+            if quotes != 0 { return false }
+            if nuls != 0 { ok = false }
+            while commas != 0 {
+                let k = i + commas.trailingZeroBitCount
+                line.append(fs, k)
+                fs = k + 1
+                commas &= commas - 1
+            }
+            i += 32
+        }
+        line.append(fs, end)
+        return true
+    }
+
+    /// Bit k set where lane k of the mask is.
+    @inline(__always) static func bits(_ m: SIMDMask<SIMD32<Int8>>) -> UInt32 {
+        let v = unsafeBitCast(m, to: SIMD4<UInt64>.self)
+        var r: UInt32 = 0
+        for l in 0..<4 { r |= UInt32(truncatingIfNeeded: ((v[l] & 0x8080_8080_8080_8080) &* 0x0002_0408_1020_4081) >> 56) << UInt32(8 * l) }
+        return r
     }
 
     /// Index of the next `,` at or after `i` (or `end`); a NUL byte on the way clears `ok`.
@@ -230,30 +287,26 @@ struct CSVScanner {
     }
 
     /// The first index in `from ..< limit` of `value` with a comma or a quote on either side.
-    /// Words of eight bytes overlapping by two, so that both neighbours of six bytes are seen.
+    /// 32 bytes at a time, each compared with its neighbours on either side (loads one byte off).
     @inline(__always)
     private static func nextField(_ p: UnsafeBufferPointer<UInt8>, from: Int, limit: Int, value: UInt8) -> Int? {
         let raw = UnsafeRawPointer(p.baseAddress!)
-        let ones: UInt64 = 0x0101_0101_0101_0101, lows: UInt64 = 0x7F7F_7F7F_7F7F_7F7F
-        @inline(__always) func equal(_ w: UInt64, _ b: UInt8) -> UInt64 {
-            let t = w ^ (ones &* UInt64(b))
-            return ~(((t & lows) &+ lows) | t | lows) // 0x80 in each byte equal to b, exactly
-        }
-        var i = max(from - 1, 0)
-        while i + 8 <= p.count, i + 1 < limit {
-            let w = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
-            let around = equal(w, 44) | equal(w, 34)
-            // Bytes 1...6 of the word: the value, a separator before (byte k-1) and after (k+1).
-            let hits = equal(w, value) & (around << 8) & (around >> 8) & 0x0080_8080_8080_8000
-            if hits != 0 {
-                let k = i + hits.trailingZeroBitCount / 8
-                if k >= from, k < limit { return k }
-                if k >= limit { return nil }
+        let wanted = SIMD32<UInt8>(repeating: value), comma = SIMD32<UInt8>(repeating: 44), quote = SIMD32<UInt8>(repeating: 34)
+        var i = max(from, 1)
+        while i + 33 <= p.count, i < limit {
+            let v = raw.loadUnaligned(fromByteOffset: i, as: SIMD32<UInt8>.self)
+            let before = raw.loadUnaligned(fromByteOffset: i - 1, as: SIMD32<UInt8>.self)
+            let after = raw.loadUnaligned(fromByteOffset: i + 1, as: SIMD32<UInt8>.self)
+            let hits = (v .== wanted) .& ((before .== comma) .| (before .== quote)) .& ((after .== comma) .| (after .== quote))
+            let found = bits(hits)
+            if found != 0 {
+                let k = i + found.trailingZeroBitCount
+                return k < limit ? k : nil
             }
-            i += 6
+            i += 32
         }
         // The tail, byte by byte.
-        var k = max(i + 1, from, 1)
+        var k = max(i, from, 1)
         while k < limit {
             if p[k] == value, k + 1 < p.count {
                 let a = p[k - 1], b = p[k + 1]
@@ -285,6 +338,13 @@ enum LogTime {
     }
 
     @inline(__always) static func parse(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Parsed? {
+        guard let wall = wallSecond(p, s, e) else { return nil }
+        return rest(p, s, e, wall)
+    }
+
+    /// Seconds since 1970 of the `yyyy-MM-dd HH:mm:ss` at the start of the field read as a wall
+    /// clock, or nil if it is not a possible time.
+    @inline(__always) static func wallSecond(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Int64? {
         guard e - s >= 19 else { return nil }
         @inline(__always) func d(_ k: Int) -> Int? { let c = p[s + k]; return c >= 48 && c <= 57 ? Int(c - 48) : nil }
         guard let y0 = d(0), let y1 = d(1), let y2 = d(2), let y3 = d(3), p[s + 4] == 45,
@@ -297,7 +357,12 @@ enum LogTime {
         // Impossible dates and times (2022-02-31, 25:61) are malformed, as are years before 1970.
         guard year >= 1970, (1...12).contains(month), day >= 1, day <= daysIn(month, year), hour < 24, minute < 60, second < 61 else { return nil }
         let days = HeraldTimestamp.daysFromCivil(year, month, day)
-        var result = Parsed(wallSecond: Int64(days) * 86400 + Int64(hour * 3600 + minute * 60 + second), millis: 0, zoneOffset: nil)
+        return Int64(days) * 86400 + Int64(hour * 3600 + minute * 60 + second)
+    }
+
+    /// The fraction and zone after the seconds.
+    @inline(__always) static func rest(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int, _ wall: Int64) -> Parsed {
+        var result = Parsed(wallSecond: wall, millis: 0, zoneOffset: nil)
         var k = s + 19
         if k < e, p[k] == 46 {
             k += 1
@@ -324,6 +389,35 @@ enum LogTime {
             }
         }
         return result
+    }
+
+    /// The last `yyyy-MM-dd HH:mm:ss` parsed and its seconds: rows come in time order, many in
+    /// the same second, so most rows compare 19 bytes instead of parsing them.
+    struct Cache {
+        private var a: UInt64 = 0, b: UInt64 = 0, c: UInt32 = 0
+        private var wall: Int64 = 0
+        private var filled = false
+
+        /// `LogTime.wallSecond` of the field, from the cache when its first 19 bytes are the last ones'.
+        @inline(__always) mutating func wallSecond(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Int64? {
+            guard e - s >= 19 else { return nil }
+            let raw = UnsafeRawPointer(p.baseAddress! + s)
+            let x = raw.loadUnaligned(as: UInt64.self), y = raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)
+            let z = raw.loadUnaligned(fromByteOffset: 15, as: UInt32.self)
+            if filled, x == a, y == b, z == c { return wall }
+            guard let w = LogTime.wallSecond(p, s, e) else { return nil }
+            a = x; b = y; c = z; wall = w; filled = true
+            return w
+        }
+
+        @inline(__always) mutating func parse(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Parsed? {
+            guard let w = wallSecond(p, s, e) else { return nil }
+            return LogTime.rest(p, s, e, w)
+        }
+
+        @inline(__always) mutating func isValid(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Bool {
+            wallSecond(p, s, e) != nil
+        }
     }
 
     @inline(__always) static func daysIn(_ month: Int, _ year: Int) -> Int {
