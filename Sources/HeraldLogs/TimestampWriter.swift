@@ -7,19 +7,23 @@ struct TimestampWriter {
     private var cachedSecond: Int64 = .min
     private var prefix: [UInt8] = []
 
-    mutating func append(_ date: Date, to out: inout [UInt8]) {
+    @inline(__always) mutating func append<S: ByteSink>(_ date: Date, to out: inout S) {
         let ms = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
         let second = ms >= 0 ? ms / 1000 : (ms - 999) / 1000
         if second != cachedSecond {
             cachedSecond = second
             prefix = Array(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: TimeInterval(second))).utf8)
         }
-        out.append(contentsOf: prefix)
+        prefix.withUnsafeBufferPointer { out.append($0) }
         let milli = Int(ms - second * 1000)
         out.append(46)
         out.append(UInt8(48 + milli / 100))
         out.append(UInt8(48 + milli / 10 % 10))
         out.append(UInt8(48 + milli % 10))
-        out.append(contentsOf: [43, 48, 48, 48, 48]) // +0000
+        out.append(43) // +0000
+        out.append(48)
+        out.append(48)
+        out.append(48)
+        out.append(48)
     }
 }

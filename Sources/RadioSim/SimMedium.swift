@@ -6,9 +6,16 @@ import HeraldRadio
 /// operations through it. Everything runs on one scheduler and draws randomness from one seeded
 /// generator, so a seed gives the same run. The hot path is one scheduled event per advertising
 /// event of a node; delivering it to the scanners costs a table lookup, a Gaussian draw and a
-/// loss draw per scanner.
+/// loss draw per scanner, and the receiving sensors' handling of the reports, which a medium
+/// made with `lanes` > 1 runs on that many threads (`DeliveryLanes`).
 public final class SimMedium {
+    /// The clock and executor of the nodes on this medium. With lanes, a `LaneClock` over the
+    /// scheduler the medium was made with.
     public let scheduler: any Scheduler
+    /// The scheduler the medium was made with: its own advertising events run on it directly.
+    private let base: any Scheduler
+    /// Reports queued for parallel hand-over (nil: each is handed over as it is decided).
+    private let lanes: DeliveryLanes?
     public let model: PropagationModel
     public var parameters: RadioParameters { model.parameters }
     private var random: SeededGenerator
@@ -76,13 +83,20 @@ public final class SimMedium {
     private var pending: [PendingEvent] = []
     private var flushScheduled = false
 
-    public init(scheduler: any Scheduler, parameters: RadioParameters = RadioParameters(), seed: UInt64) {
-        self.scheduler = scheduler
+    /// `lanes` > 1 hands reports to the sensors on that many threads (one of them the caller's);
+    /// the caller must then call `flushDeliveries()` after each `run(until:)` of the scheduler and
+    /// `finishDeliveries()` when done. The logs are the same for any number of lanes.
+    public init(scheduler: any Scheduler, parameters: RadioParameters = RadioParameters(), seed: UInt64, lanes: Int = 1) {
+        base = scheduler
+        let clock = lanes > 1 ? LaneClock(base: scheduler) : nil
+        self.scheduler = clock ?? scheduler
+        self.lanes = clock == nil ? nil : DeliveryLanes(lanes: lanes)
         self.model = PropagationModel(parameters: parameters)
         self.seed = seed
         self.random = SeededGenerator(seed: seed, stream: "medium")
         self.crowding = parameters.crowding
         self.epoch = scheduler.now
+        clock?.medium = self
     }
 
     /// Adds a node and returns its transport. The node starts powered on.
@@ -101,6 +115,7 @@ public final class SimMedium {
         rebuildPathLoss()
         let transport = SimTransport(medium: self, index: node.index)
         node.transport = transport
+        lanes?.setTarget(transport, node: node.index)
         if parameters.macRotation > 0 {
             // Each node rotates on its own phase.
             let phase = g.nextUnit() * parameters.macRotation
@@ -113,6 +128,18 @@ public final class SimMedium {
     public func schedulePower(node index: Int, off: TimeInterval, on: TimeInterval?) {
         scheduler.schedule(after: off) { [weak self] in self?.setPower(index, on: false) }
         if let on { scheduler.schedule(after: on) { [weak self] in self?.setPower(index, on: true) } }
+    }
+
+    /// Hands every report still queued in lanes to its sensor (nothing to do without lanes).
+    public func flushDeliveries() { lanes?.drain() }
+
+    /// Hands the last reports over and stops the lanes' threads: call it when the simulation is
+    /// over (the lanes hold the nodes' transports until then).
+    public func finishDeliveries() { lanes?.finish() }
+
+    /// Refuses calls into the medium from a node handling a scan report in a lane.
+    @inline(__always) private func sequentialOnly(_ what: @autoclosure () -> String) {
+        if lanes != nil, DeliveryLanes.inLane { DeliveryLanes.refuse(what()) }
     }
 
     public func address(of index: Int) -> RadioAddress { nodes[index].address }
@@ -171,6 +198,7 @@ public final class SimMedium {
     // MARK: Advertising and scanning
 
     func startAdvertising(_ index: Int, _ advertisement: Advertisement) {
+        sequentialOnly("started advertising")
         let node = nodes[index]
         node.advertisement = advertisement
         guard node.advertisingTask == nil else { return }
@@ -180,13 +208,16 @@ public final class SimMedium {
     }
 
     func stopAdvertising(_ index: Int) {
+        sequentialOnly("stopped advertising")
         nodes[index].advertisement = nil
         nodes[index].advertisingTask?.cancel()
         nodes[index].advertisingTask = nil
     }
 
+    /// Advertising events run on the medium's own scheduler: they decide reports (and queue
+    /// them in lanes) but touch no node's sensor, so they need no queued report handed over first.
     private func scheduleAdvert(_ index: Int, after delay: TimeInterval) -> ScheduledTask {
-        scheduler.schedule(after: delay) { [weak self] in self?.advertise(index) }
+        base.schedule(after: delay) { [weak self] in self?.advertise(index) }
     }
 
     private func advertise(_ index: Int) {
@@ -202,6 +233,7 @@ public final class SimMedium {
             let loss = parameters.reportLoss
             let sensitivity = parameters.sensitivity
             var report: ScanReport?
+            var queued: Int32 = -1
             for j in scanners where j != index {
                 if loss > 0, random.nextUnit() < loss { continue }
                 var rssi = meanRSSI[index * n + j] + tx
@@ -211,16 +243,17 @@ public final class SimMedium {
                     report = ScanReport(address: node.address, rssi: 0, txPower: ad.includeTxPower ? ad.txPower : nil,
                                         manufacturerData: ad.manufacturerData, serviceUUIDs: ad.serviceUUIDs)
                 }
-                report!.rssi = Int(rssi.rounded())
-                deliver(report!, to: j, at: crowding?.reportRate == nil ? 0 : clock())
+                deliver(&report!, rssi: Int(rssi.rounded()), to: j, at: crowding?.reportRate == nil ? 0 : clock(), queued: &queued)
             }
+            if let lanes, lanes.pending >= DeliveryLanes.largeBatch { lanes.drain() }
         }
         let interval = max(0.02, ad.interval ?? 0.1)
         node.advertisingTask = scheduleAdvert(index, after: interval + random.nextUnit() * parameters.maximumAdvertisingDelay)
     }
 
-    /// Hands a report to node `j`'s host unless its controller's report budget is spent.
-    @inline(__always) private func deliver(_ report: ScanReport, to j: Int, at time: Double) {
+    /// Hands a report to node `j`'s host unless its controller's report budget is spent (with
+    /// lanes: queues it; `queued` is the report's number in the lanes' batch, once queued).
+    @inline(__always) private func deliver(_ report: inout ScanReport, rssi: Int, to j: Int, at time: Double, queued: inout Int32) {
         if let rate = crowding?.reportRate {
             let node = nodes[j]
             if time > node.tokenTime {
@@ -231,13 +264,19 @@ public final class SimMedium {
             node.tokens -= 1
         }
         reportsDelivered += 1
+        if let lanes {
+            if queued < 0 { queued = lanes.add(report, at: base.now) }
+            lanes.handoff(queued, rssi: rssi, to: j)
+            return
+        }
+        report.rssi = rssi
         nodes[j].transport?.deliver(report)
     }
 
     /// A controller's report queue holds a tenth of a second of reports (at least one).
     static func reportBurst(_ rate: Double) -> Double { max(1, rate / 10) }
 
-    private func clock() -> Double { scheduler.now.timeIntervalSince(epoch) }
+    private func clock() -> Double { base.now.timeIntervalSince(epoch) }
 
     // MARK: Channels: collisions and scanner duty
 
@@ -259,7 +298,7 @@ public final class SimMedium {
         pending.append(PendingEvent(node: index, start: t, airTime: air, spacing: spacing, due: due, report: report, power: power))
         if !flushScheduled {
             flushScheduled = true
-            scheduler.schedule(after: due - t) { [weak self] in self?.flush() }
+            base.schedule(after: due - t) { [weak self] in self?.flush() }
         }
     }
 
@@ -281,10 +320,11 @@ public final class SimMedium {
             if drop > 0 { channels[k].removeFirst(drop) }
         }
         if let next = pending.first {
-            scheduler.schedule(after: max(1e-5, next.due - now)) { [weak self] in self?.flush() }
+            base.schedule(after: max(1e-5, next.due - now)) { [weak self] in self?.flush() }
         } else {
             flushScheduled = false
         }
+        if let lanes, lanes.pending >= DeliveryLanes.largeBatch { lanes.drain() }
     }
 
     /// Which scanners hear an event, PDU by PDU.
@@ -294,6 +334,7 @@ public final class SimMedium {
         let i = e.node
         let sigma = parameters.shadowing, loss = parameters.reportLoss, sensitivity = parameters.sensitivity
         var report = e.report
+        var queued: Int32 = -1
         for j in scanners where j != i {
             var heard = 0
             for k in 0..<3 {
@@ -312,8 +353,7 @@ public final class SimMedium {
                 var rssi = meanRSSI[i * n + j] + e.power
                 if sigma > 0 { rssi += sigma * random.nextGaussian() }
                 if rssi < sensitivity { continue }
-                report.rssi = Int(rssi.rounded())
-                deliver(report, to: j, at: e.start)
+                deliver(&report, rssi: Int(rssi.rounded()), to: j, at: e.start, queued: &queued)
             }
         }
     }
@@ -346,6 +386,7 @@ public final class SimMedium {
     }
 
     func setScanning(_ index: Int, _ on: Bool) {
+        sequentialOnly(on ? "started scanning" : "stopped scanning")
         nodes[index].scanning = on
         if on {
             if !scanners.contains(index) { scanners.append(index); scanners.sort() }
@@ -357,12 +398,16 @@ public final class SimMedium {
     // MARK: Connections and GATT
 
     func register(_ index: Int, service: GATTService, server: any GATTServerDelegate) {
+        sequentialOnly("registered a service")
         nodes[index].services.removeAll { $0.uuid == service.uuid }
         nodes[index].services.append(service)
         nodes[index].server = server
     }
 
-    func target(_ address: RadioAddress) -> Int? { byAddress[address] }
+    func target(_ address: RadioAddress) -> Int? {
+        sequentialOnly("looked up a peer")
+        return byAddress[address]
+    }
 
     func inRange(_ from: Int, _ to: Int) -> Bool {
         meanRSSI[from * nodes.count + to] + Double(nodes[from].advertisement?.txPower ?? 0) >= parameters.sensitivity
@@ -370,6 +415,7 @@ public final class SimMedium {
 
     /// Decides a connection attempt: (succeeds, latency).
     func connectionAttempt() -> (Bool, TimeInterval) {
+        sequentialOnly("attempted a connection")
         let ok = random.nextUnit() < parameters.connectSuccess
         let latency = parameters.connectLatency * (0.5 + random.nextUnit())
         return (ok, latency)
@@ -426,6 +472,7 @@ public final class SimMedium {
     /// limit the link holds the central's slot (taken for the attempt) and one of the peripheral's.
     @discardableResult
     func link(_ central: Int, _ peripheral: Int) -> Bool {
+        sequentialOnly("linked")
         let l = Link(central: central, peripheral: peripheral)
         guard links.insert(l).inserted else { return false }
         linkList.append(l)
@@ -437,6 +484,7 @@ public final class SimMedium {
     }
 
     func unlink(_ central: Int, _ peripheral: Int, notifyCentral: Bool) {
+        sequentialOnly("unlinked")
         let l = Link(central: central, peripheral: peripheral)
         guard links.remove(l) != nil else { return }
         linkList.removeAll { $0 == l }
