@@ -5,125 +5,266 @@ import HeraldRadio
 import Glibc
 #endif
 
-/// Scan reports handed to the nodes' sensors on several threads, with the output of one.
+/// Scan reports handed to the nodes' sensors later and on several threads, with the output of
+/// handing each over as it is decided.
 ///
 /// Handing a report to a sensor (its device database, contacts.csv and statistics) is most of
-/// a simulation's work, and it touches only the receiving node. So `simulate` does not hand
-/// reports over as adverts are decided: it queues them per lane (a lane is a fixed set of
-/// receiving nodes), and before anything else runs (any event that is not the medium's own
-/// advertising) the lanes are drained at once, one per thread. Each node still receives its
-/// reports in the order they were decided, each at the virtual time it was decided at (the
-/// clock a lane's thread sees), and nothing a node does while handling a report reaches the
-/// other nodes, the medium or the scheduler; every random draw stays on the simulation's own
-/// thread. The logs are byte-identical to handing each report over at once.
+/// a simulation's work, and it touches only the receiving node. So `simulate` queues each
+/// decided report on its receiver, and hands a node its queue before anything else of that
+/// node runs: every event scheduled through a node's clock (`NodeClock`: its sensor's scan
+/// cycle, its transport's answers, its loggers' timers) first empties that node's queue, on the
+/// simulation's thread. Everything else empties every queue first: the medium's own events
+/// other than advertising (power, MAC rotation), anything scheduled on the medium's shared
+/// clock, and a node reaching another node through the medium (a GATT read or write served by
+/// the other node, a link dropped). The rest of the time queues grow, and once they hold
+/// `drainAt` reports all are emptied at once, one node at a time per thread, every thread
+/// taking the next node with reports (nodes share nothing a report's handling touches).
 ///
-/// A node that scheduled work, or touched the medium, while handling a report would break
-/// that: it is refused with a precondition failure naming the rule.
+/// Each node still receives its reports in the order they were decided, each at the virtual
+/// time it was decided at (the clock a thread sees while it hands reports over), with nothing
+/// of that node run in between; every random draw stays on the simulation's thread. A node
+/// that scheduled work, or touched the medium, while handling a report would break this: it is
+/// refused with a precondition failure naming the rule.
 final class DeliveryLanes: @unchecked Sendable {
-    struct Handoff { let receiver: Int32; let rssi: Int32; let report: Int32 }
+    struct Handoff { let report: Int32; let rssi: Int32 }
 
-    let count: Int
-    /// Per lane, in the order the medium decided them.
-    private var lanes: [[Handoff]]
-    /// The reports of this batch (without their RSSI) and when each was decided
-    /// (`Date.timeIntervalSinceReferenceDate`, so that the clock in a lane is the same Date).
-    private var reports: [ScanReport] = []
-    private var times: [Double] = []
-    private(set) var pending = 0
+    /// Reports queued per receiving node, in the order the medium decided them.
+    final class Batch {
+        var queues: [[Handoff]]
+        /// Nodes given reports, each once, in that order (some queues may since have been
+        /// emptied by their node's own events).
+        var active: [Int] = []
+        var listed: [Bool]
+        /// The reports (without their RSSI) and when each was decided
+        /// (`Date.timeIntervalSinceReferenceDate`, so that a thread's clock gives the same Date).
+        var reports: [ScanReport] = []
+        var times: [Double] = []
+        var pending = 0
+        /// Which of `active` the threads look at next, and each node's state: queued, taken by
+        /// a thread, handed over (under the lanes' lock).
+        var next = 0
+        var state: [UInt8]
+        static let queued: UInt8 = 0, taken: UInt8 = 1, done: UInt8 = 2
+        init(nodes: Int) {
+            queues = [[Handoff]](repeating: [], count: nodes)
+            listed = [Bool](repeating: false, count: nodes)
+            state = [UInt8](repeating: 0, count: nodes)
+        }
+        func grow(to nodes: Int) {
+            while queues.count < nodes { queues.append([]); listed.append(false); state.append(0) }
+        }
+        func reset() {
+            for node in active { queues[node].removeAll(keepingCapacity: true); listed[node] = false; state[node] = Batch.queued }
+            active.removeAll(keepingCapacity: true)
+            reports.removeAll(keepingCapacity: true)
+            times.removeAll(keepingCapacity: true)
+            pending = 0
+            next = 0
+        }
+    }
+
+    let threads: Int
+    /// The batch the medium adds to, and the one the other threads may still be handing over.
+    private var current = Batch(nodes: 0)
+    private var inFlight: Batch?
+    private var spare: Batch?
+    private var nodes = 0
     /// Receiving transports by node, held strongly until `finish()`.
     private var targets: [SimTransport?] = []
     private let worker: LaneWorker?
-    /// Each lane's clock, read through thread-local storage by `LaneClock`.
+    /// Each thread's clock (0: the simulation's thread), read through thread-local storage.
     private let clocks: UnsafeMutablePointer<Double>
-    /// Below this many reports a batch is drained on the calling thread (waking the other
-    /// thread costs more than it saves). Tests set 1, so that small plans use every lane.
-    nonisolated(unsafe) static var smallBatch = 48
-    /// A batch is drained once it holds this many reports, wherever it is (memory stays bounded).
-    static let largeBatch = 1 << 15
+    /// Guards each batch's `next` and `state`; signalled when a node of a batch is handed over.
+    private let lock = NSCondition()
 
-    init(lanes: Int) {
-        count = max(1, lanes)
-        self.lanes = [[Handoff]](repeating: [], count: count)
-        clocks = .allocate(capacity: count)
-        clocks.initialize(repeating: 0, count: count)
-        worker = count > 1 ? LaneWorker(lanes: count - 1) : nil
-        for k in 0..<count { self.lanes[k].reserveCapacity(1024) }
+    /// Below this many reports a full drain runs on the calling thread alone (waking the others
+    /// costs more than it saves). Tests set 1, so that small plans use every thread.
+    nonisolated(unsafe) static var smallBatch = 48
+    /// Once the batch holds this many reports it goes to the other threads while the medium
+    /// goes on deciding adverts into a new one (memory stays bounded; the larger, the more of a
+    /// node's reports are handed over in a row while its state is in cache).
+    nonisolated(unsafe) static var drainAt = Int(ProcessInfo.processInfo.environment["DRAIN_AT"] ?? "") ?? 32768
+    /// A node's own event empties every queue, in parallel, rather than only its own when the
+    /// batch holds at least this many reports.
+    nonisolated(unsafe) static var fullFrom = Int(ProcessInfo.processInfo.environment["FULL_FROM"] ?? "") ?? 4096
+
+    var stats = (nodeDrains: 0, nodeReports: 0, fullDrains: 0, fullReports: 0, submitted: 0, joins: 0)
+
+    init(threads: Int) {
+        self.threads = max(1, threads)
+        clocks = .allocate(capacity: self.threads)
+        clocks.initialize(repeating: 0, count: self.threads)
+        worker = self.threads > 1 ? LaneWorker(threads: self.threads - 1) : nil
     }
 
     deinit { clocks.deallocate() }
 
+    var pending: Int { current.pending }
+
     func setTarget(_ transport: SimTransport, node: Int) {
+        join()
         while targets.count <= node { targets.append(nil) }
         targets[node] = transport
+        nodes = targets.count
+        current.grow(to: nodes)
+        spare?.grow(to: nodes)
     }
 
-    /// Adds a report of this batch, decided now; returns its number.
+    /// Adds a report decided now; returns its number.
     @inline(__always) func add(_ report: ScanReport, at now: Date) -> Int32 {
-        reports.append(report)
-        times.append(now.timeIntervalSinceReferenceDate)
-        return Int32(reports.count - 1)
+        current.reports.append(report)
+        current.times.append(now.timeIntervalSinceReferenceDate)
+        return Int32(current.reports.count - 1)
     }
 
     @inline(__always) func handoff(_ report: Int32, rssi: Int, to node: Int) {
-        lanes[node % count].append(Handoff(receiver: Int32(node), rssi: Int32(truncatingIfNeeded: rssi), report: report))
-        pending += 1
+        let b = current
+        if !b.listed[node] { b.listed[node] = true; b.active.append(node) }
+        b.queues[node].append(Handoff(report: report, rssi: Int32(truncatingIfNeeded: rssi)))
+        b.pending += 1
     }
 
-    /// Hands every queued report over, lanes in parallel, and returns when all are handled.
-    func drain() {
-        guard pending > 0 else { return }
-        if let worker, pending >= Self.smallBatch {
-            worker.run { lane in self.run(lane + 1) }
-            run(0)
+    /// After an advert: a full batch goes to the other threads (the previous one finished first).
+    @inline(__always) func advertDecided() {
+        if current.pending >= Self.drainAt { submit() }
+    }
+
+    private func submit() {
+        guard let worker, current.pending >= Self.smallBatch else { drainAll(); return }
+        join()
+        stats.submitted += 1; stats.fullReports += current.pending
+        let b = current
+        inFlight = b
+        current = spare ?? Batch(nodes: nodes)
+        spare = nil
+        worker.run { thread in self.work(b, thread: thread + 1) }
+    }
+
+    /// Waits for the batch the other threads are handing over, helping with it.
+    private func join() {
+        guard let b = inFlight, let worker else { return }
+        stats.joins += 1
+        work(b, thread: 0)
+        worker.wait()
+        b.reset()
+        spare = b
+        inFlight = nil
+    }
+
+    /// Hands one node its reports before something of that node runs: in the batch the other
+    /// threads are handing over, it waits for that node (or takes it, if no thread has); the
+    /// batch being filled it hands over itself, and sends the rest to the other threads once
+    /// it holds `fullFrom` reports.
+    func drain(node: Int) {
+        if let b = inFlight, node < b.listed.count, b.listed[node] { finish(node, of: b) }
+        guard node < current.queues.count, !current.queues[node].isEmpty else { return }
+        stats.nodeDrains += 1; stats.nodeReports += current.queues[node].count
+        run(current, node, thread: 0)
+        current.pending -= current.queues[node].count
+        current.queues[node].removeAll(keepingCapacity: true)
+        if current.pending >= Self.fullFrom { submit() }
+    }
+
+    /// Returns once `node`'s reports in batch `b` are handed over, handing them over itself if
+    /// no thread has taken them yet.
+    private func finish(_ node: Int, of b: Batch) {
+        lock.lock()
+        if b.state[node] == Batch.queued {
+            b.state[node] = Batch.taken
+            lock.unlock()
+            run(b, node, thread: 0)
+            lock.lock()
+            b.state[node] = Batch.done
+            lock.broadcast()
+            lock.unlock()
+            return
+        }
+        while b.state[node] != Batch.done { lock.wait() }
+        lock.unlock()
+    }
+
+    /// Hands every queue over, nodes shared among the threads, and returns when all are handled.
+    func drainAll() {
+        join()
+        let b = current
+        guard b.pending > 0 else { return }
+        stats.fullDrains += 1; stats.fullReports += b.pending
+        if let worker, b.pending >= Self.smallBatch {
+            worker.run { thread in self.work(b, thread: thread + 1) }
+            work(b, thread: 0)
             worker.wait()
         } else {
-            for k in 0..<count { run(k) }
+            work(b, thread: 0)
         }
-        for k in 0..<count { lanes[k].removeAll(keepingCapacity: true) }
-        reports.removeAll(keepingCapacity: true)
-        times.removeAll(keepingCapacity: true)
-        pending = 0
+        b.reset()
     }
 
-    private func run(_ lane: Int) {
-        let clock = clocks + lane
-        let outer = pthread_getspecific(LaneClock.key)
-        pthread_setspecific(LaneClock.key, clock)
-        defer { pthread_setspecific(LaneClock.key, outer) }
-        lanes[lane].withUnsafeBufferPointer { handoffs in
+    private func work(_ b: Batch, thread: Int) {
+        while true {
+            lock.lock()
+            var node = -1
+            while b.next < b.active.count {
+                let k = b.active[b.next]
+                b.next += 1
+                if b.state[k] == Batch.queued { b.state[k] = Batch.taken; node = k; break }
+            }
+            lock.unlock()
+            guard node >= 0 else { return }
+            if !b.queues[node].isEmpty { run(b, node, thread: thread) }
+            lock.lock()
+            b.state[node] = Batch.done
+            lock.broadcast()
+            lock.unlock()
+        }
+    }
+
+    /// Hands `node` its queue; the thread's clock reads each report's time meanwhile.
+    private func run(_ b: Batch, _ node: Int, thread: Int) {
+        let clock = clocks + thread
+        let outer = pthread_getspecific(NodeClock.key)
+        pthread_setspecific(NodeClock.key, clock)
+        defer { pthread_setspecific(NodeClock.key, outer) }
+        guard let target = targets[node] else { return }
+        b.queues[node].withUnsafeBufferPointer { handoffs in
             var current: Int32 = -1
             var report = ScanReport(address: RadioAddress(""), rssi: 0)
             for h in handoffs {
                 if h.report != current {
                     current = h.report
-                    report = reports[Int(current)]
-                    clock.pointee = times[Int(current)]
+                    report = b.reports[Int(current)]
+                    clock.pointee = b.times[Int(current)]
                 }
                 report.rssi = Int(h.rssi)
-                targets[Int(h.receiver)]?.deliver(report)
+                target.deliver(report)
             }
         }
     }
 
-    /// Drops the transports and stops the thread (the lanes are empty).
+    /// Hands the last reports over, drops the transports and stops the threads.
     func finish() {
-        drain()
+        drainAll()
         targets.removeAll()
         worker?.stop()
+        if ProcessInfo.processInfo.environment["LANES_STATS"] != nil {
+            var u = rusage(); getrusage(__rusage_who_t(1), &u)
+            let main = Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
+            FileHandle.standardError.write("\(stats) main thread cpu \(main) s, worker cpu \(worker?.cpu ?? 0) s\n".data(using: .utf8)!)
+        }
     }
 
     /// Whether the calling thread is handing reports over.
-    static var inLane: Bool { pthread_getspecific(LaneClock.key) != nil }
+    static var inLane: Bool { pthread_getspecific(NodeClock.key) != nil }
 
     static func refuse(_ what: String) -> Never {
-        preconditionFailure("a node \(what) while handling a scan report: in `simulate` reports are handed over in parallel lanes, so handling one may touch only the receiving node's own state (RadioSim/DeliveryLanes.swift)")
+        preconditionFailure("a node \(what) while handling a scan report: in `simulate` reports are handed over later and in parallel, so handling one may touch only the receiving node's own state (RadioSim/DeliveryLanes.swift)")
     }
 }
 
-/// The clock nodes see on a medium with lanes: the scheduler's, except on a lane's thread
-/// while it hands reports over, where it is the time the report being handled was decided.
-/// Everything scheduled through it first has pending reports handed over.
-final class LaneClock: Scheduler {
+/// A clock of a medium whose reports are handed over later (`DeliveryLanes`): the scheduler's
+/// time, except on a thread handing reports over, where it is the time the report being
+/// handled was decided. What is scheduled through a node's clock first has that node's queue
+/// handed over; through the medium's shared clock (`node` nil), every queue.
+final class NodeClock: Scheduler {
     nonisolated(unsafe) static let key: pthread_key_t = {
         var key = pthread_key_t()
         precondition(pthread_key_create(&key, nil) == 0, "no thread-local storage key left")
@@ -131,9 +272,14 @@ final class LaneClock: Scheduler {
     }()
 
     let base: any Scheduler
+    let node: Int?
     weak var medium: SimMedium?
 
-    init(base: any Scheduler) { self.base = base }
+    init(base: any Scheduler, node: Int?, medium: SimMedium?) {
+        self.base = base
+        self.node = node
+        self.medium = medium
+    }
 
     var now: Date {
         if let slot = pthread_getspecific(Self.key) {
@@ -145,6 +291,12 @@ final class LaneClock: Scheduler {
     @discardableResult
     func schedule(after delay: TimeInterval, _ action: @escaping () -> Void) -> ScheduledTask {
         if DeliveryLanes.inLane { DeliveryLanes.refuse("scheduled work") }
+        if let node {
+            return base.schedule(after: delay) { [weak medium] in
+                medium?.flushDeliveries(to: node)
+                action()
+            }
+        }
         return base.schedule(after: delay) { [weak medium] in
             medium?.flushDeliveries()
             action()
@@ -152,18 +304,19 @@ final class LaneClock: Scheduler {
     }
 }
 
-/// Threads that run one lane each per batch, woken by a semaphore.
+/// Threads that help drain the queues, woken by a semaphore each.
 final class LaneWorker: @unchecked Sendable {
     private let go: [DispatchSemaphore]
     private let done = DispatchSemaphore(value: 0)
     private var job: ((Int) -> Void)?
     private var stopping = false
     private let threads: Int
+    var cpu = 0.0
 
-    init(lanes: Int) {
-        threads = lanes
-        go = (0..<lanes).map { _ in DispatchSemaphore(value: 0) }
-        for k in 0..<lanes {
+    init(threads: Int) {
+        self.threads = threads
+        go = (0..<threads).map { _ in DispatchSemaphore(value: 0) }
+        for k in 0..<threads {
             let thread = Thread { [self] in
                 while true {
                     go[k].wait()
@@ -171,9 +324,11 @@ final class LaneWorker: @unchecked Sendable {
                     job?(k)
                     done.signal()
                 }
+                var u = rusage(); getrusage(__rusage_who_t(1), &u)
+                cpu += Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
                 done.signal()
             }
-            thread.name = "lane \(k + 1)"
+            thread.name = "deliveries \(k + 1)"
             thread.stackSize = 8 << 20
             thread.start()
         }
