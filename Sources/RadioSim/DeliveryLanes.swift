@@ -5,24 +5,27 @@ import HeraldRadio
 import Glibc
 #endif
 
-/// Scan reports handed to the nodes' sensors later and on several threads, with the output of
+/// Scan reports handed to the nodes' sensors later and on another thread, with the output of
 /// handing each over as it is decided.
 ///
 /// Handing a report to a sensor (its device database, contacts.csv and statistics) is most of
 /// a simulation's work, and it touches only the receiving node. So `simulate` queues each
-/// decided report on its receiver, and hands a node its queue before anything else of that
-/// node runs: every event scheduled through a node's clock (`NodeClock`: its sensor's scan
-/// cycle, its transport's answers, its loggers' timers) first empties that node's queue, on the
-/// simulation's thread. Everything else empties every queue first: the medium's own events
-/// other than advertising (power, MAC rotation), anything scheduled on the medium's shared
-/// clock, and a node reaching another node through the medium (a GATT read or write served by
-/// the other node, a link dropped). The rest of the time queues grow, and once they hold
-/// `drainAt` reports all are emptied at once, one node at a time per thread, every thread
-/// taking the next node with reports (nodes share nothing a report's handling touches).
+/// decided report on its receiver, in a batch, and:
+/// - before anything of node k runs (every event scheduled through its clock, `NodeClock`: its
+///   sensor's scan cycle, its transport's answers, its loggers' timers), node k's reports are
+///   handed over, on the simulation's thread; once the batch holds `fullFrom` reports it goes
+///   to the other thread, which hands it over node by node while the simulation goes on
+///   (deciding adverts into a new batch, running other nodes' events: a node still in that
+///   batch is waited for, or taken over, before its own event runs);
+/// - before anything that may reach any node (the medium's own events other than advertising:
+///   power, MAC rotation; anything scheduled on the medium's shared clock; a node reaching
+///   another through the medium: a GATT read or write served by the other, a link dropped),
+///   every queue is handed over, both threads taking nodes in turn.
 ///
 /// Each node still receives its reports in the order they were decided, each at the virtual
-/// time it was decided at (the clock a thread sees while it hands reports over), with nothing
-/// of that node run in between; every random draw stays on the simulation's thread. A node
+/// time it was decided at (the clock a thread sees while it hands reports over), and nothing
+/// else of that node runs in between; every random draw stays on the simulation's thread.
+/// Reports of one node are handed over in a row, which keeps the node's state in cache. A node
 /// that scheduled work, or touched the medium, while handling a report would break this: it is
 /// refused with a precondition failure naming the rule.
 final class DeliveryLanes: @unchecked Sendable {
@@ -83,12 +86,11 @@ final class DeliveryLanes: @unchecked Sendable {
     /// Once the batch holds this many reports it goes to the other threads while the medium
     /// goes on deciding adverts into a new one (memory stays bounded; the larger, the more of a
     /// node's reports are handed over in a row while its state is in cache).
-    nonisolated(unsafe) static var drainAt = Int(ProcessInfo.processInfo.environment["DRAIN_AT"] ?? "") ?? 32768
+    nonisolated(unsafe) static var drainAt = 32768
     /// A node's own event empties every queue, in parallel, rather than only its own when the
     /// batch holds at least this many reports.
-    nonisolated(unsafe) static var fullFrom = Int(ProcessInfo.processInfo.environment["FULL_FROM"] ?? "") ?? 4096
+    nonisolated(unsafe) static var fullFrom = 4096
 
-    var stats = (nodeDrains: 0, nodeReports: 0, fullDrains: 0, fullReports: 0, submitted: 0, joins: 0)
 
     init(threads: Int) {
         self.threads = max(1, threads)
@@ -132,7 +134,6 @@ final class DeliveryLanes: @unchecked Sendable {
     private func submit() {
         guard let worker, current.pending >= Self.smallBatch else { drainAll(); return }
         join()
-        stats.submitted += 1; stats.fullReports += current.pending
         let b = current
         inFlight = b
         current = spare ?? Batch(nodes: nodes)
@@ -143,7 +144,6 @@ final class DeliveryLanes: @unchecked Sendable {
     /// Waits for the batch the other threads are handing over, helping with it.
     private func join() {
         guard let b = inFlight, let worker else { return }
-        stats.joins += 1
         work(b, thread: 0)
         worker.wait()
         b.reset()
@@ -158,7 +158,6 @@ final class DeliveryLanes: @unchecked Sendable {
     func drain(node: Int) {
         if let b = inFlight, node < b.listed.count, b.listed[node] { finish(node, of: b) }
         guard node < current.queues.count, !current.queues[node].isEmpty else { return }
-        stats.nodeDrains += 1; stats.nodeReports += current.queues[node].count
         run(current, node, thread: 0)
         current.pending -= current.queues[node].count
         current.queues[node].removeAll(keepingCapacity: true)
@@ -188,7 +187,6 @@ final class DeliveryLanes: @unchecked Sendable {
         join()
         let b = current
         guard b.pending > 0 else { return }
-        stats.fullDrains += 1; stats.fullReports += b.pending
         if let worker, b.pending >= Self.smallBatch {
             worker.run { thread in self.work(b, thread: thread + 1) }
             work(b, thread: 0)
@@ -245,11 +243,6 @@ final class DeliveryLanes: @unchecked Sendable {
         drainAll()
         targets.removeAll()
         worker?.stop()
-        if ProcessInfo.processInfo.environment["LANES_STATS"] != nil {
-            var u = rusage(); getrusage(__rusage_who_t(1), &u)
-            let main = Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
-            FileHandle.standardError.write("\(stats) main thread cpu \(main) s, worker cpu \(worker?.cpu ?? 0) s\n".data(using: .utf8)!)
-        }
     }
 
     /// Whether the calling thread is handing reports over.
@@ -265,7 +258,7 @@ final class DeliveryLanes: @unchecked Sendable {
 /// handled was decided. What is scheduled through a node's clock first has that node's queue
 /// handed over; through the medium's shared clock (`node` nil), every queue.
 final class NodeClock: Scheduler {
-    nonisolated(unsafe) static let key: pthread_key_t = {
+    static let key: pthread_key_t = {
         var key = pthread_key_t()
         precondition(pthread_key_create(&key, nil) == 0, "no thread-local storage key left")
         return key
@@ -311,7 +304,6 @@ final class LaneWorker: @unchecked Sendable {
     private var job: ((Int) -> Void)?
     private var stopping = false
     private let threads: Int
-    var cpu = 0.0
 
     init(threads: Int) {
         self.threads = threads
@@ -324,8 +316,6 @@ final class LaneWorker: @unchecked Sendable {
                     job?(k)
                     done.signal()
                 }
-                var u = rusage(); getrusage(__rusage_who_t(1), &u)
-                cpu += Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
                 done.signal()
             }
             thread.name = "deliveries \(k + 1)"
