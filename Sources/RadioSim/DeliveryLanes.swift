@@ -47,6 +47,8 @@ final class DeliveryLanes: @unchecked Sendable {
         /// a thread, handed over (under the lanes' lock).
         var next = 0
         var state: [UInt8]
+        /// Counts resets: a batch is reused once handed over.
+        var generation = 0
         static let queued: UInt8 = 0, taken: UInt8 = 1, done: UInt8 = 2
         init(nodes: Int) {
             queues = [[Handoff]](repeating: [], count: nodes)
@@ -63,6 +65,7 @@ final class DeliveryLanes: @unchecked Sendable {
             times.removeAll(keepingCapacity: true)
             pending = 0
             next = 0
+            generation += 1
         }
     }
 
@@ -79,6 +82,16 @@ final class DeliveryLanes: @unchecked Sendable {
     private let clocks: UnsafeMutablePointer<Double>
     /// Guards each batch's `next` and `state`; signalled when a node of a batch is handed over.
     private let lock = NSCondition()
+    /// Each thread's own copies of the batch's reports (one copy per report and thread, not per
+    /// report and receiver: the reports' storage is shared with the medium, and counting its
+    /// references from two cores at once is slow).
+    private final class ThreadReports {
+        var batch: Batch?
+        var generation = -1
+        var reports: [ScanReport] = []
+        var filled: [Bool] = []
+    }
+    private let perThread: [ThreadReports]
 
     /// Below this many reports a full drain runs on the calling thread alone (waking the others
     /// costs more than it saves). Tests set 1, so that small plans use every thread.
@@ -97,6 +110,7 @@ final class DeliveryLanes: @unchecked Sendable {
         clocks = .allocate(capacity: self.threads)
         clocks.initialize(repeating: 0, count: self.threads)
         worker = self.threads > 1 ? LaneWorker(threads: self.threads - 1) : nil
+        perThread = (0..<self.threads).map { _ in ThreadReports() }
     }
 
     deinit { clocks.deallocate() }
@@ -223,24 +237,37 @@ final class DeliveryLanes: @unchecked Sendable {
         pthread_setspecific(NodeClock.key, clock)
         defer { pthread_setspecific(NodeClock.key, outer) }
         guard let target = targets[node] else { return }
+        let mine = perThread[thread]
+        if mine.batch !== b || mine.generation != b.generation {
+            mine.batch = b
+            mine.generation = b.generation
+            mine.reports.removeAll(keepingCapacity: true)
+            mine.filled.removeAll(keepingCapacity: true)
+        }
+        let count = b.reports.count
+        if mine.filled.count < count {
+            mine.filled.append(contentsOf: repeatElement(false, count: count - mine.filled.count))
+            mine.reports.append(contentsOf: repeatElement(Self.blank, count: count - mine.reports.count))
+        }
         b.queues[node].withUnsafeBufferPointer { handoffs in
-            var current: Int32 = -1
-            var report = ScanReport(address: RadioAddress(""), rssi: 0)
-            for h in handoffs {
-                if h.report != current {
-                    current = h.report
-                    report = b.reports[Int(current)]
-                    clock.pointee = b.times[Int(current)]
+            mine.reports.withUnsafeMutableBufferPointer { reports in
+                for h in handoffs {
+                    let i = Int(h.report)
+                    if !mine.filled[i] { mine.filled[i] = true; reports[i] = b.reports[i] }
+                    clock.pointee = b.times[i]
+                    reports[i].rssi = Int(h.rssi)
+                    target.deliver(reports[i])
                 }
-                report.rssi = Int(h.rssi)
-                target.deliver(report)
             }
         }
     }
 
+    private static let blank = ScanReport(address: RadioAddress(""), rssi: 0)
+
     /// Hands the last reports over, drops the transports and stops the threads.
     func finish() {
         drainAll()
+        for t in perThread { t.batch = nil; t.reports.removeAll() }
         targets.removeAll()
         worker?.stop()
     }
