@@ -33,22 +33,22 @@ final class DeliveryLanes: @unchecked Sendable {
 
     /// Reports queued per receiving node, in the order the medium decided them.
     final class Batch {
-        var queues: [[Handoff]]
+        @exclusivity(unchecked) var queues: [[Handoff]]
         /// Nodes given reports, each once, in that order (some queues may since have been
         /// emptied by their node's own events).
-        var active: [Int] = []
-        var listed: [Bool]
+        @exclusivity(unchecked) var active: [Int] = []
+        @exclusivity(unchecked) var listed: [Bool]
         /// The reports (without their RSSI) and when each was decided
         /// (`Date.timeIntervalSinceReferenceDate`, so that a thread's clock gives the same Date).
-        var reports: [ScanReport] = []
-        var times: [Double] = []
-        var pending = 0
+        @exclusivity(unchecked) var reports: [ScanReport] = []
+        @exclusivity(unchecked) var times: [Double] = []
+        @exclusivity(unchecked) var pending = 0
         /// Which of `active` the threads look at next, and each node's state: queued, taken by
         /// a thread, handed over (under the lanes' lock).
-        var next = 0
-        var state: [UInt8]
+        @exclusivity(unchecked) var next = 0
+        @exclusivity(unchecked) var state: [UInt8]
         /// Counts resets: a batch is reused once handed over.
-        var generation = 0
+        @exclusivity(unchecked) var generation = 0
         static let queued: UInt8 = 0, taken: UInt8 = 1, done: UInt8 = 2
         init(nodes: Int) {
             queues = [[Handoff]](repeating: [], count: nodes)
@@ -71,12 +71,12 @@ final class DeliveryLanes: @unchecked Sendable {
 
     let threads: Int
     /// The batch the medium adds to, and the one the other threads may still be handing over.
-    private var current = Batch(nodes: 0)
-    private var inFlight: Batch?
-    private var spare: Batch?
-    private var nodes = 0
+    @exclusivity(unchecked) private var current = Batch(nodes: 0)
+    @exclusivity(unchecked) private var inFlight: Batch?
+    @exclusivity(unchecked) private var spare: Batch?
+    @exclusivity(unchecked) private var nodes = 0
     /// Receiving transports by node, held strongly until `finish()`.
-    private var targets: [SimTransport?] = []
+    @exclusivity(unchecked) private var targets: [SimTransport?] = []
     private let worker: LaneWorker?
     /// Each thread's clock (0: the simulation's thread), read through thread-local storage.
     private let clocks: UnsafeMutablePointer<Double>
@@ -86,10 +86,10 @@ final class DeliveryLanes: @unchecked Sendable {
     /// report and receiver: the reports' storage is shared with the medium, and counting its
     /// references from two cores at once is slow).
     private final class ThreadReports {
-        var batch: Batch?
-        var generation = -1
-        var reports: [ScanReport] = []
-        var filled: [Bool] = []
+        @exclusivity(unchecked) var batch: Batch?
+        @exclusivity(unchecked) var generation = -1
+        @exclusivity(unchecked) var reports: [ScanReport] = []
+        @exclusivity(unchecked) var filled: [Bool] = []
     }
     private let perThread: [ThreadReports]
 

@@ -19,27 +19,27 @@ public final class SimMedium {
     private var nodeClocks: [NodeClock] = []
     public let model: PropagationModel
     public var parameters: RadioParameters { model.parameters }
-    private var random: SeededGenerator
+    @exclusivity(unchecked) private var random: SeededGenerator
     private let seed: UInt64
 
     final class Node {
         let index: Int
         let name: String
         let position: (x: Double, y: Double)
-        var address: RadioAddress
-        var powered = true
-        var scanning = false
-        var advertisement: Advertisement?
-        var advertisingTask: ScheduledTask?
-        var services: [GATTService] = []
+        @exclusivity(unchecked) var address: RadioAddress
+        @exclusivity(unchecked) var powered = true
+        @exclusivity(unchecked) var scanning = false
+        @exclusivity(unchecked) var advertisement: Advertisement?
+        @exclusivity(unchecked) var advertisingTask: ScheduledTask?
+        @exclusivity(unchecked) var services: [GATTService] = []
         weak var server: (any GATTServerDelegate)?
         weak var transport: SimTransport?
         /// Crowding: when this scanner's channel rotation starts (seconds), its report budget, its
         /// controller's connections in use (links and outgoing attempts).
-        var scanPhase: Double = 0
-        var tokens: Double = 0
-        var tokenTime: Double = 0
-        var connections = 0
+        @exclusivity(unchecked) var scanPhase: Double = 0
+        @exclusivity(unchecked) var tokens: Double = 0
+        @exclusivity(unchecked) var tokenTime: Double = 0
+        @exclusivity(unchecked) var connections = 0
         init(index: Int, name: String, position: (x: Double, y: Double), address: RadioAddress) {
             self.index = index
             self.name = name
@@ -50,26 +50,28 @@ public final class SimMedium {
 
     struct Link: Hashable { let central: Int; let peripheral: Int }
 
-    private(set) var nodes: [Node] = []
-    private var byAddress: [RadioAddress: Int] = [:]
+    @exclusivity(unchecked) private(set) var nodes: [Node] = []
+    @exclusivity(unchecked) private var byAddress: [RadioAddress: Int] = [:]
+    // The medium's state is used from the simulation's thread only (lanes refuse anything
+    // else), so its hot properties skip the run-time exclusivity checks (two per random draw).
     /// Mean RSSI of a 0 dBm transmitter, per (from, to), row-major.
-    private var meanRSSI: [Double] = []
-    private var links = Set<Link>()
+    @exclusivity(unchecked) private var meanRSSI: [Double] = []
+    @exclusivity(unchecked) private var links = Set<Link>()
     /// Link order for deterministic teardown.
-    private var linkList: [Link] = []
+    @exclusivity(unchecked) private var linkList: [Link] = []
     /// Scanners, kept as a list of node indices for the hot loop.
-    private var scanners: [Int] = []
+    @exclusivity(unchecked) private var scanners: [Int] = []
 
     /// Counters, for benchmarks and tests.
-    public private(set) var advertisingEvents = 0
-    public private(set) var reportsDelivered = 0
+    @exclusivity(unchecked) public private(set) var advertisingEvents = 0
+    @exclusivity(unchecked) public private(set) var reportsDelivered = 0
     /// Crowding counters: PDUs lost to collisions at a receiver, reports a controller dropped
     /// beyond its report rate, connection attempts refused by a connection limit, the most
     /// connections any controller held at once.
-    public private(set) var collisionsLost = 0
-    public private(set) var reportsDropped = 0
-    public internal(set) var connectionsRefused = 0
-    public private(set) var peakConnections = 0
+    @exclusivity(unchecked) public private(set) var collisionsLost = 0
+    @exclusivity(unchecked) public private(set) var reportsDropped = 0
+    @exclusivity(unchecked) public internal(set) var connectionsRefused = 0
+    @exclusivity(unchecked) public private(set) var peakConnections = 0
 
     /// The crowding model, nil when off.
     let crowding: CrowdingParameters?
@@ -78,11 +80,11 @@ public final class SimMedium {
     /// Transmissions per advertising channel (37, 38, 39), in start order, kept while they can
     /// still overlap a PDU not yet decided.
     private struct Transmission { let node: Int; let start: Double; let end: Double; let power: Double }
-    private var channels: [[Transmission]] = [[], [], []]
+    @exclusivity(unchecked) private var channels: [[Transmission]] = [[], [], []]
     /// Advertising events whose PDUs are decided once every PDU that could overlap them is known.
     private struct PendingEvent { let node: Int; let start: Double; let airTime: Double; let spacing: Double; let due: Double; let report: ScanReport; let power: Double }
-    private var pending: [PendingEvent] = []
-    private var flushScheduled = false
+    @exclusivity(unchecked) private var pending: [PendingEvent] = []
+    @exclusivity(unchecked) private var flushScheduled = false
 
     /// `lanes` > 1 hands reports to the sensors on that many threads (one of them the caller's);
     /// the caller must then call `flushDeliveries()` after each `run(until:)` of the scheduler and
