@@ -9,10 +9,7 @@ public final class ContactLog: SensorDelegate {
     public static let header = "time,sensor,id,detect,read,measure,share,visit,detectHerald,delete,data"
     private let file: LogFile
     private let scheduler: any Scheduler
-    private var timestamps = TimestampWriter()
-    /// RSSI text by whole dBm (-256 ..< 256), with the proximity it was made from, so measures
-    /// do not format doubles again and again (other values are formatted each time).
-    private var proximityText = [(Proximity, [UInt8])?](repeating: nil, count: 512)
+    @exclusivity(unchecked) private var timestamps = TimestampWriter()
     /// `,` then the event digit in its column of the seven event columns, then `,`s: per event.
     private static let eventColumns: [[UInt8]] = (0...7).map { event in
         var out: [UInt8] = [44]
@@ -58,25 +55,42 @@ public final class ContactLog: SensorDelegate {
     }
 
     public func sensor(_ sensor: SensorType, didMeasure: Proximity, fromTarget: TargetIdentifier) {
-        let v = didMeasure.value
-        guard v >= -256, v < 256, v == v.rounded(.down) else {
+        let v = didMeasure.value, c = didMeasure.calibration
+        // Whole numbers (as every RSSI and TX power is) are written digit by digit, exactly as
+        // `description` prints them (`RSSI:-47.0[BLETransmitPower:12.0]`); anything else by it.
+        guard Self.isSmallWhole(v), c.map({ Self.isSmallWhole($0.value) }) ?? true else {
             let text = didMeasure.description
             row(sensor, fromTarget.value, event: 3) { Bytes.appendRaw(text, to: &$0) }
             return
         }
-        let k = Int(v) + 256
-        if !Self.same(proximityText[k]?.0, didMeasure) { proximityText[k] = (didMeasure, Array(didMeasure.description.utf8)) }
-        row(sensor, fromTarget.value, event: 3) { out in proximityText[k]!.1.withUnsafeBufferPointer { out.append($0) } }
+        row(sensor, fromTarget.value, event: 3) { out in
+            Bytes.appendRaw(didMeasure.unit.rawValue, to: &out)
+            out.append(58) // :
+            Self.appendWhole(v, to: &out)
+            if let c {
+                out.append(91) // [
+                Bytes.appendRaw(c.unit.rawValue, to: &out)
+                out.append(58)
+                Self.appendWhole(c.value, to: &out)
+                out.append(93) // ]
+            }
+        }
     }
 
-    /// Whether two proximities print the same (bit for bit: -0.0 is not 0.0 here).
-    @inline(__always) private static func same(_ a: Proximity?, _ b: Proximity) -> Bool {
-        guard let a, a.unit == b.unit, a.value.bitPattern == b.value.bitPattern else { return false }
-        switch (a.calibration, b.calibration) {
-        case (nil, nil): return true
-        case let (x?, y?): return x.unit == y.unit && x.value.bitPattern == y.value.bitPattern
-        default: return false
-        }
+    /// A whole number under 10,000 in size, not -0.0: `description` prints it as digits and `.0`.
+    @inline(__always) static func isSmallWhole(_ v: Double) -> Bool {
+        v == v.rounded(.towardZero) && abs(v) < 10_000 && !(v == 0 && v.sign == .minus)
+    }
+
+    @inline(__always) static func appendWhole(_ v: Double, to out: inout ByteBuffer) {
+        var n = Int(v)
+        if n < 0 { out.append(45); n = -n }
+        if n >= 1000 { out.append(UInt8(48 + n / 1000)) }
+        if n >= 100 { out.append(UInt8(48 + n / 100 % 10)) }
+        if n >= 10 { out.append(UInt8(48 + n / 10 % 10)) }
+        out.append(UInt8(48 + n % 10))
+        out.append(46) // .
+        out.append(48) // 0
     }
 
     public func sensor(_ sensor: SensorType, didShare: [PayloadData], fromTarget: TargetIdentifier) {

@@ -11,7 +11,8 @@ import Glibc
 public final class LogFile {
     public let url: URL
     private var fd: Int32 = -1
-    private var buffer = ByteBuffer(capacity: 64 * 1024 + 1024)
+    /// Used from one executor at a time, so without run-time exclusivity checks (a row appends often).
+    @exclusivity(unchecked) private var buffer = ByteBuffer(capacity: 64 * 1024 + 1024)
     private let limit = 64 * 1024
     private var flushTask: ScheduledTask?
     public private(set) var bytesWritten: Int64 = 0

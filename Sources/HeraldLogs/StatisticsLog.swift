@@ -36,7 +36,7 @@ public final class StatisticsLog: SensorDelegate {
     private let writing: LogWriting
     /// Per payload (by short-name code): when it was last seen, and the intervals so far.
     private struct Entry { var last: Date; var sample = Sample() }
-    private var entries = CodeTable<Entry>()
+    @exclusivity(unchecked) private var entries = CodeTable<Entry>(empty: Entry(last: .distantPast))
     private let ownCode: UInt64?
     /// Payloads seen at least twice, with their intervals.
     public var samples: [String: Sample] {
@@ -44,7 +44,7 @@ public final class StatisticsLog: SensorDelegate {
         entries.forEach { code, e in if e.sample.count > 0 { out[PayloadData.shortName(code: code)] = e.sample } }
         return out
     }
-    private var dirty = false
+    @exclusivity(unchecked) private var dirty = false
     private var task: ScheduledTask?
 
     public init(url: URL, scheduler: any Scheduler, ownShortName: String, writeInterval: TimeInterval = 30, writing: LogWriting = .live) {
@@ -107,15 +107,19 @@ public final class StatisticsLog: SensorDelegate {
 }
 
 /// A map from short-name codes (`PayloadData.shortNameCode`) to values: open addressing with
-/// one multiplication to hash, values stored densely. Short names are compared as codes, so
-/// no String is made or hashed per event.
+/// one multiplication to hash, each code beside its value (one cache line per lookup). Short
+/// names are compared as codes, so no String is made or hashed per event.
 struct CodeTable<Value> {
-    private var codes: [UInt64] = []
-    private var values: [Value] = []
-    /// Index into `codes`/`values`, -1 for an empty slot; a power of two long.
-    private var slots = [Int32](repeating: -1, count: 16)
+    /// `code | 1 << 63` for a used slot (codes never set that bit), 0 for an empty one.
+    private struct Slot { var key: UInt64; var value: Value }
+    private var slots: [Slot]
+    private let empty: Value
+    private(set) var count = 0
 
-    var count: Int { codes.count }
+    init(empty: Value) {
+        self.empty = empty
+        slots = [Slot](repeating: Slot(key: 0, value: empty), count: 16)
+    }
 
     /// The code of a name, or nil if no payload can have it (longer than six bytes).
     static func code(of name: String) -> UInt64? {
@@ -126,38 +130,39 @@ struct CodeTable<Value> {
         return code
     }
 
-    @inline(__always) private func slot(_ code: UInt64) -> Int {
-        Int(truncatingIfNeeded: (code &* 0x9E37_79B9_7F4A_7C15) >> UInt64(64 - slots.count.trailingZeroBitCount))
+    @inline(__always) private static func slot(_ key: UInt64, _ size: Int) -> Int {
+        Int(truncatingIfNeeded: (key &* 0x9E37_79B9_7F4A_7C15) >> UInt64(64 - size.trailingZeroBitCount))
     }
 
     /// Calls `body` with the value for `code` (inserting `value` first if absent; `found` says which).
     @inline(__always) mutating func update(_ code: UInt64, default value: @autoclosure () -> Value, _ body: (inout Value, _ found: Bool) -> Void) {
+        let key = code | 1 << 63
         let mask = slots.count - 1
-        var i = slot(code)
+        var i = Self.slot(key, slots.count)
         while true {
-            let k = Int(slots[i])
-            if k < 0 { break }
-            if codes[k] == code { body(&values[k], true); return }
+            let k = slots[i].key
+            if k == key { body(&slots[i].value, true); return }
+            if k == 0 { break }
             i = (i + 1) & mask
         }
-        codes.append(code)
-        values.append(value())
-        slots[i] = Int32(codes.count - 1)
-        body(&values[codes.count - 1], false)
-        if codes.count * 2 > slots.count { rehash() }
+        slots[i] = Slot(key: key, value: value())
+        count += 1
+        body(&slots[i].value, false)
+        if count * 2 > slots.count { rehash() }
     }
 
     private mutating func rehash() {
-        slots = [Int32](repeating: -1, count: slots.count * 2)
+        let old = slots
+        slots = [Slot](repeating: Slot(key: 0, value: empty), count: old.count * 2)
         let mask = slots.count - 1
-        for (k, code) in codes.enumerated() {
-            var i = slot(code)
-            while slots[i] >= 0 { i = (i + 1) & mask }
-            slots[i] = Int32(k)
+        for s in old where s.key != 0 {
+            var i = Self.slot(s.key, slots.count)
+            while slots[i].key != 0 { i = (i + 1) & mask }
+            slots[i] = s
         }
     }
 
     func forEach(_ body: (UInt64, Value) -> Void) {
-        for k in codes.indices { body(codes[k], values[k]) }
+        for s in slots where s.key != 0 { body(s.key & ~(1 << 63), s.value) }
     }
 }

@@ -96,7 +96,7 @@ public final class Simulation {
             runners.append(runner)
             // Real devices are never switched on in the same millisecond: start within the first second.
             let offset = startOffsets.nextUnit()
-            medium.scheduler.schedule(after: offset) { runner.start() }
+            medium.clock(of: transport.index).schedule(after: offset) { runner.start() }
         }
         let end = plan.start.addingTimeInterval(plan.duration)
         let steps = max(1, min(100, Int(plan.duration / 60)))

@@ -7,38 +7,39 @@ import HeraldRadio
 /// generator, so a seed gives the same run. The hot path is one scheduled event per advertising
 /// event of a node; delivering it to the scanners costs a table lookup, a Gaussian draw and a
 /// loss draw per scanner, and the receiving sensors' handling of the reports, which a medium
-/// made with `lanes` > 1 runs on that many threads (`DeliveryLanes`).
+/// made with `lanes` > 1 defers and runs on that many threads (`DeliveryLanes`).
 public final class SimMedium {
-    /// The clock and executor of the nodes on this medium. With lanes, a `LaneClock` over the
-    /// scheduler the medium was made with.
+    /// The clock and executor of the nodes on this medium. With lanes, a `NodeClock` over the
+    /// scheduler the medium was made with (each node has its own: `clock(of:)`).
     public let scheduler: any Scheduler
     /// The scheduler the medium was made with: its own advertising events run on it directly.
     private let base: any Scheduler
     /// Reports queued for parallel hand-over (nil: each is handed over as it is decided).
     private let lanes: DeliveryLanes?
+    private var nodeClocks: [NodeClock] = []
     public let model: PropagationModel
     public var parameters: RadioParameters { model.parameters }
-    private var random: SeededGenerator
+    @exclusivity(unchecked) private var random: SeededGenerator
     private let seed: UInt64
 
     final class Node {
         let index: Int
         let name: String
         let position: (x: Double, y: Double)
-        var address: RadioAddress
-        var powered = true
-        var scanning = false
-        var advertisement: Advertisement?
-        var advertisingTask: ScheduledTask?
-        var services: [GATTService] = []
+        @exclusivity(unchecked) var address: RadioAddress
+        @exclusivity(unchecked) var powered = true
+        @exclusivity(unchecked) var scanning = false
+        @exclusivity(unchecked) var advertisement: Advertisement?
+        @exclusivity(unchecked) var advertisingTask: ScheduledTask?
+        @exclusivity(unchecked) var services: [GATTService] = []
         weak var server: (any GATTServerDelegate)?
         weak var transport: SimTransport?
         /// Crowding: when this scanner's channel rotation starts (seconds), its report budget, its
         /// controller's connections in use (links and outgoing attempts).
-        var scanPhase: Double = 0
-        var tokens: Double = 0
-        var tokenTime: Double = 0
-        var connections = 0
+        @exclusivity(unchecked) var scanPhase: Double = 0
+        @exclusivity(unchecked) var tokens: Double = 0
+        @exclusivity(unchecked) var tokenTime: Double = 0
+        @exclusivity(unchecked) var connections = 0
         init(index: Int, name: String, position: (x: Double, y: Double), address: RadioAddress) {
             self.index = index
             self.name = name
@@ -49,26 +50,28 @@ public final class SimMedium {
 
     struct Link: Hashable { let central: Int; let peripheral: Int }
 
-    private(set) var nodes: [Node] = []
-    private var byAddress: [RadioAddress: Int] = [:]
+    @exclusivity(unchecked) private(set) var nodes: [Node] = []
+    @exclusivity(unchecked) private var byAddress: [RadioAddress: Int] = [:]
+    // The medium's state is used from the simulation's thread only (lanes refuse anything
+    // else), so its hot properties skip the run-time exclusivity checks (two per random draw).
     /// Mean RSSI of a 0 dBm transmitter, per (from, to), row-major.
-    private var meanRSSI: [Double] = []
-    private var links = Set<Link>()
+    @exclusivity(unchecked) private var meanRSSI: [Double] = []
+    @exclusivity(unchecked) private var links = Set<Link>()
     /// Link order for deterministic teardown.
-    private var linkList: [Link] = []
+    @exclusivity(unchecked) private var linkList: [Link] = []
     /// Scanners, kept as a list of node indices for the hot loop.
-    private var scanners: [Int] = []
+    @exclusivity(unchecked) private var scanners: [Int] = []
 
     /// Counters, for benchmarks and tests.
-    public private(set) var advertisingEvents = 0
-    public private(set) var reportsDelivered = 0
+    @exclusivity(unchecked) public private(set) var advertisingEvents = 0
+    @exclusivity(unchecked) public private(set) var reportsDelivered = 0
     /// Crowding counters: PDUs lost to collisions at a receiver, reports a controller dropped
     /// beyond its report rate, connection attempts refused by a connection limit, the most
     /// connections any controller held at once.
-    public private(set) var collisionsLost = 0
-    public private(set) var reportsDropped = 0
-    public internal(set) var connectionsRefused = 0
-    public private(set) var peakConnections = 0
+    @exclusivity(unchecked) public private(set) var collisionsLost = 0
+    @exclusivity(unchecked) public private(set) var reportsDropped = 0
+    @exclusivity(unchecked) public internal(set) var connectionsRefused = 0
+    @exclusivity(unchecked) public private(set) var peakConnections = 0
 
     /// The crowding model, nil when off.
     let crowding: CrowdingParameters?
@@ -77,20 +80,20 @@ public final class SimMedium {
     /// Transmissions per advertising channel (37, 38, 39), in start order, kept while they can
     /// still overlap a PDU not yet decided.
     private struct Transmission { let node: Int; let start: Double; let end: Double; let power: Double }
-    private var channels: [[Transmission]] = [[], [], []]
+    @exclusivity(unchecked) private var channels: [[Transmission]] = [[], [], []]
     /// Advertising events whose PDUs are decided once every PDU that could overlap them is known.
     private struct PendingEvent { let node: Int; let start: Double; let airTime: Double; let spacing: Double; let due: Double; let report: ScanReport; let power: Double }
-    private var pending: [PendingEvent] = []
-    private var flushScheduled = false
+    @exclusivity(unchecked) private var pending: [PendingEvent] = []
+    @exclusivity(unchecked) private var flushScheduled = false
 
     /// `lanes` > 1 hands reports to the sensors on that many threads (one of them the caller's);
     /// the caller must then call `flushDeliveries()` after each `run(until:)` of the scheduler and
     /// `finishDeliveries()` when done. The logs are the same for any number of lanes.
     public init(scheduler: any Scheduler, parameters: RadioParameters = RadioParameters(), seed: UInt64, lanes: Int = 1) {
         base = scheduler
-        let clock = lanes > 1 ? LaneClock(base: scheduler) : nil
+        let clock = lanes > 1 ? NodeClock(base: scheduler, node: nil, medium: nil) : nil
         self.scheduler = clock ?? scheduler
-        self.lanes = clock == nil ? nil : DeliveryLanes(lanes: lanes)
+        self.lanes = clock == nil ? nil : DeliveryLanes(threads: lanes)
         self.model = PropagationModel(parameters: parameters)
         self.seed = seed
         self.random = SeededGenerator(seed: seed, stream: "medium")
@@ -115,7 +118,10 @@ public final class SimMedium {
         rebuildPathLoss()
         let transport = SimTransport(medium: self, index: node.index)
         node.transport = transport
-        lanes?.setTarget(transport, node: node.index)
+        if let lanes {
+            lanes.setTarget(transport, node: node.index)
+            nodeClocks.append(NodeClock(base: base, node: node.index, medium: self))
+        }
         if parameters.macRotation > 0 {
             // Each node rotates on its own phase.
             let phase = g.nextUnit() * parameters.macRotation
@@ -130,8 +136,15 @@ public final class SimMedium {
         if let on { scheduler.schedule(after: on) { [weak self] in self?.setPower(index, on: true) } }
     }
 
-    /// Hands every report still queued in lanes to its sensor (nothing to do without lanes).
-    public func flushDeliveries() { lanes?.drain() }
+    /// The clock of node `index`'s sensor, transport and loggers: with lanes, the node's own
+    /// (what it schedules first has the node's queued reports handed over); else `scheduler`.
+    public func clock(of index: Int) -> any Scheduler { lanes == nil ? scheduler : nodeClocks[index] }
+
+    /// Hands every report still queued to its sensor (nothing to do without lanes).
+    public func flushDeliveries() { lanes?.drainAll() }
+
+    /// Hands node `index` the reports queued for it.
+    func flushDeliveries(to index: Int) { lanes?.drain(node: index) }
 
     /// Hands the last reports over and stops the lanes' threads: call it when the simulation is
     /// over (the lanes hold the nodes' transports until then).
@@ -245,7 +258,7 @@ public final class SimMedium {
                 }
                 deliver(&report!, rssi: Int(rssi.rounded()), to: j, at: crowding?.reportRate == nil ? 0 : clock(), queued: &queued)
             }
-            if let lanes, lanes.pending >= DeliveryLanes.largeBatch { lanes.drain() }
+            lanes?.advertDecided()
         }
         let interval = max(0.02, ad.interval ?? 0.1)
         node.advertisingTask = scheduleAdvert(index, after: interval + random.nextUnit() * parameters.maximumAdvertisingDelay)
@@ -324,7 +337,7 @@ public final class SimMedium {
         } else {
             flushScheduled = false
         }
-        if let lanes, lanes.pending >= DeliveryLanes.largeBatch { lanes.drain() }
+        lanes?.advertDecided()
     }
 
     /// Which scanners hear an event, PDU by PDU.
@@ -485,6 +498,8 @@ public final class SimMedium {
 
     func unlink(_ central: Int, _ peripheral: Int, notifyCentral: Bool) {
         sequentialOnly("unlinked")
+        // Both ends hear of it: every queued report first.
+        lanes?.drainAll()
         let l = Link(central: central, peripheral: peripheral)
         guard links.remove(l) != nil else { return }
         linkList.removeAll { $0 == l }
@@ -503,5 +518,11 @@ public final class SimMedium {
     }
 
     func services(of index: Int) -> [GATTService] { nodes[index].services }
-    func server(of index: Int) -> (any GATTServerDelegate)? { nodes[index].server }
+    /// The node's GATT server, for a peer's read or write: the node's own state, so every
+    /// queued report is handed over first.
+    func server(of index: Int) -> (any GATTServerDelegate)? {
+        sequentialOnly("reached a peer's GATT server")
+        lanes?.drainAll()
+        return nodes[index].server
+    }
 }

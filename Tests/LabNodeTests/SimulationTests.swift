@@ -70,11 +70,12 @@ final class SimulationTests: XCTestCase {
 
     func testThreadsHandingReportsOverNeverChangeTheBundle() throws {
         // Power cycles, MAC rotation and crowding (collisions, report rate, connection limits)
-        // on 12 nodes: every file of every node is the same with 1, 2 and 3 threads. Every
-        // batch of reports is handed over in parallel, however small.
-        let smallBatch = DeliveryLanes.smallBatch
-        DeliveryLanes.smallBatch = 1
-        defer { DeliveryLanes.smallBatch = smallBatch }
+        // on 12 nodes: every file of every node is the same with 1, 2 and 3 threads. Batches
+        // are small, so that reports are handed over in parallel, behind the simulation's back
+        // and by nodes' own events all the time.
+        let saved = (DeliveryLanes.smallBatch, DeliveryLanes.fullFrom, DeliveryLanes.drainAt)
+        (DeliveryLanes.smallBatch, DeliveryLanes.fullFrom, DeliveryLanes.drainAt) = (1, 48, 200)
+        defer { (DeliveryLanes.smallBatch, DeliveryLanes.fullFrom, DeliveryLanes.drainAt) = saved }
         for crowding in ["off", "on"] {
             let plan = try Plan.parse(yaml: """
             name: lanes
