@@ -69,7 +69,7 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         }
     }
 
-    func makeNode(_ scheduler: DispatchScheduler, _ transport: BlueZTransport) throws -> UncheckedBox<NodeRunner> {
+    func makeNode(_ scheduler: DispatchScheduler, _ transport: BlueZTransport, scan: String = "{on: 4s, rest: 1s, off: 2s}") throws -> UncheckedBox<NodeRunner> {
         let plan = try Plan.parse(yaml: """
         name: bluez-unit
         duration: 1m
@@ -83,6 +83,7 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         sensor:
           advertInterval: 250ms
           txPower: -4
+          scan: \(scan)
         radio:
           kind: bluez
         """)
@@ -228,6 +229,130 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         XCTAssertLessThanOrEqual(took, 30, "back to reading within 30 s (took \(took) s)")
         let rows = try contacts()
         XCTAssertTrue(rows.contains { $0[4] == "2" && $0[10] == remotePayload.shortName }, "read row after the restart")
+    }
+
+    /// Options of a transport that gives up on a silent dongle quickly.
+    func recoveringOptions(sysfs: String) -> BlueZTransport.Options {
+        var o = BlueZTransport.Options(adapter: "aa:bb:cc:dd:ee:00", busAddress: bus.address, callTimeout: 2, recoveryInterval: 0.3)
+        o.unresponsiveAfter = 2
+        o.sysfsRoot = sysfs
+        o.usbResetPause = 0.05
+        return o
+    }
+
+    /// The controller stops answering (adapter calls fail): the node power-cycles it through
+    /// bluetoothd (Powered off, then on), which clears it, and goes on reading its peer; the
+    /// recovery is reported and in log.txt, and the time without a radio is a gap.
+    func testADongleThatStopsAnsweringIsPowerCycledAndTheNodeCarriesOn() async throws {
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        let transport = BlueZTransport(options: recoveringOptions(sysfs: bus.directory.path), scheduler: scheduler)
+        let recoveries = Locked([DongleRecovery]())
+        let gaps = Locked([String]())
+        scheduler.sync {
+            transport.onRecovery = { r in recoveries.mutate { $0.append(r) } }
+            transport.onGap = { _, _, reason in gaps.mutate { $0.append(reason) } }
+        }
+        let node = try makeNode(scheduler, transport, scan: "{on: 1s, rest: 0s, off: 1s}")
+        try await eventually("first payload read") { scheduler.sync { node.value.status.payloadsRead } >= 1 }
+
+        _ = try await fakeCall("Wedge", [.string("fail"), .bool(false)])
+        try await eventually("the dongle power-cycled") { recoveries.value.contains { $0.action == "power-cycle" } }
+        let r = try XCTUnwrap(recoveries.value.first)
+        XCTAssertTrue(r.ok, "\(r)")
+        XCTAssertTrue(r.reason.contains("2 calls to the adapter failed in a row"), r.reason)
+        XCTAssertTrue(r.detail.contains("powered and ready again"), r.detail)
+        let measuredBefore = scheduler.sync { node.value.status.rssiTotal }
+        try await eventually("measuring again after the power-cycle") { scheduler.sync { node.value.status.rssiTotal } > measuredBefore + 3 }
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+        let state = try await fakeState()
+        XCTAssertEqual(state["power"] as? [Bool], [true, false, true], "powered once, then off and on again")
+        XCTAssertGreaterThanOrEqual(state["wedgedCalls"] as? Int ?? 0, 2)
+        XCTAssertEqual(recoveries.value.count, 1, "one recovery was enough: \(recoveries.value)")
+        XCTAssertTrue(gaps.value.contains { $0.contains("power-cycled to recover it") }, "\(gaps.value)")
+        let log = try String(contentsOf: directory.appendingPathComponent("log.txt"), encoding: .utf8)
+        XCTAssertTrue(log.contains("recovery: dongle /org/bluez/hci0 stopped answering"), log)
+        XCTAssertTrue(log.contains("recovery: power-cycle succeeded"), log)
+    }
+
+    /// A controller a power-cycle does not clear: the node resets its USB device (sysfs
+    /// `authorized` 0 then 1, in a fake sysfs tree); the adapter goes away and comes back with
+    /// the same address, the node finds it again by that address and carries on.
+    func testADongleAPowerCycleCannotClearIsResetAtUSBLevel() async throws {
+        let sysfs = bus.directory.appendingPathComponent("sysfs")
+        try FakeSysfs(root: sysfs).makeUSBDongle()
+        let authorized = sysfs.appendingPathComponent(FakeSysfs.usbDevice + "/authorized")
+        try Data("1\n".utf8).write(to: authorized)
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        let transport = BlueZTransport(options: recoveringOptions(sysfs: sysfs.path), scheduler: scheduler)
+        let recoveries = Locked([DongleRecovery]())
+        scheduler.sync { transport.onRecovery = { r in recoveries.mutate { $0.append(r) } } }
+        let node = try makeNode(scheduler, transport, scan: "{on: 1s, rest: 0s, off: 1s}")
+        try await eventually("first payload read") { scheduler.sync { node.value.status.payloadsRead } >= 1 }
+
+        _ = try await fakeCall("Wedge", [.string("fail"), .bool(true)])
+        try await eventually("power-cycled, then the USB device written", seconds: 60) {
+            let log = (try? String(contentsOf: self.directory.appendingPathComponent("log.txt"), encoding: .utf8)) ?? ""
+            return recoveries.value.count >= 1 && log.contains("USB device re-authorised")
+        }
+        XCTAssertEqual(try String(contentsOf: authorized, encoding: .utf8), "1\n", "authorised again")
+        // The kernel probes the device again: it leaves and comes back, same address.
+        _ = try await fakeCall("Replug")
+        try await eventually("the USB reset reported as recovered", seconds: 30) { recoveries.value.contains { $0.action == "usb-reset" } }
+        let usb = try XCTUnwrap(recoveries.value.first { $0.action == "usb-reset" })
+        XCTAssertTrue(usb.ok, "\(usb)")
+        XCTAssertTrue(usb.reason.contains("calls to the adapter failed in a row"), usb.reason)
+        XCTAssertEqual(recoveries.value.first?.action, "power-cycle", "a power-cycle first")
+        let measuredBefore = scheduler.sync { node.value.status.rssiTotal }
+        try await eventually("measuring again after the USB reset", seconds: 30) { scheduler.sync { node.value.status.rssiTotal } > measuredBefore + 3 }
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+        let log = try String(contentsOf: directory.appendingPathComponent("log.txt"), encoding: .utf8)
+        XCTAssertTrue(log.contains("resetting its USB device (\(sysfs.path)"), log)
+        XCTAssertTrue(log.contains("recovery: usb-reset succeeded"), log)
+        let replugs = try await fakeState()["replugs"] as? Int
+        XCTAssertEqual(replugs, 1)
+    }
+
+    /// Without a USB device behind the adapter (a virtual controller), the USB rung says why it
+    /// cannot be climbed, and the node keeps trying.
+    func testAUSBResetIsOnlyTriedWhereThereIsAUSBDevice() async throws {
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        let transport = BlueZTransport(options: recoveringOptions(sysfs: bus.directory.path), scheduler: scheduler)
+        let recoveries = Locked([DongleRecovery]())
+        scheduler.sync { transport.onRecovery = { r in recoveries.mutate { $0.append(r) } } }
+        let node = try makeNode(scheduler, transport, scan: "{on: 1s, rest: 0s, off: 1s}")
+        try await eventually("first payload read") { scheduler.sync { node.value.status.payloadsRead } >= 1 }
+        _ = try await fakeCall("Wedge", [.string("fail"), .bool(true)])
+        try await eventually("both rungs tried", seconds: 60) { recoveries.value.count >= 2 }
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+        let usb = recoveries.value[1]
+        XCTAssertEqual(usb.action, "usb-reset")
+        XCTAssertFalse(usb.ok)
+        XCTAssertTrue(usb.detail.contains("hci0 is not in"), usb.detail)
+    }
+
+    /// A dongle missing when the node starts: nothing is logged as if it worked, and the time
+    /// without a radio is known (`outage`) so the agent can make it a gap.
+    func testAMissingAdapterIsAnOutageFromTheStart() async throws {
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        let transport = BlueZTransport(options: .init(adapter: "F0:00:00:00:00:09", busAddress: bus.address), scheduler: scheduler)
+        let node = try makeNode(scheduler, transport)
+        try await eventually("the power-on refused") { scheduler.sync { transport.outage } != nil }
+        let outage = try XCTUnwrap(scheduler.sync { transport.outage })
+        XCTAssertTrue(outage.reason.contains("no adapter F0:00:00:00:00:09; bluetoothd has hci0"), outage.reason)
+        XCTAssertFalse(scheduler.sync { transport.everReady })
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
     }
 
     func testErrorsAreTypedAndExplainWhatToDo() async throws {
