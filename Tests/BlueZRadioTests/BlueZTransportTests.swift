@@ -355,6 +355,57 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         }
     }
 
+    func check(_ adapter: String, _ scheduler: DispatchScheduler, beacon: Data) async -> (DongleCheck, DongleCheck.Findings) {
+        let check = DongleCheck(adapter: adapter, busAddress: bus.address, company: 0xFFFF, beacon: beacon, scheduler: scheduler, callTimeout: 5)
+        let box = UncheckedBox(check)
+        let found: DongleCheck.Findings = await withCheckedContinuation { c in scheduler.execute { box.value.start { c.resume(returning: $0) } } }
+        return (check, found)
+    }
+
+    func stop(_ check: DongleCheck, _ scheduler: DispatchScheduler) async -> DongleCheck.Findings {
+        let box = UncheckedBox(check)
+        return await withCheckedContinuation { c in scheduler.execute { box.value.stop { c.resume(returning: $0) } } }
+    }
+
+    /// A dongle's pre-flight check: present (found by address), powered, advertising its beacon,
+    /// scanning; it hears another dongle's beacon and lets go of bluetoothd at the end.
+    func testDongleCheckFindsTheAdapterAdvertisesAndHearsTheOthers() async throws {
+        let other = Data(Array("HLpf".utf8) + [0, 0, 0, 7])
+        let own = Data(Array("HLpf".utf8) + [0, 0, 0, 1])
+        _ = try await fakeCall("Beacon", [.bytes([UInt8](other))])
+        let scheduler = DispatchScheduler(label: "test.check")
+        let (check, started) = await self.check("AA:BB:CC:DD:EE:00", scheduler, beacon: own)
+        XCTAssertNil(started.problem)
+        XCTAssertTrue(started.present && started.powered && started.advertising && started.scanning, "\(started)")
+        XCTAssertEqual(started.adapter, "hci0")
+        try await eventually("the other dongle's beacon heard") { scheduler.sync { check.current.heard[other] != nil } }
+        let final = await stop(check, scheduler)
+        XCTAssertTrue(final.finished)
+        XCTAssertEqual(final.heard[other]?.rssi, rssiScript.first)
+        XCTAssertNil(final.heard[own], "its own beacon is not a sighting")
+        let state = try await fakeState()
+        let advert = ((state["adverts"] as? [[String: Any]])?.last?["props"] as? [String: Any]) ?? [:]
+        XCTAssertEqual((advert["ManufacturerData"] as? [String: String])?["65535"], "484c706600000001", "the beacon is advertised")
+        XCTAssertEqual(advert["MinInterval"] as? Int, 100)
+        XCTAssertEqual(state["unregistered"] as? Int, 1, "the check's advertisement is withdrawn")
+        XCTAssertGreaterThanOrEqual(state["discoveryStops"] as? Int ?? 0, 1)
+    }
+
+    func testDongleCheckSaysWhichStageFailed() async throws {
+        let scheduler = DispatchScheduler(label: "test.check")
+        let beacon = Data(Array("HLpf".utf8) + [0, 0, 0, 1])
+        let (missing, absent) = await check("F0:00:00:00:00:09", scheduler, beacon: beacon)
+        XCTAssertFalse(absent.present)
+        XCTAssertEqual(absent.problem, "not present: adapter F0:00:00:00:00:09 is not there; bluetoothd has hci0 (AA:BB:CC:DD:EE:00)")
+        _ = await stop(missing, scheduler)
+        _ = try await fakeCall("FailNext", [.string("RegisterAdvertisement"), .string("Failed")])
+        let (mute, found) = await check("hci0", scheduler, beacon: beacon)
+        XCTAssertTrue(found.present && found.powered)
+        XCTAssertFalse(found.advertising)
+        XCTAssertEqual(found.problem, "cannot advertise: failed: Failed: RegisterAdvertisement: injected by the test")
+        _ = await stop(mute, scheduler)
+    }
+
     func testErrorsAreTypedAndExplainWhatToDo() async throws {
         let scheduler = DispatchScheduler(label: "test.bluez")
         // An adapter that is not there: the error names the ones that are.
