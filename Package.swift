@@ -75,7 +75,7 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus", "DBusTestSupport"]),
         .testTarget(name: "BlueZRadioTests", dependencies: ["BlueZRadio", "DBus", "DBusTestSupport", "HeraldRadio", "HeraldCore", "HeraldSensor", "LabNode", "LabPlan"],
                     exclude: ["fake_bluetoothd.py"]),
-        .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabPlan"]),
+        .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabPlan", "LabHTTP"]),
         .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore", .product(name: "FlyingFox", package: "FlyingFox")]),
         .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore"]),
         .testTarget(name: "EndToEndTests", dependencies: ["LabPlan"]),

@@ -1,0 +1,182 @@
+import Foundation
+import LabPlan
+
+/// What the coordinator keeps of one dongle (SQLite table `dongle`; its history in
+/// `dongle_event`). Keyed by the dongle's stable identity: its controller's address.
+public struct DongleRecord: Codable, Sendable, Equatable {
+    public var id: String
+    public var info: LabWire.DongleInfo
+    public var health: LabWire.DongleHealth = .unknown
+    public var healthReason: String?
+    public var healthSince: Double?
+    /// Failed checks, and runs it was the outlier of, in a row.
+    public var failures = 0
+    public var outliers = 0
+    public var firstSeen: Double
+    public var lastSeen: Double
+
+    public init(id: String, info: LabWire.DongleInfo, at t: Double) {
+        self.id = id
+        self.info = info
+        firstSeen = t
+        lastSeen = t
+    }
+
+    /// The key a dongle is kept under: its address, or (address unknown) its agent and name.
+    public static func key(_ d: LabWire.DongleInfo) -> String {
+        d.id ?? "unknown@\(d.agent ?? d.name)"
+    }
+}
+
+/// The coordinator's rules for dongles, as pure functions (LabCoordinatorTests): who passed a
+/// pre-flight check, who is the outlier of a run, and when a dongle is quarantined.
+public enum DongleRules {
+    /// One dongle of a check: its agent's report, or why the agent gave none.
+    public struct Entry: Sendable {
+        public var name: String
+        public var id: String?
+        public var agent: String
+        public var beacon: UInt32
+        public var report: LabWire.PreflightReport?
+        public var error: String?
+        public init(name: String, id: String?, agent: String, beacon: UInt32, report: LabWire.PreflightReport?, error: String?) {
+            self.name = name; self.id = id; self.agent = agent; self.beacon = beacon; self.report = report; self.error = error
+        }
+    }
+
+    /// Verdicts, in the entries' order. A dongle fails its own check when it is not present,
+    /// cannot power on or advertise, or (three dongles or more) heard none of the others or was
+    /// heard by none of them while the others heard each other. When nobody heard anybody, or
+    /// two dongles did not both hear each other, the check fails without blaming any dongle (the
+    /// room, bluetoothd, or either of the two). Pairs missing between dongles that otherwise hear
+    /// and are heard are warnings.
+    public static func judge(_ entries: [Entry], bound: Double) -> [LabWire.PreflightVerdict] {
+        let within = "within \(Int(bound.rounded())) s"
+        let active = entries.filter { $0.error == nil && $0.report != nil && $0.report?.problem == nil }
+        func heard(_ a: Entry, _ b: Entry) -> Bool { a.report?.seen.contains { $0.beacon == b.beacon } ?? false }
+        return entries.map { e in
+            if let error = e.error {
+                return LabWire.PreflightVerdict(dongle: e.name, dongleId: e.id, agent: e.agent, ok: false, blame: false,
+                                                reason: "the agent did not take the check: \(error)")
+            }
+            guard let r = e.report else {
+                return LabWire.PreflightVerdict(dongle: e.name, dongleId: e.id, agent: e.agent, ok: false, blame: false, reason: "no report")
+            }
+            if let problem = r.problem {
+                return LabWire.PreflightVerdict(dongle: e.name, dongleId: e.id, agent: e.agent, ok: false, blame: true, reason: problem)
+            }
+            let others = active.filter { $0.beacon != e.beacon }
+            let saw = others.filter { heard(e, $0) }
+            let seenBy = others.filter { heard($0, e) }
+            let heardAll = r.seen.filter { s in others.contains { $0.beacon == s.beacon } }.map(\.after).max()
+            var v = LabWire.PreflightVerdict(dongle: e.name, dongleId: e.id, agent: e.agent, ok: true, blame: false, reason: nil,
+                                             saw: saw.map(\.name), seenBy: seenBy.map(\.name),
+                                             seconds: saw.count == others.count ? (heardAll ?? r.advertisingAfter ?? r.elapsed) : nil)
+            guard !others.isEmpty else { return v } // alone: nothing to hear
+            if others.count == 1 {
+                if saw.isEmpty || seenBy.isEmpty {
+                    v.ok = false
+                    v.reason = "\(e.name) and \(others[0].name) did not both hear each other \(within): cannot tell which one is at fault"
+                }
+                return v
+            }
+            // Do the others hear each other (the radio environment works)?
+            let othersWork = others.contains { a in others.contains { b in a.beacon != b.beacon && heard(a, b) } }
+            let deaf = saw.isEmpty, mute = seenBy.isEmpty
+            if deaf || mute {
+                v.ok = false
+                if othersWork {
+                    v.blame = true
+                    v.reason = deaf && mute ? "it heard none of the \(others.count) other dongles and none heard it \(within), while they heard each other"
+                        : deaf ? "it heard none of the \(others.count) other dongles \(within), while they heard each other (its scan finds nothing)"
+                        : "none of the \(others.count) other dongles heard it \(within), while they heard each other (it is not advertising)"
+                } else {
+                    v.reason = "no dongle heard any other \(within): the room, bluetoothd or every dongle is at fault, not one of them"
+                }
+                return v
+            }
+            var warnings = [String]()
+            let missed = others.filter { !heard(e, $0) }.map(\.name)
+            if !missed.isEmpty { warnings.append("did not hear \(missed.joined(separator: ", ")) \(within)") }
+            v.warnings = warnings.isEmpty ? nil : warnings
+            return v
+        }
+    }
+
+    /// The outliers of a run: nodes (three or more) that detected none of the others, or that
+    /// none of the others detected, while the others detected each other. `detected` holds
+    /// "observer\u{1F}observed" of every pair detected.
+    public static func outliers(nodes: [String], detected: Set<String>) -> [String: String] {
+        guard nodes.count >= 3 else { return [:] }
+        func d(_ a: String, _ b: String) -> Bool { detected.contains("\(a)\u{1F}\(b)") }
+        var out = [String: String]()
+        for n in nodes {
+            let others = nodes.filter { $0 != n }
+            let othersWork = others.contains { a in others.contains { b in a != b && d(a, b) } }
+            guard othersWork else { continue }
+            let saw = others.filter { d(n, $0) }, seenBy = others.filter { d($0, n) }
+            if saw.isEmpty && seenBy.isEmpty { out[n] = "detected none of the \(others.count) other nodes and none detected it" }
+            else if saw.isEmpty { out[n] = "detected none of the \(others.count) other nodes, which detected each other" }
+            else if seenBy.isEmpty { out[n] = "none of the \(others.count) other nodes detected it, while they detected each other" }
+        }
+        return out
+    }
+
+    /// What happened to a dongle, for its record.
+    public enum Outcome: Sendable {
+        /// A pre-flight check (`kind` "preflight", with its run) or a health check ("check").
+        case check(kind: String, ok: Bool, blame: Bool, message: String, run: String?, evidence: String?)
+        /// A run it took part in: whether it was the run's outlier.
+        case run(outlier: Bool, message: String, run: String, evidence: String?)
+        /// Its node's radio recovered it (or tried).
+        case recovery(ok: Bool, message: String, run: String?)
+    }
+
+    /// Applies an outcome to a record: its history events and, after `quarantineAfter` failed
+    /// checks or outlier runs in a row, quarantine (health bad) with the evidence. A passing
+    /// check makes an unknown dongle good; it never releases a quarantined one (the operator
+    /// does, after looking).
+    public static func apply(_ outcome: Outcome, to record: inout DongleRecord, at t: Double, quarantineAfter: Int,
+                             recent: [LabWire.DongleEvent]) -> [LabWire.DongleEvent] {
+        var events = [LabWire.DongleEvent]()
+        let k = max(1, quarantineAfter)
+        func quarantine(_ why: String, _ kinds: Set<String>, _ count: Int) {
+            guard record.health.selectable else { return }
+            // The evidence: the failures the quarantine rests on, newest first.
+            let failures = (events + recent).filter { kinds.contains($0.kind) && !$0.ok }.prefix(count)
+            let evidence = failures.map { ["at": String(format: "%.0f", $0.at), "kind": $0.kind, "run": $0.run ?? "", "message": $0.message, "evidence": $0.evidence ?? ""] }
+            let json = (try? JSONSerialization.data(withJSONObject: evidence, options: [.sortedKeys])).map { String(decoding: $0, as: UTF8.self) }
+            record.health = .bad
+            record.healthReason = "quarantined: \(why)"
+            record.healthSince = t
+            events.append(LabWire.DongleEvent(kind: "health", at: t, ok: false, message: "bad: quarantined automatically: \(why)", evidence: json))
+        }
+        switch outcome {
+        case .check(let kind, let ok, let blame, let message, let run, let evidence):
+            events.append(LabWire.DongleEvent(kind: kind, at: t, ok: ok, message: message, run: run, evidence: evidence))
+            if ok {
+                record.failures = 0
+                if record.health == .unknown {
+                    record.health = .good
+                    record.healthReason = "passed its \(kind == "check" ? "health check" : "pre-flight check")"
+                    record.healthSince = t
+                    events.append(LabWire.DongleEvent(kind: "health", at: t, ok: true, message: "good: \(record.healthReason!)", run: run))
+                }
+            } else if blame {
+                record.failures += 1
+                if record.failures >= k { quarantine("failed \(record.failures) checks in a row (last: \(message))", ["check", "preflight"], record.failures) }
+            }
+        case .run(let outlier, let message, let run, let evidence):
+            events.append(LabWire.DongleEvent(kind: "run", at: t, ok: !outlier, message: message, run: run, evidence: evidence))
+            if outlier {
+                record.outliers += 1
+                if record.outliers >= k { quarantine("the outlier of \(record.outliers) runs in a row (last: \(message))", ["run"], record.outliers) }
+            } else {
+                record.outliers = 0
+            }
+        case .recovery(let ok, let message, let run):
+            events.append(LabWire.DongleEvent(kind: "recovery", at: t, ok: ok, message: message, run: run))
+        }
+        return events
+    }
+}
