@@ -59,7 +59,7 @@ let package = Package(
         .target(name: "BlueZRadio", dependencies: ["HeraldCore", "HeraldRadio", "DBus", "CBluetooth"]),
         // MARK: The herald-lab command.
         .executableTarget(name: "HeraldLabCLI", dependencies: [
-            "LabNode", "LabPlan", "HeraldLogs", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP", "LabNet",
+            "LabNode", "LabPlan", "HeraldLogs", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP", "LabNet", "BlueZRadio",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
