@@ -18,7 +18,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
-        .package(url: "https://github.com/swhitty/FlyingFox", from: "0.27.1"),
     ],
     targets: [
         // MARK: Herald protocol: types, payloads, codecs (no dependencies).
@@ -44,14 +43,14 @@ let package = Package(
         .target(name: "LabNet", dependencies: ["CTLS"]),
         // TLS over the system's OpenSSL (libssl3): contexts, handshakes, records, the lab CA.
         .target(name: "CTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
-        // MARK: HTTP plumbing shared by agent, coordinator and air (FlyingFox server, URLSession client, token auth).
-        .target(name: "LabHTTP", dependencies: ["HeraldCore", "LabNet", "CLinuxEvents", .product(name: "FlyingFox", package: "FlyingFox")]),
+        // MARK: HTTP plumbing shared by agent and coordinator (our HTTP/1.1 server on one epoll loop, client, auth).
+        .target(name: "LabHTTP", dependencies: ["HeraldCore", "LabNet", "CLinuxEvents"]),
         .systemLibrary(name: "CLinuxEvents"),
         // MARK: Real-time simulated radio medium for many processes (herald-lab air).
         .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim", "LabNet"]),
         // MARK: Agent (runs a node on a Linux machine) and coordinator (plans, barrier, gather).
-        .target(name: "LabAgent", dependencies: ["HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "LabNet", "RadioAir", "RadioSim", "BlueZRadio", .product(name: "FlyingFox", package: "FlyingFox")]),
-        .target(name: "LabCoordinator", dependencies: ["HeraldCore", "LabPlan", "LabHTTP", "LabNet", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams"), .product(name: "FlyingFox", package: "FlyingFox")]),
+        .target(name: "LabAgent", dependencies: ["HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "LabNet", "RadioAir", "RadioSim", "BlueZRadio"]),
+        .target(name: "LabCoordinator", dependencies: ["HeraldCore", "LabPlan", "LabHTTP", "LabNet", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams")]),
         // MARK: BlueZ over D-Bus (libdbus) and controller identity (libbluetooth).
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .target(name: "DBus", dependencies: ["CDBus"]),
@@ -76,7 +75,8 @@ let package = Package(
         .testTarget(name: "BlueZRadioTests", dependencies: ["BlueZRadio", "DBus", "DBusTestSupport", "HeraldRadio", "HeraldCore", "HeraldSensor", "LabNode", "LabPlan"],
                     exclude: ["fake_bluetoothd.py"]),
         .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabPlan", "LabHTTP"]),
-        .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore", .product(name: "FlyingFox", package: "FlyingFox")]),
+        .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore"]),
+        .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet"]),
         .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore"]),
         .testTarget(name: "EndToEndTests", dependencies: ["LabPlan"]),
     ]

@@ -3,6 +3,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <stdint.h>
 
@@ -10,5 +11,9 @@
 /// SYNC_FILE_RANGE_WRITE, which Glibc declares only under _GNU_SOURCE).
 static inline int heraldlab_start_writeback(int fd, int64_t offset, int64_t length) {
     return (int)syscall(SYS_sync_file_range, fd, offset, length, 2 /* SYNC_FILE_RANGE_WRITE */);
+}
+/// accept4 with SOCK_CLOEXEC (Glibc declares accept4 only under _GNU_SOURCE).
+static inline int heraldlab_accept_cloexec(int fd, struct sockaddr *address, socklen_t *length) {
+    return (int)syscall(SYS_accept4, fd, address, length, SOCK_CLOEXEC);
 }
 #endif

@@ -33,6 +33,8 @@ static SSL_CTX *new_ctx(const SSL_METHOD *m) {
     if (!c) return NULL;
     SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION);
     SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* A peer that closes without close_notify ends the stream (HTTP frames its own bodies). */
+    SSL_CTX_set_options(c, SSL_OP_IGNORE_UNEXPECTED_EOF);
     return c;
 }
 

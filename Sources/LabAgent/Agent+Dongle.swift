@@ -4,7 +4,6 @@ import HeraldRadio
 import LabHTTP
 import LabPlan
 import BlueZRadio
-import FlyingFox
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -86,15 +85,13 @@ extension Agent {
 
     // MARK: Pre-flight
 
-    static let unprocessable = HTTPStatusCode(422, phrase: "Unprocessable Content")
-
     /// Starts a check (or answers for the one with this id): returns once the dongle is
     /// scanning, or failed a stage.
     func startPreflight(_ request: LabWire.PreflightRequest) async throws -> LabWire.PreflightReport {
         guard SafeName.isValid(request.id) else { throw HTTPError(.badRequest, "check id \(SafeName.problem(with: request.id) ?? "is invalid")") }
         guard request.bound.isFinite, request.bound >= 1, request.bound <= 600 else { throw HTTPError(.badRequest, "bound must be 1 to 600 seconds") }
         guard request.peers.count <= 1000 else { throw HTTPError(.badRequest, "at most 1000 peers") }
-        guard config.radio == .bluez else { throw HTTPError(Self.unprocessable, "agent \(config.name) has no dongle (radio \(config.radio.rawValue))") }
+        guard config.radio == .bluez else { throw HTTPError(.unprocessableContent, "agent \(config.name) has no dongle (radio \(config.radio.rawValue))") }
         await refreshDongle()
         let box: UncheckedBox<DongleCheckSession> = try scheduler.sync {
             if let r = active { throw HTTPError(.conflict, "agent \(config.name) is busy with run \(r.id)") }

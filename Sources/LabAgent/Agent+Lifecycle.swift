@@ -3,7 +3,6 @@ import HeraldCore
 import HeraldRadio
 import LabHTTP
 import LabNet
-import FlyingFox
 import LabNode
 import LabPlan
 import RadioAir
@@ -30,10 +29,10 @@ extension Agent {
             return
         }
         guard let air = request.air ?? config.air else {
-            throw HTTPError(HTTPStatusCode(422, phrase: "Unprocessable Content"), "agent \(config.name) has no air to attach its simulated radio to: give the coordinator or the agent --air HOST:PORT")
+            throw HTTPError(.unprocessableContent, "agent \(config.name) has no air to attach its simulated radio to: give the coordinator or the agent --air HOST:PORT")
         }
         do { try AirTransport.probe(host: air.host, port: air.port, timeout: 3) } catch {
-            throw HTTPError(HTTPStatusCode(422, phrase: "Unprocessable Content"), "agent \(config.name) cannot start its radio: \(error)")
+            throw HTTPError(.unprocessableContent, "agent \(config.name) cannot start its radio: \(error)")
         }
     }
 

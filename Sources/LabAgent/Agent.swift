@@ -150,11 +150,11 @@ public final class Agent: @unchecked Sendable {
 
     /// Who may call the agent: the coordinator, with the credential it calls this agent alone
     /// with; the holder of the lab's shared token, in a lab without enrolment.
-    static func authenticator(_ config: Config) -> HTTPService.Authenticator {
+    static func authenticator(_ config: Config) -> HTTPService.Authenticate {
         let coordinator = config.credential?.coordinatorToken, shared = config.token
         return { given in
             if let coordinator, HTTPService.constantTimeEqual(given, coordinator) { return HTTPService.Principal(role: .coordinator, name: "coordinator") }
-            if let shared, HTTPService.constantTimeEqual(given, shared) { return HTTPService.Principal(role: .operator_, name: "token") }
+            if let shared, HTTPService.constantTimeEqual(given, shared) { return HTTPService.Principal(role: .operator, name: "token") }
             return nil
         }
     }

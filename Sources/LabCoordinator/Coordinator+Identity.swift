@@ -40,10 +40,10 @@ extension Coordinator {
     }
 
     /// The service's authenticator: the operator's credential, or an enrolled agent's.
-    static func authenticator(operatorToken: String?, identities: IdentityTable) -> HTTPService.Authenticator {
+    static func authenticator(operatorToken: String?, identities: IdentityTable) -> HTTPService.Authenticate {
         { given in
             if let operatorToken, HTTPService.constantTimeEqual(given, operatorToken) {
-                return HTTPService.Principal(role: .operator_, name: "operator")
+                return HTTPService.Principal(role: .operator, name: "operator")
             }
             // Looked up by hash: the stored hashes are compared, never the secrets.
             let hash = CredentialHash.of(given)
@@ -65,7 +65,7 @@ extension Coordinator {
         switch principal.role {
         case .agent where principal.name == name: return
         case .agent: throw HTTPError(.forbidden, "agent \(principal.name) may not act as agent \(name)")
-        case .operator_ where enrolled == nil: return
+        case .operator where enrolled == nil: return
         default: throw HTTPError(.forbidden, "agent \(name) is enrolled: only its own credential may register or heartbeat as it")
         }
     }

@@ -7,7 +7,7 @@ import LabPlan
 extension Coordinator {
     func routes() {
         // Agents call these two about themselves (their own credential, their own name only).
-        http.route("POST", "/v1/agents/register", allow: [.agent, .operator_]) { [unowned self] req in
+        http.route("POST", "/v1/agents/register", allow: [.agent, .operator]) { [unowned self] req in
             var info = try req.decode(LabWire.AgentInfo.self)
             guard SafeName.isValid(info.name) else { throw HTTPError(.badRequest, "agent name \"\(HTTPService.escaped(info.name))\" \(SafeName.problem(with: info.name)!)") }
             try self.mayActAs(info.name, req.principal)
@@ -25,7 +25,7 @@ extension Coordinator {
             self.log("coordinator: agent \(info.name) registered\(from) at \(esc(info.url))\(announced != info.url ? " (it announced \(esc(announced)))" : "") (radio \(info.radio.rawValue), tags \(esc(info.tags.joined(separator: ","))))")
             return .json(Empty())
         }
-        http.route("POST", "/v1/agents/:name/heartbeat", allow: [.agent, .operator_]) { [unowned self] req in
+        http.route("POST", "/v1/agents/:name/heartbeat", allow: [.agent, .operator]) { [unowned self] req in
             let name = req.parameters["name"] ?? ""
             guard SafeName.isValid(name) else { throw HTTPError(.badRequest, "agent name \(SafeName.problem(with: name) ?? "is invalid")") }
             try self.mayActAs(name, req.principal)
@@ -46,38 +46,38 @@ extension Coordinator {
             return .json(Empty())
         }
         // Everything else is the operator's.
-        http.route("GET", "/v1/agents", allow: [.operator_]) { [unowned self] _ in .json(self.agentViews) }
-        http.route("POST", "/v1/agents/enrol", allow: [.operator_], bodyLimit: 16 * 1024) { [unowned self] req in
+        http.route("GET", "/v1/agents", allow: [.operator]) { [unowned self] _ in .json(self.agentViews) }
+        http.route("POST", "/v1/agents/enrol", bodyLimit: 16 * 1024, allow: [.operator]) { [unowned self] req in
             .json(try self.enrol(try req.decode(LabWire.EnrolRequest.self)), status: .created)
         }
-        http.route("POST", "/v1/agents/:name/revoke", allow: [.operator_]) { [unowned self] req in
+        http.route("POST", "/v1/agents/:name/revoke", allow: [.operator]) { [unowned self] req in
             try self.revoke(req.parameters["name"] ?? "")
             return .json(Empty())
         }
-        http.route("GET", "/v1/dongles", allow: [.operator_]) { [unowned self] req in
+        http.route("GET", "/v1/dongles", allow: [.operator]) { [unowned self] req in
             let history = min(max(Int(req.query["history"] ?? "") ?? 20, 0), 1000)
             return .json(self.dongleViews(history: history))
         }
-        http.route("POST", "/v1/dongles/check", allow: [.operator_], bodyLimit: 64 * 1024) { [unowned self] req in
+        http.route("POST", "/v1/dongles/check", bodyLimit: 64 * 1024, allow: [.operator]) { [unowned self] req in
             .json(try await self.checkDongles(req.body.isEmpty ? LabWire.CheckRequest(dongles: nil, bound: nil) : try req.decode(LabWire.CheckRequest.self)))
         }
-        http.route("POST", "/v1/dongles/:dongle/health", allow: [.operator_], bodyLimit: 16 * 1024) { [unowned self] req in
+        http.route("POST", "/v1/dongles/:dongle/health", bodyLimit: 16 * 1024, allow: [.operator]) { [unowned self] req in
             .json(try self.setHealth(req.parameters["dongle"] ?? "", try req.decode(LabWire.HealthRequest.self)))
         }
-        http.route("POST", "/v1/runs", allow: [.operator_], bodyLimit: 256 * 1024) { [unowned self] req in
+        http.route("POST", "/v1/runs", bodyLimit: 256 * 1024, allow: [.operator]) { [unowned self] req in
             let text = String(decoding: req.body, as: UTF8.self)
             let run = try self.submit(planText: text, source: req.query["name"] ?? "plan")
             return .json(run, status: .created)
         }
-        http.route("GET", "/v1/runs", allow: [.operator_]) { [unowned self] _ in
+        http.route("GET", "/v1/runs", allow: [.operator]) { [unowned self] _ in
             .json(self.withLock { self.runs.values.sorted { $0.created < $1.created } })
         }
-        http.route("GET", "/v1/runs/:id", allow: [.operator_]) { [unowned self] req in
+        http.route("GET", "/v1/runs/:id", allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
             guard let r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
             return .json(r)
         }
-        http.route("POST", "/v1/runs/:id/cancel", allow: [.operator_]) { [unowned self] req in
+        http.route("POST", "/v1/runs/:id/cancel", allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
             guard let r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
             guard r.state == .arming, r.startAt == nil else {
@@ -87,7 +87,7 @@ extension Coordinator {
             let cancelled = await self.endBeforeStart(r, state: .cancelled, message: "cancelled before the start")
             return .json(cancelled)
         }
-        http.route("POST", "/v1/runs/:id/abort", allow: [.operator_]) { [unowned self] req in
+        http.route("POST", "/v1/runs/:id/abort", allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
             guard var r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
             switch r.state {
@@ -103,7 +103,7 @@ extension Coordinator {
                 throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue): nothing to abort")
             }
         }
-        http.route("POST", "/v1/runs/:id/gather", allow: [.operator_]) { [unowned self] req in
+        http.route("POST", "/v1/runs/:id/gather", allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
             guard var r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
             guard r.state.isFinal, r.state != .cancelled, r.startAt != nil else {
@@ -115,7 +115,7 @@ extension Coordinator {
             self.launch(id)
             return .json(r)
         }
-        http.route("GET", "/v1/runs/:id/bundle", allow: [.operator_]) { [unowned self] req in
+        http.route("GET", "/v1/runs/:id/bundle", allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
             guard let r = self.run(id), r.bundle != nil, [.complete, .aborted].contains(r.state) else { throw HTTPError(.conflict, "run \(id) has no bundle") }
             let tar = self.config.results.appendingPathComponent("\(id).tar.gz")

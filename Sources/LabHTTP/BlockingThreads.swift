@@ -1,35 +1,46 @@
 import Foundation
 
-/// Threads for blocking socket work (LabClient's requests), kept for reuse: a job runs at once
-/// on an idle thread, or on a new one when none is idle, so no request ever waits behind
-/// another (as with a thread per request), but a thread is not created and destroyed for each
-/// of them: an agent's heartbeat every second, a coordinator's calls to a thousand agents. A
-/// thread idle for `idleTimeout` seconds ends; at most `maxIdle` wait at any time.
+/// Threads for blocking socket work, kept for reuse: a job runs at once on an idle thread, or on
+/// a new one while fewer than `maxThreads` exist, else it waits in order for the next free
+/// thread. A thread is not created and destroyed for each job (an agent's heartbeat every
+/// second, a coordinator's calls to a thousand agents). A thread idle for `idleTimeout` seconds
+/// ends; at most `maxIdle` wait at any time.
+///
+/// `shared` (LabClient's requests) has no bound, so that no request ever waits behind another;
+/// the HTTP server's workers (`EventLoop.workers`) are bounded.
 final class BlockingThreads: @unchecked Sendable {
     static let shared = BlockingThreads()
 
     private let lock = NSCondition()
     private var jobs: [() -> Void] = []
+    private var head = 0
     private var idle = 0
+    private var threads = 0
+    private let maxThreads: Int
     private let maxIdle: Int
     private let idleTimeout: TimeInterval
     private let stackSize: Int
 
-    init(maxIdle: Int = 64, idleTimeout: TimeInterval = 10, stackSize: Int = 1 << 20) {
+    init(maxThreads: Int = Int.max, maxIdle: Int = 64, idleTimeout: TimeInterval = 10, stackSize: Int = 1 << 20) {
+        self.maxThreads = max(1, maxThreads)
         self.maxIdle = maxIdle
         self.idleTimeout = idleTimeout
         self.stackSize = stackSize
     }
 
+    private var queued: Int { jobs.count - head }
+
     func run(_ job: @escaping @Sendable () -> Void) {
         lock.lock()
-        // An idle thread not yet claimed by a queued job takes it; otherwise a new thread.
-        if idle > jobs.count {
+        // An idle thread not yet claimed by a queued job takes it; otherwise a new thread, while
+        // the bound allows; otherwise it waits for the next thread to finish its job.
+        if idle > queued || threads >= maxThreads {
             jobs.append(job)
             lock.signal()
             lock.unlock()
             return
         }
+        threads += 1
         lock.unlock()
         let thread = Thread { [self] in
             job()
@@ -39,23 +50,35 @@ final class BlockingThreads: @unchecked Sendable {
         thread.start()
     }
 
-    /// After its first job, a thread waits for more, and ends after `idleTimeout` without one.
+    /// After its first job, a thread takes queued jobs, waits for more, and ends after
+    /// `idleTimeout` without one.
     private func worker() {
         lock.lock()
         while true {
-            guard idle < maxIdle else { break }
-            idle += 1
-            let deadline = Date(timeIntervalSinceNow: idleTimeout)
-            while jobs.isEmpty {
-                if !lock.wait(until: deadline) { break }
+            if queued == 0 {
+                guard idle < maxIdle else { break }
+                idle += 1
+                let deadline = Date(timeIntervalSinceNow: idleTimeout)
+                while queued == 0 {
+                    if !lock.wait(until: deadline) { break }
+                }
+                idle -= 1
+                guard queued > 0 else { break }
             }
-            idle -= 1
-            guard !jobs.isEmpty else { break }
-            let job = jobs.removeFirst()
+            let job = jobs[head]
+            head += 1
+            if head == jobs.count {
+                jobs.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head >= 1024 {
+                jobs.removeFirst(head)
+                head = 0
+            }
             lock.unlock()
             job()
             lock.lock()
         }
+        threads -= 1
         lock.unlock()
     }
 }

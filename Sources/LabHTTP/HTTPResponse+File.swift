@@ -1,21 +1,19 @@
 import Foundation
-import FlyingFox
 
 extension HTTPResponse {
-    /// A file streamed from disk. With a `Range: bytes=a-[b]` header (`range`), answers 206 with
-    /// that part and `Content-Range`, so an interrupted download can resume. Throws 404 with
-    /// `missing` when the file is not there.
+    /// A file streamed from disk (256 KiB at a time, never held in memory). With a
+    /// `Range: bytes=a-[b]` header (`range`), answers 206 with that part and `Content-Range`, so
+    /// an interrupted download can resume. Throws 404 with `missing` when the file is not there
+    /// or is not a regular file.
     public static func file(_ url: URL, contentType: String = "application/octet-stream", range: String? = nil, missing: String) throws -> HTTPResponse {
-        guard let attrs = try? FileManager.default.attributesOfItem(atPath: url.path), let size = (attrs[.size] as? NSNumber)?.intValue else {
-            throw HTTPError(.notFound, missing)
-        }
+        guard let file = OpenFile(path: url.path) else { throw HTTPError(.notFound, missing) }
+        let size = file.size
         if let range, let r = parseRange(range, size: size) {
-            let body = try HTTPBodySequence(file: url, range: r, suggestedBufferSize: 256 * 1024)
-            return HTTPResponse(statusCode: .partialContent, headers: [.contentType: contentType, .acceptRanges: "bytes",
-                                                                 .contentRange: "bytes \(r.lowerBound)-\(r.upperBound - 1)/\(size)"], body: body)
+            return HTTPResponse(.partialContent, headers: ["Content-Type": contentType, "Accept-Ranges": "bytes",
+                                                           "Content-Range": "bytes \(r.lowerBound)-\(r.upperBound - 1)/\(size)"],
+                                file: file, range: r)
         }
-        let body = try HTTPBodySequence(file: url, range: nil, suggestedBufferSize: 256 * 1024)
-        return HTTPResponse(statusCode: .ok, headers: [.contentType: contentType, .acceptRanges: "bytes"], body: body)
+        return HTTPResponse(.ok, headers: ["Content-Type": contentType, "Accept-Ranges": "bytes"], file: file, range: 0..<size)
     }
 
     /// `bytes=a-b` or `bytes=a-`, clamped to the file.

@@ -1,36 +1,80 @@
 import Foundation
-import FlyingFox
-import FlyingSocks
 import LabNet
+#if canImport(Glibc)
+import Glibc
+#endif
 
-/// A JSON HTTP service on FlyingFox: routes with `:parameters`, a shared bearer token required
-/// on every route but `GET /health` (401 and a log line otherwise), and request bodies limited
-/// in size (413). Used by the agent, the coordinator and the air.
+/// A JSON HTTP/1.1 service: routes with `:parameters`, authentication before routing (401 on
+/// every route but the public ones such as `GET /health`, known or not, and a log line), roles
+/// per route (403), and limits enforced before the work is done (`Limits`). Used by the agent
+/// and the coordinator. Its connections are served by the process's one `EventLoop` and its
+/// bounded workers (see ARCHITECTURE.md, "Our own HTTP/1.1 server").
 public final class HTTPService: @unchecked Sendable {
-    /// Who may call what: the lab's operator (herald-lab commands), the coordinator (calling an
-    /// agent), an agent (calling the coordinator about itself).
-    public enum Role: String, Sendable, Hashable { case operator_ = "operator", coordinator, agent }
+    /// Who may call: what a bearer credential authenticates as.
+    public enum Role: String, Sendable, Hashable, CaseIterable {
+        case `operator`, coordinator, agent
+    }
 
-    /// Who made a request, as its credential says.
-    public struct Principal: Sendable, Equatable {
+    /// An authenticated caller.
+    public struct Principal: Sendable, Equatable, Hashable {
         public var role: Role
         public var name: String
         public init(role: Role, name: String) { self.role = role; self.name = name }
     }
 
-    public typealias Authenticator = @Sendable (_ bearer: String) -> Principal?
+    /// Maps a bearer credential to its principal, or nil when it is not valid.
+    public typealias Authenticate = @Sendable (_ bearer: String) -> Principal?
+
+    /// What one connection may cost before it is refused: each limit is checked before the work
+    /// it bounds (a header block is not buffered past its limit, a body over its route's limit
+    /// is not read).
+    public struct Limits: Sendable, Equatable {
+        /// From a request's first byte to the end of its head (408 after).
+        public var headerTimeout: Double = 10
+        /// A connection without a new request for this long is closed without an answer.
+        public var idleTimeout: Double = 10
+        /// From the end of the head to the end of the body (408 after).
+        public var bodyTimeout: Double = 30
+        /// A write of the answer that makes no progress for this long ends the connection (a
+        /// client must keep reading a large file).
+        public var writeTimeout: Double = 30
+        /// The whole head, request line included (431 beyond).
+        public var maxHeaderBytes = 16 * 1024
+        /// The request line (414 beyond).
+        public var maxRequestLine = 8 * 1024
+        /// Header fields in one request (431 beyond).
+        public var maxHeaderCount = 100
+        /// Connections open at once, idle ones included; one more is answered 503 and closed.
+        public var maxConnections = 256
+
+        public init(headerTimeout: Double = 10, idleTimeout: Double = 10, bodyTimeout: Double = 30, writeTimeout: Double = 30,
+                    maxHeaderBytes: Int = 16 * 1024, maxRequestLine: Int = 8 * 1024, maxHeaderCount: Int = 100, maxConnections: Int = 256) {
+            self.headerTimeout = headerTimeout
+            self.idleTimeout = idleTimeout
+            self.bodyTimeout = bodyTimeout
+            self.writeTimeout = writeTimeout
+            self.maxHeaderBytes = maxHeaderBytes
+            self.maxRequestLine = maxRequestLine
+            self.maxHeaderCount = maxHeaderCount
+            self.maxConnections = maxConnections
+        }
+    }
 
     public struct Request: Sendable {
-        public var principal: Principal?
         public var method: String
+        /// The decoded path: "/" and the percent-decoded segments (none holds "/", ".", "..").
         public var path: String
         public var parameters: [String: String]
         public var query: [String: String]
+        /// Field names in lower case.
         public var headers: [String: String]
         public var body: Data
+        /// `host:port` of the peer.
         public var remote: String
         /// The numeric address the request came from (IPv4 or IPv6, no brackets), when known.
         public var peerHost: String?
+        /// Who sent it; nil on a public route without a credential, or with authentication off.
+        public var principal: Principal?
 
         public func decode<T: Decodable>(_ type: T.Type) throws -> T {
             do { return try LabJSON.decoder.decode(T.self, from: body) } catch {
@@ -41,165 +85,207 @@ public final class HTTPService: @unchecked Sendable {
 
     public typealias Handler = @Sendable (Request) async throws -> HTTPResponse
 
-    private struct Route: Sendable {
+    struct Route: Sendable {
         let method: String
         let parts: [String]
         let handler: Handler
-        let public_: Bool
-        let allow: Set<Role>?
+        let isPublic: Bool
         let bodyLimit: Int
+        let allow: Set<Role>?
     }
 
     public let name: String
-    private let authenticate: Authenticator?
-    private var routes: [Route] = []
-    private let lock = NSLock()
-    private var server: HTTPServer?
-    private var task: Task<Void, Never>?
+    public let limits: Limits
     public let log: @Sendable (String) -> Void
     public static let defaultBodyLimit = 1 << 20
 
-    /// `token` nil disables authentication (tests of the auth itself use a token).
-    public convenience init(name: String, token: String?, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
-        self.init(name: name, authenticate: token.map(HTTPService.sharedToken), log: log)
-    }
+    private let authenticate: Authenticate?
+    /// The TLS context connections are wrapped with (set by `start`).
+    private var tls: TLSContext?
+    private let tlsLock = NSLock()
+    private var routes: [Route] = []
+    private let routesLock = NSLock()
 
-    /// One shared token: its holder is the operator.
-    public static func sharedToken(_ token: String) -> Authenticator {
-        { given in constantTimeEqual(given, token) ? Principal(role: .operator_, name: "token") : nil }
-    }
+    // Guarded by `EventLoop.shared.lock`: the listener and the connections.
+    var listener: UInt64?
+    var stopping = false
+    /// Connections counted against `limits.maxConnections` (idle and being served).
+    var open = 0
+    /// Connections being served (on a worker or in a handler), for `stop()` to shut down.
+    var active: [UInt64: ServerConnection] = [:]
+    private var refusedOverLimit = 0
+    private var lastRefusalLog = -Double.infinity
+    private var lastAcceptFailureLog = -Double.infinity
 
-    /// `authenticate` maps a bearer credential to who holds it (nil: no authentication, for
-    /// --insecure on loopback only).
-    public init(name: String, authenticate: Authenticator?, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+    /// `authenticate` nil turns authentication off (only for `--insecure` on loopback): every
+    /// route is then open and `Request.principal` is nil.
+    public init(name: String, authenticate: Authenticate?, limits: Limits = Limits(),
+                log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
         self.name = name
         self.authenticate = authenticate
+        self.limits = limits
         self.log = log
         route("GET", "/health", public: true) { _ in .json(["status": "ok", "service": name]) }
     }
 
-    /// Adds a route; `pattern` segments starting with `:` are parameters.
-    /// `allow`: the roles that may call it (nil: any authenticated caller).
-    public func route(_ method: String, _ pattern: String, public isPublic: Bool = false, allow: Set<Role>? = nil, bodyLimit: Int = HTTPService.defaultBodyLimit, _ handler: @escaping Handler) {
-        lock.lock(); defer { lock.unlock() }
-        routes.append(Route(method: method, parts: pattern.split(separator: "/").map(String.init), handler: handler, public_: isPublic, allow: allow, bodyLimit: bodyLimit))
+    /// One shared token: its holder is the operator.
+    public static func sharedToken(_ token: String) -> Authenticate {
+        { given in constantTimeEqual(given, token) ? Principal(role: .operator, name: "token") : nil }
+    }
+
+    /// One shared token, authenticated as the operator; nil turns authentication off.
+    public convenience init(name: String, token: String?, limits: Limits = Limits(),
+                            log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+        var authenticate: Authenticate?
+        if let token {
+            authenticate = { given in HTTPService.constantTimeEqual(given, token) ? Principal(role: .operator, name: "token") : nil }
+        }
+        self.init(name: name, authenticate: authenticate, limits: limits, log: log)
+    }
+
+    /// Adds a route; `pattern` segments starting with `:` are parameters (matched against the
+    /// decoded segments). `allow` nil lets any authenticated principal call it; otherwise a
+    /// principal of another role gets 403.
+    public func route(_ method: String, _ pattern: String, public isPublic: Bool = false, bodyLimit: Int = HTTPService.defaultBodyLimit,
+                      allow: Set<Role>? = nil, _ handler: @escaping Handler) {
+        routesLock.lock(); defer { routesLock.unlock() }
+        routes.append(Route(method: method, parts: pattern.split(separator: "/").map(String.init), handler: handler,
+                            isPublic: isPublic, bodyLimit: max(0, bodyLimit), allow: allow))
     }
 
     /// Starts listening on `host:port` (a name, an IPv4 or IPv6 literal, or a wildcard as
     /// `Listener` takes them; port 0: any free port); returns the bound port.
+    /// With `tls`, every connection is TLS (the handshake on a worker, within the header deadline).
     public func start(host: String = "127.0.0.1", port: UInt16, tls: TLSContext? = nil) async throws -> UInt16 {
-        if tls != nil { throw HTTPError(.internalServerError, "\(name): TLS is not available on this server yet") }
-        let address: NetAddress
+        tlsLock.withLock { self.tls = tls }
+        let fd: Int32, bound: UInt16
         do {
-            address = try Listener.addresses(host: host, port: port)[0]
-            // FlyingFox reports a failed bind only by never listening; binding once here first
-            // says at once why it cannot (address in use, not an address of this machine).
-            close(try Listener.listen(on: address, naming: HostPort(host: host, port: port)).fd)
+            (fd, bound) = try Listener.listen(host: host, port: port, backlog: 1024)
         } catch let e as NetError {
             throw HTTPError(.internalServerError, "\(name): \(e.message)")
         }
-        // FlyingFox binds the address it is given: a sockaddr_in or a sockaddr_in6 (an IPv6 socket
-        // on Linux is dual-stack unless net.ipv6.bindv6only says otherwise).
-        let server: HTTPServer
-        if let v6 = address.ipv6 {
-            server = HTTPServer(address: v6, timeout: 60, pool: SharedSocketPool.shared, logger: .disabled)
-        } else {
-            server = HTTPServer(address: address.ipv4!, timeout: 60, pool: SharedSocketPool.shared, logger: .disabled)
+        let loop = EventLoop.shared
+        loop.lock.withLock { stopping = false }
+        do {
+            let id = try loop.addListener(fd, service: self)
+            loop.lock.withLock { listener = id }
+        } catch {
+            Glibc.close(fd)
+            throw HTTPError(.internalServerError, "\(name): \(error)")
         }
-        await server.appendRoute("*") { [self] request in await self.handle(request) }
-        self.server = server
-        task = Task { try? await server.run() }
-        do { try await server.waitUntilListening(timeout: 10) } catch {
-            throw HTTPError(.internalServerError, "\(name): cannot listen on \(HostPort(host: host, port: port)) (\(address.host))")
-        }
-        let bound: UInt16
-        switch await server.listeningAddress {
-        case .ip4(_, let p)?, .ip6(_, let p)?: bound = p
-        default: throw HTTPError(.internalServerError, "no listening address")
-        }
-        // TCP_NODELAY on every connection FlyingFox accepts. FlyingFox 0.27 makes, binds and
-        // listens on its socket inside HTTPServer.run() and hands it to nobody (no initialiser
-        // takes a Socket, `state` is private, accepted sockets get no options), so the listening
-        // socket is found by what it is bound to and the option set on it: Linux copies it to
-        // every connection accepted afterwards. Replies are written head then body; with Nagle a
-        // body waits for the head's ACK, a round trip (a clock probe's offset skews by half).
-        // With port 0 nobody knows the port before this returns; with a fixed port only a
-        // connection completed in the microseconds since listen() could miss it.
-        for fd in Sockets.listeningSockets(family: address.family, port: bound) { Sockets.setNoDelay(fd) }
         return bound
     }
 
+    /// Closes the listening socket, closes idle connections and shuts down those being served
+    /// (a worker blocked reading one returns at once); returns when they are closed, or after
+    /// about a second (a handler still running finds its connection gone when it answers).
     public func stop() async {
-        if let server { await server.stop(timeout: 1) }
-        task?.cancel()
+        let loop = EventLoop.shared
+        let id = loop.lock.withLock { () -> UInt64? in
+            stopping = true
+            defer { listener = nil }
+            return listener
+        }
+        if let id { loop.removeListener(id) }
+        loop.closeParked(of: self)
+        loop.lock.withLock {
+            for c in active.values { _ = Glibc.shutdown(c.fd, Int32(SHUT_RDWR)) }
+        }
+        let deadline = monotonicNow() + 1
+        while monotonicNow() < deadline, loop.lock.withLock({ open > 0 }) {
+            try? await Task.sleep(nanoseconds: 10_000_000)
+        }
     }
 
-    private func match(_ method: String, _ path: String) -> (Route, [String: String])? {
-        let parts = path.split(separator: "/").map(String.init)
-        lock.lock(); let rs = routes; lock.unlock()
-        for r in rs where r.parts.count == parts.count {
-            var params = [String: String]()
-            var ok = true
-            for (p, v) in zip(r.parts, parts) {
-                // FlyingFox has decoded the path once already: parameters are taken as they are.
-                if p.hasPrefix(":") { params[String(p.dropFirst())] = v } else if p != v { ok = false; break }
+    /// Wraps an accepted socket as the connection requests are read from and answered on: the
+    /// one place where a TLS handshake is to happen (on a worker, bounded by the header
+    /// deadline: the socket's timeouts are set before). On a throw the descriptor is still the
+    /// caller's to close.
+    private func wrap(fd: Int32, peer: String, timeout: Double) throws -> Connection {
+        try Connection.accepted(fd: fd, name: peer, tls: tlsLock.withLock { tls }, timeout: timeout)
+    }
+
+    func wrapConnection(_ c: ServerConnection) throws -> Connection {
+        try wrap(fd: c.fd, peer: c.remote, timeout: max(0.001, c.headStarted + limits.headerTimeout - monotonicNow()))
+    }
+
+    // MARK: Routing and authentication
+
+    enum Admission {
+        case refuse(HTTPStatusCode, String, logged: String?)
+        case route(Route, [String: String], Principal?)
+    }
+
+    private func match(_ method: String, _ segments: [String]) -> (Route, [String: String])? {
+        routesLock.lock(); let rs = routes; routesLock.unlock()
+        func find(_ method: String) -> (Route, [String: String])? {
+            for r in rs where r.method == method && r.parts.count == segments.count {
+                var params = [String: String]()
+                var ok = true
+                for (p, v) in zip(r.parts, segments) {
+                    if p.hasPrefix(":") { params[String(p.dropFirst())] = v } else if p != v { ok = false; break }
+                }
+                if ok { return (r, params) }
             }
-            guard ok else { continue }
-            if r.method == method { return (r, params) }
+            return nil
         }
-        return nil
+        // HEAD is GET without the body.
+        return find(method) ?? (method == "HEAD" ? find("GET") : nil)
     }
 
-    private func handle(_ request: HTTPRequest) async -> HTTPResponse {
-        let method = request.method.rawValue
-        let path = request.path
-        let remote = request.remoteAddress.map { "\($0)" } ?? "?"
-        let peerHost: String?
-        switch request.remoteAddress {
-        case .ip4(let h, _)?, .ip6(let h, _)?: peerHost = h
-        default: peerHost = nil
-        }
-        var headers = [String: String]()
-        for (k, v) in request.headers { headers[k.rawValue.lowercased()] = v }
-        let matched = match(method, path)
-        // Authentication before routing: without the token, nobody learns which routes exist.
+    /// Authentication before routing: without a valid credential nobody learns which routes
+    /// exist (an unknown route is 401 too, never 404); then the route, then the role.
+    func admit(_ head: RequestHead) -> Admission {
+        let matched = match(head.method, head.segments)
         var principal: Principal?
-        if matched?.0.public_ != true, let authenticate {
-            let given = headers["authorization"].flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
-            principal = given.flatMap(authenticate)
-            guard principal != nil else {
-                log("\(name): refused \(method) \(Self.escaped(path)) from \(remote): \(given == nil ? "missing" : "wrong") credential")
-                return .error(.unauthorized, "a valid credential is required (Authorization: Bearer <token>)")
+        if let authenticate {
+            let bearer = head.headers["authorization"].flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
+            if let bearer { principal = authenticate(bearer) }
+            if matched?.0.isPublic != true && principal == nil {
+                return .refuse(.unauthorized, "a valid token is required (Authorization: Bearer <token>)",
+                               logged: "\(bearer == nil ? "missing" : "wrong") token")
             }
         }
         guard let (route, params) = matched else {
-            return .error(.notFound, "no route \(method) \(Self.escaped(path))")
+            return .refuse(.notFound, "no route \(head.method) \(Self.escaped(head.path))", logged: nil)
         }
-        if let principal, let allow = route.allow, !allow.contains(principal.role) {
-            log("\(name): refused \(method) \(Self.escaped(path)) from \(remote): \(principal.role.rawValue) \(Self.escaped(principal.name)) may not call it")
-            return .error(.forbidden, "\(principal.role.rawValue) \(principal.name) may not call \(method) \(Self.escaped(path))")
+        if authenticate != nil, !route.isPublic, let allow = route.allow, let principal, !allow.contains(principal.role) {
+            return .refuse(.forbidden, "not allowed for role \(principal.role.rawValue)",
+                           logged: "\(principal.role.rawValue) \(Self.escaped(principal.name)) is not allowed here")
         }
-        if let length = headers["content-length"].flatMap(Int.init), length > route.bodyLimit {
-            log("\(name): refused \(method) \(Self.escaped(path)) from \(remote): body of \(length) bytes over the \(route.bodyLimit)-byte limit")
-            return .error(.payloadTooLarge, "request body over \(route.bodyLimit) bytes")
-        }
-        let body: Data
+        return .route(route, params, principal)
+    }
+
+    /// Runs a route's handler; its errors become answers.
+    func respond(_ route: Route, _ request: Request) async -> HTTPResponse {
         do {
-            body = try await request.bodyData
-        } catch {
-            return .error(.badRequest, "cannot read the request body")
-        }
-        if body.count > route.bodyLimit { return .error(.payloadTooLarge, "request body over \(route.bodyLimit) bytes") }
-        var query = [String: String]()
-        for item in request.query { query[item.name] = item.value }
-        do {
-            return try await route.handler(Request(principal: principal, method: method, path: path, parameters: params, query: query, headers: headers, body: body, remote: remote, peerHost: peerHost))
+            return try await route.handler(request)
         } catch let e as HTTPError {
             return .error(e.status, e.message)
         } catch {
-            log("\(name): \(method) \(Self.escaped(path)) failed: \(Self.escaped("\(error)"))")
+            log("\(name): \(request.method) \(Self.escaped(request.path)) failed: \(Self.escaped("\(error)"))")
             return .error(.internalServerError, "\(error)")
         }
+    }
+
+    // MARK: Log lines about connections (lock held: written off the loop)
+
+    func noteRefusedOverLimit(now: Double) {
+        refusedOverLimit += 1
+        guard now - lastRefusalLog >= 5 else { return }
+        let line = "\(name): refused \(refusedOverLimit) connection(s) over the limit of \(limits.maxConnections) open (503)"
+        refusedOverLimit = 0
+        lastRefusalLog = now
+        let log = self.log
+        DispatchQueue.global().async { log(line) }
+    }
+
+    func noteAcceptFailure(_ why: String, now: Double) {
+        guard now - lastAcceptFailureLog >= 5 else { return }
+        lastAcceptFailureLog = now
+        let line = "\(name): cannot accept connections: \(why); pausing"
+        let log = self.log
+        DispatchQueue.global().async { log(line) }
     }
 
     /// Text from the network as it may go into a log line: control characters, quotes and
@@ -225,67 +311,5 @@ public final class HTTPService: @unchecked Sendable {
         var diff: UInt8 = 0
         for i in 0..<x.count { diff |= x[i] ^ y[i] }
         return diff == 0
-    }
-}
-
-/// An error a handler throws to answer with a status and a message.
-public struct HTTPError: Error, CustomStringConvertible, Sendable {
-    public var status: HTTPStatusCode
-    public var message: String
-    public init(_ status: HTTPStatusCode, _ message: String) { self.status = status; self.message = message }
-    public var description: String { "\(status.code) \(message)" }
-}
-
-extension HTTPResponse {
-    /// A JSON body.
-    public static func json<T: Encodable>(_ value: T, status: HTTPStatusCode = .ok) -> HTTPResponse {
-        let data = (try? LabJSON.encoder.encode(value)) ?? Data("{}".utf8)
-        return HTTPResponse(statusCode: status, headers: [.contentType: "application/json"], body: data)
-    }
-
-    /// `{"error": message}` with a status.
-    public static func error(_ status: HTTPStatusCode, _ message: String) -> HTTPResponse {
-        json(["error": message], status: status)
-    }
-}
-
-/// JSON as every HeraldLab endpoint speaks it (times are numbers: seconds since 1970).
-public enum LabJSON {
-    public static let encoder: JSONEncoder = {
-        let e = JSONEncoder()
-        e.outputFormatting = [.sortedKeys]
-        return e
-    }()
-    public static let decoder = JSONDecoder()
-
-    static func describe(_ error: Error) -> String {
-        switch error {
-        case DecodingError.keyNotFound(let key, let ctx): return "missing field \((ctx.codingPath + [key]).map(\.stringValue).joined(separator: "."))"
-        case DecodingError.typeMismatch(_, let ctx), DecodingError.valueNotFound(_, let ctx), DecodingError.dataCorrupted(let ctx):
-            return "\(ctx.codingPath.map(\.stringValue).joined(separator: ".")): \(ctx.debugDescription)"
-        default: return "\(error)"
-        }
-    }
-}
-
-/// The shared token: `HERALDLAB_TOKEN`, or the first line of a token file.
-public enum LabToken {
-    public static func load(file: String?) throws -> String? {
-        if let file {
-            guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
-                throw HTTPError(.internalServerError, "cannot read the token file \(file)")
-            }
-            let token = text.split(whereSeparator: \.isNewline).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
-            guard token.count >= 16 else { throw HTTPError(.internalServerError, "the token in \(file) is shorter than 16 characters") }
-            return token
-        }
-        if let env = ProcessInfo.processInfo.environment["HERALDLAB_TOKEN"], !env.isEmpty { return env }
-        return nil
-    }
-
-    /// A new random token (hex, 32 bytes).
-    public static func generate() -> String {
-        var g = SystemRandomNumberGenerator()
-        return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &g)) }.joined()
     }
 }

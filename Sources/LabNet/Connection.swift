@@ -29,8 +29,8 @@ public final class Connection: @unchecked Sendable {
         self.name = name
     }
 
-    /// Whether the stream is TLS.
-    public var isTLS: Bool { tls != nil }
+    /// Whether the stream is TLS (set once, at the handshake; stays true after close).
+    public private(set) var isTLS = false
 
     /// Dials `host:port` (see `Dialer.connect`); with `tls`, handshakes and checks that the
     /// server's certificate is the lab CA's and names `host`.
@@ -45,23 +45,34 @@ public final class Connection: @unchecked Sendable {
                 throw NetError(.tls, "\(c.name): \(NetError.text(cBuffer: err))")
             }
             c.tls = session
+            c.isTLS = true
         }
         return c
     }
 
-    /// Takes an accepted socket; with `tls`, handshakes as the server, bounded by `timeout`.
+    /// Takes an accepted socket; with `tls`, handshakes as the server, bounded by `timeout`. When
+    /// it throws, the socket is still the caller's to close.
     public static func accepted(fd: Int32, name: String, tls: TLSContext?, timeout: TimeInterval = 10) throws -> Connection {
         let c = Connection(fd: fd, name: name)
         if let tls {
             c.setTimeouts(seconds: timeout)
             var err = [CChar](repeating: 0, count: 512)
             guard let session = ctls_accept(tls.raw, fd, &err, err.count) else {
-                c.close()
+                c.lock.withLock { c.closed = true } // the caller closes the descriptor
                 throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
             }
             c.tls = session
+            c.isTLS = true
         }
         return c
+    }
+
+    /// Bytes already received and decrypted, waiting to be read (TLS; 0 for a plain socket):
+    /// a reader that waits for the socket to become readable must read these first.
+    public var pendingBytes: Int {
+        guard let session = tls else { return 0 }
+        tlsLock.lock(); defer { tlsLock.unlock() }
+        return Int(ctls_pending(session))
     }
 
     deinit { close() }
@@ -87,11 +98,16 @@ public final class Connection: @unchecked Sendable {
         }
     }
 
-    /// One TLS record operation, waiting while OpenSSL wants the socket.
-    private func tlsIO(_ session: OpaquePointer, doing what: String, _ op: (OpaquePointer, UnsafeMutablePointer<CChar>, Int) -> Int32) throws -> Int {
+    /// One TLS record operation, waiting while OpenSSL wants the socket. The session is looked
+    /// up under the lock each time: `close()` on another thread frees it.
+    private func tlsIO(doing what: String, _ op: (OpaquePointer, UnsafeMutablePointer<CChar>, Int) -> Int32) throws -> Int {
         var err = [CChar](repeating: 0, count: 256)
         while true {
             tlsLock.lock()
+            guard let session = tls else {
+                tlsLock.unlock()
+                throw NetError(.protocolError, "\(name): the connection was closed")
+            }
             let rc = op(session, &err, err.count)
             tlsLock.unlock()
             if rc >= 0 { return Int(rc) }
@@ -106,9 +122,9 @@ public final class Connection: @unchecked Sendable {
     /// Reads at most `buffer.count` bytes; 0 at the end of the stream.
     public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
-        if let session = tls {
+        if isTLS {
             let len = Int32(clamping: buffer.count)
-            return try tlsIO(session, doing: "waiting for data") { ctls_read($0, base, len, $1, $2) }
+            return try tlsIO(doing: "waiting for data") { ctls_read($0, base, len, $1, $2) }
         }
         while true {
             let n = recv(fd, base, buffer.count, 0)
@@ -131,11 +147,11 @@ public final class Connection: @unchecked Sendable {
     public func write(_ bytes: UnsafeRawBufferPointer) throws {
         guard let base = bytes.baseAddress else { return }
         var off = 0
-        if let session = tls {
+        if isTLS {
             while off < bytes.count {
                 let len = Int32(clamping: bytes.count - off)
                 let p = base + off
-                off += try tlsIO(session, doing: "sending") { ctls_write($0, p, len, $1, $2) }
+                off += try tlsIO(doing: "sending") { ctls_write($0, p, len, $1, $2) }
             }
             return
         }

@@ -47,18 +47,4 @@ public enum Sockets {
         guard rc == 0, storage.ss_family == sa_family_t(AF_INET) || storage.ss_family == sa_family_t(AF_INET6) else { return nil }
         return NetAddress(storage: storage, length: len)
     }
-
-    /// The listening sockets of this process bound to `port` in `family`: how a socket opened by a
-    /// library that does not hand it out (FlyingFox's HTTPServer) is reached. Linux refuses two
-    /// listeners on one address and port, so for a given bound address there is at most one.
-    public static func listeningSockets(family: Int32, port: UInt16) -> [Int32] {
-        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return [] }
-        return entries.compactMap(Int32.init).sorted().filter { fd in
-            var listening: Int32 = 0
-            var len = socklen_t(MemoryLayout<Int32>.size)
-            guard getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0, listening != 0,
-                  let local = localAddress(fd) else { return false }
-            return local.family == family && local.port == port
-        }
-    }
 }

@@ -1,5 +1,8 @@
 import CTLS
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A TLS context over the system's OpenSSL: a server's certificate and key, or a client's trust
 /// in the lab CA. Made once per process and shared by every connection.
@@ -7,8 +10,14 @@ public final class TLSContext: @unchecked Sendable {
     let raw: OpaquePointer
     public let isServer: Bool
 
+    /// OpenSSL writes to sockets with write(2): a peer that has gone raises SIGPIPE, which would
+    /// end the process. It is ignored once, before the first TLS context; writes then fail with
+    /// EPIPE, which every caller handles.
+    private static let ignoreSIGPIPE: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
+
     /// A server presenting `certificate` (PEM, chain) with `key`.
     public init(certificate: String, key: String) throws {
+        Self.ignoreSIGPIPE
         var err = [CChar](repeating: 0, count: 512)
         guard let ctx = ctls_server_ctx(certificate, key, &err, err.count) else { throw NetError(.tls, NetError.text(cBuffer: err)) }
         raw = ctx
@@ -17,6 +26,7 @@ public final class TLSContext: @unchecked Sendable {
 
     /// A client trusting only the CA certificates in `trusting` (PEM) and checking the peer's name.
     public init(trusting ca: String) throws {
+        Self.ignoreSIGPIPE
         var err = [CChar](repeating: 0, count: 512)
         guard let ctx = ctls_client_ctx(ca, &err, err.count) else { throw NetError(.tls, NetError.text(cBuffer: err)) }
         raw = ctx

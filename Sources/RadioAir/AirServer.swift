@@ -76,6 +76,7 @@ public final class AirServer: @unchecked Sendable {
                 let connection: Connection
                 do { connection = try Connection.accepted(fd: c, name: peer, tls: tls) } catch {
                     self.log("air: refused a connection from \(peer): \(error)")
+                    Glibc.close(c)
                     return
                 }
                 connection.setTimeouts(seconds: 30)
@@ -93,6 +94,8 @@ public final class AirServer: @unchecked Sendable {
                 socket.startReading(onMessage: { [weak self] m in
                     self?.scheduler.execute { self?.received(m, connection: id, socket: socket) }
                 }, onClose: { [weak self] in
+                    // Every connection's socket is closed when its reader ends, attached or not.
+                    socket.close()
                     self?.scheduler.execute { self?.closed(id) }
                 })
             }
@@ -113,14 +116,23 @@ public final class AirServer: @unchecked Sendable {
         return "a ticket is required"
     }
 
-    /// Text from a node as it may go into a log line (control characters escaped, 100 characters).
-    static func escaped(_ s: String) -> String {
-        String(s.unicodeScalars.prefix(100).map { $0.value < 0x20 || $0.value == 0x7F ? "?" : Character($0) })
+    /// A node's name as it may go into a log line: control characters escaped (no forged
+    /// lines), at most 200 characters.
+    static func escaped(_ text: String) -> String {
+        var out = ""
+        for u in text.unicodeScalars.prefix(200) {
+            if u.value < 0x20 || u.value == 0x7F || (0x80...0x9F).contains(u.value) || u.value == 0x2028 || u.value == 0x2029 || u == "\\" {
+                out += u == "\\" ? "\\\\" : String(format: "\\x%02X", u.value & 0xFF)
+            } else {
+                out.unicodeScalars.append(u)
+            }
+        }
+        return text.unicodeScalars.count > 200 ? out + "..." : out
     }
 
     private func closed(_ id: Int) {
         guard let node = nodes.removeValue(forKey: id) else { return }
-        log("air: \(node.name) left")
+        log("air: \(Self.escaped(node.name)) left")
         node.detach()
         if nodes.isEmpty { medium = nil }
     }
@@ -140,7 +152,7 @@ public final class AirServer: @unchecked Sendable {
             let name = m.node ?? "node\(id)"
             // A node that reattaches (its link was down) replaces its old attachment.
             for (other, n) in nodes where n.name == name && other != id {
-                log("air: \(name) reattached; dropping its previous connection")
+                log("air: \(Self.escaped(name)) reattached; dropping its previous connection")
                 nodes[other] = nil
                 n.detach()
                 n.socket.close()
@@ -148,7 +160,7 @@ public final class AirServer: @unchecked Sendable {
             let transport = medium!.addNode(name: "\(name)#\(id)", x: m.x ?? 0, y: m.y ?? 0)
             let node = AttachedNode(name: name, transport: transport, socket: socket)
             nodes[id] = node
-            log("air: \(name) attached at (\(m.x ?? 0), \(m.y ?? 0)) as \(transport.address)")
+            log("air: \(Self.escaped(name)) attached at (\(m.x ?? 0), \(m.y ?? 0)) as \(transport.address)")
             var r = AirMessage("hello", id: m.id)
             r.ok = true
             r.address = transport.address.value

@@ -151,15 +151,16 @@ final class LineSocket: @unchecked Sendable {
         guard var encoded = try? JSONEncoder().encode(message) else { return }
         encoded.append(10)
         let data = encoded
+        lock.lock(); let isClosed = closed; lock.unlock()
+        guard !isClosed else { return }
         writeQueue.async { [self] in
-            lock.lock(); let isClosed = closed; lock.unlock()
-            guard !isClosed else { return }
             do { try connection.write(data) } catch { close() }
         }
     }
 
-    /// Reads lines until EOF on a thread of its own; `onMessage` gets each decoded message. Lines
-    /// that are not messages are skipped; a line over `maxLine` bytes ends the connection.
+    /// Reads lines until EOF on a thread of its own; `onMessage` gets each decoded message. A
+    /// line over `maxLine` bytes ends the connection (nothing unbounded is buffered), and only
+    /// new bytes are searched for a line end (a long line costs linear time, not quadratic).
     func startReading(onMessage: @escaping @Sendable (AirMessage) -> Void, onClose: @escaping @Sendable () -> Void) {
         let connection = self.connection
         let thread = Thread { [self] in
@@ -170,11 +171,13 @@ final class LineSocket: @unchecked Sendable {
                 let n: Int
                 do { n = try connection.read(into: &buf) } catch let e as NetError where e.kind == .timeout { continue } catch { break }
                 if n == 0 { break }
+                var scan = pending.count
                 pending.append(contentsOf: buf[0..<n])
                 var start = 0
-                while let nl = pending[start...].firstIndex(of: 10) {
+                while let nl = pending[scan...].firstIndex(of: 10) {
                     let line = Data(pending[start..<nl])
                     start = nl + 1
+                    scan = start
                     if let m = try? decoder.decode(AirMessage.self, from: line) { onMessage(m) }
                 }
                 pending.removeFirst(start)
@@ -193,8 +196,11 @@ final class LineSocket: @unchecked Sendable {
         closed = true
         lock.unlock()
         if !was {
-            connection.shutdown()
-            writeQueue.async { self.connection.close() }
+            // After what was sent before: a refusal reaches the peer before the connection ends.
+            writeQueue.async {
+                self.connection.shutdown()
+                self.connection.close()
+            }
         }
     }
 }

@@ -126,7 +126,7 @@ final class HarnessTests: XCTestCase {
         for service in [["coordinator", "--results", lab.results.path], ["air"], ["agent", "--name", "a1", "--data", lab.dir.appendingPathComponent("a1").path]] {
             let (code, out) = try lab.cli(service + ["--port", "0"], environment: env)
             XCTAssertEqual(code, 2, "\(service[0]) without a token: \(out)")
-            XCTAssertTrue(out.contains("no token"), out)
+            XCTAssertTrue(out.contains("no credentials"), out)
             let (c2, o2) = try lab.cli(service + ["--port", "0", "--insecure", "--host", "0.0.0.0"], environment: env)
             XCTAssertEqual(c2, 2, "\(service[0]) --insecure on a non-loopback address: \(o2)")
             XCTAssertTrue(o2.contains("loopback only"), o2)

@@ -5,6 +5,8 @@ Mutates the shipped plans and small real log folders (a simulated bundle, a slic
 2020-12-08 fixture) with a seeded generator, runs the built herald-lab on each as a subprocess
 with a time limit, and counts exit codes, crashes (killed by a signal), hangs (time limit hit)
 and escapes (files written outside the output folders: the sandbox is listed before and after).
+Then hostile_http.py starts the air, a coordinator and an agent and throws malformed and hostile
+requests at them over raw sockets (--http-requests per service, 0 to skip).
 Exit status 1 if any crash, hang or escape; 0 otherwise.
 """
 import argparse
@@ -20,6 +22,7 @@ import sys
 import tarfile
 import time
 
+import hostile_http
 import mutate_logs
 import mutate_plans
 
@@ -120,6 +123,8 @@ def main():
     ap.add_argument("--sandbox", default=os.path.join(REPO, ".build", "badinput"))
     ap.add_argument("--fixture", default=os.path.join(REPO, "..", "shared", "herald", "fixtures", "herald-2020-12-08.tar.xz"))
     ap.add_argument("--max-sim-nodes", type=int, default=30)
+    ap.add_argument("--http-requests", type=int, default=1000, help="hostile inputs per service (0: skip the HTTP part)")
+    ap.add_argument("--http-budget", type=float, default=90, help="seconds of hostile network traffic at most")
     args = ap.parse_args()
 
     started = time.monotonic()
@@ -229,6 +234,12 @@ def main():
             print("  " + line)
         print(f"  all failures: {os.path.join(sandbox, 'failures.txt')}")
     bad = counts["crash"] + counts["hang"] + len(escapes)
+    print("badinput files: " + ("FAIL" if bad else "PASS"))
+
+    # The services over raw sockets (hostile_http.py): malformed and hostile HTTP and air input.
+    if args.http_requests > 0:
+        http = hostile_http.run(binary, args.seed, sandbox, requests=args.http_requests, budget=args.http_budget)
+        bad += http["bad"]
     print("badinput: " + ("FAIL" if bad else "PASS"))
     return 1 if bad else 0
 

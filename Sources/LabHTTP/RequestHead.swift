@@ -1,0 +1,199 @@
+import Foundation
+
+/// Why a request is refused before it reaches a handler: the status to answer with and a message
+/// for the body (and the log).
+struct Refusal: Error {
+    var status: HTTPStatusCode
+    var message: String
+    /// The request as far as it is known ("GET /v1/x"), for the log line (escaped there).
+    var request: String?
+    init(_ status: HTTPStatusCode, _ message: String, request: String? = nil) {
+        self.status = status
+        self.message = message
+        self.request = request
+    }
+}
+
+/// A request's head (request line and header fields), parsed strictly (RFC 9112): CRLF line
+/// ends only, no folded lines, no space before a field's colon, no control characters, UTF-8
+/// only, exactly one way to find the body's end. Anything else is a `Refusal`.
+struct RequestHead {
+    static let methods: Set<String> = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"]
+    /// Fields that must not appear twice (a second one is refused, not joined).
+    static let singletons: Set<String> = ["host", "authorization", "content-length", "transfer-encoding", "content-type", "expect", "range"]
+
+    var method: String
+    /// The request target as sent (still percent-encoded).
+    var target: String
+    var http10: Bool
+    /// Field names in lower case; repeated fields joined with ", ".
+    var headers: [String: String]
+    /// The path's segments, each percent-decoded once (empty segments dropped).
+    var segments: [String]
+    var query: [String: String]
+    var contentLength: Int?
+    var chunked: Bool
+    var keepAlive: Bool
+    var expectContinue: Bool
+
+    /// The decoded path ("/" and the segments joined by "/"; no segment holds a "/").
+    var path: String { "/" + segments.joined(separator: "/") }
+
+    /// Whether a body follows the head.
+    var hasBody: Bool { chunked || (contentLength ?? 0) > 0 }
+
+    /// Parses `requestLine` and the header `lines` (without their CRLF).
+    static func parse(requestLine: ArraySlice<UInt8>, lines: [ArraySlice<UInt8>]) throws -> RequestHead {
+        // Request line: METHOD SP target SP HTTP/x.y, printable ASCII only.
+        for b in requestLine where b < 0x20 || b >= 0x7F {
+            throw Refusal(.badRequest, b >= 0x80 ? "the request line is not ASCII" : "control character in the request line")
+        }
+        let parts = requestLine.split(separator: 0x20, omittingEmptySubsequences: false)
+        guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty else { throw Refusal(.badRequest, "malformed request line") }
+        let method = String(decoding: parts[0], as: UTF8.self)
+        let target = String(decoding: parts[1], as: UTF8.self)
+        let version = String(decoding: parts[2], as: UTF8.self)
+        guard method.utf8.allSatisfy(isTokenByte) else { throw Refusal(.badRequest, "malformed method") }
+        guard methods.contains(method) else { throw Refusal(.notImplemented, "method not supported (GET, HEAD, POST, PUT, DELETE, PATCH)") }
+        let http10: Bool
+        switch version {
+        case "HTTP/1.1": http10 = false
+        case "HTTP/1.0": http10 = true
+        default:
+            let v = Array(version.utf8)
+            if v.count == 8, version.hasPrefix("HTTP/"), isDigit(v[5]), v[6] == UInt8(ascii: "."), isDigit(v[7]) {
+                throw Refusal(.httpVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
+            }
+            throw Refusal(.badRequest, "malformed HTTP version")
+        }
+        guard target.hasPrefix("/") else { throw Refusal(.badRequest, "the request target must be a path (origin form)") }
+        guard !target.contains("#") else { throw Refusal(.badRequest, "fragment in the request target") }
+
+        // Header fields.
+        var headers = [String: String]()
+        for line in lines {
+            guard let first = line.first else { continue }
+            if first == 0x20 || first == 0x09 { throw Refusal(.badRequest, "folded header line") }
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { throw Refusal(.badRequest, "header line without a colon") }
+            let nameBytes = line[line.startIndex..<colon]
+            guard !nameBytes.isEmpty, nameBytes.allSatisfy(isTokenByte) else { throw Refusal(.badRequest, "malformed header name") }
+            var valueBytes = line[(colon + 1)...]
+            while let b = valueBytes.first, b == 0x20 || b == 0x09 { valueBytes = valueBytes.dropFirst() }
+            while let b = valueBytes.last, b == 0x20 || b == 0x09 { valueBytes = valueBytes.dropLast() }
+            for b in valueBytes where (b < 0x20 && b != 0x09) || b == 0x7F { throw Refusal(.badRequest, "control character in a header value") }
+            guard let value = String(validating: valueBytes, as: UTF8.self) else { throw Refusal(.badRequest, "header value is not UTF-8") }
+            let name = String(decoding: nameBytes, as: UTF8.self).lowercased()
+            if let old = headers[name] {
+                if singletons.contains(name) { throw Refusal(.badRequest, "repeated \(name) header") }
+                headers[name] = old + ", " + value
+            } else {
+                headers[name] = value
+            }
+        }
+
+        // The body's framing: one way only.
+        var contentLength: Int?
+        var chunked = false
+        if let te = headers["transfer-encoding"] {
+            guard !http10 else { throw Refusal(.badRequest, "Transfer-Encoding in an HTTP/1.0 request") }
+            guard headers["content-length"] == nil else { throw Refusal(.badRequest, "both Content-Length and Transfer-Encoding") }
+            guard te.lowercased() == "chunked" else { throw Refusal(.notImplemented, "only Transfer-Encoding: chunked is supported") }
+            chunked = true
+        }
+        if let cl = headers["content-length"] {
+            let digits = Array(cl.utf8)
+            guard !digits.isEmpty, digits.count <= 18, digits.allSatisfy(isDigit), let n = Int(cl) else {
+                throw Refusal(.badRequest, "invalid Content-Length")
+            }
+            contentLength = n
+        }
+        if !http10 && headers["host"] == nil { throw Refusal(.badRequest, "no Host header (required in HTTP/1.1)") }
+        var expectContinue = false
+        if let expect = headers["expect"] {
+            guard expect.lowercased() == "100-continue" else { throw Refusal(.expectationFailed, "only Expect: 100-continue is supported") }
+            expectContinue = true
+        }
+        let connection = Set((headers["connection"] ?? "").lowercased().split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
+        let keepAlive = http10 ? connection.contains("keep-alive") && !connection.contains("close") : !connection.contains("close")
+
+        // The target: path segments and query, each part percent-decoded exactly once.
+        let rawPath: Substring, rawQuery: Substring?
+        if let q = target.firstIndex(of: "?") {
+            rawPath = target[..<q]
+            rawQuery = target[target.index(after: q)...]
+        } else {
+            rawPath = target[...]
+            rawQuery = nil
+        }
+        var segments = [String]()
+        for raw in rawPath.split(separator: "/") {
+            guard let bytes = percentDecoded(raw.utf8), let segment = String(validating: bytes, as: UTF8.self) else {
+                throw Refusal(.badRequest, "malformed percent-encoding in the path", request: "\(method) \(target)")
+            }
+            // Control characters other than NUL pass: handlers check their names, and log lines
+            // escape them.
+            guard segment != ".", segment != "..", !bytes.contains(UInt8(ascii: "/")), !bytes.contains(0) else {
+                throw Refusal(.badRequest, "path segment \".\" or \"..\", or holding \"/\" or NUL", request: "\(method) \(target)")
+            }
+            segments.append(segment)
+        }
+        var query = [String: String]()
+        if let rawQuery {
+            for item in rawQuery.split(separator: "&") {
+                let pair = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+                guard let nameBytes = percentDecoded(pair[0].utf8), let name = String(validating: nameBytes, as: UTF8.self),
+                      let valueBytes = percentDecoded((pair.count > 1 ? pair[1] : "").utf8), let value = String(validating: valueBytes, as: UTF8.self),
+                      !nameBytes.contains(0), !valueBytes.contains(0) else {
+                    throw Refusal(.badRequest, "malformed percent-encoding in the query", request: "\(method) \(target)")
+                }
+                query[name] = value
+            }
+        }
+        return RequestHead(method: method, target: target, http10: http10, headers: headers, segments: segments, query: query,
+                           contentLength: contentLength, chunked: chunked, keepAlive: keepAlive, expectContinue: expectContinue)
+    }
+
+    /// `%XX` decoded once; nil for a `%` not followed by two hex digits.
+    static func percentDecoded<C: Collection>(_ bytes: C) -> [UInt8]? where C.Element == UInt8 {
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count)
+        var i = bytes.startIndex
+        while i != bytes.endIndex {
+            let b = bytes[i]
+            if b == UInt8(ascii: "%") {
+                let h = bytes.index(after: i)
+                guard h != bytes.endIndex else { return nil }
+                let l = bytes.index(after: h)
+                guard l != bytes.endIndex, let hi = hexValue(bytes[h]), let lo = hexValue(bytes[l]) else { return nil }
+                out.append(hi << 4 | lo)
+                i = bytes.index(after: l)
+            } else {
+                out.append(b)
+                i = bytes.index(after: i)
+            }
+        }
+        return out
+    }
+
+    static func hexValue(_ b: UInt8) -> UInt8? {
+        switch b {
+        case 0x30...0x39: return b - 0x30
+        case 0x41...0x46: return b - 0x41 + 10
+        case 0x61...0x66: return b - 0x61 + 10
+        default: return nil
+        }
+    }
+
+    static func isDigit(_ b: UInt8) -> Bool { b >= 0x30 && b <= 0x39 }
+
+    /// RFC 9110 tchar.
+    static func isTokenByte(_ b: UInt8) -> Bool {
+        switch b {
+        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: return true
+        case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
+             UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
+             UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"): return true
+        default: return false
+        }
+    }
+}
