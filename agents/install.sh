@@ -123,7 +123,7 @@ if [ -z "$stage" ]; then
   owner() { chgrp heraldlab "$@"; }
 else
   mkdir -p "$etc/agents" "$root/var/lib/herald-lab" "$root/etc/systemd/system" "$root/etc/udev/rules.d" "$root/usr/local/bin"
-  install -m 0755 "$binary" "$root/usr/local/bin/herald-lab"
+  ln -sf "$(cd "$(dirname "$binary")" && pwd)/$(basename "$binary")" "$root/usr/local/bin/herald-lab"
   owner() { :; }
 fi
 

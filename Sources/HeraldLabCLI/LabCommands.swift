@@ -175,6 +175,9 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .customLong("dongle-name"), help: "The dongle's label, as plans select it (bluez radio; default: the agent's name).")
     var dongleName: String?
 
+    @Option(name: .customLong("host-name"), help: "The host the dongle is reported on (default: this machine's name).")
+    var hostName: String?
+
     @Option(help: "Where sysfs is (the dongle's USB identity, USB resets).")
     var sysfs: String = "/sys"
 
@@ -220,6 +223,10 @@ struct AgentCommand: AsyncParsableCommand {
             config.dongleName = dongleName
         }
         config.sysfsRoot = sysfs
+        if let hostName {
+            guard SafeName.isValid(hostName) else { log("--host-name \"\(hostName)\" \(SafeName.problem(with: hostName)!)"); throw ExitCode(2) }
+            config.hostName = hostName
+        }
         config.usbReset = !noUSBReset
         if let air { config.air = try parseAir(air) }
         let agent = Agent(config: config)

@@ -36,7 +36,7 @@ extension Agent {
         let selector = config.adapter ?? "hci0"
         let survey = await LocalDongles.survey(sysfsRoot: config.sysfsRoot, identities: false)
         let local = LocalDongles.find(selector, in: survey.dongles)
-        var info = Self.dongleInfo(local, selector: selector, name: config.dongleName ?? config.name, host: Self.hostName(), agent: config.name,
+        var info = Self.dongleInfo(local, selector: selector, name: config.dongleName ?? config.name, host: config.hostName ?? Self.hostName(), agent: config.name,
                                    tags: config.tags, identity: controllerIdentity)
         if local == nil, !survey.problems.isEmpty { info.problem = [info.problem, survey.problems.joined(separator: "; ")].compactMap { $0 }.joined(separator: "; ") }
         stackLock.withLock { dongleInfo = info }

@@ -36,6 +36,8 @@ public final class Agent: @unchecked Sendable {
         public var adapter: String?
         /// The dongle's label (radio bluez); nil: the agent's name.
         public var dongleName: String?
+        /// The host name the dongle is reported on; nil: this machine's.
+        public var hostName: String?
         /// Where sysfs is (the dongle's USB identity and USB resets); tests give a fake tree.
         public var sysfsRoot = "/sys"
         /// Whether a dongle that stops answering may be reset at USB level (sysfs `authorized`).
