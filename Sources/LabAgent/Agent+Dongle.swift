@@ -159,6 +159,7 @@ extension Agent {
             s.final = r
             self.log("agent \(self.config.name): check \(s.request.id) done: heard \(r.seen.count) of \(s.request.peers.count) other dongles in \(String(format: "%.1f", r.elapsed)) s")
             done(r)
+            Task { await self.refreshDongle() } // powered, hciN: as the check left it
         }
     }
 

@@ -96,7 +96,7 @@ cat "$OUT/check1.txt"
 
 step "d3 goes mute (its adverts reach nobody)"
 touch "$OUT/fault-d3"
-wait_until 10 "the fault" grep -q "fault: d3 is now mute" "$OUT/controllers.log"
+sleep 1 # the controllers look for the file at most twice a second
 
 step "health check 2: d3 fails"
 "$BIN" dongles check "${ADMIN[@]}" --bound 45 > "$OUT/check2.txt" 2>&1
