@@ -33,12 +33,18 @@ public final class DongleCheck: BLETransportDelegate, @unchecked Sendable {
 
     public let company: UInt16
     public let beacon: Data
+    /// The other dongles' beacons: once all are heard, the check stops scanning (and keeps
+    /// advertising for the others), which spares bluetoothd a flood of reports.
+    public var expected: Set<Data> = []
+    /// Advertising interval of the beacon (seconds).
+    public var interval: TimeInterval = 0.5
     private let transport: BlueZTransport
     private let scheduler: DispatchScheduler
     private let selector: String
     private let busAddress: String?
     private let started = Date()
     private var findings = Findings()
+    private var scanStopped = false
     /// Called on the scheduler with every report whose manufacturer data carries `company`.
     public var log: ((String) -> Void)?
 
@@ -91,12 +97,13 @@ public final class DongleCheck: BLETransportDelegate, @unchecked Sendable {
             if case .failure(let e) = result { return fail("powered", "\(e)", done) }
             findings.powered = true
             findings.poweredAfter = since
-            let ad = Advertisement(serviceUUIDs: [], manufacturerData: [company: beacon], interval: 0.1)
+            let ad = Advertisement(serviceUUIDs: [], manufacturerData: [company: beacon], interval: interval)
             transport.startAdvertising(ad) { [self] result in
                 if case .failure(let e) = result { return fail("advertising", "\(e)", done) }
                 findings.advertising = true
                 findings.advertisingAfter = since
-                transport.startScanning(filter: ScanFilter(duplicateData: true)) { [self] result in
+                // First sightings are all it needs: no duplicate reports.
+                transport.startScanning(filter: ScanFilter(duplicateData: false)) { [self] result in
                     if case .failure(let e) = result { return fail("scanning", "\(e)", done) }
                     findings.scanning = true
                     done(current)
@@ -119,9 +126,10 @@ public final class DongleCheck: BLETransportDelegate, @unchecked Sendable {
             done(current)
         }
         guard findings.powered, t.state == .poweredOn else { return finish() }
-        t.stopScanning { _ in
-            t.stopAdvertising { _ in finish() }
-        }
+        let scanning = findings.scanning && !scanStopped
+        scanStopped = true
+        let unadvertise = { t.stopAdvertising { _ in finish() } }
+        if scanning { t.stopScanning { _ in unadvertise() } } else { unadvertise() }
     }
 
     // MARK: BLETransportDelegate
@@ -136,6 +144,10 @@ public final class DongleCheck: BLETransportDelegate, @unchecked Sendable {
         guard let data = report.manufacturerData[company], data != beacon, findings.heard[data] == nil else { return }
         findings.heard[data] = Sighting(after: since, rssi: report.rssi)
         log?("heard \(report.address) after \(String(format: "%.1f", since)) s (RSSI \(report.rssi))")
+        if !expected.isEmpty, !scanStopped, expected.isSubset(of: Set(findings.heard.keys)) {
+            scanStopped = true
+            transport.stopScanning { _ in }
+        }
     }
 
     public func transport(didDisconnect address: RadioAddress) {}

@@ -97,8 +97,10 @@ extension Agent {
             if let r = active { throw HTTPError(.conflict, "agent \(config.name) is busy with run \(r.id)") }
             if let c = check, c.request.id == request.id { return UncheckedBox(c) }
             if let c = check, c.final == nil { throw HTTPError(.conflict, "agent \(config.name) is checking its dongle for \(c.request.id)") }
+            // bluetoothd answers slowly while it sets up several adapters of one host at once.
             let dc = DongleCheck(adapter: config.adapter ?? "hci0", busAddress: nil, company: LabWire.preflightCompany,
-                                 beacon: LabWire.preflightData(request.beacon), scheduler: scheduler)
+                                 beacon: LabWire.preflightData(request.beacon), scheduler: scheduler, callTimeout: min(30, max(10, request.bound / 2)))
+            dc.expected = Set(request.peers.map(LabWire.preflightData))
             let s = DongleCheckSession(request: request, check: dc)
             check = s
             s.stopTask = scheduler.schedule(after: request.bound + 15) { [weak self, weak s] in

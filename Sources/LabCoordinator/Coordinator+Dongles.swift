@@ -147,6 +147,7 @@ extension Coordinator {
         var key: String?
         var agent: String
         var url: String
+        var host: String?
     }
 
     /// Checks dongles together (the pre-flight of a run, or a health check): each agent
@@ -163,7 +164,9 @@ extension Coordinator {
         let began = now
         withLock { for c in candidates { checking.insert(c.agent) } }
         defer { withLock { for c in candidates { checking.remove(c.agent) } } }
-        let clients = candidates.map { c in URL(string: c.url).map { u in LabClient(base: u, token: credentialForCalling(c.agent), timeout: 30) } }
+        // Setting a dongle up (power, advertising, discovery) can take bluetoothd many seconds
+        // when a host sets up several at once: the first answer may take up to the bound.
+        let clients = candidates.map { c in URL(string: c.url).map { u in LabClient(base: u, token: credentialForCalling(c.agent), timeout: max(30, bound + 15)) } }
         // Start: each agent finds, powers and starts its dongle advertising and scanning.
         var reports = [LabWire.PreflightReport?](repeating: nil, count: candidates.count)
         var errors = [String?](repeating: nil, count: candidates.count)
@@ -204,7 +207,8 @@ extension Coordinator {
             for await (i, r) in group where r != nil && r?.id == id { reports[i] = r }
         }
         let entries = candidates.indices.map { i in
-            DongleRules.Entry(name: candidates[i].name, id: candidates[i].key, agent: candidates[i].agent, beacon: beacons[i], report: reports[i], error: errors[i])
+            DongleRules.Entry(name: candidates[i].name, id: candidates[i].key, agent: candidates[i].agent, beacon: beacons[i], report: reports[i], error: errors[i],
+                              host: reports[i]?.dongle?.host ?? candidates[i].host)
         }
         let verdicts = DongleRules.judge(entries, bound: bound)
         var quarantined = [String]()
@@ -262,7 +266,7 @@ extension Coordinator {
                 left.append("\(r.info.name) (its agent is not alive)"); continue
             }
             guard !busy.contains(agent) else { left.append("\(r.info.name) (busy)"); continue }
-            candidates.append(CheckCandidate(name: r.info.name, key: r.id, agent: agent, url: info.url))
+            candidates.append(CheckCandidate(name: r.info.name, key: r.id, agent: agent, url: info.url, host: r.info.host))
         }
         guard !candidates.isEmpty else {
             throw HTTPError(.conflict, "no dongle to check\(left.isEmpty ? "" : ": \(left.joined(separator: ", "))")")
@@ -283,8 +287,8 @@ extension Coordinator {
         let bound = plan.agents.preflight ?? config.preflightBound
         guard plan.radio.kind == .bluez, bound > 0, r.preflight == nil else { return r }
         let spares = r.spares ?? []
-        let candidates = r.nodes.map { CheckCandidate(name: $0.dongle?.name ?? $0.agent, key: $0.dongle.map(DongleRecord.key), agent: $0.agent, url: $0.agentURL) }
-            + spares.map { CheckCandidate(name: $0.dongle?.name ?? $0.agent, key: $0.dongle.map(DongleRecord.key), agent: $0.agent, url: $0.agentURL) }
+        let candidates = r.nodes.map { CheckCandidate(name: $0.dongle?.name ?? $0.agent, key: $0.dongle.map(DongleRecord.key), agent: $0.agent, url: $0.agentURL, host: $0.dongle?.host) }
+            + spares.map { CheckCandidate(name: $0.dongle?.name ?? $0.agent, key: $0.dongle.map(DongleRecord.key), agent: $0.agent, url: $0.agentURL, host: $0.dongle?.host) }
         let (verdicts, _) = await runChecks(candidates, bound: bound, id: "\(r.id.prefix(50))-pf", kind: "preflight", run: r.id)
         if Task.isCancelled { return nil }
         r.preflight = verdicts

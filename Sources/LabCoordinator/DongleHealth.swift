@@ -39,17 +39,28 @@ public enum DongleRules {
         public var beacon: UInt32
         public var report: LabWire.PreflightReport?
         public var error: String?
-        public init(name: String, id: String?, agent: String, beacon: UInt32, report: LabWire.PreflightReport?, error: String?) {
-            self.name = name; self.id = id; self.agent = agent; self.beacon = beacon; self.report = report; self.error = error
+        /// The host the dongle is plugged into (one bluetoothd serves all of a host's dongles).
+        public var host: String?
+        public init(name: String, id: String?, agent: String, beacon: UInt32, report: LabWire.PreflightReport?, error: String?, host: String? = nil) {
+            self.name = name; self.id = id; self.agent = agent; self.beacon = beacon; self.report = report; self.error = error; self.host = host
+        }
+
+        /// How far the check got: 0 nothing, 1 present, 2 powered, 3 advertising, 4 scanning.
+        var stage: Int {
+            guard let r = report else { return 0 }
+            return r.scanning ? 4 : r.advertising ? 3 : r.powered ? 2 : r.present ? 1 : 0
         }
     }
 
     /// Verdicts, in the entries' order. A dongle fails its own check when it is not present,
-    /// cannot power on or advertise, or (three dongles or more) heard none of the others or was
-    /// heard by none of them while the others heard each other. When nobody heard anybody, or
-    /// two dongles did not both hear each other, the check fails without blaming any dongle (the
-    /// room, bluetoothd, or either of the two). Pairs missing between dongles that otherwise hear
-    /// and are heard are warnings.
+    /// cannot power on, advertise or scan, or (three dongles or more) heard none of the others or
+    /// was heard by none of them while the others heard each other. A stage failure counts
+    /// against the dongle only when another dongle of its host got past that stage (one
+    /// bluetoothd and one kernel serve all of a host's dongles: when all of them fail alike, the
+    /// host is at fault), or, alone on its host, when a dongle elsewhere did. When nobody heard
+    /// anybody, or two dongles did not both hear each other, the check fails without blaming any
+    /// dongle (the room, bluetoothd, or either of the two). Pairs missing between dongles that
+    /// otherwise hear and are heard are warnings.
     public static func judge(_ entries: [Entry], bound: Double) -> [LabWire.PreflightVerdict] {
         let within = "within \(Int(bound.rounded())) s"
         let active = entries.filter { $0.error == nil && $0.report != nil && $0.report?.problem == nil }
@@ -63,7 +74,14 @@ public enum DongleRules {
                 return LabWire.PreflightVerdict(dongle: e.name, dongleId: e.id, agent: e.agent, ok: false, blame: false, reason: "no report")
             }
             if let problem = r.problem {
-                return LabWire.PreflightVerdict(dongle: e.name, dongleId: e.id, agent: e.agent, ok: false, blame: true, reason: problem)
+                let sameHost = entries.filter { $0.beacon != e.beacon && $0.error == nil && $0.host == e.host }
+                let witnesses = sameHost.isEmpty ? entries.filter { $0.beacon != e.beacon && $0.error == nil } : sameHost
+                let blame = witnesses.contains { $0.stage > e.stage }
+                var v = LabWire.PreflightVerdict(dongle: e.name, dongleId: e.id, agent: e.agent, ok: false, blame: blame, reason: problem)
+                if !blame, !witnesses.isEmpty {
+                    v.reason = "\(problem); every other dongle \(sameHost.isEmpty ? "checked" : "of host \(e.host ?? "unknown")") failed as far: its bluetoothd or kernel is at fault, not this dongle"
+                }
+                return v
             }
             let others = active.filter { $0.beacon != e.beacon }
             let saw = others.filter { heard(e, $0) }

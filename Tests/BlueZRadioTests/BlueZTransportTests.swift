@@ -355,8 +355,9 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         }
     }
 
-    func check(_ adapter: String, _ scheduler: DispatchScheduler, beacon: Data) async -> (DongleCheck, DongleCheck.Findings) {
+    func check(_ adapter: String, _ scheduler: DispatchScheduler, beacon: Data, expected: Set<Data> = []) async -> (DongleCheck, DongleCheck.Findings) {
         let check = DongleCheck(adapter: adapter, busAddress: bus.address, company: 0xFFFF, beacon: beacon, scheduler: scheduler, callTimeout: 5)
+        check.expected = expected
         let box = UncheckedBox(check)
         let found: DongleCheck.Findings = await withCheckedContinuation { c in scheduler.execute { box.value.start { c.resume(returning: $0) } } }
         return (check, found)
@@ -374,11 +375,15 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         let own = Data(Array("HLpf".utf8) + [0, 0, 0, 1])
         _ = try await fakeCall("Beacon", [.bytes([UInt8](other))])
         let scheduler = DispatchScheduler(label: "test.check")
-        let (check, started) = await self.check("AA:BB:CC:DD:EE:00", scheduler, beacon: own)
+        let (check, started) = await self.check("AA:BB:CC:DD:EE:00", scheduler, beacon: own, expected: [other])
         XCTAssertNil(started.problem)
         XCTAssertTrue(started.present && started.powered && started.advertising && started.scanning, "\(started)")
         XCTAssertEqual(started.adapter, "hci0")
         try await eventually("the other dongle's beacon heard") { scheduler.sync { check.current.heard[other] != nil } }
+        // Every expected beacon heard: the scan stops at once, the advertising goes on.
+        try await eventually("the scan stopped") { (try await self.fakeState())["discoveryStops"] as? Int == 1 }
+        let unregistered = try await fakeState()["unregistered"] as? Int
+        XCTAssertEqual(unregistered, 0)
         let final = await stop(check, scheduler)
         XCTAssertTrue(final.finished)
         XCTAssertEqual(final.heard[other]?.rssi, rssiScript.first)
@@ -386,9 +391,10 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         let state = try await fakeState()
         let advert = ((state["adverts"] as? [[String: Any]])?.last?["props"] as? [String: Any]) ?? [:]
         XCTAssertEqual((advert["ManufacturerData"] as? [String: String])?["65535"], "484c706600000001", "the beacon is advertised")
-        XCTAssertEqual(advert["MinInterval"] as? Int, 100)
+        XCTAssertEqual(advert["MinInterval"] as? Int, 500)
         XCTAssertEqual(state["unregistered"] as? Int, 1, "the check's advertisement is withdrawn")
-        XCTAssertGreaterThanOrEqual(state["discoveryStops"] as? Int ?? 0, 1)
+        XCTAssertEqual(state["discoveryStops"] as? Int, 1, "the scan is not stopped twice")
+        XCTAssertEqual((state["filter"] as? [String: Any])?["DuplicateData"] as? Bool, false, "first sightings only")
     }
 
     func testDongleCheckSaysWhichStageFailed() async throws {

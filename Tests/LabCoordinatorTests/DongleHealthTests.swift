@@ -54,6 +54,34 @@ final class DongleHealthTests: XCTestCase {
         XCTAssertFalse(v[4].blame, "an agent that could not check is not the dongle's fault")
     }
 
+    /// One bluetoothd serves all of a host's dongles: when every dongle of a host fails the same
+    /// stage, the host is at fault and no dongle is blamed; one failing among working ones is.
+    func testAStageEveryDongleOfAHostFailsBlamesTheHostNotTheDongles() {
+        func on(_ e: DongleRules.Entry, _ host: String) -> DongleRules.Entry { var e = e; e.host = host; return e }
+        var stuck = report("a1", seen: [], problem: "cannot advertise: timed out: RegisterAdvertisement")
+        stuck.present = true; stuck.powered = true
+        var entries = [1, 2, 3].map { n -> DongleRules.Entry in
+            var e = on(entry(n, seen: []), "hostA")
+            e.report = stuck
+            return e
+        }
+        entries += [on(entry(4, seen: [5, 6]), "hostB"), on(entry(5, seen: [4, 6]), "hostB"), on(entry(6, seen: [4, 5]), "hostB")]
+        var v = DongleRules.judge(entries, bound: 30)
+        XCTAssertEqual(v.map(\.ok), [false, false, false, true, true, true])
+        XCTAssertEqual(v.map(\.blame), [false, false, false, false, false, false])
+        XCTAssertEqual(v[0].reason, "cannot advertise: timed out: RegisterAdvertisement; every other dongle of host hostA failed as far: its bluetoothd or kernel is at fault, not this dongle")
+        // d2 alone cannot advertise on hostA: its own failure.
+        entries[0] = on(entry(1, seen: [3, 4]), "hostA")
+        entries[2] = on(entry(3, seen: [1, 4]), "hostA")
+        v = DongleRules.judge(entries, bound: 30)
+        XCTAssertEqual(v[1].ok, false)
+        XCTAssertEqual(v[1].blame, true)
+        XCTAssertEqual(v[1].reason, "cannot advertise: timed out: RegisterAdvertisement")
+        // Alone on its host: judged against the dongles elsewhere.
+        let alone = DongleRules.judge([on(entries[1], "hostC"), entries[3], entries[4]], bound: 30)
+        XCTAssertTrue(alone[0].blame)
+    }
+
     func testNobodyHearsAnybodyBlamesNoOneAndTwoDonglesCannotTell() {
         let all = DongleRules.judge([entry(1, seen: []), entry(2, seen: []), entry(3, seen: [])], bound: 30)
         XCTAssertEqual(all.map(\.ok), [false, false, false])

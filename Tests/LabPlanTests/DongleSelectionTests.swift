@@ -106,6 +106,16 @@ final class DongleSelectionTests: XCTestCase {
         XCTAssertNil(LabWire.normalisedAddress("hci0"))
     }
 
+    func testTheShippedDonglePlanParses() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let p = try Plan.load(path: root.appendingPathComponent("plans/dongles-5.yaml").path)
+        XCTAssertEqual(p.nodes.count, 5)
+        XCTAssertEqual(p.radio.kind, .bluez)
+        XCTAssertEqual(p.agents.count, 5)
+        XCTAssertEqual(p.agents.spares, 1)
+        XCTAssertEqual(p.agents.preflight, 45)
+    }
+
     func testDecodedPlansAreRangeChecked() throws {
         var p = try plan("{count: 3}")
         p.agents.spares = -3
