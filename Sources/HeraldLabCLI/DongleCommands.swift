@@ -180,7 +180,7 @@ struct DonglesCheck: AsyncParsableCommand {
         print("health check \(result.id): \(result.verdicts.filter(\.ok).count) of \(result.verdicts.count) dongles passed")
         for v in result.verdicts {
             var line = "  \(v.dongle.padding(toLength: 16, withPad: " ", startingAt: 0)) \(v.ok ? "ok    " : "FAILED") "
-            if v.ok { line += "heard \(v.saw.count), heard by \(v.seenBy.count)\(v.seconds.map { String(format: ", all in %.1f s", $0) } ?? "")" }
+            if v.ok { line += "heard \(v.saw.count), heard by \(v.seenBy.count)\(v.seconds.map { String(format: ", the last after %.1f s", $0) } ?? "")" }
             else { line += "\(v.reason ?? "")\(v.blame ? "" : " (not counted against it)")" }
             print(line)
             for w in v.warnings ?? [] { print("      warning: \(w)") }

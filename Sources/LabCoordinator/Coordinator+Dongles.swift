@@ -217,7 +217,7 @@ extension Coordinator {
             if let d = reports[i]?.dongle { noteDongle(d, agent: candidates[i].agent) }
             guard let key = reports[i]?.dongle.map(DongleRecord.key) ?? candidates[i].key else { continue }
             let evidence = Self.evidence(reports[i], v)
-            let message = v.ok ? "passed: heard \(v.saw.count), heard by \(v.seenBy.count)\(v.seconds.map { String(format: ", all heard in %.1f s", $0) } ?? "")"
+            let message = v.ok ? "passed: heard \(v.saw.count), heard by \(v.seenBy.count)\(v.seconds.map { String(format: ", the last after %.1f s", $0) } ?? "")"
                 : "failed: \(v.reason ?? "no reason")\(v.blame ? "" : " (not counted against it)")"
             if let q = apply(.check(kind: kind, ok: v.ok, blame: v.blame, message: message, run: run, evidence: evidence), to: key) {
                 log("coordinator: dongle \(q) quarantined: it failed \(config.quarantineAfter) checks in a row (\(v.reason ?? ""))")

@@ -86,10 +86,10 @@ public enum DongleRules {
             let others = active.filter { $0.beacon != e.beacon }
             let saw = others.filter { heard(e, $0) }
             let seenBy = others.filter { heard($0, e) }
+            // When it had heard every dongle it heard (its check's time, the check's own start included).
             let heardAll = r.seen.filter { s in others.contains { $0.beacon == s.beacon } }.map(\.after).max()
             var v = LabWire.PreflightVerdict(dongle: e.name, dongleId: e.id, agent: e.agent, ok: true, blame: false, reason: nil,
-                                             saw: saw.map(\.name), seenBy: seenBy.map(\.name),
-                                             seconds: saw.count == others.count ? (heardAll ?? r.advertisingAfter ?? r.elapsed) : nil)
+                                             saw: saw.map(\.name), seenBy: seenBy.map(\.name), seconds: heardAll)
             guard !others.isEmpty else { return v } // alone: nothing to hear
             if others.count == 1 {
                 if saw.isEmpty || seenBy.isEmpty {

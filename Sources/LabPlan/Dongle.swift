@@ -125,7 +125,8 @@ extension LabWire {
         /// dongles failed together blames neither.
         public var blame: Bool
         public var reason: String?
-        /// Dongles it saw and that saw it (names), and the check's own figures.
+        /// Dongles it saw and that saw it (names); `seconds`: when it had heard the last of
+        /// those it heard, from the start of its check.
         public var saw: [String]
         public var seenBy: [String]
         public var seconds: Double?
