@@ -231,6 +231,40 @@ final class DongleHealthTests: XCTestCase {
         }
     }
 
+    /// After a run: every node's dongle gets the run and its radio's recoveries in its history;
+    /// the run's outlier is not `complete`, and two outlier runs in a row quarantine its dongle.
+    func testARunsOutlierIsPartialAndItsDongleIsQuarantinedAfterTwo() throws {
+        let c = try coordinator()
+        for n in 1...4 { register(c, n, url: "http://127.0.0.1:\(9000 + n)") }
+        func run(_ id: String) -> RunRecord {
+            var r = RunRecord(id: id, plan: "p", planText: "", state: .gathering, created: 0, duration: 60, warmup: 0, air: nil, nodes: [])
+            r.nodes = (1...4).map { n in
+                RunRecord.Node(name: "n\(n)", agent: "a\(n)", agentURL: "", state: "complete", files: [],
+                               dongle: c.withLock { c.dongles["F0:00:00:00:00:0\(n)"]?.info })
+            }
+            r.nodes[1].recoveries = [LabWire.Recovery(at: 5, action: "power-cycle", ok: true, reason: "3 calls to the adapter failed in a row", detail: "adapter /org/bluez/hci1 powered and ready again after 2.1 s")]
+            return r
+        }
+        var detected = Set<String>()
+        for a in ["n1", "n2", "n4"] { for b in ["n1", "n2", "n4"] where a != b { detected.insert("\(a)\u{1F}\(b)") } }
+        detected.insert("n3\u{1F}n1")
+        var r1 = run("r1")
+        c.judgeRun(&r1, detected: detected)
+        XCTAssertEqual(r1.nodes.map(\.state), ["complete", "complete", "partial", "complete"])
+        XCTAssertEqual(r1.nodes[2].message, "its dongle looks faulty: none of the 3 other nodes detected it, while they detected each other")
+        var views = c.dongleViews(history: 10)
+        XCTAssertEqual(views[1].history.map(\.kind), ["run", "recovery", "registered"])
+        XCTAssertEqual(views[1].history[1].message, "power-cycle worked: adapter /org/bluez/hci1 powered and ready again after 2.1 s (because 3 calls to the adapter failed in a row)")
+        XCTAssertEqual(views[2].outliers, 1)
+        XCTAssertEqual(views[2].health, .unknown)
+        var r2 = run("r2")
+        c.judgeRun(&r2, detected: detected)
+        views = c.dongleViews(history: 10)
+        XCTAssertEqual(views[2].health, .bad)
+        XCTAssertEqual(views[2].healthReason, "quarantined: the outlier of 2 runs in a row (last: outlier of node n3: none of the 3 other nodes detected it, while they detected each other)")
+        XCTAssertEqual(views[0].health, .unknown, "a run is not a check: it neither makes a dongle good nor bad")
+    }
+
     /// Five stub agents answer checks over HTTP; d3's beacon is heard by nobody. Two checks
     /// quarantine it (K = 2); the record, its evidence and history survive a restart.
     func testChecksThroughAgentsQuarantineTheMuteDongleAndSurviveARestart() async throws {
