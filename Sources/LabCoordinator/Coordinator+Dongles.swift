@@ -176,7 +176,10 @@ extension Coordinator {
                 let client = clients[i]
                 group.addTask {
                     guard let client else { return (i, nil, "bad agent URL \(c.url)") }
-                    do { return (i, try await client.call("POST", "/v1/preflight", request) as LabWire.PreflightReport, nil) } catch { return (i, nil, "\(error)") }
+                    do {
+                        let r: LabWire.PreflightReport = try await client.call("POST", "/v1/preflight", request)
+                        return (i, r.sanitised(agent: c.agent), nil)
+                    } catch { return (i, nil, LabWire.cleanText("\(error)", max: 500) ?? "failed") }
                 }
             }
             for await (i, r, e) in group { reports[i] = r; errors[i] = e }
@@ -192,7 +195,8 @@ extension Coordinator {
                 await withTaskGroup(of: (Int, LabWire.PreflightReport?).self) { group in
                     for i in active {
                         let client = clients[i]
-                        group.addTask { (i, try? await client?.call("GET", "/v1/preflight") as LabWire.PreflightReport?) }
+                        let agent = candidates[i].agent
+                        group.addTask { (i, (try? await client?.call("GET", "/v1/preflight") as LabWire.PreflightReport?)?.sanitised(agent: agent)) }
                     }
                     for await (i, r) in group where r != nil && r?.id == id { reports[i] = r }
                 }
@@ -202,7 +206,8 @@ extension Coordinator {
         await withTaskGroup(of: (Int, LabWire.PreflightReport?).self) { group in
             for i in candidates.indices where errors[i] == nil {
                 let client = clients[i]
-                group.addTask { (i, try? await client?.call("POST", "/v1/preflight/stop") as LabWire.PreflightReport?) }
+                let agent = candidates[i].agent
+                group.addTask { (i, (try? await client?.call("POST", "/v1/preflight/stop") as LabWire.PreflightReport?)?.sanitised(agent: agent)) }
             }
             for await (i, r) in group where r != nil && r?.id == id { reports[i] = r }
         }

@@ -11,6 +11,7 @@ extension Coordinator {
             var info = try req.decode(LabWire.AgentInfo.self)
             guard SafeName.isValid(info.name) else { throw HTTPError(.badRequest, "agent name \"\(HTTPService.escaped(info.name))\" \(SafeName.problem(with: info.name)!)") }
             try self.mayActAs(info.name, req.principal)
+            info.dongle = info.radio == .bluez ? info.dongle?.sanitised(agent: info.name) : nil
             let announced = info.url
             info.url = try Self.reachableURL(info, peerHost: req.peerHost)
             let t = self.now
@@ -29,7 +30,8 @@ extension Coordinator {
             let name = req.parameters["name"] ?? ""
             guard SafeName.isValid(name) else { throw HTTPError(.badRequest, "agent name \(SafeName.problem(with: name) ?? "is invalid")") }
             try self.mayActAs(name, req.principal)
-            let status = try req.decode(LabWire.AgentStatus.self)
+            var status = try req.decode(LabWire.AgentStatus.self)
+            status.dongle = status.dongle?.sanitised(agent: name)
             let t = self.now
             let persist = self.withLock { () -> Bool? in
                 guard var a = self.agents[name] else { return nil }

@@ -98,8 +98,13 @@ public enum DongleRules {
                 }
                 return v
             }
-            // Do the others hear each other (the radio environment works)?
-            let othersWork = others.contains { a in others.contains { b in a.beacon != b.beacon && heard(a, b) } }
+            // Does the radio environment work: are the dongles that hear nobody, or that nobody
+            // hears, a small minority (at most a third, the others hearing and heard)?
+            let silent = active.filter { a in
+                let o = active.filter { $0.beacon != a.beacon }
+                return !o.contains { heard(a, $0) } || !o.contains { heard($0, a) }
+            }
+            let othersWork = active.count - silent.count >= max(2, 2 * silent.count)
             let deaf = saw.isEmpty, mute = seenBy.isEmpty
             if deaf || mute {
                 v.ok = false
@@ -108,8 +113,10 @@ public enum DongleRules {
                     v.reason = deaf && mute ? "it heard none of the \(others.count) other dongles and none heard it \(within), while they heard each other"
                         : deaf ? "it heard none of the \(others.count) other dongles \(within), while they heard each other (its scan finds nothing)"
                         : "none of the \(others.count) other dongles heard it \(within), while they heard each other (it is not advertising)"
-                } else {
+                } else if silent.count == active.count {
                     v.reason = "no dongle heard any other \(within): the room, bluetoothd or every dongle is at fault, not one of them"
+                } else {
+                    v.reason = "\(silent.count) of \(active.count) dongles heard nobody or were heard by nobody \(within): too many to blame one; the room or bluetoothd is at fault"
                 }
                 return v
             }
@@ -122,16 +129,20 @@ public enum DongleRules {
     }
 
     /// The outliers of a run: nodes (three or more) that detected none of the others, or that
-    /// none of the others detected, while the others detected each other. `detected` holds
+    /// none of the others detected, when they are a small minority (at most a third of the
+    /// nodes, the rest detecting and detected: the radio environment worked). `detected` holds
     /// "observer\u{1F}observed" of every pair detected.
     public static func outliers(nodes: [String], detected: Set<String>) -> [String: String] {
         guard nodes.count >= 3 else { return [:] }
         func d(_ a: String, _ b: String) -> Bool { detected.contains("\(a)\u{1F}\(b)") }
-        var out = [String: String]()
-        for n in nodes {
+        let silent = nodes.filter { n in
             let others = nodes.filter { $0 != n }
-            let othersWork = others.contains { a in others.contains { b in a != b && d(a, b) } }
-            guard othersWork else { continue }
+            return !others.contains { d(n, $0) } || !others.contains { d($0, n) }
+        }
+        guard !silent.isEmpty, nodes.count - silent.count >= max(2, 2 * silent.count) else { return [:] }
+        var out = [String: String]()
+        for n in silent {
+            let others = nodes.filter { $0 != n }
             let saw = others.filter { d(n, $0) }, seenBy = others.filter { d($0, n) }
             if saw.isEmpty && seenBy.isEmpty { out[n] = "detected none of the \(others.count) other nodes and none detected it" }
             else if saw.isEmpty { out[n] = "detected none of the \(others.count) other nodes, which detected each other" }

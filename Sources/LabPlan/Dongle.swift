@@ -278,3 +278,68 @@ extension AgentSelection {
         dongles != nil || manufacturer != nil || firmware != nil
     }
 }
+
+/// What agents say of their dongles is taken as hostile: the coordinator keeps only names that
+/// are names, numbers in range, bounded text without control characters.
+extension LabWire.DongleInfo {
+    public func sanitised(agent: String) -> LabWire.DongleInfo {
+        var d = LabWire.DongleInfo(id: id.flatMap(LabWire.normalisedAddress), name: SafeName.isValid(name) ? name : agent, present: present)
+        d.host = host.flatMap { SafeName.isValid($0) ? $0 : nil }
+        d.agent = agent
+        d.adapter = adapter.flatMap { a in a.hasPrefix("hci") && (4...6).contains(a.count) && a.dropFirst(3).allSatisfy { $0.isASCII && $0.isNumber } ? a : nil }
+        d.powered = powered
+        d.problem = LabWire.cleanText(problem, max: 500)
+        func inRange(_ v: Int?, _ r: ClosedRange<Int>) -> Int? { v.flatMap { r.contains($0) ? $0 : nil } }
+        d.manufacturer = inRange(manufacturer, 0...0xFFFF)
+        d.manufacturerName = LabWire.cleanText(manufacturerName, max: 80)
+        d.hciVersion = inRange(hciVersion, 0...255)
+        d.hciRevision = inRange(hciRevision, 0...0xFFFF)
+        d.lmpVersion = inRange(lmpVersion, 0...255)
+        d.lmpSubversion = inRange(lmpSubversion, 0...0xFFFF)
+        d.bus = LabWire.cleanText(bus, max: 32)
+        d.driver = LabWire.cleanText(driver, max: 64)
+        d.driverVersion = LabWire.cleanText(driverVersion, max: 64)
+        d.firmware = LabWire.cleanText(firmware, max: 256)
+        d.hardware = LabWire.cleanText(hardware, max: 256)
+        d.usb = usb.flatMap { u -> LabWire.USBInfo? in
+            func hex4(_ s: String) -> Bool { s.count == 4 && s.allSatisfy(\.isHexDigit) }
+            let portOK = u.port.count <= 32 && u.port.allSatisfy { ($0.isASCII && $0.isNumber) || $0 == "-" || $0 == "." }
+            guard hex4(u.vendor), hex4(u.product), portOK else { return nil }
+            var v = LabWire.USBInfo(vendor: u.vendor.lowercased(), product: u.product.lowercased(), port: u.port)
+            v.serial = LabWire.cleanText(u.serial, max: 126)
+            v.manufacturerString = LabWire.cleanText(u.manufacturerString, max: 126)
+            v.productString = LabWire.cleanText(u.productString, max: 126)
+            v.release = u.release.flatMap { hex4($0) ? $0.lowercased() : nil }
+            return v
+        }
+        d.tags = tags.map { Array($0.filter(SafeName.isValid).prefix(PlanLimits.maximumTags)) }
+        return d
+    }
+}
+
+extension LabWire.PreflightReport {
+    /// An agent's report as the coordinator keeps it: its dongle sanitised, its problem bounded,
+    /// at most 1000 sightings with finite times.
+    public func sanitised(agent: String) -> LabWire.PreflightReport {
+        var r = self
+        r.agent = agent
+        r.dongle = dongle?.sanitised(agent: agent)
+        r.problem = problem.map { LabWire.cleanText($0, max: 500) ?? "failed" }
+        r.seen = Array(seen.filter { $0.after.isFinite && $0.after >= 0 && $0.after < 86_400 }.prefix(1000))
+        func finite(_ v: Double?) -> Double? { v.flatMap { $0.isFinite && $0 >= 0 && $0 < 86_400 ? $0 : nil } }
+        r.poweredAfter = finite(poweredAfter)
+        r.advertisingAfter = finite(advertisingAfter)
+        r.elapsed = finite(elapsed) ?? 0
+        return r
+    }
+}
+
+extension LabWire {
+    /// Text without control characters, at most `max` characters; nil when empty.
+    public static func cleanText(_ s: String?, max: Int) -> String? {
+        guard let s else { return nil }
+        let kept = String(String.UnicodeScalarView(s.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F && !(0x80...0x9F).contains($0.value) && $0.properties.generalCategory != .format }))
+        let t = String(kept.prefix(max)).trimmingCharacters(in: .whitespaces)
+        return t.isEmpty ? nil : t
+    }
+}

@@ -91,6 +91,11 @@ final class DongleHealthTests: XCTestCase {
         XCTAssertEqual(two.map(\.ok), [false, false])
         XCTAssertEqual(two.map(\.blame), [false, false])
         XCTAssertEqual(two[1].reason, "d2 and d1 did not both hear each other within 30 s: cannot tell which one is at fault")
+        // Two of four silent: too many to blame one.
+        let half = DongleRules.judge([entry(1, seen: [2]), entry(2, seen: [1]), entry(3, seen: [1, 2]), entry(4, seen: [])], bound: 30)
+        XCTAssertEqual(half.map(\.ok), [true, true, false, false])
+        XCTAssertEqual(half.map(\.blame), [false, false, false, false])
+        XCTAssertEqual(half[2].reason, "2 of 4 dongles heard nobody or were heard by nobody within 30 s: too many to blame one; the room or bluetoothd is at fault")
         let pair = DongleRules.judge([entry(1, seen: [2]), entry(2, seen: [1])], bound: 30)
         XCTAssertEqual(pair.map(\.ok), [true, true])
         let alone = DongleRules.judge([entry(1, seen: [])], bound: 30)
@@ -108,6 +113,9 @@ final class DongleHealthTests: XCTestCase {
         XCTAssertEqual(DongleRules.outliers(nodes: ["n1", "n2", "n3"], detected: []), [:], "nobody detected anybody: no one to blame")
         XCTAssertEqual(DongleRules.outliers(nodes: ["n1", "n2", "n4", "n5"], detected: detected),
                        ["n5": "detected none of the 3 other nodes and none detected it"])
+        // Three of five detecting nobody is the room (or bluetoothd), not three dongles.
+        let poor: Set<String> = ["n2\u{1F}n1", "n2\u{1F}n3", "n2\u{1F}n4", "n2\u{1F}n5", "n4\u{1F}n2"]
+        XCTAssertEqual(DongleRules.outliers(nodes: ["n1", "n2", "n3", "n4", "n5"], detected: poor), [:])
     }
 
     // MARK: Quarantine

@@ -116,6 +116,41 @@ final class DongleSelectionTests: XCTestCase {
         XCTAssertEqual(p.agents.preflight, 45)
     }
 
+    func testWhatAgentsSayOfTheirDonglesIsSanitised() {
+        var d = LabWire.DongleInfo(id: "f0:00:00:00:00:01", name: "../../etc", present: true)
+        d.host = "host\nforged: line"
+        d.agent = "someone-else"
+        d.adapter = "hci0; rm -rf /"
+        d.problem = "bad\u{1B}[31m thing" + String(repeating: "x", count: 2000)
+        d.manufacturer = 70_000
+        d.manufacturerName = "Intel\u{202E}"
+        d.hciVersion = -1
+        d.lmpSubversion = 8870
+        d.usb = LabWire.USBInfo(vendor: "0A12", product: "zzzz", port: "1-1.2")
+        d.tags = ["ok", "not ok"]
+        let s = d.sanitised(agent: "a1")
+        XCTAssertEqual(s.id, "F0:00:00:00:00:01")
+        XCTAssertEqual(s.name, "a1", "a name that is not a name becomes the agent's")
+        XCTAssertNil(s.host)
+        XCTAssertEqual(s.agent, "a1", "the agent is who called, not who it says")
+        XCTAssertNil(s.adapter)
+        XCTAssertEqual(s.problem?.count, 500)
+        XCTAssertTrue(s.problem?.hasPrefix("bad[31m thing") == true, s.problem ?? "")
+        XCTAssertNil(s.manufacturer)
+        XCTAssertEqual(s.manufacturerName, "Intel")
+        XCTAssertNil(s.hciVersion)
+        XCTAssertEqual(s.lmpSubversion, 8870)
+        XCTAssertNil(s.usb, "an impossible product id: no USB identity")
+        XCTAssertEqual(s.tags, ["ok"])
+        var r = LabWire.PreflightReport(id: "c", agent: "liar")
+        r.seen = (0..<5000).map { LabWire.PreflightReport.Sighting(beacon: UInt32($0), after: $0 == 0 ? .nan : 1, rssi: nil) }
+        r.elapsed = .infinity
+        let clean = r.sanitised(agent: "a1")
+        XCTAssertEqual(clean.agent, "a1")
+        XCTAssertEqual(clean.seen.count, 1000)
+        XCTAssertEqual(clean.elapsed, 0)
+    }
+
     func testDecodedPlansAreRangeChecked() throws {
         var p = try plan("{count: 3}")
         p.agents.spares = -3
