@@ -91,7 +91,26 @@ public final class DongleCheck: BLETransportDelegate, @unchecked Sendable {
             }
             findings.present = true
             findings.adapter = a.name
+            if a.powered {
+                // Every check starts from a freshly powered adapter: bluetoothd's idea of the
+                // adapter's discovery and advertising is reset with it (BlueZ 5.66 can be left
+                // believing it discovers after a StopDiscovery the kernel refused).
+                let path = a.path, busAddress = self.busAddress
+                let box = UncheckedBox(done)
+                Task {
+                    let off = await BlueZAdapters.setPowered(path, false, busAddress: busAddress)
+                    self.scheduler.execute {
+                        if case .failure(let e) = off { self.log?("could not power \(path) off before the check: \(e)") }
+                        self.powerAndListen(box.value)
+                    }
+                }
+                return
+            }
         }
+        powerAndListen(done)
+    }
+
+    private func powerAndListen(_ done: @escaping (Findings) -> Void) {
         transport.delegate = self
         transport.powerOn { [self] result in
             if case .failure(let e) = result { return fail("powered", "\(e)", done) }
@@ -123,7 +142,17 @@ public final class DongleCheck: BLETransportDelegate, @unchecked Sendable {
         let finish = { [self] in
             t.close()
             findings.finished = true
-            done(current)
+            let final = current
+            guard let adapter = findings.adapter, findings.powered else { return done(final) }
+            // Left as it was found, powered, and freshly so (see above): what runs next on it
+            // does not inherit the check's discovery.
+            let path = "/org/bluez/" + adapter, busAddress = self.busAddress
+            let box = UncheckedBox(done)
+            Task {
+                _ = await BlueZAdapters.setPowered(path, false, busAddress: busAddress)
+                _ = await BlueZAdapters.setPowered(path, true, busAddress: busAddress)
+                self.scheduler.execute { box.value(final) }
+            }
         }
         guard findings.powered, t.state == .poweredOn else { return finish() }
         let scanning = findings.scanning && !scanStopped

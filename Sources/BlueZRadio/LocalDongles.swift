@@ -42,6 +42,22 @@ public enum BlueZAdapters {
     }
 }
 
+extension BlueZAdapters {
+    /// Sets an adapter's Powered through bluetoothd on a connection of its own (Adapter1.Powered;
+    /// bluetoothd answers once the controller did).
+    public static func setPowered(_ path: String, _ on: Bool, busAddress: String? = nil, timeout: TimeInterval = 20) async -> Result<Void, BlueZVersionError> {
+        do {
+            let bus = try await DBusConnection.connect(address: busAddress)
+            defer { Task { await bus.close() } }
+            _ = try await bus.call(destination: BlueZ.service, path: path, interface: DBusStandardInterface.properties, member: "Set",
+                                   arguments: [.string(BlueZ.adapter), .string("Powered"), .variant(.bool(on))], timeout: .milliseconds(Int(timeout * 1000)))
+            return .success(())
+        } catch {
+            return .failure(BlueZVersionError("cannot power \(path) \(on ? "on" : "off") (\(BlueZError.transportError(error, operation: "Powered")))"))
+        }
+    }
+}
+
 /// One controller of this host, as far as it is known.
 public struct LocalDongle: Sendable, Equatable, Codable {
     public var adapter: String

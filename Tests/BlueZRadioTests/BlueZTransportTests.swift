@@ -395,6 +395,13 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         XCTAssertEqual(state["unregistered"] as? Int, 1, "the check's advertisement is withdrawn")
         XCTAssertEqual(state["discoveryStops"] as? Int, 1, "the scan is not stopped twice")
         XCTAssertEqual((state["filter"] as? [String: Any])?["DuplicateData"] as? Bool, false, "first sightings only")
+        XCTAssertEqual(state["power"] as? [Bool], [true, false, true], "powered for the check, and left freshly powered")
+        // A second check begins by powering the adapter off: a fresh start.
+        let (again, second) = await self.check("hci0", scheduler, beacon: own)
+        XCTAssertTrue(second.scanning)
+        _ = await stop(again, scheduler)
+        let after = try await fakeState()
+        XCTAssertEqual(after["power"] as? [Bool], [true, false, true, false, true, false, true])
     }
 
     func testDongleCheckSaysWhichStageFailed() async throws {
