@@ -75,10 +75,19 @@ def main(out, model_path):
             d = n.get('dongle') or {}
             print(f"  node {n['name']}: {n['state']} on dongle {d.get('name')} {d.get('id')} ({d.get('host')}, {d.get('manufacturerName')}, LMP subversion {d.get('lmpSubversion')})"
                   + (f" - {n.get('message')}" if n.get('message') else ''))
-            # Complete; or partial only as the run's outlier (a node that detected nobody, or
-            # nobody detected, among nodes that did: on emulated radios a healthy dongle can be one).
-            if n['state'] != 'complete' and not (n['state'] == 'partial' and 'its dongle looks faulty' in (n.get('message') or '')):
-                fail(f"node {n['name']} is {n['state']}: {n.get('message')}")
+            # Complete; or partial only for what the emulated stack does on its own: the run's
+            # outlier (a node that detected nobody, or nobody detected, among nodes that did), or
+            # gaps while bluetoothd was gone (the guest's kernel 6.1 sometimes oopses in
+            # hci_chan_del when bluetoothd closes an L2CAP socket, which kills bluetoothd; it is
+            # restarted, the nodes ride through it and recover their adapters).
+            if n['state'] != 'complete':
+                gaps = [g['reason'] for g in n.get('gaps') or []]
+                stack = all('bluetoothd left the bus' in g or 'power-cycled to recover it' in g or 'was powered off' in g for g in gaps) and gaps
+                outlier = 'its dongle looks faulty' in (n.get('message') or '')
+                if n['state'] == 'partial' and (stack or outlier):
+                    print(f"  note: {n['name']} is partial: {n.get('message')}")
+                else:
+                    fail(f"node {n['name']} is {n['state']}: {n.get('message')}")
         if len(nodes) != 5 or faulty in used or len(set(used)) != 5 or None in used:
             fail(f'the five nodes ran on {used}; expected five distinct dongles without d3')
         # Which pairs got as far as a payload read in the time varies on emulated radios (six
@@ -118,6 +127,9 @@ def main(out, model_path):
                 fail(f"{d['info']['name']} is {d['health']}, expected good")
             if not any(e['kind'] == 'registered' for e in d['history']):
                 fail(f"{d['info']['name']}: no registration in its history")
+    restarts = os.path.join(out, 'bluetoothd-restarts.log')
+    if os.path.exists(restarts):
+        print(f"bluetoothd was restarted {len(open(restarts).read().splitlines())} time(s) in the guest (see {out}/console.log for the kernel's oops)")
     for f in failures:
         print('FAIL:', f)
     if failures:
