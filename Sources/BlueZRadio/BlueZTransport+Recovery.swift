@@ -43,6 +43,12 @@ extension BlueZTransport {
         guard let error else {
             if kind == .probe {
                 adapterFailures = 0
+                firstFailureAt = nil
+                if let silent = notAnswering {
+                    // The time it did not answer is a gap: nothing was scanned or served then.
+                    notAnswering = nil
+                    onGap?(silent.at, Date().timeIntervalSince1970, "dongle not answering: \(silent.reason)")
+                }
                 if ladder > 0, pendingRecovery == nil { note("recovery: the dongle answers again (\(operation))"); ladder = 0 }
             }
             return
@@ -51,9 +57,12 @@ extension BlueZTransport {
         case .timeout, .failed, .connectionFailed: break
         default: return // InProgress, not supported, not permitted, not ready: not a dead dongle
         }
+        if adapterFailures == 0 { firstFailureAt = Date().timeIntervalSince1970 }
         adapterFailures += 1
         guard adapterFailures >= max(1, options.unresponsiveAfter) else { return }
-        unresponsive("\(adapterFailures) calls to the adapter failed in a row, the last \(operation): \(error)")
+        let reason = "\(adapterFailures) calls to the adapter failed in a row, the last \(operation): \(error)"
+        if notAnswering == nil { notAnswering = (firstFailureAt ?? Date().timeIntervalSince1970, reason) }
+        unresponsive(reason)
     }
 
     /// The dongle no longer answers: the next rung of the ladder.

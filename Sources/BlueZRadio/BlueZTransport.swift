@@ -63,7 +63,11 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     /// Since when, and why, the radio has not been usable, while it is not (never powered since
     /// it was asked to be, or lost and not back).
     public var outage: (since: Double, reason: String)? {
-        guard state != .poweredOn, let l = lostSince else { return nil }
+        if state == .poweredOn {
+            // Powered, but not answering: no more working than a radio that is gone.
+            return notAnswering.map { ($0.at, "dongle not answering: \($0.reason)") }
+        }
+        guard let l = lostSince else { return nil }
         return (l.at, l.reason)
     }
     /// Whether the adapter was ever powered and ready.
@@ -94,6 +98,10 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     // Recovery (BlueZTransport+Recovery): failed adapter calls in a row, the step reached on the
     // ladder (0 none, 1 power-cycled, 2 USB reset), the recovery under way.
     var adapterFailures = 0
+    /// When the current run of failed adapter calls began, and since when (and why) the dongle
+    /// counts as not answering (until a call succeeds, or the adapter is lost).
+    var firstFailureAt: Double?
+    var notAnswering: (at: Double, reason: String)?
     var ladder = 0
     var pendingRecovery: PendingRecovery?
     var establishFailuresDuringRecovery = 0
@@ -272,6 +280,10 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         let wasOn = state == .poweredOn
         state = .unavailable
         adapterFailures = 0
+        firstFailureAt = nil
+        // A dongle that had stopped answering was already without a radio since then.
+        let silent = notAnswering
+        notAnswering = nil
         scanning = false
         deferredScan = nil
         connectionAttempts = 0
@@ -284,7 +296,7 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         let remotes = centrals
         centrals.removeAll()
         if wasOn {
-            lostSince = (Date().timeIntervalSince1970, reason)
+            lostSince = silent.map { ($0.at, "dongle not answering (\($0.reason)), then \(reason)") } ?? (Date().timeIntervalSince1970, reason)
             note("radio lost: \(reason); retrying every \(Int(options.recoveryInterval)) s")
             for a in links.sorted(by: { $0.value < $1.value }) { delegate?.transport(didDisconnect: a) }
             if let server { for a in remotes.sorted(by: { $0.value < $1.value }) { server.gattCentralDisconnected(a) } }

@@ -77,12 +77,15 @@ def main(out, model_path):
                   + (f" - {n.get('message')}" if n.get('message') else ''))
             # Complete; or partial only for what the emulated stack does on its own: the run's
             # outlier (a node that detected nobody, or nobody detected, among nodes that did), or
-            # gaps while bluetoothd was gone (the guest's kernel 6.1 sometimes oopses in
-            # hci_chan_del when bluetoothd closes an L2CAP socket, which kills bluetoothd; it is
-            # restarted, the nodes ride through it and recover their adapters).
+            # gaps while bluetoothd was gone or stuck (the guest's kernel 6.1 sometimes oopses in
+            # hci_chan_del when bluetoothd closes an L2CAP socket, which kills bluetoothd, and
+            # sometimes never completes a discovery start after a connection ends, which stalls
+            # bluetoothd's one-at-a-time management queue for every adapter: the nodes then see
+            # their dongles stop answering, try to recover them, and mark the time as gaps).
             if n['state'] != 'complete':
                 gaps = [g['reason'] for g in n.get('gaps') or []]
-                stack = all('bluetoothd left the bus' in g or 'power-cycled to recover it' in g or 'was powered off' in g for g in gaps) and gaps
+                causes = ('bluetoothd left the bus', 'power-cycled to recover it', 'was powered off', 'dongle not answering')
+                stack = all(any(c in g for c in causes) for g in gaps) and gaps
                 outlier = 'its dongle looks faulty' in (n.get('message') or '')
                 if n['state'] == 'partial' and (stack or outlier):
                     print(f"  note: {n['name']} is partial: {n.get('message')}")
@@ -98,8 +101,8 @@ def main(out, model_path):
             detected[rx['name']] = {tx['name'] for tx in nodes if tx is not rx and tx['shortName'] in text}
         pairs = sum(len(v) for v in detected.values())
         print(f"  detections: {pairs} of {len(nodes) * (len(nodes) - 1)} ordered pairs; " + ', '.join(f"{n} detected {sorted(v)}" for n, v in detected.items()))
-        if pairs == 0:
-            fail('no node detected any other: the radios did not work')
+        if pairs < len(nodes):
+            fail(f'only {pairs} detections: the radios hardly worked (see the nodes\' log.txt)')
 
     # The coordinator's dongles.
     lab = json.load(open(os.path.join(out, 'dongles.json'))) if os.path.exists(os.path.join(out, 'dongles.json')) else []
