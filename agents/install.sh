@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
-# Installs a HeraldLab agent on a Debian 12 or Raspberry Pi OS (bookworm) node.
+# Installs HeraldLab agents on a Debian 12 or Raspberry Pi OS (bookworm) node: one agent per
+# dongle, each an instance of the systemd template herald-lab-agent@.service with its own name,
+# port, data folder and adapter (chosen by its address, which survives reboots and re-plugging).
 #
-#   sudo agents/install.sh --binary .build/release/herald-lab --name node1 \
-#        --enrolment node1.enrol [--coordinator https://coord.lab:8700] [--adapter hci0] [--tags pi4,usb] [--port 8701]
+# A host with a hub of dongles (dongles.conf: one line "NAME ADDRESS [TAGS]" per dongle; make it
+# with `herald-lab dongles --conf PREFIX` and edit the names to match the labels on the dongles):
 #
-# --enrolment is the file `herald-lab agents enrol node1 --host NODE-ADDRESS --out node1.enrol`
-# made on the coordinator host: the agent's own credential (bound to its name), the lab CA and
-# a certificate for the node, so the agent serves TLS and checks the coordinator's. A lab
-# without enrolment can still give the shared --token-file lab.token instead (plain HTTP).
+#   sudo agents/install.sh --binary .build/release/herald-lab --dongles dongles.conf \
+#        --enrolments enrol/ [--coordinator https://coord.lab:8700] [--port 8701] [--tags pi4]
 #
-# Installs the runtime packages (BlueZ, D-Bus, libbluetooth, libssl), the binary, the config in
-# /etc/herald-lab, the credentials (keys mode 0640, group heraldlab) and the systemd unit, then
-# starts the agent.
-# Build the binary on the node or on a machine of the same architecture (make release).
+# --enrolments is a folder holding NAME.enrol for every dongle's agent, each made on the
+# coordinator host by `herald-lab agents enrol NAME --host NODE-ADDRESS --out NAME.enrol`. A lab
+# without enrolment gives the shared --token-file lab.token instead (plain HTTP).
+#
+# One dongle, as before:
+#
+#   sudo agents/install.sh --binary herald-lab --name node1 --enrolment node1.enrol \
+#        [--adapter 00:1A:7D:DA:71:13] [--tags pi4] [--port 8701]
+#
+# Installs the runtime packages (BlueZ, D-Bus, libbluetooth, libssl), the binary, one
+# /etc/herald-lab/agents/NAME.env and credentials folder /etc/herald-lab/agents/NAME/ per agent
+# (keys mode 0640, group heraldlab), the template unit, a udev rule letting the agents reset
+# their USB dongles (sysfs authorized), then starts herald-lab-agent@NAME for every dongle and
+# stops instances no longer listed. --stage DIR writes every file under DIR instead and touches
+# nothing else (no packages, users, udev or systemd): for tests and for review.
 set -euo pipefail
 
-binary="" name="" coordinator="" token_file="" enrolment="" adapter="hci0" tags="" port="8701" host="0.0.0.0" radio="bluez"
+binary="" name="" coordinator="" token_file="" enrolment="" enrolments="" dongles="" adapter="" tags="" port="8701" host="0.0.0.0" radio="bluez" stage=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --binary) binary=$2; shift 2 ;;
@@ -23,72 +34,149 @@ while [ $# -gt 0 ]; do
     --coordinator) coordinator=$2; shift 2 ;;
     --token-file) token_file=$2; shift 2 ;;
     --enrolment) enrolment=$2; shift 2 ;;
+    --enrolments) enrolments=$2; shift 2 ;;
+    --dongles) dongles=$2; shift 2 ;;
     --adapter) adapter=$2; shift 2 ;;
     --tags) tags=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
     --host) host=$2; shift 2 ;;
     --radio) radio=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --stage) stage=$2; shift 2 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-[ "$(id -u)" = 0 ] || { echo "install.sh: run as root (sudo)" >&2; exit 2; }
-for v in binary name; do
-  [ -n "${!v}" ] || { echo "install.sh: --${v//_/-} is required (see --help)" >&2; exit 2; }
-done
-[ -x "$binary" ] || { echo "install.sh: $binary is not an executable; build it with make release" >&2; exit 2; }
-if [ -n "$enrolment" ]; then
-  [ -z "$token_file" ] || { echo "install.sh: give --enrolment or --token-file, not both" >&2; exit 2; }
-  [ -f "$enrolment" ] && [ -s "$enrolment" ] || { echo "install.sh: enrolment file $enrolment is empty or missing" >&2; exit 2; }
-  if [ -z "$coordinator" ]; then
-    # The enrolment names the coordinator it came from (JSON, "/" written as "\/").
-    coordinator=$(sed -n 's/.*"coordinator":"\([^"]*\)".*/\1/p' "$enrolment" | sed 's#\\/#/#g')
-  fi
-elif [ -n "$token_file" ]; then
-  [ -s "$token_file" ] || { echo "install.sh: token file $token_file is empty or missing" >&2; exit 2; }
+fail() { echo "install.sh: $*" >&2; exit 2; }
+[ -n "$stage" ] || [ "$(id -u)" = 0 ] || fail "run as root (sudo), or give --stage DIR"
+[ -n "$binary" ] || fail "--binary is required (see --help)"
+[ -x "$binary" ] || fail "$binary is not an executable; build it with make release"
+case "$port" in ''|*[!0-9]*) fail "--port must be a number" ;; esac
+valid_name() { case "$1" in *[!A-Za-z0-9._-]*|.*|"") return 1 ;; esac; [ ${#1} -le 64 ]; }
+valid_address() { [[ "$1" =~ ^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$ ]]; }
+valid_tags() { [[ "$1" =~ ^[A-Za-z0-9._,-]*$ ]]; }
+valid_tags "$tags" || fail "--tags may hold only letters, digits, '-', '_', '.' and ','"
+
+# The dongles to install: NAME ADDRESS TAGS PORT, one per line.
+list=()
+if [ -n "$dongles" ]; then
+  [ -z "$name" ] && [ -z "$adapter" ] && [ -z "$enrolment" ] || fail "give --dongles FILE, or --name/--adapter/--enrolment for one dongle, not both"
+  [ -f "$dongles" ] || fail "dongles file $dongles is missing"
+  i=0
+  while read -r n a t rest; do
+    case "$n" in ''|'#'*) continue ;; esac
+    [ -z "$rest" ] || fail "$dongles: \"$n $a $t $rest\": expected NAME ADDRESS [TAGS]"
+    valid_name "$n" || fail "$dongles: name \"$n\" may hold only letters, digits, '-', '_' and '.' (64 at most)"
+    valid_address "$a" || fail "$dongles: $n: \"$a\" is not a controller address (AA:BB:CC:DD:EE:FF; herald-lab dongles lists them)"
+    [ "${t:-none}" = none ] && t=""
+    valid_tags "$t" || fail "$dongles: $n: tags may hold only letters, digits, '-', '_', '.' and ','"
+    for l in "${list[@]}"; do
+      set -- $l
+      [ "$1" != "$n" ] || fail "$dongles: $n is listed twice"
+      [ "${2^^}" != "${a^^}" ] || fail "$dongles: $a is listed twice ($1 and $n)"
+    done
+    all_tags=$(echo "${tags},${t}" | sed 's/^,*//; s/,*$//; s/,,*/,/g')
+    list+=("$n ${a^^} ${all_tags:-none} $((port + i))")
+    i=$((i + 1))
+  done < "$dongles"
+  [ ${#list[@]} -gt 0 ] || fail "$dongles lists no dongle"
 else
-  echo "install.sh: --enrolment FILE (from herald-lab agents enrol) or --token-file FILE is required" >&2; exit 2
+  valid_name "$name" || fail "--name (one dongle) or --dongles FILE is required; a name may hold only letters, digits, '-', '_' and '.'"
+  list+=("$name ${adapter:-hci0} ${tags:-none} $port")
+  [ -z "$enrolment" ] || enrolments=""
 fi
-[ -n "$coordinator" ] || { echo "install.sh: --coordinator is required (the enrolment names none)" >&2; exit 2; }
-case "$name" in *[!A-Za-z0-9._-]*|.*|"") echo "install.sh: --name may hold only letters, digits, '-', '_' and '.'" >&2; exit 2 ;; esac
+
+# Credentials: an enrolment per agent, or the lab's shared token.
+enrolment_of() { # NAME
+  if [ -n "$enrolment" ]; then echo "$enrolment"; elif [ -n "$enrolments" ]; then echo "$enrolments/$1.enrol"; fi
+}
+if [ -n "$enrolment" ] || [ -n "$enrolments" ]; then
+  [ -z "$token_file" ] || fail "give --enrolment(s) or --token-file, not both"
+  for l in "${list[@]}"; do
+    set -- $l
+    e=$(enrolment_of "$1")
+    [ -f "$e" ] && [ -s "$e" ] || fail "enrolment file $e for agent $1 is empty or missing (herald-lab agents enrol $1 --host NODE-ADDRESS --out $1.enrol)"
+    if [ -z "$coordinator" ]; then
+      # The enrolment names the coordinator it came from (JSON, "/" written as "\/").
+      coordinator=$(sed -n 's/.*"coordinator":"\([^"]*\)".*/\1/p' "$e" | sed 's#\\/#/#g')
+    fi
+  done
+elif [ -n "$token_file" ]; then
+  [ -s "$token_file" ] || fail "token file $token_file is empty or missing"
+else
+  fail "--enrolments DIR (or --enrolment FILE for one dongle; from herald-lab agents enrol) or --token-file FILE is required"
+fi
+[ -n "$coordinator" ] || fail "--coordinator is required (the enrolment names none)"
 
 here=$(cd "$(dirname "$0")" && pwd)
-. /etc/os-release
-case "${ID:-}" in debian|raspbian) ;; *) echo "install.sh: warning: tested on Debian and Raspberry Pi OS, this is ${ID:-unknown}" >&2 ;; esac
-
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bluez dbus libbluetooth3 libcurl4 libsqlite3-0 libssl3 ca-certificates
-
-id heraldlab >/dev/null 2>&1 || useradd --system --home /var/lib/herald-lab --shell /usr/sbin/nologin heraldlab
-getent group bluetooth >/dev/null && usermod -aG bluetooth heraldlab
-
-install -m 0755 "$binary" /usr/local/bin/herald-lab
-install -d -m 0750 -o root -g heraldlab /etc/herald-lab
-if [ -n "$enrolment" ]; then
-  # The agent's own credential, the lab CA, its certificate and key, readable by the agent only.
-  /usr/local/bin/herald-lab enrol "$enrolment" --dir /etc/herald-lab
-  enrolled=$(sed -n 's/.*"name":"\([^"]*\)".*/\1/p' /etc/herald-lab/agent.json)
-  [ "$enrolled" = "$name" ] || { echo "install.sh: the enrolment is for agent $enrolled, not $name" >&2; exit 2; }
-  chgrp heraldlab /etc/herald-lab/agent.json /etc/herald-lab/key.pem /etc/herald-lab/cert.pem /etc/herald-lab/ca.pem
-  chmod 0640 /etc/herald-lab/agent.json /etc/herald-lab/key.pem
-  rm -f /etc/herald-lab/token
-  auth="--credentials /etc/herald-lab"
+root=${stage%/}
+etc=$root/etc/herald-lab
+if [ -z "$stage" ]; then
+  . /etc/os-release
+  case "${ID:-}" in debian|raspbian) ;; *) echo "install.sh: warning: tested on Debian and Raspberry Pi OS, this is ${ID:-unknown}" >&2 ;; esac
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bluez dbus libbluetooth3 libcurl4 libsqlite3-0 libssl3 ca-certificates
+  id heraldlab >/dev/null 2>&1 || useradd --system --home /var/lib/herald-lab --shell /usr/sbin/nologin heraldlab
+  getent group bluetooth >/dev/null && usermod -aG bluetooth heraldlab
+  install -m 0755 "$binary" /usr/local/bin/herald-lab
+  install -d -m 0750 -o root -g heraldlab "$etc" "$etc/agents"
+  install -d -m 0750 -o heraldlab -g heraldlab /var/lib/herald-lab
+  owner() { chgrp heraldlab "$@"; }
 else
-  install -m 0640 -o root -g heraldlab "$token_file" /etc/herald-lab/token
-  auth="--token-file /etc/herald-lab/token"
+  mkdir -p "$etc/agents" "$root/var/lib/herald-lab" "$root/etc/systemd/system" "$root/etc/udev/rules.d" "$root/usr/local/bin"
+  ln -sf "$(cd "$(dirname "$binary")" && pwd)/$(basename "$binary")" "$root/usr/local/bin/herald-lab"
+  owner() { :; }
 fi
-cat > /etc/herald-lab/agent.env <<ENV
-AGENT_NAME=$name
+
+installed=()
+for l in "${list[@]}"; do
+  set -- $l
+  n=$1 a=$2 t=$3 p=$4
+  if [ -n "$enrolment" ] || [ -n "$enrolments" ]; then
+    # This agent's own credential, the lab CA, its certificate and key, readable by the agents only.
+    dir=$etc/agents/$n
+    mkdir -p "$dir"
+    "$binary" enrol "$(enrolment_of "$n")" --dir "$dir" >/dev/null
+    enrolled=$(sed -n 's/.*"name":"\([^"]*\)".*/\1/p' "$dir/agent.json")
+    [ "$enrolled" = "$n" ] || fail "the enrolment $(enrolment_of "$n") is for agent $enrolled, not $n"
+    owner "$dir" "$dir/agent.json" "$dir/key.pem" "$dir/cert.pem" "$dir/ca.pem"
+    chmod 0750 "$dir"
+    chmod 0640 "$dir/agent.json" "$dir/key.pem"
+    auth="--credentials /etc/herald-lab/agents/$n"
+  else
+    install -m 0640 "$token_file" "$etc/token"
+    owner "$etc/token"
+    auth="--token-file /etc/herald-lab/token"
+  fi
+  cat > "$etc/agents/$n.env" <<ENV
+# HeraldLab agent $n: dongle $a (herald-lab-agent@$n.service)
 AGENT_HOST=$host
-AGENT_PORT=$port
+AGENT_PORT=$p
 AGENT_RADIO=$radio
-AGENT_ADAPTER=$adapter
-AGENT_TAGS=${tags:-none}
+AGENT_ADAPTER=$a
+AGENT_TAGS=$t
 COORDINATOR_URL=$coordinator
 AGENT_AUTH=$auth
 ENV
-install -d -m 0750 -o heraldlab -g heraldlab /var/lib/herald-lab
+  owner "$etc/agents/$n.env"
+  chmod 0640 "$etc/agents/$n.env"
+  installed+=("$n")
+done
 
+unit_dir=$root/etc/systemd/system
+install -m 0644 "$here/herald-lab-agent@.service" "$unit_dir/herald-lab-agent@.service"
+# The agents may reset their own dongles at USB level (sysfs authorized of a Bluetooth USB device).
+cat > "$root/etc/udev/rules.d/90-herald-lab.rules" <<'RULES'
+# HeraldLab: agents (group heraldlab) may reset a Bluetooth USB dongle that stops answering by
+# writing 0 then 1 to its sysfs `authorized` (interface class e0 is "wireless controller").
+ACTION=="add", SUBSYSTEM=="usb", ENV{DEVTYPE}=="usb_interface", ATTR{bInterfaceClass}=="e0", RUN+="/bin/sh -c 'chgrp heraldlab /sys%p/../authorized && chmod g+w /sys%p/../authorized'"
+RULES
+
+if [ -n "$stage" ]; then
+  echo "install.sh: staged ${#installed[@]} agent(s) under $root: ${installed[*]}"
+  exit 0
+fi
+
+udevadm control --reload && udevadm trigger --subsystem-match=usb --action=add || true
 # Advertising interval and TX power need bluetoothd's experimental interfaces on BlueZ 5.66.
 if ! grep -q -- "-E" /lib/systemd/system/bluetooth.service 2>/dev/null; then
   install -d /etc/systemd/system/bluetooth.service.d
@@ -98,9 +186,25 @@ ExecStart=
 ExecStart=/usr/libexec/bluetooth/bluetoothd -E
 DROPIN
 fi
-
-install -m 0644 "$here/herald-lab-agent.service" /etc/systemd/system/herald-lab-agent.service
+# An agent of the single-instance unit of earlier installs drives hci0: it goes.
+if systemctl list-unit-files herald-lab-agent.service >/dev/null 2>&1 && [ -f /etc/systemd/system/herald-lab-agent.service ]; then
+  systemctl disable --now herald-lab-agent.service || true
+  rm -f /etc/systemd/system/herald-lab-agent.service /etc/herald-lab/agent.env
+fi
 systemctl daemon-reload
 systemctl restart bluetooth
-systemctl enable --now herald-lab-agent
-echo "install.sh: agent $name installed; status: systemctl status herald-lab-agent; logs: journalctl -u herald-lab-agent -f"
+# Instances no longer listed stop (their data folders stay until gathered and removed by hand).
+for f in /etc/herald-lab/agents/*.env; do
+  [ -e "$f" ] || continue
+  n=$(basename "$f" .env)
+  case " ${installed[*]} " in *" $n "*) ;; *)
+    if [ -n "$dongles" ]; then systemctl disable --now "herald-lab-agent@$n" || true; rm -f "$f"; echo "install.sh: agent $n is no longer listed: stopped"; fi ;;
+  esac
+done
+for n in "${installed[@]}"; do
+  install -d -m 0750 -o heraldlab -g heraldlab "/var/lib/herald-lab/$n"
+  systemctl enable "herald-lab-agent@$n"
+  systemctl restart "herald-lab-agent@$n"
+done
+echo "install.sh: ${#installed[@]} agent(s) installed: ${installed[*]}"
+echo "install.sh: status: systemctl status 'herald-lab-agent@*'; logs: journalctl -u herald-lab-agent@NAME -f; dongles: herald-lab dongles"

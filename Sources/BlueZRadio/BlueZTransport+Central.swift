@@ -21,7 +21,7 @@ extension BlueZTransport {
         if let rssi = filter.rssiThreshold { f["RSSI"] = .int16(Int16(clamping: rssi)) }
         let discoveryFilter = DBusValue.variantDictionary(f)
         scanning = true
-        perform("StartDiscovery", { [weak self] (result: Result<Void, TransportError>) in
+        perform("StartDiscovery", adapterCall: .probe, { [weak self] (result: Result<Void, TransportError>) in
             if case .failure = result { self?.scanning = false }
             completion(result)
         }) { bus in
@@ -42,7 +42,7 @@ extension BlueZTransport {
             return
         }
         scanning = false
-        perform("StopDiscovery", completion) { bus in
+        perform("StopDiscovery", adapterCall: .teardown, completion) { bus in
             for attempt in 1...5 {
                 do {
                     _ = try await self.call(bus, adapter, BlueZ.adapter, "StopDiscovery")

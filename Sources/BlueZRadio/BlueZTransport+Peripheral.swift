@@ -19,7 +19,7 @@ extension BlueZTransport {
         }
         let root = applicationPath
         let objects = exportedGATTObjects(service)
-        perform("RegisterApplication", { [weak self] (result: Result<Void, TransportError>) in
+        perform("RegisterApplication", adapterCall: .probe, { [weak self] (result: Result<Void, TransportError>) in
             if case .success = result { self?.applicationRegistered = true; self?.note("GATT application \(root) registered") }
             completion(result)
         }) { bus in
@@ -91,7 +91,7 @@ extension BlueZTransport {
         advertisementCount += 1
         let path = advertisementPath
         let interface = advertisementInterface(ad)
-        perform("RegisterAdvertisement", { [weak self] (result: Result<Void, TransportError>) in
+        perform("RegisterAdvertisement", adapterCall: .probe, { [weak self] (result: Result<Void, TransportError>) in
             guard let self else { return }
             if case .success = result {
                 self.advertisementRegistered = true
@@ -169,7 +169,7 @@ extension BlueZTransport {
         guard advertisementRegistered, let adapter = adapterPath else { completion(.success(())); return }
         advertisementRegistered = false
         let path = advertisementPath
-        perform("UnregisterAdvertisement", completion) { bus in
+        perform("UnregisterAdvertisement", adapterCall: .teardown, completion) { bus in
             defer { Task { await bus.unexport(path: path) } }
             do {
                 _ = try await self.call(bus, adapter, BlueZ.advertisingManager, "UnregisterAdvertisement", [.objectPath(path)])

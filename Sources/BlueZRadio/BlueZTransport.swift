@@ -24,6 +24,17 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         public var callTimeout: TimeInterval
         /// Pause between attempts to come back after bluetoothd or the adapter went away.
         public var recoveryInterval: TimeInterval
+        /// Calls to the adapter (discovery, advertising, the GATT application) that fail or time
+        /// out in a row before the dongle counts as no longer answering and is recovered:
+        /// power-cycled through bluetoothd, then reset at USB level.
+        public var unresponsiveAfter: Int = 3
+        /// Where sysfs is (tests give a fake tree), and whether a USB reset (`authorized` 0/1)
+        /// may be tried; it needs write access to the attribute.
+        public var sysfsRoot: String = "/sys"
+        public var usbReset: Bool = true
+        public var usbResetPause: TimeInterval = 1
+        /// How long a recovery may take before it counts as failed (the adapter not back).
+        public var recoveryDeadline: TimeInterval = 60
 
         public init(adapter: String = "hci0", busAddress: String? = nil, objectRoot: String = "/org/heraldlab/sensor",
                     callTimeout: TimeInterval = 10, recoveryInterval: TimeInterval = 3) {
@@ -45,7 +56,24 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     /// Called on the scheduler once the radio is back, with the period it was lost (seconds since
     /// 1970) and why: the node logged nothing it could vouch for in between.
     public var onGap: ((_ from: Double, _ to: Double, _ reason: String) -> Void)?
-    private var lostSince: (at: Double, reason: String)?
+    /// Called on the scheduler when a recovery of the dongle ends (BlueZTransport+Recovery).
+    public var onRecovery: ((DongleRecovery) -> Void)?
+    var lostSince: (at: Double, reason: String)?
+
+    /// Since when, and why, the radio has not been usable, while it is not (never powered since
+    /// it was asked to be, or lost and not back).
+    public var outage: (since: Double, reason: String)? {
+        if state == .poweredOn {
+            // Powered, but not answering: no more working than a radio that is gone.
+            return notAnswering.map { ($0.at, "dongle not answering: \($0.reason)") }
+        }
+        guard let l = lostSince else { return nil }
+        return (l.at, l.reason)
+    }
+    /// Whether the adapter was ever powered and ready.
+    public var everReady: Bool { wasReady }
+    /// Every recovery tried so far, in order.
+    public internal(set) var recoveries: [DongleRecovery] = []
 
     // MARK: scheduler-confined state
     var bus: DBusConnection?
@@ -67,6 +95,16 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     var deferredScan: ScanFilter?
     var centrals: Set<RadioAddress> = []
     var warnedAdvertisingControl = false
+    // Recovery (BlueZTransport+Recovery): failed adapter calls in a row, the step reached on the
+    // ladder (0 none, 1 power-cycled, 2 USB reset), the recovery under way.
+    var adapterFailures = 0
+    /// When the current run of failed adapter calls began, and since when (and why) the dongle
+    /// counts as not answering (until a call succeeds, or the adapter is lost).
+    var firstFailureAt: Double?
+    var notAnswering: (at: Double, reason: String)?
+    var ladder = 0
+    var pendingRecovery: PendingRecovery?
+    var establishFailuresDuringRecovery = 0
 
     public init(options: Options = Options(), scheduler: DispatchScheduler) {
         self.options = options
@@ -95,7 +133,8 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     }
 
     /// Runs an async operation against bluetoothd and completes on the scheduler.
-    func perform<T: Sendable>(_ operation: String, connecting: Bool = false,
+    /// `adapterCall`: whether the call tells if the dongle still answers (see AdapterCall).
+    func perform<T: Sendable>(_ operation: String, connecting: Bool = false, adapterCall: AdapterCall = .none,
                               _ completion: @escaping (Result<T, TransportError>) -> Void,
                               _ body: @escaping @Sendable (DBusConnection) async throws -> T) {
         guard let bus, state == .poweredOn else {
@@ -108,7 +147,10 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
             do { result = .success(try await body(bus)) } catch {
                 result = .failure(BlueZError.transportError(error, operation: operation, connecting: connecting))
             }
-            self.dispatch.execute { done.value(result) }
+            self.dispatch.execute {
+                if case .failure(let e) = result { self.adapterCall(adapterCall, operation, failed: e) } else { self.adapterCall(adapterCall, operation, failed: nil) }
+                done.value(result)
+            }
         }
     }
 
@@ -146,18 +188,23 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
             let recovered = wasReady && state != .poweredOn
             state = .poweredOn
             wasReady = true
+            adapterFailures = 0
             recoveryTask?.cancel()
             recoveryTask = nil
             note("adapter \(adapter) powered (\(describeAdapter(adapter)))")
             for w in waiters { w(.success(())) }
-            if recovered {
-                if let lostSince { onGap?(lostSince.at, Date().timeIntervalSince1970, "radio lost: \(lostSince.reason)") }
-                lostSince = nil
-                delegate?.transport(didUpdateState: .poweredOn)
+            // A period without a radio (lost, or not there when first asked for) is a gap.
+            if let lostSince {
+                onGap?(lostSince.at, Date().timeIntervalSince1970, recovered ? "radio lost: \(lostSince.reason)" : "radio unavailable: \(lostSince.reason)")
+                self.lostSince = nil
             }
+            adapterBack(adapter)
+            if recovered { delegate?.transport(didUpdateState: .poweredOn) }
         case .failure(let error):
             if !waiters.isEmpty { note("adapter \(options.adapter) unavailable: \(error)") }
+            if lostSince == nil, !waiters.isEmpty || wasReady { lostSince = (Date().timeIntervalSince1970, "\(error)") }
             for w in waiters { w(.failure(error)) }
+            adapterStillAway(error)
             if wasReady { scheduleRecovery() }
         }
     }
@@ -232,6 +279,11 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     func lost(_ reason: String) {
         let wasOn = state == .poweredOn
         state = .unavailable
+        adapterFailures = 0
+        firstFailureAt = nil
+        // A dongle that had stopped answering was already without a radio since then.
+        let silent = notAnswering
+        notAnswering = nil
         scanning = false
         deferredScan = nil
         connectionAttempts = 0
@@ -244,7 +296,7 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         let remotes = centrals
         centrals.removeAll()
         if wasOn {
-            lostSince = (Date().timeIntervalSince1970, reason)
+            lostSince = silent.map { ($0.at, "dongle not answering (\($0.reason)), then \(reason)") } ?? (Date().timeIntervalSince1970, reason)
             note("radio lost: \(reason); retrying every \(Int(options.recoveryInterval)) s")
             for a in links.sorted(by: { $0.value < $1.value }) { delegate?.transport(didDisconnect: a) }
             if let server { for a in remotes.sorted(by: { $0.value < $1.value }) { server.gattCentralDisconnected(a) } }
@@ -253,7 +305,7 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         scheduleRecovery()
     }
 
-    private func scheduleRecovery() {
+    func scheduleRecovery() {
         guard wasReady, recoveryTask == nil else { return }
         recoveryTask = dispatch.schedule(after: options.recoveryInterval) { [weak self] in
             guard let self else { return }
@@ -292,7 +344,7 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
                 deviceChanged(signal.path, changed)
             } else if interface == BlueZ.adapter, signal.path == adapterPath, changed.contains("Powered"),
                       objects[signal.path, BlueZ.adapter]?["Powered"]?.boolValue == false, state == .poweredOn {
-                lost("adapter \(signal.path) was powered off")
+                lost(pendingRecovery?.action == "power-cycle" ? "adapter \(signal.path) power-cycled to recover it" : "adapter \(signal.path) was powered off")
             }
         default:
             break

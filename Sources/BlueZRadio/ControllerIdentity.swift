@@ -115,6 +115,34 @@ public enum ControllerIdentity: Sendable, Equatable, Codable {
                                       lmpSubversion: Int(version.lmp_subver), manufacturer: Int(version.manufacturer)))
     }
 
+    /// A controller the kernel has, with its address and whether it is up (HCIGETDEVINFO: no
+    /// privilege needed, unlike `read`).
+    public struct Device: Sendable, Equatable, Codable {
+        public var index: Int
+        public var name: String
+        public var address: String
+        public var up: Bool
+    }
+
+    /// Every controller the kernel has (hci0 to hci31), or why they cannot be listed.
+    public static func devices() -> Result<[Device], ControllerListError> {
+        var out = [Device]()
+        for id in Int32(0)..<32 {
+            var di = hci_dev_info()
+            if hci_devinfo(id, &di) < 0 {
+                let e = errno
+                if e == ENODEV { continue }
+                if e == EAFNOSUPPORT || e == EPERM || e == EACCES { return .failure(ControllerListError(description: "hci_devinfo: \(errnoDescription(e))")) }
+                continue
+            }
+            let name = withUnsafeBytes(of: di.name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            out.append(Device(index: Int(id), name: name.isEmpty ? "hci\(id)" : name, address: addressString(di.bdaddr), up: di.flags & 1 != 0))
+        }
+        return .success(out)
+    }
+
     static func isAddress(_ s: String) -> Bool {
         let parts = s.split(separator: ":", omittingEmptySubsequences: false)
         return parts.count == 6 && parts.allSatisfy { $0.count == 2 && $0.allSatisfy(\.isHexDigit) }
@@ -158,4 +186,8 @@ public enum ControllerIdentity: Sendable, Equatable, Codable {
         let names = ["1.0b", "1.1", "1.2", "2.0", "2.1", "3.0", "4.0", "4.1", "4.2", "5.0", "5.1", "5.2", "5.3", "5.4", "6.0"]
         return version >= 0 && version < names.count ? "Bluetooth \(names[version])" : nil
     }
+}
+
+public struct ControllerListError: Error, CustomStringConvertible, Sendable {
+    public var description: String
 }

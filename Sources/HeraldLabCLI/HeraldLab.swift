@@ -7,7 +7,7 @@ struct HeraldLab: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald-lab",
         abstract: "A test lab for the Herald BLE proximity protocol.",
-        subcommands: [PlanCommand.self, SimulateCommand.self, AnalyseCommand.self, CompareCommand.self, RegressCommand.self, HistoryCommand.self, AirCommand.self, AgentCommand.self, NodeCommand.self, CoordinatorCommand.self, RunCommand.self, AgentsCommand.self, RunsCommand.self, CACommand.self, EnrolCommand.self, BenchCommand.self]
+        subcommands: [PlanCommand.self, SimulateCommand.self, AnalyseCommand.self, CompareCommand.self, RegressCommand.self, HistoryCommand.self, AirCommand.self, AgentCommand.self, NodeCommand.self, CoordinatorCommand.self, RunCommand.self, AgentsCommand.self, DonglesCommand.self, RunsCommand.self, CACommand.self, EnrolCommand.self, BenchCommand.self]
     )
 
     /// As ArgumentParser's, except that a command line it cannot parse exits 2 like every other

@@ -169,8 +169,20 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(help: "Radio: sim (attach to the air) or bluez.")
     var radio: String = "sim"
 
-    @Option(help: "BlueZ adapter (bluez radio).")
+    @Option(help: "BlueZ adapter (bluez radio): its address (stable across reboots and re-plugging) or hciN.")
     var adapter: String?
+
+    @Option(name: .customLong("dongle-name"), help: "The dongle's label, as plans select it (bluez radio; default: the agent's name).")
+    var dongleName: String?
+
+    @Option(name: .customLong("host-name"), help: "The host the dongle is reported on (default: this machine's name).")
+    var hostName: String?
+
+    @Option(help: "Where sysfs is (the dongle's USB identity, USB resets).")
+    var sysfs: String = "/sys"
+
+    @Flag(name: .customLong("no-usb-reset"), help: "Never reset the dongle at USB level when it stops answering (a power-cycle through bluetoothd is still tried).")
+    var noUSBReset = false
 
     @Option(help: "The air to attach to (HOST:PORT) when the coordinator names none.")
     var air: String?
@@ -206,6 +218,16 @@ struct AgentCommand: AsyncParsableCommand {
         config.tags = tags.split(separator: ",").map(String.init).filter { $0 != "none" }
         config.radio = radioKind
         config.adapter = adapter
+        if let dongleName {
+            guard SafeName.isValid(dongleName) else { log("--dongle-name \"\(dongleName)\" \(SafeName.problem(with: dongleName)!)"); throw ExitCode(2) }
+            config.dongleName = dongleName
+        }
+        config.sysfsRoot = sysfs
+        if let hostName {
+            guard SafeName.isValid(hostName) else { log("--host-name \"\(hostName)\" \(SafeName.problem(with: hostName)!)"); throw ExitCode(2) }
+            config.hostName = hostName
+        }
+        config.usbReset = !noUSBReset
         if let air { config.air = try parseAir(air) }
         let agent = Agent(config: config)
         let port: UInt16
@@ -239,6 +261,15 @@ struct CoordinatorCommand: AsyncParsableCommand {
     @Option(name: .customLong("retain-days"), help: "Delete the bundles of ended runs older than this many days (default: keep them).")
     var retainDays: Double?
 
+    @Option(name: .customLong("quarantine-after"), help: "Quarantine a dongle after this many failed checks, or outlier runs, in a row.")
+    var quarantineAfter: Int = 2
+
+    @Option(name: .customLong("preflight"), help: "The longest a run's pre-flight check of its dongles may take when its plan says none (30s; off: no check).")
+    var preflight: String = "30s"
+
+    @Option(name: .customLong("health-check-every"), help: "Health-check every free dongle this often (e.g. 24h; default: only on demand, herald-lab dongles check).")
+    var healthCheckEvery: String?
+
     func run() async throws {
         var config = Coordinator.Config(results: URL(fileURLWithPath: results))
         config.host = service.host
@@ -257,6 +288,16 @@ struct CoordinatorCommand: AsyncParsableCommand {
             config.retainDays = retainDays
         }
         if let air { config.air = try parseAir(air) }
+        guard (1...1000).contains(quarantineAfter) else { log("--quarantine-after must be between 1 and 1000"); throw ExitCode(2) }
+        config.quarantineAfter = quarantineAfter
+        if preflight == "off" { config.preflightBound = 0 } else {
+            guard let d = Plan.parseDuration(preflight), d >= 1, d <= 600 else { log("--preflight \"\(preflight)\": a duration from 1s to 10m, or off"); throw ExitCode(2) }
+            config.preflightBound = d
+        }
+        if let healthCheckEvery {
+            guard let d = Plan.parseDuration(healthCheckEvery), d >= 60 else { log("--health-check-every \"\(healthCheckEvery)\": a duration of at least 1m, such as 24h"); throw ExitCode(2) }
+            config.healthCheckEvery = d
+        }
         let coordinator: Coordinator
         do { coordinator = try Coordinator(config: config) } catch {
             log("herald-lab coordinator: \(error)")

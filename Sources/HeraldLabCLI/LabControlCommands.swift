@@ -18,19 +18,7 @@ struct CoordinatorOptions: ParsableArguments {
     var credentials: String?
 
     func client() throws -> LabClient {
-        guard let base = URL(string: coordinator), base.scheme == "http" || base.scheme == "https", base.host != nil else {
-            log("--coordinator \"\(coordinator)\": expected a URL such as http://coord.lab:8700"); throw ExitCode(2)
-        }
-        let token: String?
-        do {
-            let folder = try CredentialsFolder.locate(credentials)
-            try folder?.trustLabCA()
-            token = try LabToken.load(file: tokenFile) ?? folder?.secret("operator.token")
-        } catch { log("\(error)"); throw ExitCode(2) }
-        if base.scheme == "https" && LabTrust.client == nil {
-            log("--coordinator \(coordinator): https needs the lab CA: --credentials DIR holding ca.pem"); throw ExitCode(2)
-        }
-        return LabClient(base: base, token: token, timeout: 10)
+        try coordinatorClient(coordinator, tokenFile: tokenFile, credentials: credentials)
     }
 
     /// A call whose failure ends the command with exit 2 and the reason.

@@ -115,6 +115,10 @@ struct RunCommand: AsyncParsableCommand {
         if let m = try? Manifest.read(from: bundle.appendingPathComponent("manifest.json")) {
             let offsets = m.nodes.map { String(format: "%@ %+.2f ms", $0.name, $0.clockOffset * 1000) }.joined(separator: ", ")
             if let s = m.startSkew { print(String(format: "start skew: p50 %.3f ms, p99 %.3f ms, max %.3f ms; clock offsets: %@", s.p50Ms, s.p99Ms, s.maxMs, offsets)) }
+            if let pf = m.preflight {
+                let left = pf.filter { !$0.ok }
+                print("pre-flight: \(pf.count - left.count) of \(pf.count) dongles passed" + (left.isEmpty ? "" : "; left out: " + left.map { "\($0.dongle) (\($0.reason ?? "failed"))" }.joined(separator: ", ")))
+            }
             let partial = m.nodes.filter { $0.state != .complete }
             if !partial.isEmpty { print("nodes not complete: " + partial.map { "\($0.name) \($0.state.rawValue)\($0.message.map { " (\($0))" } ?? "")" }.joined(separator: ", ")) }
         }

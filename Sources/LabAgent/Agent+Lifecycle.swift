@@ -53,6 +53,7 @@ extension Agent {
             return
         }
         if let r = active { throw HTTPError(.conflict, "agent \(config.name) is busy with run \(r.id)") }
+        if let c = check, c.final == nil { throw HTTPError(.conflict, "agent \(config.name) is checking its dongle (\(c.request.id))") }
         let dir = runsDirectory.appendingPathComponent(a.runId)
         try FileManager.default.createDirectory(at: dir.appendingPathComponent("node"), withIntermediateDirectories: true)
         try Durable.write(LabJSON.encoder.encode(a), to: dir.appendingPathComponent("assignment.json"))
@@ -95,8 +96,12 @@ extension Agent {
             let transport: any BLETransport
             var air: AirTransport?
             if config.radio == .bluez {
-                let bluez = BlueZTransport(options: .init(adapter: config.adapter ?? "hci0"), scheduler: scheduler)
+                var options = BlueZTransport.Options(adapter: config.adapter ?? "hci0")
+                options.sysfsRoot = config.sysfsRoot
+                options.usbReset = config.usbReset
+                let bluez = BlueZTransport(options: options, scheduler: scheduler)
                 transport = bluez
+                r.bluez = bluez
                 r.closeRadio = { bluez.close() }
             } else {
                 guard let address = r.air else { throw AirError.socket("no air to attach to: give the agent --air HOST:PORT") }
@@ -116,6 +121,10 @@ extension Agent {
             if let bluez = transport as? BlueZTransport {
                 bluez.log = runner.radioLog
                 bluez.onGap = recordGap
+                bluez.onRecovery = { [weak self, weak r] recovery in
+                    guard let self, let r else { return }
+                    self.recovered(r, recovery)
+                }
             }
             if let air {
                 air.log = runner.radioLog
@@ -150,6 +159,8 @@ extension Agent {
         guard runs[r.id] === r, r.state == .running || r.state == .armed else { return }
         if let st = r.runner?.status ?? r.lastStatus { r.lastStatus = st }
         r.writeError = r.runner?.writeError ?? r.writeError
+        if !interrupted, r.state == .running, let bluez = r.bluez { radioAtTheEnd(r, bluez) }
+        r.bluez = nil
         r.runner?.stop()
         r.closeRadio?()
         r.runner = nil
@@ -223,6 +234,7 @@ extension Agent {
         list.aborted = r.aborted ? true : nil
         list.writeError = r.writeError
         list.failure = r.state == .failed ? (r.message ?? "failed") : nil
+        list.recoveries = r.recoveries.isEmpty ? nil : r.recoveries
         return list
     }
 

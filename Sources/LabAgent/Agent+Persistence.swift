@@ -20,6 +20,7 @@ extension Agent {
         var aborted: Bool?
         var message: String?
         var writeError: String?
+        var recoveries: [LabWire.Recovery]?
     }
 
     /// `persist` where the caller cannot refuse anything: a failure goes into the run's status
@@ -33,7 +34,8 @@ extension Agent {
 
     func persist(_ r: ActiveRun) throws {
         let s = PersistedState(state: r.state, startAt: r.startAt, startedAt: r.startedAt, resumed: r.resumed, air: r.air, files: r.files,
-                               gaps: r.gaps, aliveAt: r.aliveAt, aborted: r.aborted, message: r.message, writeError: r.writeError)
+                               gaps: r.gaps, aliveAt: r.aliveAt, aborted: r.aborted, message: r.message, writeError: r.writeError,
+                               recoveries: r.recoveries.isEmpty ? nil : r.recoveries)
         try Durable.write(LabJSON.encoder.encode(s), to: r.directory.appendingPathComponent("state.json"))
     }
 
@@ -57,7 +59,7 @@ extension Agent {
                 let r = ActiveRun(assignment: a, directory: dir)
                 r.state = s.state; r.startAt = s.startAt; r.startedAt = s.startedAt; r.resumed = s.resumed; r.air = s.air
                 r.files = s.files ?? []; r.gaps = s.gaps ?? []; r.aliveAt = s.aliveAt; r.aborted = s.aborted ?? false
-                r.message = s.message; r.writeError = s.writeError
+                r.message = s.message; r.writeError = s.writeError; r.recoveries = s.recoveries ?? []
                 loaded.append(r)
             } catch {
                 log("agent \(config.name): \(dir.path) is not a run this agent can resume (\(error)); left as it is")

@@ -27,6 +27,14 @@ extension Agent {
             try self.scheduler.sync { try self.schedule(start) }
             return .json(self.status)
         }
+        http.route("POST", "/v1/preflight") { [unowned self] req in
+            .json(try await self.startPreflight(try req.decode(LabWire.PreflightRequest.self)))
+        }
+        http.route("GET", "/v1/preflight") { [unowned self] _ in .json(try self.preflightStatus()) }
+        http.route("POST", "/v1/preflight/stop") { [unowned self] _ in
+            guard let r = await self.stopPreflight() else { throw HTTPError(.notFound, "agent \(self.config.name) has no dongle check") }
+            return .json(r)
+        }
         http.route("GET", "/v1/runs") { [unowned self] _ in .json(self.scheduler.sync { self.heldRuns() }) }
         http.route("GET", "/v1/runs/:run/files") { [unowned self] req in
             let id = try Self.runId(req)

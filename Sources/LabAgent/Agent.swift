@@ -34,6 +34,14 @@ public final class Agent: @unchecked Sendable {
         public var tags: [String] = []
         public var radio: RadioKind = .sim
         public var adapter: String?
+        /// The dongle's label (radio bluez); nil: the agent's name.
+        public var dongleName: String?
+        /// The host name the dongle is reported on; nil: this machine's.
+        public var hostName: String?
+        /// Where sysfs is (the dongle's USB identity and USB resets); tests give a fake tree.
+        public var sysfsRoot = "/sys"
+        /// Whether a dongle that stops answering may be reset at USB level (sysfs `authorized`).
+        public var usbReset = true
         /// The air to attach to when an assignment names none.
         public var air: LabWire.AirAddress?
         /// The URL the coordinator should call this agent at (behind NAT, or to pick one of
@@ -65,6 +73,10 @@ public final class Agent: @unchecked Sendable {
     let kernel = HostSystem.kernelRelease()
     var bluezVersion: String?
     let stackLock = NSLock()
+    /// The dongle as last looked at (radio bluez), under `stackLock`.
+    var dongleInfo: LabWire.DongleInfo?
+    /// A pre-flight check of the dongle, on the scheduler's queue (Agent+Dongle).
+    var check: DongleCheckSession?
 
     final class ActiveRun {
         let assignment: NodeAssignment
@@ -86,6 +98,9 @@ public final class Agent: @unchecked Sendable {
         var message: String?
         var writeError: String?
         var lastStatus: NodeStatus?
+        /// The BlueZ radio of the running node, and what it did to recover its dongle.
+        var bluez: BlueZTransport?
+        var recoveries: [LabWire.Recovery] = []
         init(assignment: NodeAssignment, directory: URL) { self.assignment = assignment; self.directory = directory }
         var id: String { assignment.runId }
         var nodeDirectory: URL { directory.appendingPathComponent("node") }
@@ -97,7 +112,8 @@ public final class Agent: @unchecked Sendable {
         self.config = config
         self.log = log
         http = HTTPService(name: "agent \(config.name)", authenticate: config.insecure ? nil : Self.authenticator(config), log: log)
-        controller = config.radio == .bluez ? Self.describe(ControllerIdentity.read(adapter: config.adapter ?? "hci0")) : nil
+        controllerIdentity = config.radio == .bluez ? ControllerIdentity.read(adapter: config.adapter ?? "hci0") : nil
+        controller = controllerIdentity.map(Self.describe)
         routes()
     }
 
@@ -108,6 +124,7 @@ public final class Agent: @unchecked Sendable {
         boundPort = port
         url = config.advertiseURL?.absoluteString ?? "\(config.tls == nil ? "http" : "https")://\(HostPort.urlHost(config.host)):\(port)"
         scheduler.sync { recover() }
+        if config.radio == .bluez { await refreshDongle() }
         watchdog = StallWatchdog(threshold: config.stallThreshold) { [weak self] from, to in
             guard let self else { return }
             self.scheduler.execute { self.stalled(from: from, to: to) }
@@ -148,12 +165,15 @@ public final class Agent: @unchecked Sendable {
     var now: Double { Date().timeIntervalSince1970 }
 
     public var info: LabWire.AgentInfo {
-        LabWire.AgentInfo(name: config.name, url: url, tags: config.tags, radio: config.radio, adapter: config.adapter, controller: controller, port: boundPort)
+        var i = LabWire.AgentInfo(name: config.name, url: url, tags: config.tags, radio: config.radio, adapter: config.adapter, controller: controller, port: boundPort)
+        i.dongle = stackLock.withLock { dongleInfo }
+        return i
     }
 
     /// The Bluetooth controller's identity (BlueZ radio), read once at start: what lets results be
     /// grouped by dongle and firmware. Simulated radios have none.
     public let controller: [String: String]?
+    let controllerIdentity: ControllerIdentity?
 
     static func describe(_ identity: ControllerIdentity) -> [String: String] {
         switch identity {
@@ -175,7 +195,9 @@ public final class Agent: @unchecked Sendable {
         s.held = runs.keys.sorted()
         s.kernel = kernel
         s.bluez = stackLock.withLock { bluezVersion }
+        s.dongle = stackLock.withLock { dongleInfo }
         guard let r = current else { return s }
+        s.recoveries = r.recoveries.isEmpty ? nil : r.recoveries
         s.runId = r.id
         s.node = r.assignment.node.name
         s.startAt = r.startAt

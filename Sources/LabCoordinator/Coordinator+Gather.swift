@@ -54,6 +54,7 @@ extension Coordinator {
                 continue
             }
             r.nodes[i].files = list.files
+            r.nodes[i].recoveries = list.recoveries.map { Array($0.prefix(1000)) }
             r.nodes[i].agentStartedAt = list.startedAt
             if let st = list.startedAt { r.nodes[i].startedAt = st - offset }
             if let st = list.startedAt, let at = list.startAt, !list.resumed { r.nodes[i].lateBy = st - at }
@@ -71,14 +72,26 @@ extension Coordinator {
         do { try writeManifest(r, plan, bundle: bundle) } catch {
             return failKeepingCopies(&r, "cannot write the bundle's manifest: \(error)")
         }
+        let judged = r.nodes.map(\.state)
         var notes = [String]()
         if let failure { notes.append(failure) }
+        if let left = r.preflight?.filter({ !$0.ok }), !left.isEmpty {
+            notes.append("pre-flight left out " + left.map { "\($0.dongle) (\($0.reason ?? "failed"))" }.joined(separator: ", "))
+        }
         // The report. The analyser never traps on what agents send; a failure is noted, not fatal.
         do {
             let report = try Analyser.analyse(bundle)
             try ReportWriter.write(report, to: bundle.appendingPathComponent("report"))
             r.passed = report.result.passed
             r.headline = Summary.text(report.result, mode: "strict")
+            if plan.radio.kind == .bluez {
+                // The dongles' side of the run: their history, and the run's outliers.
+                let detected = Set(report.result.pairs.filter(\.detected).map { "\(($0.observer as NSString).lastPathComponent)\u{1F}\(($0.observed as NSString).lastPathComponent)" })
+                judgeRun(&r, detected: detected)
+                if r.nodes.map(\.state) != judged {
+                    do { try writeManifest(r, plan, bundle: bundle) } catch { notes.append("cannot rewrite the manifest with the outliers: \(error)") }
+                }
+            }
             do {
                 let history = try HistoryStore(url: config.results.appendingPathComponent("history.sqlite"))
                 try history.record(report.result, reportPath: bundle.appendingPathComponent("report").path)
@@ -263,6 +276,9 @@ extension Coordinator {
             let spec = plan.nodes[i]
             var m = Manifest.Node(name: n.name, identifier: spec.identifier, shortName: spec.shortName, osVersion: n.status?.kernel ?? "unknown", position: spec.position, radio: "air")
             m.bluezVersion = n.status?.bluez
+            m.dongle = n.dongle
+            m.dongleHealth = n.dongleHealth
+            m.recoveries = n.recoveries?.isEmpty == false ? n.recoveries : nil
             let best = LabWire.ClockSample.best([n.clockBefore, n.clockAfter].compactMap { $0 })
             m.clockOffset = best?.offset ?? 0
             m.clockRoundTrip = best?.roundTrip
@@ -285,6 +301,7 @@ extension Coordinator {
         var manifest = Manifest(runId: r.id, createdAt: Date(), mode: "lab", seed: plan.seed, plan: plan, planText: r.planText,
                                 contactEvent: plan.contactEvent(startingAt: Date(timeIntervalSince1970: startAt)), nodes: nodes)
         manifest.startAt = r.startAt.map { Date(timeIntervalSince1970: $0) }
+        manifest.preflight = r.preflight
         if !delays.isEmpty {
             let s = delays.sorted()
             func pct(_ q: Double) -> Double { s[max(0, min(s.count - 1, Int((q * Double(s.count)).rounded(.up)) - 1))] }

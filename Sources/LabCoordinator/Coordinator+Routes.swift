@@ -11,6 +11,7 @@ extension Coordinator {
             var info = try req.decode(LabWire.AgentInfo.self)
             guard SafeName.isValid(info.name) else { throw HTTPError(.badRequest, "agent name \"\(HTTPService.escaped(info.name))\" \(SafeName.problem(with: info.name)!)") }
             try self.mayActAs(info.name, req.principal)
+            info.dongle = info.radio == .bluez ? info.dongle?.sanitised(agent: info.name) : nil
             let announced = info.url
             info.url = try Self.reachableURL(info, peerHost: req.peerHost)
             let t = self.now
@@ -19,6 +20,7 @@ extension Coordinator {
                 self.agents[info.name] = AgentRecord(info: info, lastSeen: t, persistedSeen: t, status: old?.status, lastError: old?.lastError, lastErrorAt: old?.lastErrorAt)
             }
             try self.store.saveAgent(info, lastSeen: t)
+            if let d = info.dongle, info.radio == .bluez { self.noteDongle(d, agent: info.name) }
             let from = req.peerHost.map { " from \($0)" } ?? ""
             let esc = HTTPService.escaped
             self.log("coordinator: agent \(info.name) registered\(from) at \(esc(info.url))\(announced != info.url ? " (it announced \(esc(announced)))" : "") (radio \(info.radio.rawValue), tags \(esc(info.tags.joined(separator: ","))))")
@@ -28,7 +30,8 @@ extension Coordinator {
             let name = req.parameters["name"] ?? ""
             guard SafeName.isValid(name) else { throw HTTPError(.badRequest, "agent name \(SafeName.problem(with: name) ?? "is invalid")") }
             try self.mayActAs(name, req.principal)
-            let status = try req.decode(LabWire.AgentStatus.self)
+            var status = try req.decode(LabWire.AgentStatus.self)
+            status.dongle = status.dongle?.sanitised(agent: name)
             let t = self.now
             let persist = self.withLock { () -> Bool? in
                 guard var a = self.agents[name] else { return nil }
@@ -41,6 +44,7 @@ extension Coordinator {
             }
             guard let persist else { throw HTTPError(.notFound, "agent \(name) is not registered; register first") }
             if persist { self.persistSeen(name, at: t) }
+            if let d = status.dongle { self.noteDongle(d, agent: name) }
             return .json(Empty())
         }
         // Everything else is the operator's.
@@ -51,6 +55,16 @@ extension Coordinator {
         http.route("POST", "/v1/agents/:name/revoke", allow: [.operator]) { [unowned self] req in
             try self.revoke(req.parameters["name"] ?? "")
             return .json(Empty())
+        }
+        http.route("GET", "/v1/dongles", allow: [.operator]) { [unowned self] req in
+            let history = min(max(Int(req.query["history"] ?? "") ?? 20, 0), 1000)
+            return .json(self.dongleViews(history: history))
+        }
+        http.route("POST", "/v1/dongles/check", bodyLimit: 64 * 1024, allow: [.operator]) { [unowned self] req in
+            .json(try await self.checkDongles(req.body.isEmpty ? LabWire.CheckRequest(dongles: nil, bound: nil) : try req.decode(LabWire.CheckRequest.self)))
+        }
+        http.route("POST", "/v1/dongles/:dongle/health", bodyLimit: 16 * 1024, allow: [.operator]) { [unowned self] req in
+            .json(try self.setHealth(req.parameters["dongle"] ?? "", try req.decode(LabWire.HealthRequest.self)))
         }
         http.route("POST", "/v1/runs", bodyLimit: 256 * 1024, allow: [.operator]) { [unowned self] req in
             let text = String(decoding: req.body, as: UTF8.self)

@@ -24,6 +24,9 @@ extension Coordinator {
         }
         if r.state == .arming {
             if r.startAt == nil {
+                // Radio bluez: the dongles are checked first; spares stand in for failures.
+                guard let checked = await preflight(r, plan) else { return }
+                r = checked
                 guard let armed = await arm(r, plan) else { return }
                 r = armed
             } else {

@@ -40,6 +40,12 @@ public final class Coordinator: @unchecked Sendable {
         public var gatherPatience: Double = 60
         /// Bundles of ended runs older than this many days are deleted (nil: kept for ever).
         public var retainDays: Double?
+        /// A dongle is quarantined after this many failed checks, or outlier runs, in a row.
+        public var quarantineAfter = 2
+        /// The pre-flight bound when a plan gives none (seconds; 0: no pre-flight check).
+        public var preflightBound: Double = AgentSelection.defaultPreflight
+        /// Health-check every free dongle this often (seconds; nil: only on demand).
+        public var healthCheckEvery: Double?
         public init(results: URL) { self.results = results }
     }
 
@@ -64,6 +70,10 @@ public final class Coordinator: @unchecked Sendable {
     let identities: IdentityTable
     private var inventory: [LabWire.AgentInfo] = []
     var runs: [String: RunRecord] = [:]
+    /// Dongles by key (Coordinator+Dongles), and the agents whose dongles are being checked.
+    var dongles: [String: DongleRecord] = [:]
+    var checking: Set<String> = []
+    var healthChecks: Task<Void, Never>?
     var tasks: [String: Task<Void, Never>] = [:]
     var housekeeping: Task<Void, Never>?
     /// Heartbeat times due for SQLite, written together by `flushSeen` (Coordinator+Routes).
@@ -84,6 +94,7 @@ public final class Coordinator: @unchecked Sendable {
             agents[a.info.name] = AgentRecord(info: a.info, lastSeen: a.lastSeen, persistedSeen: a.lastSeen, status: nil, lastError: a.lastError, lastErrorAt: a.lastErrorAt)
         }
         for r in try store.runs() { runs[r.id] = r }
+        for d in try store.dongles() { dongles[d.id] = d }
         if let inv = config.inventory { inventory = try Self.loadInventory(inv) }
         routes()
     }
@@ -100,6 +111,18 @@ public final class Coordinator: @unchecked Sendable {
             log("coordinator: resuming run \(r.id) (\(r.state.rawValue))")
             launch(r.id)
         }
+        if let every = config.healthCheckEvery {
+            healthChecks = Task { [weak self] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(nanoseconds: UInt64(every * 1e9))
+                    guard let self, !Task.isCancelled else { return }
+                    do {
+                        let result = try await self.checkDongles(LabWire.CheckRequest(dongles: nil, bound: nil))
+                        self.log("coordinator: scheduled health check \(result.id): \(result.verdicts.filter(\.ok).count) of \(result.verdicts.count) dongles passed\(result.quarantined.isEmpty ? "" : "; quarantined: \(result.quarantined.joined(separator: ", "))")")
+                    } catch { self.log("coordinator: scheduled health check skipped: \(error)") }
+                }
+            }
+        }
         if config.retainDays != nil {
             housekeeping = Task { [weak self] in
                 while !Task.isCancelled {
@@ -114,6 +137,7 @@ public final class Coordinator: @unchecked Sendable {
     public func stop() async {
         withLock { for t in tasks.values { t.cancel() } }
         housekeeping?.cancel()
+        healthChecks?.cancel()
         await http.stop()
         seenQueue.sync { flushSeen() }
     }
@@ -202,18 +226,23 @@ public final class Coordinator: @unchecked Sendable {
         guard personas.isEmpty else {
             throw HTTPError(.badRequest, "\(personas.map { "\($0.name) (persona \($0.persona!.rawValue))" }.joined(separator: ", ")): personas are simulated phones; a lab runs Linux nodes only (herald-lab simulate runs them)")
         }
-        let selected = try select(plan)
+        let selection = try select(plan)
+        let selected = selection.chosen
         var rng = SystemRandomNumberGenerator()
         let stamp = Self.stamp(now)
         // Run ids are names on every agent's disk: at most 64 characters.
         let id = "\(plan.name.prefix(40))-\(stamp)-\(String(format: "%04x", UInt16.random(in: 0...UInt16.max, using: &rng)))"
         let nodes = zip(plan.nodes, selected).map { spec, agent in
-            RunRecord.Node(name: spec.name, agent: agent.name, agentURL: agent.url, state: "selected", files: [])
+            RunRecord.Node(name: spec.name, agent: agent.name, agentURL: agent.url, state: "selected", files: [],
+                           dongle: agent.dongle, dongleHealth: dongleRecord(of: agent)?.health ?? (agent.dongle == nil ? nil : .unknown))
         }
-        let record = RunRecord(id: id, plan: plan.name, planText: planText, state: .arming, created: now, duration: plan.duration,
+        var record = RunRecord(id: id, plan: plan.name, planText: planText, state: .arming, created: now, duration: plan.duration,
                                warmup: plan.warmup, air: config.air, nodes: nodes)
+        if !selection.spares.isEmpty {
+            record.spares = selection.spares.map { RunRecord.Spare(agent: $0.name, agentURL: $0.url, dongle: $0.dongle, dongleHealth: dongleRecord(of: $0)?.health) }
+        }
         try save(record)
-        log("coordinator: run \(id) submitted: \(plan.nodes.count) nodes on agents \(selected.map { "\($0.name) (\($0.url))" }.joined(separator: ", "))")
+        log("coordinator: run \(id) submitted: \(plan.nodes.count) nodes on agents \(selected.map { "\($0.name) (\($0.url))" }.joined(separator: ", "))\(selection.spares.isEmpty ? "" : "; spares \(selection.spares.map(\.name).joined(separator: ", "))")")
         launch(id)
         return record
     }
@@ -223,40 +252,87 @@ public final class Coordinator: @unchecked Sendable {
         return s.replacingOccurrences(of: "-", with: "").replacingOccurrences(of: ":", with: "").replacingOccurrences(of: " ", with: "-")
     }
 
-    /// Picks one alive agent per node: by the plan's names, else by tags and radio. Busy agents
+    /// The agents chosen for a plan's nodes, in node order, and the spares checked with them.
+    struct Selection {
+        var chosen: [LabWire.AgentInfo]
+        var spares: [LabWire.AgentInfo] = []
+    }
+
+    /// Picks one alive agent per node: by the plan's names or dongle names, else by tags, radio
+    /// and (radio bluez) the dongle's make and firmware, plus the spares asked for. Busy agents
     /// are skipped, and so is a second agent name at the URL of one already chosen: one agent
-    /// slot never runs two nodes.
-    func select(_ plan: Plan) throws -> [LabWire.AgentInfo] {
+    /// slot never runs two nodes. With radio bluez, a dongle that is quarantined, in maintenance
+    /// or retired is never chosen; known good dongles come before unknown ones.
+    func select(_ plan: Plan) throws -> Selection {
         let views = agentViews.filter { $0.state == .alive }
-        let active = withLock { runs.values.filter { !$0.state.isFinal } }
-        let busyNames = Set(active.flatMap { $0.nodes.map(\.agent) })
-        let busyURLs = Set(active.flatMap { $0.nodes.map(\.agentURL) })
+        let (active, inCheck) = withLock { (runs.values.filter { !$0.state.isFinal }, checking) }
+        let busyNames = Set(active.flatMap { $0.nodes.map(\.agent) + ($0.spares ?? []).map(\.agent) }).union(inCheck)
+        let busyURLs = Set(active.flatMap { $0.nodes.map(\.agentURL) + ($0.spares ?? []).map(\.agentURL) })
         func busy(_ i: LabWire.AgentInfo) -> Bool { busyNames.contains(i.name) || busyURLs.contains(i.url) }
+        let bluez = plan.radio.kind == .bluez
+        /// Why an agent's dongle may not be chosen, nil when it may.
+        func unusable(_ i: LabWire.AgentInfo) -> String? {
+            guard bluez, let r = dongleRecord(of: i), !r.health.selectable else { return nil }
+            return "dongle \(r.info.name) (\(r.id)) is \(r.health.rawValue)\(r.healthReason.map { ": \($0)" } ?? "")"
+        }
         let need = plan.nodes.count
         if let names = plan.agents.names {
             var out = [LabWire.AgentInfo]()
             for n in names {
                 guard let v = views.first(where: { $0.info.name == n }) else { throw HTTPError(.conflict, "plan \(plan.name) names agent \(n), which is not alive (alive: \(views.map(\.info.name).joined(separator: ", ")))") }
                 guard !busy(v.info) else { throw HTTPError(.conflict, "agent \(n) (\(v.info.url)) is busy with another run") }
+                if let why = unusable(v.info) { throw HTTPError(.conflict, "agent \(n): \(why); release it with herald-lab dongles release when it is fixed") }
                 if let same = out.first(where: { $0.url == v.info.url }) {
                     throw HTTPError(.conflict, "agents \(same.name) and \(n) are both registered at \(v.info.url): one agent cannot run two nodes")
                 }
                 out.append(v.info)
             }
-            return out
+            return Selection(chosen: out)
+        }
+        if let names = plan.agents.dongles {
+            var out = [LabWire.AgentInfo]()
+            for n in names {
+                let driving = views.filter { $0.info.radio == .bluez && $0.info.dongle?.name == n }
+                guard let v = driving.first else {
+                    let known = views.compactMap { $0.info.dongle?.name }.sorted()
+                    throw HTTPError(.conflict, "plan \(plan.name) names dongle \(n), which no alive agent drives (dongles: \(known.isEmpty ? "none" : known.joined(separator: ", ")))")
+                }
+                guard driving.count == 1 else { throw HTTPError(.conflict, "\(driving.count) agents drive a dongle named \(n) (\(driving.map(\.info.name).joined(separator: ", "))): name them apart") }
+                guard !busy(v.info) else { throw HTTPError(.conflict, "dongle \(n) (agent \(v.info.name)) is busy with another run") }
+                if let why = unusable(v.info) { throw HTTPError(.conflict, "\(why); release it with herald-lab dongles release \(n) when it is fixed") }
+                if let same = out.first(where: { $0.url == v.info.url }) {
+                    throw HTTPError(.conflict, "agents \(same.name) and \(v.info.name) are both registered at \(v.info.url): one agent cannot run two nodes")
+                }
+                out.append(v.info)
+            }
+            return Selection(chosen: out)
         }
         let tags = Set(plan.agents.tags ?? [])
+        let nobody = LabWire.DongleInfo(id: nil, name: "", present: false)
         var fit = [LabWire.AgentInfo]()
+        var excluded = [String]()
         var fitURLs = Set<String>() // the URLs in `fit`: one look-up per agent, not a scan of `fit`
         for v in views where v.info.radio == plan.radio.kind && tags.isSubset(of: Set(v.info.tags)) && !busy(v.info) {
+            if bluez {
+                guard plan.agents.matches(v.info.dongle ?? nobody) else { continue }
+                if let why = unusable(v.info) { excluded.append(why); continue }
+            }
             if !fitURLs.insert(v.info.url).inserted { continue }
             fit.append(v.info)
         }
+        if bluez {
+            // Known good dongles first, then unknown ones, each in name order.
+            let good = fit.filter { dongleRecord(of: $0)?.health == .good }
+            fit = good + fit.filter { dongleRecord(of: $0)?.health != .good }
+        }
         guard fit.count >= need else {
             let tagText = tags.isEmpty ? "" : " with tags \(tags.sorted().joined(separator: ","))"
-            throw HTTPError(.conflict, "plan \(plan.name) needs \(need) agents with radio \(plan.radio.kind.rawValue)\(tagText), but only \(fit.count) are alive and free\(fit.isEmpty ? "" : ": \(fit.map(\.name).joined(separator: ", "))"); start more agents or lower the node count")
+            let dongleText = plan.agents.selectsDongles ? " and dongles of \([plan.agents.manufacturer.map { "make \($0.joined(separator: "/"))" }, plan.agents.firmware.map { "firmware \($0.joined(separator: "/"))" }].compactMap { $0 }.joined(separator: ", "))" : ""
+            let excludedText = excluded.isEmpty ? "" : "; not selectable: \(excluded.joined(separator: "; "))"
+            throw HTTPError(.conflict, "plan \(plan.name) needs \(need) agents with radio \(plan.radio.kind.rawValue)\(tagText)\(dongleText), but only \(fit.count) are alive and free\(fit.isEmpty ? "" : ": \(fit.map(\.name).joined(separator: ", "))")\(excludedText); start more agents or lower the node count")
         }
-        return Array(fit.prefix(need))
+        let spares = min(plan.agents.spares ?? 0, fit.count - need)
+        return Selection(chosen: Array(fit.prefix(need)), spares: Array(fit[need..<(need + spares)]))
     }
 
     func launch(_ id: String) {

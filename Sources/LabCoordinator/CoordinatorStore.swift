@@ -30,7 +30,58 @@ final class CoordinatorStore: @unchecked Sendable {
                 t.add(column: "lastErrorAt", .double)
             }
         }
+        // Dongles (radio bluez) by their stable identity, their health and their history.
+        m.registerMigration("v3") { db in
+            try db.create(table: "dongle") { t in
+                t.primaryKey("id", .text)
+                t.column("name", .text).notNull()
+                t.column("health", .text).notNull()
+                t.column("record", .text).notNull()
+            }
+            try db.create(table: "dongle_event") { t in
+                t.autoIncrementedPrimaryKey("seq")
+                t.column("dongle", .text).notNull().indexed()
+                t.column("at", .double).notNull()
+                t.column("kind", .text).notNull()
+                t.column("ok", .boolean).notNull()
+                t.column("run", .text)
+                t.column("event", .text).notNull()
+            }
+        }
         try m.migrate(db)
+    }
+
+    /// A dongle's record and new history events, in one transaction.
+    func saveDongle(_ d: DongleRecord, events: [LabWire.DongleEvent] = []) throws {
+        let json = String(decoding: try JSONEncoder().encode(d), as: UTF8.self)
+        let rows = try events.map { (e: LabWire.DongleEvent) in (e, String(decoding: try JSONEncoder().encode(e), as: UTF8.self)) }
+        try db.write { db in
+            try db.execute(sql: "INSERT INTO dongle(id, name, health, record) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET name = excluded.name, health = excluded.health, record = excluded.record",
+                           arguments: [d.id, d.info.name, d.health.rawValue, json])
+            for (e, text) in rows {
+                try db.execute(sql: "INSERT INTO dongle_event(dongle, at, kind, ok, run, event) VALUES (?, ?, ?, ?, ?, ?)",
+                               arguments: [d.id, e.at, e.kind, e.ok, e.run, text])
+            }
+        }
+    }
+
+    func dongles() throws -> [DongleRecord] {
+        try db.read { db in
+            try Row.fetchAll(db, sql: "SELECT record FROM dongle ORDER BY id").compactMap { row in
+                let json: String = row["record"]
+                return try? JSONDecoder().decode(DongleRecord.self, from: Data(json.utf8))
+            }
+        }
+    }
+
+    /// A dongle's history, newest first.
+    func dongleEvents(_ id: String, limit: Int) throws -> [LabWire.DongleEvent] {
+        try db.read { db in
+            try Row.fetchAll(db, sql: "SELECT event FROM dongle_event WHERE dongle = ? ORDER BY seq DESC LIMIT ?", arguments: [id, limit]).compactMap { row in
+                let json: String = row["event"]
+                return try? JSONDecoder().decode(LabWire.DongleEvent.self, from: Data(json.utf8))
+            }
+        }
     }
 
     /// The last heartbeat, kept so that a restarted coordinator knows how long ago it was.
@@ -119,6 +170,18 @@ public struct RunRecord: Codable, Sendable {
         public var agentStartedAt: Double?
         public var files: [LabWire.FileInfo]
         public var message: String?
+        /// The node's dongle (radio bluez) and its health when chosen; what its radio did to
+        /// recover it during the run.
+        public var dongle: LabWire.DongleInfo?
+        public var dongleHealth: LabWire.DongleHealth?
+        public var recoveries: [LabWire.Recovery]?
+    }
+
+    public struct Spare: Codable, Sendable {
+        public var agent: String
+        public var agentURL: String
+        public var dongle: LabWire.DongleInfo?
+        public var dongleHealth: LabWire.DongleHealth?
     }
 
     public var id: String
@@ -140,6 +203,10 @@ public struct RunRecord: Codable, Sendable {
     public var headline: String?
     /// Set by an abort request: the run stops early and what exists is gathered.
     public var abortRequested: Bool?
+    /// Agents with dongles checked with the chosen ones, each standing in for one that fails its
+    /// pre-flight check; and the checks' verdicts.
+    public var spares: [Spare]?
+    public var preflight: [LabWire.PreflightVerdict]?
     /// When the run ended as failed, whether its agents still hold their copies.
     public var agentsKeepCopies: Bool?
 }

@@ -19,6 +19,8 @@ public enum LabWire {
         /// 0.0.0.0 or ::, and no --advertise-url), the coordinator records the agent at the
         /// address its registration came from, on this port.
         public var port: UInt16?
+        /// The dongle it drives (radio bluez), as it found it at start.
+        public var dongle: DongleInfo?
         public init(name: String, url: String, tags: [String], radio: RadioKind, adapter: String?, controller: [String: String]?, version: String = HeraldLabVersion.version, port: UInt16? = nil) {
             self.name = name; self.url = url; self.tags = tags; self.radio = radio; self.adapter = adapter; self.controller = controller; self.version = version; self.port = port
         }
@@ -76,6 +78,9 @@ public enum LabWire {
         /// bluetoothd it talks to (read when it last armed), or why that is unknown.
         public var kernel: String?
         public var bluez: String?
+        /// The dongle (radio bluez) as last looked at, and what the running node did to recover it.
+        public var dongle: DongleInfo?
+        public var recoveries: [Recovery]?
         public init(name: String, state: AgentState) {
             self.name = name; self.state = state; resumed = false; peersDetected = 0; payloadsRead = 0; rssiLastMinute = 0; rssiTotal = 0
         }
@@ -145,6 +150,8 @@ public enum LabWire {
         public var writeError: String?
         /// Why the node failed, when it did (what it logged, if anything, is still listed).
         public var failure: String?
+        /// Recoveries of the node's dongle during the run.
+        public var recoveries: [Recovery]?
         public init(runId: String, node: String, resumed: Bool, startedAt: Double?, files: [FileInfo]) {
             self.runId = runId; self.node = node; self.resumed = resumed; self.startedAt = startedAt; self.files = files
         }

@@ -104,6 +104,12 @@ public struct Manifest: Codable, Sendable, Equatable {
         public var controller: [String: String]?
         /// The bluetoothd the node ran with (radio bluez): "5.82", or why it is unknown.
         public var bluezVersion: String?
+        /// The dongle that ran the node (radio bluez): its identity, where it was plugged, and
+        /// its health when the run was armed.
+        public var dongle: LabWire.DongleInfo?
+        public var dongleHealth: LabWire.DongleHealth?
+        /// What the node's radio did to get its dongle back (power cycles, USB resets).
+        public var recoveries: [LabWire.Recovery]?
         public var agent: AgentInfo?
         public var files: [String: FileEntry] = [:]
         public init(name: String, identifier: Int32, shortName: String, osVersion: String, position: Position?, radio: String) {
@@ -131,6 +137,8 @@ public struct Manifest: Codable, Sendable, Equatable {
     /// The intended common start (coordinator clock).
     public var startAt: Date?
     public var nodes: [Node]
+    /// The dongles' pre-flight checks (radio bluez): who passed, who was left out and why.
+    public var preflight: [LabWire.PreflightVerdict]?
 
     public init(runId: String, createdAt: Date, mode: String, seed: UInt64, plan: Plan, planText: String, contactEvent: ContactEventWindow, nodes: [Node]) {
         self.runId = runId

@@ -319,7 +319,7 @@ struct PlanReader {
         if let n = m["sensor"], let s = sensor(n, "sensor") { plan.sensor = s }
         if let n = m["radio"], let r = radio(n, "radio") { plan.radio = r }
         if let n = m["thresholds"], let t = thresholds(n, "thresholds") { plan.thresholds = t }
-        if let n = m["agents"], let a = agents(n, "agents", nodeCount: plan.nodes.count) { plan.agents = a }
+        if let n = m["agents"], let a = agents(n, "agents", nodeCount: plan.nodes.count, radio: plan.radio.kind) { plan.agents = a }
         if plan.radio.kind != .sim {
             for (i, node) in plan.nodes.enumerated() {
                 if let p = node.persona { fail("nodes[\(i)].persona", nil, Self.personaNeedsSim(p)) }
@@ -546,16 +546,85 @@ struct PlanReader {
         return t
     }
 
-    mutating func agents(_ node: Node, _ path: String, nodeCount: Int) -> AgentSelection? {
-        guard let m = mapping(node, path, known: ["count", "names", "tags"]) else { return nil }
+    mutating func agents(_ node: Node, _ path: String, nodeCount: Int, radio: RadioKind) -> AgentSelection? {
+        guard let m = mapping(node, path, known: ["count", "names", "tags", "dongles", "manufacturer", "firmware", "spares", "preflight"]) else { return nil }
         var a = AgentSelection()
         if let n = m["count"], let v = integer(n, "\(path).count", in: 1...10000) {
-            if nodeCount > 0, v != nodeCount { fail("\(path).count", n, "is \(v) but the plan has \(nodeCount) nodes; one agent runs one node") } else { a.count = v }
+            if nodeCount > 0, v != nodeCount { fail("\(path).count", n, "is \(v) but the plan has \(nodeCount) nodes; one agent runs one node (spares: N checks N more)") } else { a.count = v }
         }
         if let n = m["names"], let v = stringList(n, "\(path).names", maxCount: PlanLimits.maximumNodes) {
             if nodeCount > 0, v.count != nodeCount { fail("\(path).names", n, "names \(v.count) agents but the plan has \(nodeCount) nodes") } else { a.names = v }
         }
         if let n = m["tags"], let v = stringList(n, "\(path).tags") { a.tags = v }
+        if let n = m["dongles"], let v = nameList(n, "\(path).dongles", maxCount: PlanLimits.maximumNodes) {
+            if nodeCount > 0, v.count != nodeCount { fail("\(path).dongles", n, "names \(v.count) dongles but the plan has \(nodeCount) nodes") }
+            else if Set(v).count != v.count { fail("\(path).dongles", n, "names a dongle twice; one dongle runs one node") }
+            else { a.dongles = v }
+            if m["names"] != nil { fail("\(path).dongles", n, "give names (agents) or dongles, not both") }
+        }
+        if let n = m["manufacturer"], let v = oneOrMany(n, "\(path).manufacturer") {
+            var ok = [String]()
+            for (i, item) in v.enumerated() {
+                let at = v.count == 1 && !Self.isSequence(n) ? "\(path).manufacturer" : "\(path).manufacturer[\(i)]"
+                if Self.looksNumeric(item) {
+                    if AgentSelection.parseNumber(item, in: 0...0xFFFF) == nil { fail(at, n, "\"\(item.prefix(64))\" is not a Bluetooth SIG company id (0 to 65535, or 0x0000 to 0xFFFF)") } else { ok.append(item) }
+                } else if let problem = Self.labelProblem(item) { fail(at, n, "\"\(item.prefix(64))\" \(problem); write a company id (2, 0x000F) or a name herald-lab dongles shows (Intel)") } else { ok.append(item) }
+            }
+            a.manufacturer = ok
+        }
+        if let n = m["firmware"], let v = oneOrMany(n, "\(path).firmware") {
+            var ok = [String]()
+            for (i, item) in v.enumerated() {
+                let at = v.count == 1 && !Self.isSequence(n) ? "\(path).firmware" : "\(path).firmware[\(i)]"
+                if Self.looksNumeric(item) {
+                    if AgentSelection.parseNumber(item, in: 0...0xFFFF) == nil { fail(at, n, "\"\(item.prefix(64))\" is not an LMP subversion (0 to 65535, or 0x0000 to 0xFFFF)") } else { ok.append(item) }
+                } else if let problem = Self.labelProblem(item) { fail(at, n, "\"\(item.prefix(64))\" \(problem); write an LMP subversion (8870, 0x22a6) or the driver's firmware text") } else { ok.append(item) }
+            }
+            a.firmware = ok
+        }
+        if let n = m["spares"], let v = integer(n, "\(path).spares", in: 0...PlanLimits.maximumNodes) {
+            if m["names"] != nil || m["dongles"] != nil { fail("\(path).spares", n, "spares stand in for dongles that fail their check; names and dongles choose every node's agent themselves") } else { a.spares = v }
+        }
+        if let n = m["preflight"] {
+            if Self.saysOff(n) { a.preflight = 0 }
+            else if let d = duration(n, "\(path).preflight", allowZero: false, min: 1, max: 600) { a.preflight = d }
+        }
+        if radio != .bluez {
+            for key in ["dongles", "manufacturer", "firmware", "spares", "preflight"] where m[key] != nil {
+                fail("\(path).\(key)", m[key], "selects or checks dongles, which only agents with radio kind bluez have (radio.kind is \(radio.rawValue))")
+            }
+        }
         return a
+    }
+
+    /// A name list (SafeName each).
+    mutating func nameList(_ node: Node, _ path: String, maxCount: Int) -> [String]? {
+        guard case .sequence(let seq) = node else { fail(path, node, "expected a list of names"); return nil }
+        if seq.count > maxCount { fail(path, node, "has \(seq.count) entries; at most \(maxCount)"); return nil }
+        var out = [String]()
+        var bad = false
+        for (i, item) in seq.enumerated() { if let s = name(item, "\(path)[\(i)]") { out.append(s) } else { bad = true } }
+        return bad ? nil : out
+    }
+
+    /// One scalar or a list of them (at most 64).
+    mutating func oneOrMany(_ node: Node, _ path: String) -> [String]? {
+        if case .scalar(let s) = node { return [s.string] }
+        return stringList(node, path)
+    }
+
+    static func isSequence(_ node: Node) -> Bool { if case .sequence = node { return true }; return false }
+
+    static func looksNumeric(_ s: String) -> Bool {
+        let t = s.trimmingCharacters(in: .whitespaces).lowercased()
+        return !t.isEmpty && (t.hasPrefix("0x") || t.allSatisfy { $0.isNumber || $0 == "-" || $0 == "+" || $0 == "." })
+    }
+
+    /// Text a dongle property is matched against: 1 to 64 printable characters.
+    static func labelProblem(_ s: String) -> String? {
+        if s.isEmpty { return "is empty" }
+        if s.utf8.count > 64 { return "is longer than 64 bytes" }
+        if s.unicodeScalars.contains(where: { $0.properties.generalCategory == .control || $0.properties.generalCategory == .format }) { return "holds control characters" }
+        return nil
     }
 }

@@ -52,6 +52,8 @@ public struct Plan: Codable, Sendable, Equatable {
             }
             if let p = n.persona, radio.kind != .sim { out.append("nodes[\(i)].persona: \(PlanReader.personaNeedsSim(p))") }
         }
+        if let s = agents.spares { check("agents.spares", Double(s), 0...Double(PlanLimits.maximumNodes)) }
+        if let p = agents.preflight { check("agents.preflight", p, 0...600) }
         check("sensor.scan.on", sensor.scanOn, PlanLimits.minimumScanOn...PlanLimits.maximumScanPhase)
         check("sensor.scan.rest", sensor.scanRest, 0...PlanLimits.maximumScanPhase)
         check("sensor.scan.off", sensor.scanOff, 0...PlanLimits.maximumScanPhase)
@@ -235,15 +237,30 @@ public struct Thresholds: Codable, Sendable, Equatable {
     public init() {}
 }
 
-/// How a coordinator picks agents for a plan.
+/// How a coordinator picks agents, and with radio bluez their dongles, for a plan
+/// (plans/README.md). Quarantined, retired and in-maintenance dongles are never selected.
 public struct AgentSelection: Codable, Sendable, Equatable {
     public var count: Int?
     public var names: [String]?
     public var tags: [String]?
+    /// Dongles by name (their labels), in node order.
+    public var dongles: [String]?
+    /// Controller makers: Bluetooth SIG company ids ("2", "0x000F") or names ("Intel").
+    public var manufacturer: [String]?
+    /// Firmware: LMP subversions ("8870", "0x22a6") or the driver's firmware text.
+    public var firmware: [String]?
+    /// Extra matching dongles checked with the chosen ones, each taking the place of one that
+    /// fails its pre-flight check.
+    public var spares: Int?
+    /// The longest a pre-flight check may take (seconds); 0: no check.
+    public var preflight: TimeInterval?
     public init(count: Int? = nil, names: [String]? = nil, tags: [String]? = nil) {
         self.count = count
         self.names = names
         self.tags = tags
     }
+
+    /// The pre-flight bound when a plan says none.
+    public static let defaultPreflight: TimeInterval = 30
 }
 

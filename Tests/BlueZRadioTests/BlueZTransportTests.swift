@@ -69,7 +69,7 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         }
     }
 
-    func makeNode(_ scheduler: DispatchScheduler, _ transport: BlueZTransport) throws -> UncheckedBox<NodeRunner> {
+    func makeNode(_ scheduler: DispatchScheduler, _ transport: BlueZTransport, scan: String = "{on: 4s, rest: 1s, off: 2s}") throws -> UncheckedBox<NodeRunner> {
         let plan = try Plan.parse(yaml: """
         name: bluez-unit
         duration: 1m
@@ -83,6 +83,7 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         sensor:
           advertInterval: 250ms
           txPower: -4
+          scan: \(scan)
         radio:
           kind: bluez
         """)
@@ -228,6 +229,198 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         XCTAssertLessThanOrEqual(took, 30, "back to reading within 30 s (took \(took) s)")
         let rows = try contacts()
         XCTAssertTrue(rows.contains { $0[4] == "2" && $0[10] == remotePayload.shortName }, "read row after the restart")
+    }
+
+    /// Options of a transport that gives up on a silent dongle quickly.
+    func recoveringOptions(sysfs: String) -> BlueZTransport.Options {
+        var o = BlueZTransport.Options(adapter: "aa:bb:cc:dd:ee:00", busAddress: bus.address, callTimeout: 2, recoveryInterval: 0.3)
+        o.unresponsiveAfter = 2
+        o.sysfsRoot = sysfs
+        o.usbResetPause = 0.05
+        return o
+    }
+
+    /// The controller stops answering (adapter calls fail): the node power-cycles it through
+    /// bluetoothd (Powered off, then on), which clears it, and goes on reading its peer; the
+    /// recovery is reported and in log.txt, and the time without a radio is a gap.
+    func testADongleThatStopsAnsweringIsPowerCycledAndTheNodeCarriesOn() async throws {
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        let transport = BlueZTransport(options: recoveringOptions(sysfs: bus.directory.path), scheduler: scheduler)
+        let recoveries = Locked([DongleRecovery]())
+        let gaps = Locked([String]())
+        scheduler.sync {
+            transport.onRecovery = { r in recoveries.mutate { $0.append(r) } }
+            transport.onGap = { _, _, reason in gaps.mutate { $0.append(reason) } }
+        }
+        let node = try makeNode(scheduler, transport, scan: "{on: 1s, rest: 0s, off: 1s}")
+        try await eventually("first payload read") { scheduler.sync { node.value.status.payloadsRead } >= 1 }
+
+        _ = try await fakeCall("Wedge", [.string("fail"), .bool(false)])
+        try await eventually("the dongle power-cycled") { recoveries.value.contains { $0.action == "power-cycle" } }
+        let r = try XCTUnwrap(recoveries.value.first)
+        XCTAssertTrue(r.ok, "\(r)")
+        XCTAssertTrue(r.reason.contains("2 calls to the adapter failed in a row"), r.reason)
+        XCTAssertTrue(r.detail.contains("powered and ready again"), r.detail)
+        let measuredBefore = scheduler.sync { node.value.status.rssiTotal }
+        try await eventually("measuring again after the power-cycle") { scheduler.sync { node.value.status.rssiTotal } > measuredBefore + 3 }
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+        let state = try await fakeState()
+        XCTAssertEqual(state["power"] as? [Bool], [true, false, true], "powered once, then off and on again")
+        XCTAssertGreaterThanOrEqual(state["wedgedCalls"] as? Int ?? 0, 2)
+        XCTAssertEqual(recoveries.value.count, 1, "one recovery was enough: \(recoveries.value)")
+        XCTAssertTrue(gaps.value.contains { $0.hasPrefix("radio lost: dongle not answering (2 calls to the adapter failed in a row") && $0.contains("power-cycled to recover it") }, "\(gaps.value)")
+        let log = try String(contentsOf: directory.appendingPathComponent("log.txt"), encoding: .utf8)
+        XCTAssertTrue(log.contains("recovery: dongle /org/bluez/hci0 stopped answering"), log)
+        XCTAssertTrue(log.contains("recovery: power-cycle succeeded"), log)
+    }
+
+    /// A controller a power-cycle does not clear: the node resets its USB device (sysfs
+    /// `authorized` 0 then 1, in a fake sysfs tree); the adapter goes away and comes back with
+    /// the same address, the node finds it again by that address and carries on.
+    func testADongleAPowerCycleCannotClearIsResetAtUSBLevel() async throws {
+        let sysfs = bus.directory.appendingPathComponent("sysfs")
+        try FakeSysfs(root: sysfs).makeUSBDongle()
+        let authorized = sysfs.appendingPathComponent(FakeSysfs.usbDevice + "/authorized")
+        try Data("1\n".utf8).write(to: authorized)
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        let transport = BlueZTransport(options: recoveringOptions(sysfs: sysfs.path), scheduler: scheduler)
+        let recoveries = Locked([DongleRecovery]())
+        scheduler.sync { transport.onRecovery = { r in recoveries.mutate { $0.append(r) } } }
+        let node = try makeNode(scheduler, transport, scan: "{on: 1s, rest: 0s, off: 1s}")
+        try await eventually("first payload read") { scheduler.sync { node.value.status.payloadsRead } >= 1 }
+
+        _ = try await fakeCall("Wedge", [.string("fail"), .bool(true)])
+        try await eventually("power-cycled, then the USB device written", seconds: 60) {
+            let log = (try? String(contentsOf: self.directory.appendingPathComponent("log.txt"), encoding: .utf8)) ?? ""
+            return recoveries.value.count >= 1 && log.contains("USB device re-authorised")
+        }
+        XCTAssertEqual(try String(contentsOf: authorized, encoding: .utf8), "1\n", "authorised again")
+        // The kernel probes the device again: it leaves and comes back, same address.
+        _ = try await fakeCall("Replug")
+        try await eventually("the USB reset reported as recovered", seconds: 30) { recoveries.value.contains { $0.action == "usb-reset" } }
+        let usb = try XCTUnwrap(recoveries.value.first { $0.action == "usb-reset" })
+        XCTAssertTrue(usb.ok, "\(usb)")
+        XCTAssertTrue(usb.reason.contains("calls to the adapter failed in a row"), usb.reason)
+        XCTAssertEqual(recoveries.value.first?.action, "power-cycle", "a power-cycle first")
+        let measuredBefore = scheduler.sync { node.value.status.rssiTotal }
+        try await eventually("measuring again after the USB reset", seconds: 30) { scheduler.sync { node.value.status.rssiTotal } > measuredBefore + 3 }
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+        let log = try String(contentsOf: directory.appendingPathComponent("log.txt"), encoding: .utf8)
+        XCTAssertTrue(log.contains("resetting its USB device (\(sysfs.path)"), log)
+        XCTAssertTrue(log.contains("recovery: usb-reset succeeded"), log)
+        let replugs = try await fakeState()["replugs"] as? Int
+        XCTAssertEqual(replugs, 1)
+    }
+
+    /// Without a USB device behind the adapter (a virtual controller), the USB rung says why it
+    /// cannot be climbed, and the node keeps trying.
+    func testAUSBResetIsOnlyTriedWhereThereIsAUSBDevice() async throws {
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        let transport = BlueZTransport(options: recoveringOptions(sysfs: bus.directory.path), scheduler: scheduler)
+        let recoveries = Locked([DongleRecovery]())
+        scheduler.sync { transport.onRecovery = { r in recoveries.mutate { $0.append(r) } } }
+        let node = try makeNode(scheduler, transport, scan: "{on: 1s, rest: 0s, off: 1s}")
+        try await eventually("first payload read") { scheduler.sync { node.value.status.payloadsRead } >= 1 }
+        _ = try await fakeCall("Wedge", [.string("fail"), .bool(true)])
+        try await eventually("both rungs tried", seconds: 60) { recoveries.value.count >= 2 }
+        // Powered but not answering: an outage all the same (the agent makes it a gap to the end).
+        let outage = try XCTUnwrap(scheduler.sync { transport.outage })
+        XCTAssertTrue(outage.reason.hasPrefix("dongle not answering: 2 calls to the adapter failed in a row"), outage.reason)
+        XCTAssertEqual(scheduler.sync { transport.state }, .poweredOn)
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+        let usb = recoveries.value[1]
+        XCTAssertEqual(usb.action, "usb-reset")
+        XCTAssertFalse(usb.ok)
+        XCTAssertTrue(usb.detail.contains("hci0 is not in"), usb.detail)
+    }
+
+    /// A dongle missing when the node starts: nothing is logged as if it worked, and the time
+    /// without a radio is known (`outage`) so the agent can make it a gap.
+    func testAMissingAdapterIsAnOutageFromTheStart() async throws {
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        let transport = BlueZTransport(options: .init(adapter: "F0:00:00:00:00:09", busAddress: bus.address), scheduler: scheduler)
+        let node = try makeNode(scheduler, transport)
+        try await eventually("the power-on refused") { scheduler.sync { transport.outage } != nil }
+        let outage = try XCTUnwrap(scheduler.sync { transport.outage })
+        XCTAssertTrue(outage.reason.contains("no adapter F0:00:00:00:00:09; bluetoothd has hci0"), outage.reason)
+        XCTAssertFalse(scheduler.sync { transport.everReady })
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+    }
+
+    func check(_ adapter: String, _ scheduler: DispatchScheduler, beacon: Data, expected: Set<Data> = []) async -> (DongleCheck, DongleCheck.Findings) {
+        let check = DongleCheck(adapter: adapter, busAddress: bus.address, company: 0xFFFF, beacon: beacon, scheduler: scheduler, callTimeout: 5)
+        check.expected = expected
+        let box = UncheckedBox(check)
+        let found: DongleCheck.Findings = await withCheckedContinuation { c in scheduler.execute { box.value.start { c.resume(returning: $0) } } }
+        return (check, found)
+    }
+
+    func stop(_ check: DongleCheck, _ scheduler: DispatchScheduler) async -> DongleCheck.Findings {
+        let box = UncheckedBox(check)
+        return await withCheckedContinuation { c in scheduler.execute { box.value.stop { c.resume(returning: $0) } } }
+    }
+
+    /// A dongle's pre-flight check: present (found by address), powered, advertising its beacon,
+    /// scanning; it hears another dongle's beacon and lets go of bluetoothd at the end.
+    func testDongleCheckFindsTheAdapterAdvertisesAndHearsTheOthers() async throws {
+        let other = Data(Array("HLpf".utf8) + [0, 0, 0, 7])
+        let own = Data(Array("HLpf".utf8) + [0, 0, 0, 1])
+        _ = try await fakeCall("Beacon", [.bytes([UInt8](other))])
+        let scheduler = DispatchScheduler(label: "test.check")
+        let (check, started) = await self.check("AA:BB:CC:DD:EE:00", scheduler, beacon: own, expected: [other])
+        XCTAssertNil(started.problem)
+        XCTAssertTrue(started.present && started.powered && started.advertising && started.scanning, "\(started)")
+        XCTAssertEqual(started.adapter, "hci0")
+        try await eventually("the other dongle's beacon heard") { scheduler.sync { check.current.heard[other] != nil } }
+        // Every expected beacon heard: the scan stops at once, the advertising goes on.
+        try await eventually("the scan stopped") { (try await self.fakeState())["discoveryStops"] as? Int == 1 }
+        let unregistered = try await fakeState()["unregistered"] as? Int
+        XCTAssertEqual(unregistered, 0)
+        let final = await stop(check, scheduler)
+        XCTAssertTrue(final.finished)
+        XCTAssertEqual(final.heard[other]?.rssi, rssiScript.first)
+        XCTAssertNil(final.heard[own], "its own beacon is not a sighting")
+        let state = try await fakeState()
+        let advert = ((state["adverts"] as? [[String: Any]])?.last?["props"] as? [String: Any]) ?? [:]
+        XCTAssertEqual((advert["ManufacturerData"] as? [String: String])?["65535"], "484c706600000001", "the beacon is advertised")
+        XCTAssertEqual(advert["MinInterval"] as? Int, 500)
+        XCTAssertEqual(state["unregistered"] as? Int, 1, "the check's advertisement is withdrawn")
+        XCTAssertEqual(state["discoveryStops"] as? Int, 1, "the scan is not stopped twice")
+        XCTAssertEqual((state["filter"] as? [String: Any])?["DuplicateData"] as? Bool, false, "first sightings only")
+        XCTAssertEqual(state["power"] as? [Bool], [true, false, true], "powered for the check, and left freshly powered")
+        // A second check begins by powering the adapter off: a fresh start.
+        let (again, second) = await self.check("hci0", scheduler, beacon: own)
+        XCTAssertTrue(second.scanning)
+        _ = await stop(again, scheduler)
+        let after = try await fakeState()
+        XCTAssertEqual(after["power"] as? [Bool], [true, false, true, false, true, false, true])
+    }
+
+    func testDongleCheckSaysWhichStageFailed() async throws {
+        let scheduler = DispatchScheduler(label: "test.check")
+        let beacon = Data(Array("HLpf".utf8) + [0, 0, 0, 1])
+        let (missing, absent) = await check("F0:00:00:00:00:09", scheduler, beacon: beacon)
+        XCTAssertFalse(absent.present)
+        XCTAssertEqual(absent.problem, "not present: adapter F0:00:00:00:00:09 is not there; bluetoothd has hci0 (AA:BB:CC:DD:EE:00)")
+        _ = await stop(missing, scheduler)
+        _ = try await fakeCall("FailNext", [.string("RegisterAdvertisement"), .string("Failed")])
+        let (mute, found) = await check("hci0", scheduler, beacon: beacon)
+        XCTAssertTrue(found.present && found.powered)
+        XCTAssertFalse(found.advertising)
+        XCTAssertEqual(found.problem, "cannot advertise: failed: Failed: RegisterAdvertisement: injected by the test")
+        _ = await stop(mute, scheduler)
     }
 
     func testErrorsAreTypedAndExplainWhatToDo() async throws {

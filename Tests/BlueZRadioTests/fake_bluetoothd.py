@@ -15,6 +15,13 @@ Test control at /org/heraldlab/fake (org.heraldlab.Fake):
   FailNext(s, s)          the next call of a member answers with org.bluez.Error.<name>
   Restart()               bluetoothd stops (name released, objects gone) and comes back in 0.5 s
   RemoveAdapter()         the adapter disappears (InterfacesRemoved)
+  Wedge(s, b)             the controller stops answering: adapter calls (discovery, advertising,
+                          GATT application) fail ("fail": org.bluez.Error.Failed) or are never
+                          answered ("hang"), until a power-cycle (b false) or a Replug (b true)
+  Replug()                the adapter goes away and comes back 0.5 s later, powered off, with the
+                          same address (what a USB reset does); a wedge is cleared
+  Beacon(ay)              the remote device also advertises manufacturer data 0xFFFF with these bytes
+State() includes 'power' (every Powered value set), 'wedgedCalls' and 'replugs'.
 
 Usage: fake_bluetoothd.py BUS_ADDRESS PAYLOAD_HEX RSSI_LIST(comma separated)
 """
@@ -40,7 +47,9 @@ class Fake:
         self.address, self.payload, self.rssi = address, payload, rssi
         self.state = {'powerSets': 0, 'filter': None, 'discoveryStarts': 0, 'discoveryStops': 0,
                       'apps': [], 'adverts': [], 'unregistered': 0, 'connects': 0, 'disconnects': 0,
-                      'reads': 0, 'writes': [], 'restarts': 0}
+                      'reads': 0, 'writes': [], 'restarts': 0, 'power': [], 'wedgedCalls': 0, 'replugs': 0}
+        self.wedge = None   # (mode, sticky)
+        self.beacon = None  # extra manufacturer data 0xFFFF of the remote
         self.fail = {}
         self.hang = set()   # methods whose next call is never answered (a controller that hangs)
         self.discovering = False
@@ -85,16 +94,33 @@ class Fake:
                 self.added(REMOTE, {'org.bluez.Device1': {
                     'Address': Variant('s', REMOTE_ADDR), 'AddressType': Variant('s', 'random'),
                     'Adapter': Variant('o', ADAPTER), 'RSSI': Variant('n', rssi),
-                    'ManufacturerData': Variant('a{qv}', {0x05F1: Variant('ay', PSEUDO)}),
+                    'ManufacturerData': Variant('a{qv}', self.manufacturer()),
                     'UUIDs': Variant('as', [HERALD]), 'Connected': Variant('b', False),
                     'ServicesResolved': Variant('b', False), 'Paired': Variant('b', False)}})
             else:
-                props = {'ManufacturerData': Variant('a{qv}', {0x05F1: Variant('ay', PSEUDO)})}
+                props = {'ManufacturerData': Variant('a{qv}', self.manufacturer())}
                 if self.objects[REMOTE]['org.bluez.Device1']['RSSI'].value != rssi:
                     props['RSSI'] = Variant('n', rssi)
                 self.changed(REMOTE, 'org.bluez.Device1', props)
             i += 1
             await asyncio.sleep(0.1)
+
+    def manufacturer(self):
+        data = {0x05F1: Variant('ay', PSEUDO)}
+        if self.beacon is not None:
+            data[0xFFFF] = Variant('ay', self.beacon)
+        return data
+
+    async def replug(self):
+        self.state['replugs'] += 1
+        self.discovering = False
+        self.wedge = None
+        for p in sorted(self.objects, reverse=True):
+            self.removed(p)
+        await asyncio.sleep(0.5)
+        self.reset_objects()
+        self.bus.send(Message(message_type=MessageType.SIGNAL, path='/', interface=OM, member='InterfacesAdded',
+                              signature='oa{sa{sv}}', body=[ADAPTER, self.objects[ADAPTER]]))
 
     async def connect(self, msg):
         self.state['connects'] += 1
@@ -202,12 +228,26 @@ class Fake:
                 self.hang.add(msg.body[0]); return Message.new_method_return(msg)
             if m == 'Restart':
                 asyncio.ensure_future(self.restart(msg)); return True
+            if m == 'Wedge':
+                self.wedge = (msg.body[0], msg.body[1]); return Message.new_method_return(msg)
+            if m == 'Replug':
+                asyncio.ensure_future(self.replug()); return Message.new_method_return(msg)
+            if m == 'Beacon':
+                self.beacon = bytes(msg.body[0]); return Message.new_method_return(msg)
             if m == 'RemoveAdapter':
                 self.discovering = False
                 for p in sorted(self.objects, reverse=True):
                     self.removed(p)
                 return Message.new_method_return(msg)
             return None
+        wedgeable = {'org.bluez.Adapter1': ('SetDiscoveryFilter', 'StartDiscovery', 'StopDiscovery'),
+                     'org.bluez.LEAdvertisingManager1': ('RegisterAdvertisement', 'UnregisterAdvertisement'),
+                     'org.bluez.GattManager1': ('RegisterApplication',)}
+        if self.wedge is not None and m in wedgeable.get(iface, ()):
+            self.state['wedgedCalls'] += 1
+            if self.wedge[0] == 'hang':
+                return True
+            return Message.new_error(msg, 'org.bluez.Error.Failed', 'Timeout waiting for the controller')
         if iface == OM and m == 'GetManagedObjects' and path == '/':
             return Message.new_method_return(msg, 'a{oa{sa{sv}}}', [self.objects])
         if path not in self.objects:
@@ -222,6 +262,12 @@ class Fake:
                 return Message.new_method_return(msg, 'a{sv}', [self.objects[path].get(msg.body[0], {})])
             if m == 'Set' and path == ADAPTER and msg.body[1] == 'Powered':
                 self.state['powerSets'] += 1
+                on = bool(msg.body[2].value)
+                self.state['power'].append(on)
+                if not on:
+                    self.discovering = False
+                if on and self.wedge is not None and not self.wedge[1]:
+                    self.wedge = None  # a power-cycle clears a controller that is not stuck for good
                 self.changed(ADAPTER, 'org.bluez.Adapter1', {'Powered': msg.body[2]})
                 return Message.new_method_return(msg)
         if iface == 'org.bluez.Adapter1':

@@ -55,6 +55,15 @@ public func runProcess(_ executable: String, _ arguments: [String], timeout: Dou
     return ProcessResult(status: status, stdout: outBuffer.string, stderr: errBuffer.string)
 }
 
+/// A value shared between a test and call-backs on other threads.
+public final class Locked<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: T
+    public init(_ value: T) { stored = value }
+    public var value: T { lock.lock(); defer { lock.unlock() }; return stored }
+    public func mutate(_ body: (inout T) -> Void) { lock.lock(); body(&stored); lock.unlock() }
+}
+
 public final class LockedData: @unchecked Sendable {
     private let lock = NSLock()
     private var data = Data()

@@ -6,10 +6,16 @@ MODEL.json:
     {"nodes": ["alpha", "beta", "gamma"],
      "period": 20,
      "rssi": {"alpha>beta": [-52, -58], ...},   # sender>receiver: values, each held `period` s in turn
-     "default": -70}
+     "default": -70,
+     "identity": {"alpha": {"manufacturer": 2, "lmp_subversion": 8870}, ...},   # optional
+     "faults": {"gamma": {"kind": "mute", "when": "fault-gamma"}}}              # optional
 
 Controller i gets the public address F0:00:00:00:00:0(i+1); OUTDIR/controllers.json maps node
 names to addresses (nodes choose their adapter by address, whatever hciN the kernel assigned).
+`identity` makes controllers of several makes and firmware versions (HCI Read Local Version
+Information: company id, HCI/LMP version, LMP subversion). `faults` make a controller go bad
+once the file OUTDIR/<when> exists (a test creates it "after a while"): `mute` (its adverts
+reach nobody: it stops advertising as far as the others can tell) or `deaf` (it hears nobody).
 
 Changes to Bumble's stock parts, each needed to test Linux hosts that connect to each other:
 - Advertising reports carry the RSSI of the model for (sender, receiver) at the current time
@@ -33,10 +39,35 @@ from bumble.transport import open_transport
 
 
 class ScriptedLink(LocalLink):
-    def __init__(self, model):
+    def __init__(self, model, out='.'):
         super().__init__()
         self.model = model
+        self.out = out
         self.started = time.monotonic()
+        self.fault_checked = {}
+
+    def faulty(self, name, kind):
+        """Whether controller `name` has fault `kind` now (its trigger file exists; checked at most
+        twice a second)."""
+        f = self.model.get('faults', {}).get(name)
+        if not f or f.get('kind') != kind:
+            return False
+        now = time.monotonic()
+        at, value = self.fault_checked.get(name, (0, False))
+        if not value and now - at > 0.5:
+            value = __import__('os').path.exists(__import__('os').path.join(self.out, f['when']))
+            if value:
+                print(f'{now:10.3f} fault: {name} is now {kind}', flush=True)
+            self.fault_checked[name] = (now, value)
+        return value
+
+    def send_advertising_pdu(self, sender_controller, packet):
+        if self.faulty(sender_controller.name, 'mute'):
+            return
+        loop = asyncio.get_running_loop()
+        for c in self.controllers:
+            if c != sender_controller and not self.faulty(c.name, 'deaf'):
+                loop.call_soon(c.on_ll_advertising_pdu, packet)
 
     def owner_of(self, address):
         for c in self.controllers:
@@ -201,16 +232,21 @@ class ScriptedController(Controller):
 
 async def main(model_path, out):
     model = json.load(open(model_path))
-    link = ScriptedLink(model)
+    link = ScriptedLink(model, out)
     mapping = {}
     transports = []
     for i, name in enumerate(model['nodes']):
         address = f'F0:00:00:00:00:{i + 1:02X}'
         transport = await open_transport('vhci')
         transports.append(transport)
-        ScriptedController(name, host_source=transport.source, host_sink=transport.sink, link=link,
-                           public_address=hci.Address(address, hci.Address.PUBLIC_DEVICE_ADDRESS))
-        mapping[name] = {'address': address}
+        c = ScriptedController(name, host_source=transport.source, host_sink=transport.sink, link=link,
+                               public_address=hci.Address(address, hci.Address.PUBLIC_DEVICE_ADDRESS))
+        identity = model.get('identity', {}).get(name, {})
+        c.manufacturer_company_identifier = identity.get('manufacturer', c.manufacturer_company_identifier)
+        c.hci_version = c.lmp_version = identity.get('version', c.hci_version)
+        c.hci_revision = identity.get('hci_revision', c.hci_revision)
+        c.lmp_subversion = identity.get('lmp_subversion', c.lmp_subversion)
+        mapping[name] = {'address': address, **identity}
     with open(f'{out}/controllers.json', 'w') as f:
         json.dump(mapping, f, indent=1)
     print('controllers ready:', ', '.join(f'{n}={m["address"]}' for n, m in mapping.items()), flush=True)

@@ -1,0 +1,215 @@
+import Foundation
+import HeraldCore
+import HeraldRadio
+import LabHTTP
+import LabPlan
+import BlueZRadio
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A pre-flight check in progress or done on this agent's dongle (on the scheduler's queue).
+final class DongleCheckSession {
+    let request: LabWire.PreflightRequest
+    let check: DongleCheck
+    var started = false
+    var stopping = false
+    var final: LabWire.PreflightReport?
+    var stopTask: ScheduledTask?
+    init(request: LabWire.PreflightRequest, check: DongleCheck) { self.request = request; self.check = check }
+}
+
+/// The agent's dongle (radio bluez): who it is (sysfs, the kernel, bluetoothd, HCI), its
+/// pre-flight check for the coordinator (POST /v1/preflight, GET, POST /v1/preflight/stop), and
+/// what a running node's radio did to keep it working (recoveries, outages as gaps).
+extension Agent {
+    /// This machine's name, when it is a plain host name.
+    static func hostName() -> String? {
+        var buf = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buf, buf.count - 1) == 0 else { return nil }
+        let name = String(cString: buf)
+        return SafeName.isValid(name) ? name : nil
+    }
+
+    /// Looks at the dongle again (present, hciN, powered, USB identity).
+    func refreshDongle() async {
+        let selector = config.adapter ?? "hci0"
+        let survey = await LocalDongles.survey(sysfsRoot: config.sysfsRoot, identities: false)
+        let local = LocalDongles.find(selector, in: survey.dongles)
+        var info = Self.dongleInfo(local, selector: selector, name: config.dongleName ?? config.name, host: config.hostName ?? Self.hostName(), agent: config.name,
+                                   tags: config.tags, identity: controllerIdentity)
+        if local == nil, !survey.problems.isEmpty { info.problem = [info.problem, survey.problems.joined(separator: "; ")].compactMap { $0 }.joined(separator: "; ") }
+        stackLock.withLock { dongleInfo = info }
+    }
+
+    /// A dongle as the lab describes it, from what this host knows of it.
+    public static func dongleInfo(_ local: LocalDongle?, selector: String, name: String, host: String?, agent: String?, tags: [String],
+                                  identity: ControllerIdentity?) -> LabWire.DongleInfo {
+        let address = local?.address ?? LabWire.normalisedAddress(selector) ?? identity?.controller?.address
+        var d = LabWire.DongleInfo(id: address, name: name, present: local != nil)
+        d.host = host
+        d.agent = agent
+        d.adapter = local?.adapter
+        d.powered = local?.powered
+        if local == nil { d.problem = "adapter \(selector) is not on this host" }
+        let known = local?.identity ?? identity
+        if let c = known?.controller, address == nil || c.address == address {
+            d.manufacturer = c.manufacturer
+            d.manufacturerName = c.manufacturerName
+            d.hciVersion = c.hciVersion
+            d.hciRevision = c.hciRevision
+            d.lmpVersion = c.lmpVersion
+            d.lmpSubversion = c.lmpSubversion
+        } else if let reason = known?.unavailableReason, local != nil {
+            d.problem = "controller identity unavailable: \(reason)"
+        }
+        if let s = local?.sysfs {
+            d.bus = s.bus
+            d.driver = s.driver
+            d.driverVersion = s.driverVersion
+            d.firmware = s.firmware
+            d.hardware = s.hardware
+            if let u = s.usb {
+                var usb = LabWire.USBInfo(vendor: u.vendor, product: u.product, port: u.port)
+                usb.serial = u.serial
+                usb.manufacturerString = u.manufacturer
+                usb.productString = u.productName
+                usb.release = u.release
+                d.usb = usb
+            }
+            if let blocked = s.rfkillBlocked { d.problem = "rfkill blocks it (\(blocked)); rfkill unblock bluetooth" }
+        }
+        d.tags = tags.isEmpty ? nil : tags
+        return d
+    }
+
+    // MARK: Pre-flight
+
+    /// Starts a check (or answers for the one with this id): returns once the dongle is
+    /// scanning, or failed a stage.
+    func startPreflight(_ request: LabWire.PreflightRequest) async throws -> LabWire.PreflightReport {
+        guard SafeName.isValid(request.id) else { throw HTTPError(.badRequest, "check id \(SafeName.problem(with: request.id) ?? "is invalid")") }
+        guard request.bound.isFinite, request.bound >= 1, request.bound <= 600 else { throw HTTPError(.badRequest, "bound must be 1 to 600 seconds") }
+        guard request.peers.count <= 1000 else { throw HTTPError(.badRequest, "at most 1000 peers") }
+        guard config.radio == .bluez else { throw HTTPError(.unprocessableContent, "agent \(config.name) has no dongle (radio \(config.radio.rawValue))") }
+        await refreshDongle()
+        let box: UncheckedBox<DongleCheckSession> = try scheduler.sync {
+            if let r = active { throw HTTPError(.conflict, "agent \(config.name) is busy with run \(r.id)") }
+            if let c = check, c.request.id == request.id { return UncheckedBox(c) }
+            if let c = check, c.final == nil { throw HTTPError(.conflict, "agent \(config.name) is checking its dongle for \(c.request.id)") }
+            // bluetoothd answers slowly while it sets up several adapters of one host at once.
+            let dc = DongleCheck(adapter: config.adapter ?? "hci0", busAddress: nil, company: LabWire.preflightCompany,
+                                 beacon: LabWire.preflightData(request.beacon), scheduler: scheduler, callTimeout: min(30, max(10, request.bound / 2)))
+            dc.expected = Set(request.peers.map(LabWire.preflightData))
+            let s = DongleCheckSession(request: request, check: dc)
+            check = s
+            s.stopTask = scheduler.schedule(after: request.bound + 15) { [weak self, weak s] in
+                guard let self, let s else { return }
+                self.log("agent \(self.config.name): check \(s.request.id) ends on its own (its bound passed)")
+                self.finishCheck(s) { _ in }
+            }
+            return UncheckedBox(s)
+        }
+        let session = box.value
+        let first = scheduler.sync { () -> Bool in
+            defer { session.started = true }
+            return !session.started
+        }
+        if first {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                scheduler.execute { session.check.start { _ in c.resume() } }
+            }
+            let r = scheduler.sync { report(session, session.check.current) }
+            log("agent \(config.name): check \(request.id): \(r.problem ?? "present, powered, advertising, scanning")")
+            if r.problem != nil { _ = await stopPreflight() }
+        }
+        return scheduler.sync { session.final ?? report(session, session.check.current) }
+    }
+
+    /// The check's findings so far.
+    func preflightStatus() throws -> LabWire.PreflightReport {
+        try scheduler.sync {
+            guard let s = check else { throw HTTPError(.notFound, "agent \(config.name) has no dongle check") }
+            return s.final ?? report(s, s.check.current)
+        }
+    }
+
+    /// Ends the check (advertising and scanning stop) and returns its final findings.
+    func stopPreflight() async -> LabWire.PreflightReport? {
+        guard let box = scheduler.sync({ check.map(UncheckedBox.init) }) else { return nil }
+        let s = box.value
+        if let f = scheduler.sync({ s.final }) { return f }
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            scheduler.execute { self.finishCheck(s) { _ in c.resume() } }
+        }
+        return scheduler.sync { s.final }
+    }
+
+    /// On the scheduler: stops the check once, keeps its final report.
+    func finishCheck(_ s: DongleCheckSession, _ done: @escaping (LabWire.PreflightReport) -> Void) {
+        if let f = s.final { return done(f) }
+        if s.stopping {
+            // Another caller is stopping it: wait for that.
+            scheduler.schedule(after: 0.1) { [weak self] in self?.finishCheck(s, done) }
+            return
+        }
+        s.stopping = true
+        s.stopTask?.cancel()
+        s.check.stop { [weak self] findings in
+            guard let self else { return }
+            let r = self.report(s, findings)
+            s.final = r
+            self.log("agent \(self.config.name): check \(s.request.id) done: heard \(r.seen.count) of \(s.request.peers.count) other dongles in \(String(format: "%.1f", r.elapsed)) s")
+            done(r)
+            Task { await self.refreshDongle() } // powered, hciN: as the check left it
+        }
+    }
+
+    func report(_ s: DongleCheckSession, _ f: DongleCheck.Findings) -> LabWire.PreflightReport {
+        var r = LabWire.PreflightReport(id: s.request.id, agent: config.name)
+        var d = stackLock.withLock { dongleInfo }
+        if let adapter = f.adapter { d?.adapter = adapter; d?.present = true }
+        if f.powered { d?.powered = true }
+        r.dongle = d
+        r.present = f.present
+        r.powered = f.powered
+        r.advertising = f.advertising
+        r.scanning = f.scanning
+        r.problem = f.problem
+        r.poweredAfter = f.poweredAfter
+        r.advertisingAfter = f.advertisingAfter
+        r.elapsed = f.elapsed
+        r.finished = f.finished
+        let peers = Set(s.request.peers)
+        r.seen = f.heard.compactMap { data, seen -> LabWire.PreflightReport.Sighting? in
+            guard let b = LabWire.preflightBeacon(data), peers.contains(b) else { return nil }
+            return LabWire.PreflightReport.Sighting(beacon: b, after: seen.after, rssi: seen.rssi)
+        }.sorted { $0.beacon < $1.beacon }
+        return r
+    }
+
+    // MARK: During a run
+
+    /// The node's radio recovered its dongle, or tried: kept with the run, reported to the
+    /// coordinator (status, file list), already in log.txt.
+    func recovered(_ r: ActiveRun, _ recovery: DongleRecovery) {
+        r.recoveries.append(LabWire.Recovery(at: recovery.at, action: recovery.action, ok: recovery.ok, reason: recovery.reason, detail: recovery.detail))
+        persistOrReport(r)
+        log("agent \(config.name): run \(r.id): dongle \(recovery.action) \(recovery.ok ? "worked" : "failed"): \(recovery.detail) (because \(recovery.reason))")
+    }
+
+    /// At the end of a run: a radio that is not working now, or never worked, leaves a gap to
+    /// the end, so that a node without a working dongle is never `complete`.
+    func radioAtTheEnd(_ r: ActiveRun, _ bluez: BlueZTransport) {
+        guard let outage = bluez.outage else { return }
+        let start = r.startedAt ?? outage.since
+        let from = bluez.everReady ? max(outage.since, start) : start, to = now
+        if bluez.everReady {
+            addGap(r, from: from, to: to, reason: "radio lost: \(outage.reason); not back by the end of the run")
+        } else {
+            addGap(r, from: from, to: to, reason: "no working dongle: \(outage.reason)")
+            r.message = "the node's dongle never worked during the run: \(outage.reason)"
+            r.runner?.radioLog("node had no working dongle for the whole run: \(outage.reason)")
+        }
+    }
+}
