@@ -319,7 +319,7 @@ class Lab:
         save_state(self.state)
         up(self.state)
         if self.secure:
-            sh(self.bin, "ca", "init", "--dir", self.cred, "--host", "coord.lab", "--host", ipv4("coord"), "--host", ipv6("coord"))
+            sh(self.bin, "ca", "init", "--dir", self.cred, "--host", "coord.lab", "--host", "air.lab", "--host", ipv4("coord"), "--host", ipv6("coord"))
             shutil.copy(os.path.join(self.cred, "operator.token"), self.token)
         else:
             open(self.token, "w").write(os.urandom(16).hex() + "\n")
