@@ -53,6 +53,7 @@ extension Analyser {
         var idDevices = [String: [Int]]()
         var readBIDs = [String: [Int]]()
         var firstRead = [Int: Double]()
+        var seenReads = PairKeyMap()
 
         @inline(__always) func field(_ p: UnsafeBufferPointer<UInt8>, _ line: CSVScanner.Line, _ k: Int) -> (Int, Int) {
             k < line.count ? (line.starts[k], line.ends[k]) : (0, 0)
@@ -77,12 +78,24 @@ extension Analyser {
             let c = columns!
             guard line.count == c.count, isEvent(p, line, c.read, 50), let t = LogTime.parse(p, line.starts[c.time], line.ends[c.time]) else { return true }
             let (ds, de) = field(p, line, c.data)
-            let data = p.string(ds, de)
-            let bid = String(data.prefix(6))
-            let id = p.string(line.starts[c.id], line.ends[c.id])
-            if let d = byShortName[bid], d != o {
-                if !(idDevices[id]?.contains(d) ?? false) { idDevices[id, default: []].append(d) }
-                if !(readBIDs[bid]?.contains(d) ?? false) { readBIDs[bid, default: []].append(d) }
+            let (ids, ide) = (line.starts[c.id], line.ends[c.id])
+            // An id read with the same data before (phones log a read row every few seconds) can
+            // only move the device's first read: no Strings, no lookups by them.
+            let d: Int
+            if let known = seenReads.value(p, ids, ide, ds, de) {
+                d = known
+            } else {
+                let data = p.string(ds, de)
+                let bid = String(data.prefix(6))
+                let id = p.string(ids, ide)
+                d = byShortName[bid].map { $0 == o ? -1 : $0 } ?? -1
+                if d >= 0 {
+                    if !(idDevices[id]?.contains(d) ?? false) { idDevices[id, default: []].append(d) }
+                    if !(readBIDs[bid]?.contains(d) ?? false) { readBIDs[bid, default: []].append(d) }
+                }
+                seenReads.insert(p, ids, ide, ds, de, value: d)
+            }
+            if d >= 0 {
                 let at = t.absolute + shift
                 if at >= w.filterStart, at <= w.filterEnd, firstRead[d].map({ at < $0 }) ?? true { firstRead[d] = at }
             }
@@ -387,5 +400,68 @@ final class IDTable {
             i += 1
         }
         return true
+    }
+}
+
+/// (id, data) byte pairs of read rows seen, with the device they named (-1: none): a growable
+/// open-addressing table over flat bytes, so that a repeated read row makes no String.
+struct PairKeyMap {
+    private var bytes: [UInt8] = []
+    private var starts: [Int] = [0]
+    private var splits: [Int] = []
+    private var hashes: [UInt64] = []
+    private var values: [Int] = []
+    private var slots = [Int32](repeating: -1, count: 64)
+
+    @inline(__always) private static func hash(_ p: UnsafeBufferPointer<UInt8>, _ s1: Int, _ e1: Int, _ s2: Int, _ e2: Int) -> UInt64 {
+        IDTable.hash(p, s1, e1) &* 0x9E37_79B9_7F4A_7C15 ^ IDTable.hash(p, s2, e2)
+    }
+
+    @inline(__always) private func matches(_ k: Int, _ p: UnsafeBufferPointer<UInt8>, _ s1: Int, _ e1: Int, _ s2: Int, _ e2: Int) -> Bool {
+        let ks = starts[k], split = splits[k], ke = starts[k + 1]
+        guard split - ks == e1 - s1, ke - split == e2 - s2 else { return false }
+        for i in 0..<(e1 - s1) where bytes[ks + i] != p[s1 + i] { return false }
+        for i in 0..<(e2 - s2) where bytes[split + i] != p[s2 + i] { return false }
+        return true
+    }
+
+    func value(_ p: UnsafeBufferPointer<UInt8>, _ s1: Int, _ e1: Int, _ s2: Int, _ e2: Int) -> Int? {
+        let h = Self.hash(p, s1, e1, s2, e2)
+        let mask = slots.count - 1
+        var i = Int(truncatingIfNeeded: h >> 40) & mask
+        while true {
+            let k = Int(slots[i])
+            if k < 0 { return nil }
+            if hashes[k] == h, matches(k, p, s1, e1, s2, e2) { return values[k] }
+            i = (i + 1) & mask
+        }
+    }
+
+    /// At most this many pairs are kept (beyond, reads are looked up the slow way): memory stays
+    /// bounded whatever a file holds.
+    static let capacity = 1 << 16
+
+    mutating func insert(_ p: UnsafeBufferPointer<UInt8>, _ s1: Int, _ e1: Int, _ s2: Int, _ e2: Int, value: Int) {
+        guard hashes.count < Self.capacity, e1 - s1 + e2 - s2 <= 256 else { return }
+        let h = Self.hash(p, s1, e1, s2, e2)
+        bytes.append(contentsOf: p[s1..<e1])
+        splits.append(bytes.count)
+        bytes.append(contentsOf: p[s2..<e2])
+        starts.append(bytes.count)
+        hashes.append(h)
+        values.append(value)
+        if hashes.count * 2 > slots.count {
+            slots = [Int32](repeating: -1, count: slots.count * 2)
+            for k in hashes.indices { place(k) }
+        } else {
+            place(hashes.count - 1)
+        }
+    }
+
+    private mutating func place(_ k: Int) {
+        let mask = slots.count - 1
+        var i = Int(truncatingIfNeeded: hashes[k] >> 40) & mask
+        while slots[i] >= 0 { i = (i + 1) & mask }
+        slots[i] = Int32(k)
     }
 }
