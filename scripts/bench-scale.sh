@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How each cost grows with the number of nodes (make bench-scale): simulate a grid plan, analyse
-# its bundle, both timed with /usr/bin/time (wall seconds, peak resident memory), then arm
+# its bundle, both timed with /usr/bin/time (wall and CPU seconds, peak resident memory), then arm
 # N heartbeating agents (herald-lab bench arm). Prints one table.
 #   NODES="10 30 100 150"  DURATION=1h  AGENTS="10 100 1000"  BIN=.build/release/herald-lab
 # Bundles are deleted after analysis (a 100-node hour is several GB); KEEP=1 keeps them.
@@ -11,11 +11,14 @@ DURATION=${DURATION:-1h}
 AGENTS=${AGENTS:-10 100 1000}
 out=.build/bench/scale
 mkdir -p "$out"
-timed() { # timed LOG command...: prints "seconds peakMB"
+timed() { # timed LOG command...: prints "wall-seconds cpu-seconds peakMB"
   local log=$1; shift
-  /usr/bin/time -f "%e %M" -o "$log.time" "$@" > "$log" 2>&1 || { echo "failed: $* (see $log)" >&2; echo "- -"; return; }
-  awk '{printf "%.1f %.0f", $1, $2 / 1024}' "$log.time"
+  /usr/bin/time -f "%e %U %S %M" -o "$log.time" "$@" > "$log" 2>&1 || { echo "failed: $* (see $log)" >&2; echo "- - -"; return; }
+  awk '{printf "%.1f %.1f %.0f", $1, $2 + $3, $4 / 1024}' "$log.time"
 }
+# The machine may be shared: wall times are only comparable at similar load (CPU seconds are
+# steadier; with both cores free, wall is about CPU / 2 for the parallel parts).
+echo "  load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores" >&2
 rows=()
 for n in $NODES; do
   cols=$(awk -v n="$n" 'BEGIN { c = int(sqrt(n)); if (c * c < n) c++; print c }')
@@ -29,12 +32,12 @@ sensor: {scan: {on: 4s, rest: 1s, off: 2s}, advertInterval: 250ms}
 radio: {kind: sim, referencePower: -59, pathLossExponent: 2.0, shadowing: 4, reportLoss: 0.1}
 PLAN
   rm -rf "$out/grid-$n"
-  read -r st sm < <(timed "$out/sim-$n.log" "$BIN" simulate "$plan" --out "$out/grid-$n" --quiet)
+  read -r st sc sm < <(timed "$out/sim-$n.log" "$BIN" simulate "$plan" --out "$out/grid-$n" --quiet)
   mb=$(du -sm "$out/grid-$n" 2>/dev/null | cut -f1)
-  read -r at am < <(timed "$out/analyse-$n.log" "$BIN" analyse "$out/grid-$n" --no-history)
+  read -r at ac am < <(timed "$out/analyse-$n.log" "$BIN" analyse "$out/grid-$n" --no-history)
   [ "${KEEP:-0}" = 1 ] || rm -rf "$out/grid-$n"
-  rows+=("$(printf '%-7s %-10s %12s %12s %10s %12s %12s' "$n" "$DURATION" "$st" "$sm" "${mb:--}" "$at" "$am")")
-  echo "  ($n nodes: simulate ${st} s, ${sm} MB; ${mb} MB of logs; analyse ${at} s, ${am} MB)" >&2
+  rows+=("$(printf '%-7s %-9s %11s %9s %12s %9s %11s %9s %11s' "$n" "$DURATION" "$st" "$sc" "$sm" "${mb:--}" "$at" "$ac" "$am")")
+  echo "  ($n nodes: simulate ${st} s (${sc} s CPU), ${sm} MB; ${mb} MB of logs; analyse ${at} s (${ac} s CPU), ${am} MB; load $(cut -d' ' -f1 /proc/loadavg))" >&2
 done
 arms=()
 for a in $AGENTS; do
@@ -45,8 +48,9 @@ for a in $AGENTS; do
   echo "  ($a agents: arm ${t:-?} s, coordinator peak ${rss:-?} MB)" >&2
 done
 echo
-echo "nodes   duration   simulate s  simulate MB   logs MB   analyse s   analyse MB"
+echo "nodes   duration  simulate s  (CPU s)  simulate MB   logs MB   analyse s  (CPU s)  analyse MB"
 printf '%s\n' "${rows[@]}"
+echo "(load after: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; simulate and analyse use both cores)"
 echo "(targets at 100 nodes x 1h: simulate <= 60 s; analyse <= 10 s and <= 1024 MB)"
 echo
 echo "agents  arm s (heartbeats every 1 s)  coordinator peak MB"

@@ -18,14 +18,48 @@ public enum BlueZVersion {
         } catch {
             return .failure(BlueZVersionError("bluetoothd is not on the system bus (\(error))"))
         }
-        return version(ofExecutable: "/proc/\(pid)/exe")
+        // The running binary, as it is; then with the loader and libraries of its own root (a
+        // bluetoothd chrooted into another release's root needs that release's libc); then the
+        // installed binary (an agent that may not look into root's processes).
+        var tried = [String]()
+        switch version(ofExecutable: "/proc/\(pid)/exe") {
+        case .success(let v): return .success(v)
+        case .failure(let e): tried.append(e.description)
+        }
+        if let (loader, libraries) = foreignRoot(pid: pid) {
+            switch version(ofExecutable: loader, arguments: ["--library-path", libraries, "/proc/\(pid)/exe", "--version"]) {
+            case .success(let v): return .success(v)
+            case .failure(let e): tried.append(e.description)
+            }
+        }
+        switch version(ofExecutable: "/usr/libexec/bluetooth/bluetoothd") {
+        case .success(let v): return .success(v + " (the installed bluetoothd; the running one could not be asked)")
+        case .failure(let e): tried.append(e.description)
+        }
+        return .failure(BlueZVersionError(tried.joined(separator: "; ")))
+    }
+
+    /// The dynamic loader and library folders of process `pid`'s root, when that root is not ours.
+    static func foreignRoot(pid: UInt32) -> (loader: String, libraries: String)? {
+        let root = "/proc/\(pid)/root"
+        guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: root), target != "/" else { return nil }
+        let fm = FileManager.default
+        var loader: String?
+        for dir in ["lib64", "lib"] {
+            let names = (try? fm.contentsOfDirectory(atPath: "\(root)/\(dir)")) ?? []
+            if let n = names.sorted().first(where: { $0.hasPrefix("ld-linux") && $0.contains(".so") }) { loader = "\(root)/\(dir)/\(n)"; break }
+        }
+        guard let loader else { return nil }
+        let libDirs = ((try? fm.contentsOfDirectory(atPath: "\(root)/usr/lib")) ?? []).sorted().filter { $0.hasSuffix("-linux-gnu") || $0.hasSuffix("-linux-gnueabihf") }
+        let paths = libDirs.flatMap { ["\(root)/lib/\($0)", "\(root)/usr/lib/\($0)"] } + ["\(root)/lib", "\(root)/usr/lib"]
+        return (loader, paths.joined(separator: ":"))
     }
 
     /// Runs `path --version` and takes its first line ("5.82"); the exit status is checked.
-    static func version(ofExecutable path: String) -> Result<String, BlueZVersionError> {
+    static func version(ofExecutable path: String, arguments: [String] = ["--version"]) -> Result<String, BlueZVersionError> {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: path)
-        p.arguments = ["--version"]
+        p.arguments = arguments
         let out = Pipe()
         p.standardOutput = out
         p.standardError = FileHandle.nullDevice

@@ -1,5 +1,12 @@
 import Foundation
 
+/// The size of every pair's accumulator in one analysis.
+struct AccumulatorShape: Sendable {
+    let ceSeconds: Int
+    let bins: Int
+    func make() -> PairAccumulator { PairAccumulator(ceSeconds: ceSeconds, bins: bins) }
+}
+
 extension Analyser {
     typealias Window = (ceStart: Double, ceEnd: Double, ceStartSec: Int64, filterStart: Double, filterEnd: Double, cetotal: Int)
 
@@ -32,13 +39,16 @@ extension Analyser {
         }
     }
 
-    /// Pass 1 collects which ids were read as which devices; pass 2 records observations.
+    /// Pass 1 collects which ids were read as which devices (it looks only at lines that can be
+    /// read rows); pass 2 checks every line and records observations. `pairs` is the observer's
+    /// row (one accumulator per observed device).
     static func scanContacts(_ url: URL, observer o: Int, inputs: [DeviceInput], byShortName: [String: Int],
-                             summary: inout AnalysisResult.Device, pairs: inout [[PairAccumulator?]],
-                             make: (Int, Int) -> PairAccumulator, window w: Window) throws {
+                             summary: inout AnalysisResult.Device, pairs: inout [PairAccumulator?],
+                             make: AccumulatorShape, window w: Window) throws {
         let shift = inputs[o].shift
         let heraldShift = Int64(shift.rounded())
         var columns: Columns?
+        var hasHeader = false
         // id -> devices its read rows name (Herald's mactobid); initialBID -> devices (for share rows in herald mode).
         var idDevices = [String: [Int]]()
         var readBIDs = [String: [Int]]()
@@ -53,29 +63,19 @@ extension Analyser {
             return e - s == 1 && p[s] == digit
         }
 
-        // Pass 1: read rows.
-        var rows = 0
+        // Pass 1: read rows. Once the columns are known, only lines holding the read column's
+        // `2` as a field (",2," or ",\"2\",", when it is neither the first nor the last column) are split.
         let root = inputs[o].root
-        let first = try CSVScanner.scan(url: url, root: root) { p, line, number in
+        let first = try CSVScanner.scan(url: url, root: root, onlyLinesWithField: {
+            guard let c = columns, c.read > 0, c.read < c.count - 1 else { return nil }
+            return 50 // "2"
+        }) { p, line, number in
             if columns == nil {
-                if let c = Columns.from(header: p, line) { columns = c; return true }
+                if let c = Columns.from(header: p, line) { columns = c; hasHeader = true; return true }
                 columns = Columns.guess(line.count)
             }
             let c = columns!
-            guard line.count == c.count else { return false }
-            guard isEvent(p, line, c.read, 50) else {
-                // Every row's time is checked here (an impossible date is a malformed line), and a
-                // measure row's RSSI (a number that cannot be one is a malformed line); pass 2 skips both.
-                rows += 1
-                guard LogTime.isValid(p, line.starts[c.time], line.ends[c.time]) else { return false }
-                if isEvent(p, line, c.measure, 51) {
-                    let (ds, de) = field(p, line, c.data)
-                    return !Self.rssi(p, ds, de).bad
-                }
-                return true
-            }
-            guard let t = LogTime.parse(p, line.starts[c.time], line.ends[c.time]) else { return false }
-            rows += 1
+            guard line.count == c.count, isEvent(p, line, c.read, 50), let t = LogTime.parse(p, line.starts[c.time], line.ends[c.time]) else { return true }
             let (ds, de) = field(p, line, c.data)
             let data = p.string(ds, de)
             let bid = String(data.prefix(6))
@@ -88,71 +88,149 @@ extension Analyser {
             }
             return true
         }
-        summary.rows = rows
-        summary.malformedLines = first.malformed
         if first.missingFinalNewline { summary.problems.append("contacts.csv ends in the middle of a line (truncated?)") }
-        if columns == nil { summary.problems.append("contacts.csv has no rows") ; return }
+        guard let c = columns else {
+            // No line reached the columns: pass 1 saw every line, and its count of malformed ones is whole.
+            summary.malformedLines = first.malformed
+            summary.problems.append("contacts.csv has no rows")
+            return
+        }
         for (d, t) in firstRead {
-            let a = pairs[o][d] ?? make(o, d)
+            let a = pairs[d] ?? make.make()
             a.firstRead = t
-            pairs[o][d] = a
+            pairs[d] = a
         }
 
-        // Pass 2: observations. Ids are looked up as bytes to avoid building Strings per row.
-        var idCache = [Int: [(key: [UInt8], devices: [Int])]]() // hash of id bytes -> entries
-        for (id, devs) in idDevices { idCache[Self.hash(Array(id.utf8)), default: []].append((Array(id.utf8), devs)) }
-        var measure = 0, read = 0, share = 0
-        let c = columns!
-        try CSVScanner.scan(url: url, root: root) { p, line, number in
-            guard line.count == c.count else { return true }
+        // Pass 2: every line is checked (an impossible date, a measure row's RSSI that cannot be a
+        // number, the wrong number of fields: malformed) and observations are recorded.
+        let pass = ObservationPass(observer: o, columns: c, skipHeader: hasHeader, shift: shift, window: w, ids: IDTable(idDevices),
+                                   readBIDs: readBIDs, byShortName: byShortName, pairs: pairs, make: make)
+        let second = try CSVScanner.scan(url: url, root: root) { p, line, _ in pass.row(p, line) }
+        pairs = pass.pairs
+        summary.rows = pass.rows
+        summary.malformedLines = second.malformed
+        summary.measureRows = pass.measure
+        summary.readRows = pass.read
+        summary.shareRows = pass.share
+    }
+
+    /// The second pass over one observer's contacts.csv: one object holding everything the row
+    /// loop needs, so that a row costs no reference counting of what it uses (and the threads
+    /// reading other observers share nothing counted: the maps are this pass's own copies).
+    final class ObservationPass {
+        let o: Int
+        let c: Columns
+        let shift: Double
+        let heraldShift: Int64
+        let w: Window
+        let ids: IDTable
+        let readBIDs: [String: [Int]]
+        let byShortName: [String: Int]
+        let make: AccumulatorShape
+        @exclusivity(unchecked) var pairs: [PairAccumulator?]
+        @exclusivity(unchecked) var times = LogTime.Cache()
+        @exclusivity(unchecked) var skipHeader: Bool
+        @exclusivity(unchecked) var rows = 0, measure = 0, read = 0, share = 0
+
+        init(observer o: Int, columns: Columns, skipHeader: Bool, shift: Double, window: Window, ids: IDTable,
+             readBIDs: [String: [Int]], byShortName: [String: Int], pairs: [PairAccumulator?], make: AccumulatorShape) {
+            self.o = o
+            c = columns
+            self.skipHeader = skipHeader
+            self.shift = shift
+            heraldShift = Int64(shift.rounded())
+            w = window
+            self.ids = ids
+            self.readBIDs = readBIDs
+            // Copies with storage of their own (a shared dictionary's count would bounce between cores).
+            self.byShortName = Dictionary(uniqueKeysWithValues: byShortName.map { (String(decoding: Array($0.key.utf8), as: UTF8.self), $0.value) })
+            self.pairs = pairs
+            self.make = make
+        }
+
+        @inline(__always) func field(_ line: CSVScanner.Line, _ k: Int) -> (Int, Int) {
+            k < line.count ? (line.starts[k], line.ends[k]) : (0, 0)
+        }
+        @inline(__always) func isEvent(_ p: UnsafeBufferPointer<UInt8>, _ line: CSVScanner.Line, _ k: Int, _ digit: UInt8) -> Bool {
+            guard k < line.count else { return false }
+            let s = line.starts[k], e = line.ends[k]
+            return e - s == 1 && p[s] == digit
+        }
+        @inline(__always) func accumulator(_ d: Int) -> PairAccumulator {
+            if let a = pairs[d] { return a }
+            let a = make.make()
+            pairs[d] = a
+            return a
+        }
+
+        /// One line: false if it is malformed.
+        @inline(__always) func row(_ p: UnsafeBufferPointer<UInt8>, _ line: CSVScanner.Line) -> Bool {
+            if skipHeader { skipHeader = false; return true }
+            guard line.count == c.count else { return false }
+            let ts = line.starts[c.time], te = line.ends[c.time]
+            if isEvent(p, line, c.read, 50) {
+                // A read row (counted when its time is possible); as a measure or share row too if it says so.
+                let valid = times.isValid(p, ts, te)
+                if valid { rows += 1 }
+                if isEvent(p, line, c.measure, 51) {
+                    measure += 1
+                    let (ds, de) = field(line, c.data)
+                    measured(p, line, times.parse(p, ts, te), Analyser.rssi(p, ds, de))
+                } else if isEvent(p, line, c.share, 52) {
+                    share += 1
+                    if let t = times.parse(p, ts, te) { shared(p, line, t) }
+                } else {
+                    read += 1
+                }
+                return valid
+            }
+            rows += 1
             if isEvent(p, line, c.measure, 51) {
                 measure += 1
-                let s = line.starts[c.id], e = line.ends[c.id]
-                let h = Self.hash(p, s, e)
-                guard let entry = idCache[h]?.first(where: { entry in
-                    entry.key.count == e - s && entry.key.withUnsafeBufferPointer { k in (0..<(e - s)).allSatisfy { k[$0] == p[s + $0] } }
-                }) else { return true }
-                guard let t = LogTime.parse(p, line.starts[c.time], line.ends[c.time]) else { return true }
-                let heraldT = t.wallSecond + heraldShift
-                let strictT = t.absolute + shift
-                let (ds, de) = field(p, line, c.data)
-                let (rssi, bad) = Self.rssi(p, ds, de)
-                if bad { return true } // counted in pass 1
-                for d in entry.devices {
-                    let a: PairAccumulator
-                    if let existing = pairs[o][d] { a = existing } else { a = make(o, d); pairs[o][d] = a }
-                    Self.observe(a, heraldT: heraldT, strictT: strictT, window: w, isRSSI: true, rssi: rssi)
-                }
-            } else if isEvent(p, line, c.share, 52) {
-                share += 1
-                guard let t = LogTime.parse(p, line.starts[c.time], line.ends[c.time]) else { return true }
-                let heraldT = t.wallSecond + heraldShift
-                let strictT = t.absolute + shift
-                let (ds, de) = field(p, line, c.data)
-                let name = p.string(ds, de)
-                // herald mode: the shared name must be an initialBID read in this file (the reference join).
-                for d in readBIDs[name] ?? [] where d != o {
-                    let a = pairs[o][d] ?? make(o, d)
-                    pairs[o][d] = a
-                    a.heraldDetected = true
-                    Self.observeHerald(a, heraldT: heraldT, window: w)
-                }
-                // strict mode: the shared shortName itself.
-                if let d = byShortName[name], d != o {
-                    let a = pairs[o][d] ?? make(o, d)
-                    pairs[o][d] = a
-                    a.strictDetected = true
-                    Self.observeStrict(a, strictT: strictT, window: w)
-                    if strictT >= w.filterStart, strictT <= w.filterEnd, a.firstObservation.map({ strictT < $0 }) ?? true { a.firstObservation = strictT }
-                }
-            } else if isEvent(p, line, c.read, 50) {
-                read += 1
+                let t = times.parse(p, ts, te)
+                let (ds, de) = field(line, c.data)
+                let rssi = Analyser.rssi(p, ds, de)
+                measured(p, line, t, rssi)
+                return t != nil && !rssi.bad
             }
-            return true
+            if isEvent(p, line, c.share, 52) {
+                share += 1
+                guard let t = times.parse(p, ts, te) else { return false }
+                shared(p, line, t)
+                return true
+            }
+            return times.isValid(p, ts, te)
         }
-        summary.measureRows = measure
-        summary.readRows = read
-        summary.shareRows = share
+
+        /// An RSSI row of a known id (`t`: its parsed time, nil if impossible).
+        @inline(__always) func measured(_ p: UnsafeBufferPointer<UInt8>, _ line: CSVScanner.Line, _ t: LogTime.Parsed?, _ rssi: (value: Int?, bad: Bool)) {
+            guard let devices = ids.lookup(p, line.starts[c.id], line.ends[c.id]), let t, !rssi.bad else { return }
+            let heraldT = t.wallSecond + heraldShift
+            let strictT = t.absolute + shift
+            for i in devices {
+                Analyser.observe(accumulator(ids.device(at: i)), heraldT: heraldT, strictT: strictT, window: w, isRSSI: true, rssi: rssi.value)
+            }
+        }
+
+        func shared(_ p: UnsafeBufferPointer<UInt8>, _ line: CSVScanner.Line, _ t: LogTime.Parsed) {
+            let heraldT = t.wallSecond + heraldShift
+            let strictT = t.absolute + shift
+            let (ds, de) = field(line, c.data)
+            let name = p.string(ds, de)
+            // herald mode: the shared name must be an initialBID read in this file (the reference join).
+            for d in readBIDs[name] ?? [] where d != o {
+                let a = accumulator(d)
+                a.heraldDetected = true
+                Analyser.observeHerald(a, heraldT: heraldT, window: w)
+            }
+            // strict mode: the shared shortName itself.
+            if let d = byShortName[name], d != o {
+                let a = accumulator(d)
+                a.strictDetected = true
+                Analyser.observeStrict(a, strictT: strictT, window: w)
+                if strictT >= w.filterStart, strictT <= w.filterEnd, a.firstObservation.map({ strictT < $0 }) ?? true { a.firstObservation = strictT }
+            }
+        }
     }
 
     @inline(__always) static func observe(_ a: PairAccumulator, heraldT: Int64, strictT: Double, window w: Window, isRSSI: Bool, rssi: Int?) {
@@ -200,13 +278,114 @@ extension Analyser {
         return (digits > 0 ? sign * v : nil, false)
     }
 
-    @inline(__always) static func hash(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Int {
-        var h: UInt64 = 0xcbf2_9ce4_8422_2325
-        for k in s..<e { h = (h ^ UInt64(p[k])) &* 0x0000_0100_0000_01B3 }
-        return Int(truncatingIfNeeded: h)
+}
+
+/// The ids read as devices in one contacts.csv, looked up by their bytes in a row: an open-
+/// addressing table over flat arrays (the ids' bytes side by side, their devices side by side)
+/// hashed eight bytes at a time, so that no String is made and few cache lines are touched per row.
+final class IDTable {
+    private let bytes: UnsafeMutablePointer<UInt8>
+    private let starts: UnsafeMutablePointer<Int>
+    private let hashes: UnsafeMutablePointer<UInt64>
+    private let deviceStarts: UnsafeMutablePointer<Int>
+    private let deviceList: UnsafeMutablePointer<Int>
+    private let slots: UnsafeMutablePointer<Int32>
+    private let size: Int
+    private let count: Int
+
+    init(_ ids: [String: [Int]]) {
+        var size = 16
+        while size < ids.count * 2 { size *= 2 }
+        var slots = [Int32](repeating: -1, count: size)
+        var bytes = [UInt8](), starts = [0], hashes = [UInt64](), deviceStarts = [0], deviceList = [Int]()
+        // Sorted, so that the table is the same in every run (not that lookups depend on it).
+        for (id, devices) in ids.sorted(by: { $0.key < $1.key }) {
+            let key = Array(id.utf8)
+            let h = key.withUnsafeBufferPointer { Self.hash($0, 0, $0.count) }
+            var i = Self.slot(h, size)
+            while slots[i] >= 0 { i = (i + 1) & (size - 1) }
+            slots[i] = Int32(hashes.count)
+            bytes.append(contentsOf: key)
+            starts.append(bytes.count)
+            hashes.append(h)
+            deviceList.append(contentsOf: devices)
+            deviceStarts.append(deviceList.count)
+        }
+        func copy<T>(_ a: [T]) -> UnsafeMutablePointer<T> {
+            let p = UnsafeMutablePointer<T>.allocate(capacity: max(1, a.count))
+            p.initialize(from: a, count: a.count)
+            return p
+        }
+        self.size = size
+        self.count = hashes.count
+        self.bytes = copy(bytes)
+        self.starts = copy(starts)
+        self.hashes = copy(hashes)
+        self.deviceStarts = copy(deviceStarts)
+        self.deviceList = copy(deviceList)
+        self.slots = copy(slots)
     }
 
-    static func hash(_ bytes: [UInt8]) -> Int {
-        bytes.withUnsafeBufferPointer { hash($0, 0, $0.count) }
+    deinit {
+        for p in [UnsafeMutableRawPointer(bytes), UnsafeMutableRawPointer(starts), UnsafeMutableRawPointer(hashes),
+                  UnsafeMutableRawPointer(deviceStarts), UnsafeMutableRawPointer(deviceList), UnsafeMutableRawPointer(slots)] { p.deallocate() }
+    }
+
+    @inline(__always) private static func slot(_ h: UInt64, _ size: Int) -> Int { Int(truncatingIfNeeded: h >> 40) & (size - 1) }
+
+    /// Eight bytes at a time (the tail byte by byte): ids are 17 (MAC) to 36 (UUID) bytes.
+    @inline(__always) static func hash(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> UInt64 {
+        var h: UInt64 = 0x9E37_79B9_7F4A_7C15 ^ UInt64(truncatingIfNeeded: e - s)
+        var i = s
+        if let base = p.baseAddress {
+            let raw = UnsafeRawPointer(base)
+            while i + 8 <= e {
+                h = (h ^ raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)) &* 0xFF51_AFD7_ED55_8CCD
+                h ^= h >> 32
+                i += 8
+            }
+        }
+        if i < e {
+            var t: UInt64 = 0
+            while i < e { t = t << 8 | UInt64(p[i]); i += 1 }
+            h = (h ^ t) &* 0xC4CE_B9FE_1A85_EC53
+        }
+        return h ^ (h >> 29)
+    }
+
+    /// The devices the id in bytes `s..<e` was read as (positions in `devices(at:)`), or nil.
+    @inline(__always) func lookup(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Range<Int>? {
+        guard count > 0 else { return nil }
+        let h = Self.hash(p, s, e)
+        let mask = size - 1
+        var i = Self.slot(h, size)
+        while true {
+            let k = Int(slots[i])
+            if k < 0 { return nil }
+            if hashes[k] == h {
+                let ks = starts[k], n = starts[k + 1] - ks
+                if n == e - s, Self.same(bytes + ks, p.baseAddress! + s, n) {
+                    return deviceStarts[k] ..< deviceStarts[k + 1]
+                }
+            }
+            i = (i + 1) & mask
+        }
+    }
+
+    @inline(__always) func device(at i: Int) -> Int { deviceList[i] }
+
+    /// Whether `n` bytes at `a` and `b` are equal, eight at a time.
+    @inline(__always) private static func same(_ a: UnsafePointer<UInt8>, _ b: UnsafePointer<UInt8>, _ n: Int) -> Bool {
+        let x = UnsafeRawPointer(a), y = UnsafeRawPointer(b)
+        var i = 0
+        while i + 8 <= n {
+            if x.loadUnaligned(fromByteOffset: i, as: UInt64.self) != y.loadUnaligned(fromByteOffset: i, as: UInt64.self) { return false }
+            i += 8
+        }
+        while i < n {
+            if a[i] != b[i] { return false }
+            i += 1
+        }
+        return true
     }
 }

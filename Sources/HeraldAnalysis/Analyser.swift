@@ -29,35 +29,23 @@ public enum Analyser {
         let n = inputs.count
         var byShortName = [String: Int]()
         for (i, d) in inputs.enumerated() where !d.shortName.isEmpty && byShortName[d.shortName] == nil { byShortName[d.shortName] = i }
-        var pairs = [[PairAccumulator?]](repeating: [PairAccumulator?](repeating: nil, count: n), count: n)
-        let acc: (Int, Int) -> PairAccumulator = { _, _ in PairAccumulator(ceSeconds: ceSeconds, bins: cetotal) }
+        let acc = AccumulatorShape(ceSeconds: ceSeconds, bins: cetotal)
+        let window: Window = (ceStart, ceEnd, ceStartSec, filterStart, filterEnd, cetotal)
+
+        // Each observer's files on their own, on every core (an observer's contacts.csv fills only
+        // its row of pairs); merged in device order, so the result is the same for any number of threads.
+        let scanned = Parallel.map(inputs.indices, threads: opts.threads, cost: { Self.contactsSize(inputs[$0]) }) { o in
+            Self.scanDevice(o, inputs: inputs, byShortName: byShortName, make: acc, window: window)
+        }
+        var pairs = [[PairAccumulator?]]()
         var devices = [AnalysisResult.Device]()
         var problems = [String]()
         var bytesRead: Int64 = 0
-
-        for (o, dev) in inputs.enumerated() {
-            var summary = AnalysisResult.Device(index: o + 1, folder: dev.folder, label: "\(o + 1) - \(dev.model) - \(dev.os) \(dev.osVersion)",
-                                                shortName: dev.shortName, model: dev.model, os: dev.os, osVersion: dev.osVersion, shift: dev.shift,
-                                                rows: 0, malformedLines: 0, measureRows: 0, readRows: 0, shareRows: 0, problems: dev.problems)
-            readBattery(dev.url, root: dev.root, into: &summary)
-            let contacts = dev.url.appendingPathComponent("contacts.csv")
-            do {
-                let size = try LogFileAccess.size(contacts, root: dev.root)
-                if size == 0 {
-                    summary.problems.append("contacts.csv is empty")
-                } else {
-                    bytesRead += size
-                    try scanContacts(contacts, observer: o, inputs: inputs, byShortName: byShortName, summary: &summary, pairs: &pairs, make: acc,
-                                     window: (ceStart, ceEnd, ceStartSec, filterStart, filterEnd, cetotal))
-                }
-            } catch let problem as LogFileAccess.Problem {
-                summary.problems.append(problem.description)
-            } catch {
-                summary.problems.append("contacts.csv cannot be read: \(error.localizedDescription)")
-            }
-            if summary.malformedLines > 0 { summary.problems.append("contacts.csv: \(summary.malformedLines) malformed line(s) skipped") }
-            for p in summary.problems { problems.append("\(dev.folder): \(p)") }
+        for (summary, row, bytes) in scanned {
+            for p in summary.problems { problems.append("\(summary.folder): \(p)") }
             devices.append(summary)
+            pairs.append(row)
+            bytesRead += bytes
         }
 
         // herald mode: per observer, 30 s bins from its first observation in the window (to the second).
@@ -70,9 +58,7 @@ public enum Analyser {
             guard let s = start else { continue }
             for d in 0..<n where d != o {
                 guard let a = pairs[o][d], !a.heraldSeconds.isEmpty else { continue }
-                var bins = Set<Int>()
-                a.heraldSeconds.forEach { bins.insert(($0 - s) / 30) }
-                heraldWindows[o][d] = bins.count
+                heraldWindows[o][d] = a.heraldSeconds.distinctBins(origin: s, width: 30)
             }
         }
         for o in 0..<n {
@@ -154,6 +140,39 @@ public enum Analyser {
         return AnalysisReport(result: result, charts: charts)
     }
 
+    /// Size of a device's contacts.csv for scheduling (0 when it cannot be read).
+    static func contactsSize(_ dev: DeviceInput) -> Int64 {
+        (try? LogFileAccess.size(dev.url.appendingPathComponent("contacts.csv"), root: dev.root)) ?? 0
+    }
+
+    /// One observer: its battery, its contacts.csv (two passes), its problems; its row of pairs.
+    static func scanDevice(_ o: Int, inputs: [DeviceInput], byShortName: [String: Int], make: AccumulatorShape,
+                           window: Window) -> (AnalysisResult.Device, [PairAccumulator?], Int64) {
+        let dev = inputs[o]
+        var summary = AnalysisResult.Device(index: o + 1, folder: dev.folder, label: "\(o + 1) - \(dev.model) - \(dev.os) \(dev.osVersion)",
+                                            shortName: dev.shortName, model: dev.model, os: dev.os, osVersion: dev.osVersion, shift: dev.shift,
+                                            rows: 0, malformedLines: 0, measureRows: 0, readRows: 0, shareRows: 0, problems: dev.problems)
+        var row = [PairAccumulator?](repeating: nil, count: inputs.count)
+        var bytesRead: Int64 = 0
+        readBattery(dev.url, root: dev.root, into: &summary)
+        let contacts = dev.url.appendingPathComponent("contacts.csv")
+        do {
+            let size = try LogFileAccess.size(contacts, root: dev.root)
+            if size == 0 {
+                summary.problems.append("contacts.csv is empty")
+            } else {
+                bytesRead += size
+                try scanContacts(contacts, observer: o, inputs: inputs, byShortName: byShortName, summary: &summary, pairs: &row, make: make, window: window)
+            }
+        } catch let problem as LogFileAccess.Problem {
+            summary.problems.append(problem.description)
+        } catch {
+            summary.problems.append("contacts.csv cannot be read: \(error.localizedDescription)")
+        }
+        if summary.malformedLines > 0 { summary.problems.append("contacts.csv: \(summary.malformedLines) malformed line(s) skipped") }
+        return (summary, row, bytesRead)
+    }
+
     static func mode(_ name: String, n: Int, cetotal: Int, pairs: [AnalysisResult.PairWindows], detected: [[String]], longevity: (Int, Int)) -> AnalysisResult.Mode {
         let nn = n * (n - 1)
         let achieved = pairs.reduce(0) { $0 + $1.windows }
@@ -175,20 +194,38 @@ public enum Analyser {
     /// of the hour.
     static func heraldLongevity(_ pairs: [[PairAccumulator?]], n: Int, ceStartSec: Int64, ceEndSec: Int64) -> (Int, Int) {
         func count(_ from: Int, _ to: Int) -> Int {
-            var perObserved = [Set<Int>](repeating: [], count: n)
-            var start: Int?
+            guard to >= from else { return 0 }
+            // Per observed device, the seconds any observer saw it, as bits from `from`.
+            let words = (to - from) / 64 + 1
+            var perObserved = [[UInt64]](repeating: [], count: n)
             for o in 0..<n {
                 for d in 0..<n where d != o {
                     guard let a = pairs[o][d] else { continue }
-                    a.heraldSeconds.forEach { s in
-                        guard s >= from, s <= to else { return }
-                        perObserved[d].insert(s)
-                        start = min(start ?? s, s)
-                    }
+                    if perObserved[d].isEmpty { perObserved[d] = [UInt64](repeating: 0, count: words) }
+                    a.heraldSeconds.or(from: from, to: to, into: &perObserved[d])
+                }
+            }
+            var start: Int?
+            for bits in perObserved {
+                if let w = bits.firstIndex(where: { $0 != 0 }) {
+                    let s = from + w * 64 + bits[w].trailingZeroBitCount
+                    start = min(start ?? s, s)
                 }
             }
             guard let s0 = start else { return 0 }
-            return perObserved.reduce(0) { total, seconds in total + Set(seconds.map { ($0 - s0) / 30 }).count }
+            var total = 0
+            for bits in perObserved {
+                var last = Int.min
+                for (w, word) in bits.enumerated() {
+                    var x = word
+                    while x != 0 {
+                        let bin = (from + w * 64 + x.trailingZeroBitCount - s0) / 30
+                        if bin != last { total += 1; last = bin }
+                        x &= x - 1
+                    }
+                }
+            }
+            return total
         }
         let ce = Int(ceEndSec - ceStartSec)
         return (count(0, min(3600, ce)), count(max(0, ce - 3600), ce))

@@ -13,6 +13,9 @@ public struct AnalysisOptions: Sendable {
     /// Seconds to add to a device's times, by folder name or shortName.
     public var timeshifts: [String: Double] = [:]
     public var thresholds: AnalysisThresholds?
+    /// Threads reading device folders (default: every core, at most 8); the figures are the
+    /// same for any number.
+    public var threads = min(8, max(1, ProcessInfo.processInfo.activeProcessorCount))
     public init() {}
 }
 

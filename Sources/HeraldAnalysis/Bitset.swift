@@ -5,10 +5,16 @@
 struct SparseChunks<Element> {
     static var chunkShift: Int { 6 }
     static var chunkSize: Int { 1 << chunkShift }
+    /// Up to this many chunks, each chunk's place in `storage` is kept in a plain array (at most
+    /// 256 bytes); beyond, in a map (a contact event of years must not cost its length).
+    static var directChunks: Int { 64 }
     let count: Int
     let zero: Element
     private(set) var storage: [Element] = []
     private var index: [Int: Int] = [:]
+    /// Base + 1 of each chunk in `storage` (0: not allocated), when `count` needs few chunks;
+    /// allocated at the first update.
+    private var direct: [Int32] = []
     private var lastChunk = -1
     private var lastBase = 0
 
@@ -17,19 +23,30 @@ struct SparseChunks<Element> {
         self.zero = zero
     }
 
+    private var chunkCount: Int { (count + Self.chunkSize - 1) >> Self.chunkShift }
+    private var isDirect: Bool { chunkCount <= Self.directChunks }
+
     /// Indices of the elements that chunks in use hold, in increasing order.
     var indices: [Int] {
         chunks.flatMap { c in (c.chunk * Self.chunkSize ..< min(count, (c.chunk + 1) * Self.chunkSize)) }
     }
 
     /// Chunk numbers in use, in increasing order, with their base in `storage`.
-    var chunks: [(chunk: Int, base: Int)] { index.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
+    var chunks: [(chunk: Int, base: Int)] {
+        if isDirect { return direct.enumerated().compactMap { $0.element > 0 ? ($0.offset, Int($0.element) - 1) : nil } }
+        return index.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+
+    @inline(__always) private func base(of c: Int) -> Int? {
+        if isDirect { return c < direct.count && direct[c] > 0 ? Int(direct[c]) - 1 : nil }
+        return index[c]
+    }
 
     @inline(__always) func get(_ i: Int) -> Element {
         guard i >= 0, i < count else { return zero }
         let c = i >> Self.chunkShift
         if c == lastChunk { return storage[lastBase + (i & (Self.chunkSize - 1))] }
-        guard let base = index[c] else { return zero }
+        guard let base = base(of: c) else { return zero }
         return storage[base + (i & (Self.chunkSize - 1))]
     }
 
@@ -42,10 +59,15 @@ struct SparseChunks<Element> {
     }
 
     @inline(never) private mutating func locate(_ c: Int) {
-        if let base = index[c] { lastChunk = c; lastBase = base; return }
+        if let base = base(of: c) { lastChunk = c; lastBase = base; return }
         let base = storage.count
         storage.append(contentsOf: repeatElement(zero, count: Self.chunkSize))
-        index[c] = base
+        if isDirect {
+            if direct.isEmpty { direct = [Int32](repeating: 0, count: chunkCount) }
+            direct[c] = Int32(base + 1)
+        } else {
+            index[c] = base
+        }
         lastChunk = c
         lastBase = base
     }
@@ -78,6 +100,43 @@ struct Bitset {
         }
         return nil
     }
+    /// How many distinct values `(member - origin) / width` the members in `from...to` take
+    /// (members are visited in increasing order, so the values never decrease).
+    func distinctBins(origin: Int, width: Int, from: Int = 0, to: Int = .max) -> Int {
+        var count = 0, last = Int.min
+        forEach { m in
+            guard m >= from, m <= to else { return }
+            let b = (m - origin) / width
+            if b != last { count += 1; last = b }
+        }
+        return count
+    }
+
+    /// ORs the members in `from...to` into `bits`, member m at bit m - from.
+    func or(from: Int, to: Int, into bits: inout [UInt64]) {
+        guard to >= from else { return }
+        let size = SparseChunks<UInt64>.chunkSize
+        for (chunk, base) in words.chunks {
+            for k in 0..<size {
+                var word = words.storage[base + k]
+                if word == 0 { continue }
+                let first = (chunk * size + k) * 64 // member of bit 0
+                if first + 63 < from || first > to { continue }
+                if from > first { word &= ~0 << UInt64(from - first) }
+                if to < first + 63 { word &= ~0 >> UInt64(first + 63 - to) }
+                if word == 0 { continue }
+                let offset = first - from // bit of `bits` that bit 0 goes to (may be negative)
+                if offset < 0 {
+                    bits[0] |= word >> UInt64(-offset)
+                } else {
+                    let w = offset >> 6, sh = offset & 63
+                    bits[w] |= word << UInt64(sh)
+                    if sh > 0, w + 1 < bits.count { bits[w + 1] |= word >> UInt64(64 - sh) }
+                }
+            }
+        }
+    }
+
     /// Members in increasing order.
     func forEach(_ body: (Int) -> Void) {
         let size = SparseChunks<UInt64>.chunkSize

@@ -68,8 +68,14 @@ struct CSVScanner {
         if end == start { return }
         if end - start > maximumLine { st.malformed += 1; return }
         st.line.count = 0
-        var i = start
         var ok = true
+        if splitPlain(p, start, end, &st.line, &ok) {
+            if !ok || !row(p, &st.line, st.lineNumber) { st.malformed += 1 }
+            return
+        }
+        st.line.count = 0
+        ok = true
+        var i = start
         while true {
             if i < end, p[i] == 34 {
                 // Quoted field: ends at a quote followed by a comma or the line end.
@@ -85,12 +91,7 @@ struct CSVScanner {
                 i = closed + 1
             } else {
                 let fs = i
-                while i < end {
-                    let c = p[i]
-                    if c == 44 { break }
-                    if c == 0 { ok = false }
-                    i += 1
-                }
+                i = nextComma(p, i, end, &ok)
                 st.line.append(fs, i)
             }
             if i >= end { break }
@@ -100,47 +101,220 @@ struct CSVScanner {
         if !ok || !row(p, &st.line, st.lineNumber) { st.malformed += 1 }
     }
 
+    /// Splits a line without quotes at its commas, 32 bytes at a time (a NUL clears `ok`);
+    /// false, with `line` to be reset, if the line holds a quote (the general rules apply).
+    @inline(__always)
+    private static func splitPlain(_ p: UnsafeBufferPointer<UInt8>, _ start: Int, _ end: Int, _ line: inout Line, _ ok: inout Bool) -> Bool {
+        let raw = UnsafeRawPointer(p.baseAddress!)
+        let comma = SIMD32<UInt8>(repeating: 44), quote = SIMD32<UInt8>(repeating: 34), nul = SIMD32<UInt8>(repeating: 0)
+        var fs = start
+        var i = start
+        while i < end {
+            var commas: UInt32 = 0, nuls: UInt32 = 0, quotes: UInt32 = 0
+            if i + 32 <= p.count {
+                let v = raw.loadUnaligned(fromByteOffset: i, as: SIMD32<UInt8>.self)
+                quotes = bits(v .== quote)
+                commas = bits(v .== comma)
+                nuls = bits(v .== nul)
+            } else {
+                for k in 0..<min(32, p.count - i) {
+                    let c = p[i + k]
+                    if c == 34 { quotes |= 1 << UInt32(k) }
+                    if c == 44 { commas |= 1 << UInt32(k) }
+                    if c == 0 { nuls |= 1 << UInt32(k) }
+                }
+            }
+            if end - i < 32 {
+                let valid = (UInt32(1) << UInt32(end - i)) &- 1
+                quotes &= valid
+                commas &= valid
+                nuls &= valid
+            }
+            if quotes != 0 { return false }
+            if nuls != 0 { ok = false }
+            while commas != 0 {
+                let k = i + commas.trailingZeroBitCount
+                line.append(fs, k)
+                fs = k + 1
+                commas &= commas - 1
+            }
+            i += 32
+        }
+        line.append(fs, end)
+        return true
+    }
+
+    /// Bit k set where lane k of the mask is.
+    @inline(__always) static func bits(_ m: SIMDMask<SIMD32<Int8>>) -> UInt32 {
+        let v = unsafeBitCast(m, to: SIMD4<UInt64>.self)
+        var r: UInt32 = 0
+        for l in 0..<4 { r |= UInt32(truncatingIfNeeded: ((v[l] & 0x8080_8080_8080_8080) &* 0x0002_0408_1020_4081) >> 56) << UInt32(8 * l) }
+        return r
+    }
+
+    /// Index of the next `,` at or after `i` (or `end`); a NUL byte on the way clears `ok`.
+    /// Eight bytes at a time: a field rarely holds either.
+    @inline(__always)
+    private static func nextComma(_ p: UnsafeBufferPointer<UInt8>, _ from: Int, _ end: Int, _ ok: inout Bool) -> Int {
+        var i = from
+        let raw = UnsafeRawPointer(p.baseAddress!)
+        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+        let commas = ones &* 44
+        while i + 8 <= end {
+            let w = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+            let c = w ^ commas
+            // High bit set in each byte that is a comma or a NUL (exact for the lowest such byte).
+            let hits = ((c &- ones) & ~c | (w &- ones) & ~w) & highs
+            if hits == 0 { i += 8; continue }
+            let k = i + hits.trailingZeroBitCount / 8
+            if p[k] == 44 { return k }
+            ok = false // a NUL, then keep looking for the comma
+            i = k + 1
+        }
+        while i < end {
+            let c = p[i]
+            if c == 44 { return i }
+            if c == 0 { ok = false }
+            i += 1
+        }
+        return end
+    }
+
     /// Calls `row(bytes, line, lineNumber)` for each line; returns (lines, malformed, missing final newline).
     /// `row` returns false for a line it judges malformed.
+    ///
+    /// `onlyLinesWithField`, asked once `row` has seen its first line: a one-byte field value
+    /// (ASCII, not a comma, quote or newline) such that the lines `row` still needs all hold it
+    /// as a field that is neither the first nor the last (`,2,` or `,"2",`), or nil. From then
+    /// on the other lines are skipped unsplit (a search through whole chunks instead of a look
+    /// at every line), and the counts returned are not those of the whole file: only the lines
+    /// handed to `row` and whether the file ends without a newline stay exact.
     @discardableResult
-    static func scan(url: URL, root: URL? = nil, _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) throws -> (lines: Int, malformed: Int, missingFinalNewline: Bool) {
+    static func scan(url: URL, root: URL? = nil, onlyLinesWithField: (() -> UInt8?)? = nil,
+                     _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) throws -> (lines: Int, malformed: Int, missingFinalNewline: Bool) {
         let handle = try LogFileAccess.open(url, root: root)
         defer { try? handle.close() }
         var st = State(line: Line())
         defer { st.line.deallocate() }
-        var carry = [UInt8]()
-        var buffer = [UInt8]()
+        // One buffer: the carried start of a line, then the next chunk read behind it.
+        let chunkSize = 1 << 20
+        var capacity = chunkSize + maximumLine + 1
+        var buffer = UnsafeMutablePointer<UInt8>.allocate(capacity: capacity)
+        defer { buffer.deallocate() }
+        var carried = 0
         var sawAny = false
         var endedWithNewline = true
-
-        while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty {
-            sawAny = true
-            buffer.removeAll(keepingCapacity: true)
-            buffer.append(contentsOf: carry)
-            buffer.append(contentsOf: chunk)
-            carry.removeAll(keepingCapacity: true)
-            buffer.withUnsafeBufferPointer { p in
-                var s = 0
-                let n = p.count
-                guard let base = p.baseAddress else { return }
-                while s < n, let hit = memchr(base + s, 10, n - s) {
-                    let i = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
-                    process(p, s, i, &st, row)
-                    s = i + 1
-                }
-                if s < n { carry.append(contentsOf: p[s..<n]) }
+        var rowSeen = false
+        var filter: UInt8?
+        var filterDecided = onlyLinesWithField == nil
+        let seen: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool = { p, line, number in
+            rowSeen = true
+            return row(p, &line, number)
+        }
+        let fd = handle.fileDescriptor
+        while true {
+            if carried + chunkSize > capacity {
+                capacity = carried + chunkSize
+                let bigger = UnsafeMutablePointer<UInt8>.allocate(capacity: capacity)
+                bigger.update(from: buffer, count: carried)
+                buffer.deallocate()
+                buffer = bigger
             }
-            if carry.count > maximumLine {
+            // A whole chunk unless the file ends (chunks of 1 MiB, as lines over 64 KiB are cut by them).
+            var got = 0
+            while got < chunkSize {
+                let r = read(fd, buffer + carried + got, chunkSize - got)
+                if r < 0 {
+                    if errno == EINTR { continue }
+                    throw LogFileAccess.Problem.unreadable(url.lastPathComponent, reason: String(cString: strerror(errno)))
+                }
+                if r == 0 { break }
+                got += r
+            }
+            if got == 0 { break }
+            sawAny = true
+            let n = carried + got
+            let p = UnsafeBufferPointer(start: buffer, count: n)
+            var s = 0
+            while s < n {
+                if !filterDecided, rowSeen {
+                    filterDecided = true
+                    filter = onlyLinesWithField?()
+                }
+                if let value = filter {
+                    s = processMatching(p, from: s, field: value, &st, row)
+                    break
+                }
+                guard let hit = memchr(buffer + s, 10, n - s) else { break }
+                let i = buffer.distance(to: hit.assumingMemoryBound(to: UInt8.self))
+                process(p, s, i, &st, seen)
+                s = i + 1
+            }
+            carried = n - s
+            if carried > 0, s > 0 { buffer.update(from: buffer + s, count: carried) }
+            if carried > maximumLine {
                 // A "line" longer than any Herald line: garbage. Drop it.
                 st.malformed += 1
-                carry.removeAll()
+                carried = 0
             }
-            endedWithNewline = carry.isEmpty
+            endedWithNewline = carried == 0
         }
-        if !carry.isEmpty {
-            carry.withUnsafeBufferPointer { process($0, 0, $0.count, &st, row) }
+        if carried > 0 {
+            process(UnsafeBufferPointer(start: buffer, count: carried), 0, carried, &st, filter == nil ? seen : row)
         }
         return (st.lineNumber, st.malformed, sawAny && !endedWithNewline)
+    }
+
+    /// Processes the complete lines of `p` from `from` that can hold `field` as a middle field
+    /// (the byte between commas or quotes); returns where the last complete line ends (the
+    /// start of what must be carried).
+    private static func processMatching(_ p: UnsafeBufferPointer<UInt8>, from: Int, field: UInt8, _ st: inout State,
+                                        _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) -> Int {
+        let base = p.baseAddress!
+        var limit = p.count - 1 // index of the last newline
+        while limit >= from, p[limit] != 10 { limit -= 1 }
+        guard limit >= from else { return from }
+        var pos = from
+        while pos < limit, let hit = nextField(p, from: pos, limit: limit, value: field) {
+            // The line around the hit.
+            var start = hit
+            while start > pos, p[start - 1] != 10 { start -= 1 }
+            let end = memchr(base + hit, 10, limit + 1 - hit).map { base.distance(to: $0.assumingMemoryBound(to: UInt8.self)) } ?? limit
+            process(p, start, end, &st, row)
+            pos = end + 1
+        }
+        return limit + 1
+    }
+
+    /// The first index in `from ..< limit` of `value` with a comma or a quote on either side.
+    /// 32 bytes at a time, each compared with its neighbours on either side (loads one byte off).
+    @inline(__always)
+    private static func nextField(_ p: UnsafeBufferPointer<UInt8>, from: Int, limit: Int, value: UInt8) -> Int? {
+        let raw = UnsafeRawPointer(p.baseAddress!)
+        let wanted = SIMD32<UInt8>(repeating: value), comma = SIMD32<UInt8>(repeating: 44), quote = SIMD32<UInt8>(repeating: 34)
+        var i = max(from, 1)
+        while i + 33 <= p.count, i < limit {
+            let v = raw.loadUnaligned(fromByteOffset: i, as: SIMD32<UInt8>.self)
+            let before = raw.loadUnaligned(fromByteOffset: i - 1, as: SIMD32<UInt8>.self)
+            let after = raw.loadUnaligned(fromByteOffset: i + 1, as: SIMD32<UInt8>.self)
+            let hits = (v .== wanted) .& ((before .== comma) .| (before .== quote)) .& ((after .== comma) .| (after .== quote))
+            let found = bits(hits)
+            if found != 0 {
+                let k = i + found.trailingZeroBitCount
+                return k < limit ? k : nil
+            }
+            i += 32
+        }
+        // The tail, byte by byte.
+        var k = max(i, from, 1)
+        while k < limit {
+            if p[k] == value, k + 1 < p.count {
+                let a = p[k - 1], b = p[k + 1]
+                if (a == 44 || a == 34) && (b == 44 || b == 34) { return k }
+            }
+            k += 1
+        }
+        return nil
     }
 }
 
@@ -164,6 +338,13 @@ enum LogTime {
     }
 
     @inline(__always) static func parse(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Parsed? {
+        guard let wall = wallSecond(p, s, e) else { return nil }
+        return rest(p, s, e, wall)
+    }
+
+    /// Seconds since 1970 of the `yyyy-MM-dd HH:mm:ss` at the start of the field read as a wall
+    /// clock, or nil if it is not a possible time.
+    @inline(__always) static func wallSecond(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Int64? {
         guard e - s >= 19 else { return nil }
         @inline(__always) func d(_ k: Int) -> Int? { let c = p[s + k]; return c >= 48 && c <= 57 ? Int(c - 48) : nil }
         guard let y0 = d(0), let y1 = d(1), let y2 = d(2), let y3 = d(3), p[s + 4] == 45,
@@ -176,7 +357,12 @@ enum LogTime {
         // Impossible dates and times (2022-02-31, 25:61) are malformed, as are years before 1970.
         guard year >= 1970, (1...12).contains(month), day >= 1, day <= daysIn(month, year), hour < 24, minute < 60, second < 61 else { return nil }
         let days = HeraldTimestamp.daysFromCivil(year, month, day)
-        var result = Parsed(wallSecond: Int64(days) * 86400 + Int64(hour * 3600 + minute * 60 + second), millis: 0, zoneOffset: nil)
+        return Int64(days) * 86400 + Int64(hour * 3600 + minute * 60 + second)
+    }
+
+    /// The fraction and zone after the seconds.
+    @inline(__always) static func rest(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int, _ wall: Int64) -> Parsed {
+        var result = Parsed(wallSecond: wall, millis: 0, zoneOffset: nil)
         var k = s + 19
         if k < e, p[k] == 46 {
             k += 1
@@ -203,6 +389,35 @@ enum LogTime {
             }
         }
         return result
+    }
+
+    /// The last `yyyy-MM-dd HH:mm:ss` parsed and its seconds: rows come in time order, many in
+    /// the same second, so most rows compare 19 bytes instead of parsing them.
+    struct Cache {
+        private var a: UInt64 = 0, b: UInt64 = 0, c: UInt32 = 0
+        private var wall: Int64 = 0
+        private var filled = false
+
+        /// `LogTime.wallSecond` of the field, from the cache when its first 19 bytes are the last ones'.
+        @inline(__always) mutating func wallSecond(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Int64? {
+            guard e - s >= 19 else { return nil }
+            let raw = UnsafeRawPointer(p.baseAddress! + s)
+            let x = raw.loadUnaligned(as: UInt64.self), y = raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)
+            let z = raw.loadUnaligned(fromByteOffset: 15, as: UInt32.self)
+            if filled, x == a, y == b, z == c { return wall }
+            guard let w = LogTime.wallSecond(p, s, e) else { return nil }
+            a = x; b = y; c = z; wall = w; filled = true
+            return w
+        }
+
+        @inline(__always) mutating func parse(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Parsed? {
+            guard let w = wallSecond(p, s, e) else { return nil }
+            return LogTime.rest(p, s, e, w)
+        }
+
+        @inline(__always) mutating func isValid(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Bool {
+            wallSecond(p, s, e) != nil
+        }
     }
 
     @inline(__always) static func daysIn(_ month: Int, _ year: Int) -> Int {

@@ -2,31 +2,32 @@ import Foundation
 
 /// Everything kept about one ordered pair (observer, observed) while the logs stream past:
 /// bounded by the rows seen (sparse bitsets and bins), never by the size of the logs or the
-/// length of the contact event.
+/// length of the contact event. One thread fills an accumulator (the observer's), so its
+/// properties skip the run-time exclusivity checks (a measurable share of the row loop).
 final class PairAccumulator {
     // herald mode
-    var heraldSeconds: Bitset
-    var heraldDetected = false
+    @exclusivity(unchecked) var heraldSeconds: Bitset
+    @exclusivity(unchecked) var heraldDetected = false
     // strict mode
-    var strictBins: Bitset
-    var strictDetected = false
+    @exclusivity(unchecked) var strictBins: Bitset
+    @exclusivity(unchecked) var strictDetected = false
     // beyond Herald (strict time base)
-    var firstObservation: Double?
-    var firstRead: Double?
-    var rssiSamples = 0
-    var lastSample: Double?
-    var intervalCount = 0
-    var intervalSum = 0.0
-    var intervalSumSquares = 0.0
-    var intervalMin = Double.infinity
-    var intervalMax = 0.0
+    @exclusivity(unchecked) var firstObservation: Double?
+    @exclusivity(unchecked) var firstRead: Double?
+    @exclusivity(unchecked) var rssiSamples = 0
+    @exclusivity(unchecked) var lastSample: Double?
+    @exclusivity(unchecked) var intervalCount = 0
+    @exclusivity(unchecked) var intervalSum = 0.0
+    @exclusivity(unchecked) var intervalSumSquares = 0.0
+    @exclusivity(unchecked) var intervalMin = Double.infinity
+    @exclusivity(unchecked) var intervalMax = 0.0
     /// Sparse: only buckets that intervals fall in take memory (a pair costs what its rows cost).
-    var intervalHistogram: SparseChunks<UInt32>
-    var firstSample: Double?
-    var rssiHistogram = [UInt32](repeating: 0, count: PairAccumulator.rssiBuckets)
+    @exclusivity(unchecked) var intervalHistogram: SparseChunks<UInt32>
+    @exclusivity(unchecked) var firstSample: Double?
+    @exclusivity(unchecked) var rssiHistogram = [UInt32](repeating: 0, count: PairAccumulator.rssiBuckets)
     /// Per 30 s bin of the contact event (sparse: only bins with samples take memory).
-    var binRSSISum: SparseChunks<Float>
-    var binRSSICount: SparseChunks<UInt16>
+    @exclusivity(unchecked) var binRSSISum: SparseChunks<Float>
+    @exclusivity(unchecked) var binRSSICount: SparseChunks<UInt16>
 
     static let intervalBucket = 0.05
     static let intervalBuckets = 2400 // 120 s; more goes to the last bucket

@@ -3,20 +3,36 @@ import Foundation
 /// Six random bytes advertised as manufacturer data 0x05F1, so that a scanner can recognise a
 /// device whose MAC rotates and merge the new MAC into the device it already knows.
 public struct PseudoDeviceAddress: Hashable, Sendable, CustomStringConvertible {
-    public let bytes: [UInt8]
+    /// The six bytes, the first in the lowest byte (an integer: a scanner parses one per
+    /// advert, compares and hashes it, and none of that allocates).
+    private let packed: UInt64
+
+    public var bytes: [UInt8] { (0..<6).map { UInt8(truncatingIfNeeded: packed >> UInt64(8 * $0)) } }
 
     /// Android takes a random Int64 and keeps its little-endian bytes 2..7.
     public init<G: RandomNumberGenerator>(using generator: inout G) {
         let value = Int64(bitPattern: generator.next())
         var data = Data()
         data.appendLittleEndian(value)
-        self.bytes = Array(data[2..<8])
+        self.init(bytes: Array(data[2..<8]))!
     }
 
     /// Exactly six bytes; nil otherwise.
     public init?(bytes: [UInt8]) {
         guard bytes.count == 6 else { return nil }
-        self.bytes = bytes
+        var v: UInt64 = 0
+        for (k, b) in bytes.enumerated() { v |= UInt64(b) << UInt64(8 * k) }
+        packed = v
+    }
+
+    /// Exactly six bytes; nil otherwise.
+    public init?(data: Data) {
+        guard data.count == 6 else { return nil }
+        packed = data.withUnsafeBytes { raw in
+            var v: UInt64 = 0
+            for k in 0..<6 { v |= UInt64(raw[k]) << UInt64(8 * k) }
+            return v
+        }
     }
 
     public var data: Data { Data(bytes) }
@@ -37,14 +53,19 @@ public struct HeraldManufacturerData: Sendable, Equatable {
     /// 0x05F1 wins over legacy 0xFFFA. Android's rule applies: exactly 6 bytes after the id;
     /// anything else is not a pseudo address (never a crash).
     public static func parse(_ manufacturerData: [UInt16: Data]) -> HeraldManufacturerData {
-        var result = HeraldManufacturerData()
-        for id in [ManufacturerID.herald, ManufacturerID.heraldLegacy] {
-            if let d = manufacturerData[id], let address = PseudoDeviceAddress(bytes: Array(d)) {
-                result.pseudoDeviceAddress = address
-                break
+        // One walk over the (one or two) entries instead of three hashed lookups.
+        var herald: Data?, legacy: Data?, apple = false
+        for (id, d) in manufacturerData {
+            switch id {
+            case ManufacturerID.herald: herald = d
+            case ManufacturerID.heraldLegacy: legacy = d
+            case ManufacturerID.apple: apple = true
+            default: break
             }
         }
-        result.hasAppleData = manufacturerData[ManufacturerID.apple] != nil
+        var result = HeraldManufacturerData()
+        result.pseudoDeviceAddress = herald.flatMap { PseudoDeviceAddress(data: $0) } ?? legacy.flatMap { PseudoDeviceAddress(data: $0) }
+        result.hasAppleData = apple
         return result
     }
 

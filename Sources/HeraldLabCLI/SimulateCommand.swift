@@ -22,6 +22,9 @@ struct SimulateCommand: ParsableCommand {
     @Option(name: .customLong("max-duration"), help: "Simulate at most this long (a duration such as 30s or 2m); a shorter run ends the contact event early.")
     var maxDuration: String?
 
+    @Option(help: "Threads that hand scan reports to the nodes, 1 to 8 (default: both cores); the bundle is the same for any number.")
+    var threads: Int?
+
     @Flag(help: "Print no progress.")
     var quiet = false
 
@@ -37,9 +40,13 @@ struct SimulateCommand: ParsableCommand {
                 if plan.warmup >= cap { plan.warmup = 0 }
             }
         }
+        if let threads, !(1...8).contains(threads) {
+            log("herald-lab simulate: --threads \(threads): expected 1 to 8")
+            throw ExitCode(2)
+        }
         let seed = self.seed ?? plan.seed
         let out = URL(fileURLWithPath: self.out ?? "results/\(plan.name)-sim-s\(seed)")
-        let sim = Simulation(plan: plan, planText: text, seed: seed, output: out)
+        let sim = Simulation(plan: plan, planText: text, seed: seed, output: out, threads: threads)
         if !quiet { log("simulating \(plan.name): \(plan.nodes.count) nodes for \(formatDuration(plan.duration)) (seed \(seed))") }
         var lastPrinted = Date.distantPast
         let result: Simulation.Result

@@ -66,11 +66,12 @@ public final class BatteryLog {
     private var task: ScheduledTask?
     private var timestamps = TimestampWriter()
 
-    public init(url: URL, scheduler: any Scheduler, power: any PowerSource = MainsPower(), rowInterval: TimeInterval = 30, pollInterval: TimeInterval = 5) {
+    public init(url: URL, scheduler: any Scheduler, power: any PowerSource = MainsPower(), rowInterval: TimeInterval = 30, pollInterval: TimeInterval = 5,
+                flushInterval: TimeInterval? = 2) {
         self.scheduler = scheduler
         self.power = power
         self.rowInterval = rowInterval
-        file = LogFile(url: url, scheduler: scheduler)
+        file = LogFile(url: url, scheduler: scheduler, flushInterval: flushInterval)
         if file.wasEmpty { file.append(Self.header + "\n") }
         sample()
         task = scheduler.scheduleRepeating(every: pollInterval) { [weak self] in self?.sample() }

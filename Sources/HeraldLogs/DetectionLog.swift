@@ -3,17 +3,21 @@ import HeraldCore
 
 /// detection.csv: one line, no header, rewritten whole (atomically) on each change:
 /// `<deviceName>,<OS>,<OSVersion>,<ownShortName>,<seen1>,<seen2>,...`, seen names sorted,
-/// self excluded; from didRead and didShare.
+/// self excluded; from didRead and didShare. With `.batch` writing a change is written at
+/// `flush()` or `close()` instead (the same line, later).
 public final class DetectionLog: SensorDelegate {
     public let url: URL
+    private let writing: LogWriting
+    private var dirty = false
     private let deviceName: String
     private let os: String
     private let osVersion: String
     private let ownShortName: String
     public private(set) var seen = Set<String>()
 
-    public init(url: URL, deviceName: String, os: String = "Linux", osVersion: String, ownShortName: String) {
+    public init(url: URL, deviceName: String, os: String = "Linux", osVersion: String, ownShortName: String, writing: LogWriting = .live) {
         self.url = url
+        self.writing = writing
         self.deviceName = deviceName
         self.os = os
         self.osVersion = osVersion
@@ -63,14 +67,19 @@ public final class DetectionLog: SensorDelegate {
 
     private func write() {
         guard !unreadable else { return }
-        writeError = AtomicFile.write(line + "\n", to: url)
+        writeError = AtomicFile.write(line + "\n", to: url, durable: writing == .live)
+        dirty = writeError != nil
     }
 
     private func add(_ name: String) {
         guard !name.isEmpty, name != ownShortName, !seen.contains(name) else { return }
         seen.insert(name)
-        write()
+        if writing == .batch { dirty = true } else { write() }
     }
+
+    /// Writes a change not yet written (`.batch`), or retries a failed write.
+    public func flush() { if dirty { write() } }
+    public func close() { flush() }
 
     public func sensor(_ sensor: SensorType, didRead: PayloadData, fromTarget: TargetIdentifier) { add(didRead.shortName) }
     public func sensor(_ sensor: SensorType, didShare: [PayloadData], fromTarget: TargetIdentifier) {

@@ -22,11 +22,12 @@ public final class SensorLogger {
     private var capped = false
     private var timestamps = TimestampWriter()
 
-    public init(url: URL, scheduler: any Scheduler, minimumLevel: Level = .info, maximumBytes: Int64 = 50 * 1024 * 1024) {
+    public init(url: URL, scheduler: any Scheduler, minimumLevel: Level = .info, maximumBytes: Int64 = 50 * 1024 * 1024,
+                flushInterval: TimeInterval? = 2) {
         self.scheduler = scheduler
         self.minimumLevel = minimumLevel
         self.maximumBytes = maximumBytes
-        file = LogFile(url: url, scheduler: scheduler)
+        file = LogFile(url: url, scheduler: scheduler, flushInterval: flushInterval)
     }
 
     public func isEnabled(_ level: Level) -> Bool { level >= minimumLevel && (!capped || level == .fault) }

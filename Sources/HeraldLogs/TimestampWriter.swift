@@ -5,21 +5,31 @@ import HeraldCore
 /// while the second does not change: cheap enough for millions of rows.
 struct TimestampWriter {
     private var cachedSecond: Int64 = .min
-    private var prefix: [UInt8] = []
+    /// `yyyy-MM-dd HH:mm:ss` of the cached second, in the writer itself (not an array elsewhere
+    /// in memory: a row then touches one object less).
+    private var prefix: (UInt64, UInt64, UInt64) = (0, 0, 0)
+    private var prefixCount = 0
 
-    mutating func append(_ date: Date, to out: inout [UInt8]) {
+    @inline(__always) mutating func append<S: ByteSink>(_ date: Date, to out: inout S) {
         let ms = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
         let second = ms >= 0 ? ms / 1000 : (ms - 999) / 1000
         if second != cachedSecond {
             cachedSecond = second
-            prefix = Array(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: TimeInterval(second))).utf8)
+            let text = Array(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: TimeInterval(second))).utf8)
+            prefixCount = min(24, text.count) // always 19
+            withUnsafeMutableBytes(of: &prefix) { $0.copyBytes(from: text.prefix(prefixCount)) }
         }
-        out.append(contentsOf: prefix)
+        let count = prefixCount
+        withUnsafeBytes(of: &prefix) { out.append(UnsafeBufferPointer(start: $0.baseAddress!.assumingMemoryBound(to: UInt8.self), count: count)) }
         let milli = Int(ms - second * 1000)
         out.append(46)
         out.append(UInt8(48 + milli / 100))
         out.append(UInt8(48 + milli / 10 % 10))
         out.append(UInt8(48 + milli % 10))
-        out.append(contentsOf: [43, 48, 48, 48, 48]) // +0000
+        out.append(43) // +0000
+        out.append(48)
+        out.append(48)
+        out.append(48)
+        out.append(48)
     }
 }

@@ -31,7 +31,7 @@ extension Agent {
         guard let air = request.air ?? config.air else {
             throw HTTPError(.unprocessableContent, "agent \(config.name) has no air to attach its simulated radio to: give the coordinator or the agent --air HOST:PORT")
         }
-        do { try AirTransport.probe(host: air.host, port: air.port, timeout: 3) } catch {
+        do { try AirTransport.probe(host: air.host, port: air.port, tls: LabTrust.client, timeout: 3) } catch {
             throw HTTPError(.unprocessableContent, "agent \(config.name) cannot start its radio: \(error)")
         }
     }

@@ -21,16 +21,19 @@ public enum ClockProbe {
 
     /// Like `probe`, but says why there are no samples: a `NetError` naming `url` when it cannot
     /// connect or gets no valid answer (an HTTP status other than 200 is named in the message).
-    public static func measure(_ url: URL, token: String?, count: Int, timeout: TimeInterval = 5) async throws -> [Sample] {
+    /// `settle`: after that many samples, stop early once a round trip of at most
+    /// `settledRoundTrip` has been seen (the offset is then good to half of it); on a slow or
+    /// jittery link all `count` are taken.
+    public static func measure(_ url: URL, token: String?, count: Int, settle: Int? = nil, settledRoundTrip: Double = 0.001, timeout: TimeInterval = 5) async throws -> [Sample] {
         let queue = queues[abs(url.absoluteString.hashValue) % queues.count]
         return try await withCheckedThrowingContinuation { c in
-            queue.async { c.resume(with: Result { try measureBlocking(url, token: token, count: count, timeout: timeout) }) }
+            queue.async { c.resume(with: Result { try measureBlocking(url, token: token, count: count, settle: settle, settledRoundTrip: settledRoundTrip, timeout: timeout) }) }
         }
     }
 
     /// The samples of `count` probes, fewer if the connection fails part way; throws when there is
     /// not a single valid sample.
-    public static func measureBlocking(_ url: URL, token: String?, count: Int, timeout: TimeInterval = 5) throws -> [Sample] {
+    public static func measureBlocking(_ url: URL, token: String?, count: Int, settle: Int? = nil, settledRoundTrip: Double = 0.001, timeout: TimeInterval = 5) throws -> [Sample] {
         func failure(_ kind: NetError.Kind, _ why: String) -> NetError {
             NetError(kind, "clock probe of \(url.absoluteString): \(why)")
         }
@@ -103,6 +106,7 @@ public enum ClockProbe {
                 break
             }
             out.append(Sample(offset: ((t1 - t0) + (t2 - t3)) / 2, roundTrip: (t3 - t0) - (t2 - t1)))
+            if let settle, out.count >= settle, let best = out.map(\.roundTrip).min(), best <= settledRoundTrip { break }
             // Let this exchange's last segments (the body, our ACK of it) leave the link before the
             // next request, so the request does not queue behind them: one round trip, at most 0.1 s.
             let pause = min(0.1, max(0.0002, t3 - t0))

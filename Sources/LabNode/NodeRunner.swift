@@ -30,8 +30,10 @@ public final class NodeRunner {
     ///     (/sys/class/power_supply; mains when it has no battery).
     ///   - os, osVersion: what detection.csv says; the version defaults to the assignment's, else
     ///     the machine's kernel release (`uname -r`).
+    ///   - writing: `.batch` for a simulation in virtual time (files written in large blocks and at
+    ///     close), `.live` wherever someone may read the folder while the node runs.
     public init(assignment: NodeAssignment, transport: any BLETransport, directory: URL, power: any PowerSource = SysfsPowerSupply(),
-                os: String = "Linux", osVersion: String? = nil) {
+                os: String = "Linux", osVersion: String? = nil, writing: LogWriting = .live) {
         self.assignment = assignment
         self.directory = directory
         self.os = os
@@ -40,7 +42,7 @@ public final class NodeRunner {
         payload = FixedPayloadSupplier(identifier: assignment.node.identifier)
         logs = NodeLogs(directory: directory, deviceName: assignment.node.name, os: os, osVersion: self.osVersion,
                         ownShortName: payload.shortName, scheduler: scheduler,
-                        logLevel: SensorLogger.Level(name: assignment.sensor.logLevel.rawValue) ?? .info, power: power)
+                        logLevel: SensorLogger.Level(name: assignment.sensor.logLevel.rawValue) ?? .info, power: power, writing: writing)
         sensor = BLESensor(transport: transport, payloadDataSupplier: payload, settings: BLESensorSettings(assignment.sensor),
                            random: SeededGenerator(seed: assignment.seed, stream: "sensor/\(assignment.node.name)"),
                            log: LoggerBridge(logs.logger))

@@ -33,12 +33,13 @@ public struct NodeStatus: Codable, Sendable, Equatable {
 final class NodeCounters: SensorDelegate {
     private let scheduler: any Scheduler
     private let ownShortName: String
-    private(set) var peers = Set<String>()
-    private(set) var payloadsRead = 0
-    private(set) var rssiTotal = 0
+    // Touched on every measurement, from one executor at a time: no run-time exclusivity checks.
+    @exclusivity(unchecked) private(set) var peers = Set<String>()
+    @exclusivity(unchecked) private(set) var payloadsRead = 0
+    @exclusivity(unchecked) private(set) var rssiTotal = 0
     /// RSSI counts per whole second, for the last minute (a ring of 60 buckets).
-    private var buckets = [Int](repeating: 0, count: 60)
-    private var bucketSecond = [Int64](repeating: -1, count: 60)
+    @exclusivity(unchecked) private var buckets = [Int](repeating: 0, count: 60)
+    @exclusivity(unchecked) private var bucketSecond = [Int64](repeating: -1, count: 60)
 
     init(scheduler: any Scheduler, ownShortName: String) {
         self.scheduler = scheduler

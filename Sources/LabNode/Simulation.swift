@@ -13,6 +13,8 @@ public final class Simulation {
     public let seed: UInt64
     public let output: URL
     public let runId: String
+    /// Threads that hand scan reports to the nodes (`SimMedium` lanes); the logs are the same for any number.
+    public let threads: Int
 
     public struct Result: Sendable {
         public var manifest: Manifest
@@ -28,12 +30,14 @@ public final class Simulation {
         public var connectionsRefused: Int = 0
     }
 
-    public init(plan: Plan, planText: String, seed: UInt64? = nil, output: URL, runId: String? = nil) {
+    /// `threads`: default both cores (at most 2; more gains nothing measurable on a hot path bound by memory).
+    public init(plan: Plan, planText: String, seed: UInt64? = nil, output: URL, runId: String? = nil, threads: Int? = nil) {
         self.plan = plan
         self.planText = planText
         self.seed = seed ?? plan.seed
         self.output = output
         self.runId = runId ?? output.lastPathComponent
+        self.threads = max(1, min(8, threads ?? min(2, ProcessInfo.processInfo.activeProcessorCount)))
     }
 
     /// The version simulated Linux nodes write to detection.csv: the one node identifiers are
@@ -77,7 +81,11 @@ public final class Simulation {
         try fm.createDirectory(at: nodesDir, withIntermediateDirectories: true)
 
         let scheduler = VirtualScheduler(start: plan.start)
-        let medium = SimMedium(scheduler: scheduler, parameters: Self.parameters(plan.radio), seed: seed)
+        // An iPhone persona acts the moment it hears an advert (iOS connects at once), which
+        // parallel lanes forbid: plans with personas hand reports over on one thread.
+        let lanes = plan.nodes.contains { $0.persona != nil } ? 1 : threads
+        let medium = SimMedium(scheduler: scheduler, parameters: Self.parameters(plan.radio), seed: seed, lanes: lanes)
+        defer { medium.finishDeliveries() }
         var runners = [SimulatedNode]()
         var startOffsets = SeededGenerator(seed: seed, stream: "start-offsets")
         for spec in plan.nodes {
@@ -88,30 +96,32 @@ public final class Simulation {
             runners.append(runner)
             // Real devices are never switched on in the same millisecond: start within the first second.
             let offset = startOffsets.nextUnit()
-            scheduler.schedule(after: offset) { runner.start() }
+            medium.clock(of: transport.index).schedule(after: offset) { runner.start() }
         }
         let end = plan.start.addingTimeInterval(plan.duration)
         let steps = max(1, min(100, Int(plan.duration / 60)))
         for k in 1...steps {
             scheduler.run(until: plan.start.addingTimeInterval(plan.duration * Double(k) / Double(steps)))
+            medium.flushDeliveries()
             progress(Double(k) / Double(steps))
         }
         scheduler.run(until: end)
+        medium.flushDeliveries()
         for r in runners { r.stop() }
+        medium.finishDeliveries()
 
+        // The files' SHA-256 on every thread (a 100-node hour is about 5 GB), in node order.
+        let directories = runners.map(\.directory)
+        let hashes = try Self.hashFiles(directories, names: NodeRunner.heraldFiles, threads: threads)
         var manifestNodes = [Manifest.Node]()
-        for (spec, runner) in zip(plan.nodes, runners) {
+        for (k, (spec, runner)) in zip(plan.nodes, runners).enumerated() {
             var node = Manifest.Node(name: spec.name, identifier: spec.identifier, shortName: runner.shortName,
                                      osVersion: runner.osVersion, position: spec.position, radio: "sim")
             node.os = runner.os
             node.persona = spec.persona?.rawValue
             node.startedAt = plan.start
             node.state = spec.power.contains { $0.on == nil } ? .partial : .complete
-            for file in NodeRunner.heraldFiles {
-                let url = runner.directory.appendingPathComponent(file)
-                let (sha, bytes) = try SHA256.hash(fileAt: url)
-                node.files[file] = Manifest.FileEntry(bytes: bytes, sha256: sha)
-            }
+            for (file, entry) in zip(NodeRunner.heraldFiles, hashes[k]) { node.files[file] = entry }
             manifestNodes.append(node)
         }
         let manifest = Manifest(runId: runId, createdAt: end, mode: "simulate", seed: seed, plan: plan, planText: planText,
@@ -139,10 +149,10 @@ final class SimulatedNode {
         switch assignment.node.persona {
         case nil:
             kind = .sensor(NodeRunner(assignment: assignment, transport: transport, directory: directory, power: MainsPower(),
-                                      osVersion: assignment.osVersion ?? Simulation.linuxVersion))
+                                      osVersion: assignment.osVersion ?? Simulation.linuxVersion, writing: .batch))
         case .android?:
             kind = .sensor(NodeRunner(assignment: assignment, transport: transport, directory: directory, power: MainsPower(),
-                                      os: Persona.android.os, osVersion: Persona.android.osVersion))
+                                      os: Persona.android.os, osVersion: Persona.android.osVersion, writing: .batch))
         case let p?:
             kind = .iPhone(IOSPersona(mode: p == .iosForeground ? .foreground : .background, assignment: assignment,
                                       transport: transport, directory: directory, osVersion: p.osVersion))
@@ -163,6 +173,37 @@ final class SimulatedNode {
     }
     var osVersion: String {
         switch kind { case .sensor(let r): return r.osVersion; case .iPhone(let p): return p.osVersion }
+    }
+}
+
+extension Simulation {
+    /// SHA-256 and size of each named file in each folder, folders shared among `threads`
+    /// threads; the first failure (in folder order) is thrown.
+    static func hashFiles(_ directories: [URL], names: [String], threads: Int) throws -> [[Manifest.FileEntry]] {
+        final class Results: @unchecked Sendable {
+            var entries: [[Manifest.FileEntry]?]
+            var errors: [(any Error)?]
+            let lock = NSLock()
+            var next = 0
+            init(_ n: Int) { entries = Array(repeating: nil, count: n); errors = Array(repeating: nil, count: n) }
+            func take() -> Int? { lock.lock(); defer { lock.unlock() }; guard next < entries.count else { return nil }; next += 1; return next - 1 }
+        }
+        let results = Results(directories.count)
+        DispatchQueue.concurrentPerform(iterations: max(1, min(threads, directories.count))) { _ in
+            while let k = results.take() {
+                do {
+                    let entries = try names.map { name -> Manifest.FileEntry in
+                        let (sha, bytes) = try SHA256.hash(fileAt: directories[k].appendingPathComponent(name))
+                        return Manifest.FileEntry(bytes: bytes, sha256: sha)
+                    }
+                    results.lock.lock(); results.entries[k] = entries; results.lock.unlock()
+                } catch {
+                    results.lock.lock(); results.errors[k] = error; results.lock.unlock()
+                }
+            }
+        }
+        if let error = results.errors.compactMap({ $0 }).first { throw error }
+        return results.entries.map { $0 ?? [] }
     }
 }
 

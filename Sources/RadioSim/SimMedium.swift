@@ -6,32 +6,40 @@ import HeraldRadio
 /// operations through it. Everything runs on one scheduler and draws randomness from one seeded
 /// generator, so a seed gives the same run. The hot path is one scheduled event per advertising
 /// event of a node; delivering it to the scanners costs a table lookup, a Gaussian draw and a
-/// loss draw per scanner.
+/// loss draw per scanner, and the receiving sensors' handling of the reports, which a medium
+/// made with `lanes` > 1 defers and runs on that many threads (`DeliveryLanes`).
 public final class SimMedium {
+    /// The clock and executor of the nodes on this medium. With lanes, a `NodeClock` over the
+    /// scheduler the medium was made with (each node has its own: `clock(of:)`).
     public let scheduler: any Scheduler
+    /// The scheduler the medium was made with: its own advertising events run on it directly.
+    private let base: any Scheduler
+    /// Reports queued for parallel hand-over (nil: each is handed over as it is decided).
+    private let lanes: DeliveryLanes?
+    private var nodeClocks: [NodeClock] = []
     public let model: PropagationModel
     public var parameters: RadioParameters { model.parameters }
-    private var random: SeededGenerator
+    @exclusivity(unchecked) private var random: SeededGenerator
     private let seed: UInt64
 
     final class Node {
         let index: Int
         let name: String
         let position: (x: Double, y: Double)
-        var address: RadioAddress
-        var powered = true
-        var scanning = false
-        var advertisement: Advertisement?
-        var advertisingTask: ScheduledTask?
-        var services: [GATTService] = []
+        @exclusivity(unchecked) var address: RadioAddress
+        @exclusivity(unchecked) var powered = true
+        @exclusivity(unchecked) var scanning = false
+        @exclusivity(unchecked) var advertisement: Advertisement?
+        @exclusivity(unchecked) var advertisingTask: ScheduledTask?
+        @exclusivity(unchecked) var services: [GATTService] = []
         weak var server: (any GATTServerDelegate)?
         weak var transport: SimTransport?
         /// Crowding: when this scanner's channel rotation starts (seconds), its report budget, its
         /// controller's connections in use (links and outgoing attempts).
-        var scanPhase: Double = 0
-        var tokens: Double = 0
-        var tokenTime: Double = 0
-        var connections = 0
+        @exclusivity(unchecked) var scanPhase: Double = 0
+        @exclusivity(unchecked) var tokens: Double = 0
+        @exclusivity(unchecked) var tokenTime: Double = 0
+        @exclusivity(unchecked) var connections = 0
         init(index: Int, name: String, position: (x: Double, y: Double), address: RadioAddress) {
             self.index = index
             self.name = name
@@ -42,26 +50,28 @@ public final class SimMedium {
 
     struct Link: Hashable { let central: Int; let peripheral: Int }
 
-    private(set) var nodes: [Node] = []
-    private var byAddress: [RadioAddress: Int] = [:]
+    @exclusivity(unchecked) private(set) var nodes: [Node] = []
+    @exclusivity(unchecked) private var byAddress: [RadioAddress: Int] = [:]
+    // The medium's state is used from the simulation's thread only (lanes refuse anything
+    // else), so its hot properties skip the run-time exclusivity checks (two per random draw).
     /// Mean RSSI of a 0 dBm transmitter, per (from, to), row-major.
-    private var meanRSSI: [Double] = []
-    private var links = Set<Link>()
+    @exclusivity(unchecked) private var meanRSSI: [Double] = []
+    @exclusivity(unchecked) private var links = Set<Link>()
     /// Link order for deterministic teardown.
-    private var linkList: [Link] = []
+    @exclusivity(unchecked) private var linkList: [Link] = []
     /// Scanners, kept as a list of node indices for the hot loop.
-    private var scanners: [Int] = []
+    @exclusivity(unchecked) private var scanners: [Int] = []
 
     /// Counters, for benchmarks and tests.
-    public private(set) var advertisingEvents = 0
-    public private(set) var reportsDelivered = 0
+    @exclusivity(unchecked) public private(set) var advertisingEvents = 0
+    @exclusivity(unchecked) public private(set) var reportsDelivered = 0
     /// Crowding counters: PDUs lost to collisions at a receiver, reports a controller dropped
     /// beyond its report rate, connection attempts refused by a connection limit, the most
     /// connections any controller held at once.
-    public private(set) var collisionsLost = 0
-    public private(set) var reportsDropped = 0
-    public internal(set) var connectionsRefused = 0
-    public private(set) var peakConnections = 0
+    @exclusivity(unchecked) public private(set) var collisionsLost = 0
+    @exclusivity(unchecked) public private(set) var reportsDropped = 0
+    @exclusivity(unchecked) public internal(set) var connectionsRefused = 0
+    @exclusivity(unchecked) public private(set) var peakConnections = 0
 
     /// The crowding model, nil when off.
     let crowding: CrowdingParameters?
@@ -70,19 +80,26 @@ public final class SimMedium {
     /// Transmissions per advertising channel (37, 38, 39), in start order, kept while they can
     /// still overlap a PDU not yet decided.
     private struct Transmission { let node: Int; let start: Double; let end: Double; let power: Double }
-    private var channels: [[Transmission]] = [[], [], []]
+    @exclusivity(unchecked) private var channels: [[Transmission]] = [[], [], []]
     /// Advertising events whose PDUs are decided once every PDU that could overlap them is known.
     private struct PendingEvent { let node: Int; let start: Double; let airTime: Double; let spacing: Double; let due: Double; let report: ScanReport; let power: Double }
-    private var pending: [PendingEvent] = []
-    private var flushScheduled = false
+    @exclusivity(unchecked) private var pending: [PendingEvent] = []
+    @exclusivity(unchecked) private var flushScheduled = false
 
-    public init(scheduler: any Scheduler, parameters: RadioParameters = RadioParameters(), seed: UInt64) {
-        self.scheduler = scheduler
+    /// `lanes` > 1 hands reports to the sensors on that many threads (one of them the caller's);
+    /// the caller must then call `flushDeliveries()` after each `run(until:)` of the scheduler and
+    /// `finishDeliveries()` when done. The logs are the same for any number of lanes.
+    public init(scheduler: any Scheduler, parameters: RadioParameters = RadioParameters(), seed: UInt64, lanes: Int = 1) {
+        base = scheduler
+        let clock = lanes > 1 ? NodeClock(base: scheduler, node: nil, medium: nil) : nil
+        self.scheduler = clock ?? scheduler
+        self.lanes = clock == nil ? nil : DeliveryLanes(threads: lanes)
         self.model = PropagationModel(parameters: parameters)
         self.seed = seed
         self.random = SeededGenerator(seed: seed, stream: "medium")
         self.crowding = parameters.crowding
         self.epoch = scheduler.now
+        clock?.medium = self
     }
 
     /// Adds a node and returns its transport. The node starts powered on.
@@ -101,6 +118,10 @@ public final class SimMedium {
         rebuildPathLoss()
         let transport = SimTransport(medium: self, index: node.index)
         node.transport = transport
+        if let lanes {
+            lanes.setTarget(transport, node: node.index)
+            nodeClocks.append(NodeClock(base: base, node: node.index, medium: self))
+        }
         if parameters.macRotation > 0 {
             // Each node rotates on its own phase.
             let phase = g.nextUnit() * parameters.macRotation
@@ -113,6 +134,25 @@ public final class SimMedium {
     public func schedulePower(node index: Int, off: TimeInterval, on: TimeInterval?) {
         scheduler.schedule(after: off) { [weak self] in self?.setPower(index, on: false) }
         if let on { scheduler.schedule(after: on) { [weak self] in self?.setPower(index, on: true) } }
+    }
+
+    /// The clock of node `index`'s sensor, transport and loggers: with lanes, the node's own
+    /// (what it schedules first has the node's queued reports handed over); else `scheduler`.
+    public func clock(of index: Int) -> any Scheduler { lanes == nil ? scheduler : nodeClocks[index] }
+
+    /// Hands every report still queued to its sensor (nothing to do without lanes).
+    public func flushDeliveries() { lanes?.drainAll() }
+
+    /// Hands node `index` the reports queued for it.
+    func flushDeliveries(to index: Int) { lanes?.drain(node: index) }
+
+    /// Hands the last reports over and stops the lanes' threads: call it when the simulation is
+    /// over (the lanes hold the nodes' transports until then).
+    public func finishDeliveries() { lanes?.finish() }
+
+    /// Refuses calls into the medium from a node handling a scan report in a lane.
+    @inline(__always) private func sequentialOnly(_ what: @autoclosure () -> String) {
+        if lanes != nil, DeliveryLanes.inLane { DeliveryLanes.refuse(what()) }
     }
 
     public func address(of index: Int) -> RadioAddress { nodes[index].address }
@@ -171,6 +211,7 @@ public final class SimMedium {
     // MARK: Advertising and scanning
 
     func startAdvertising(_ index: Int, _ advertisement: Advertisement) {
+        sequentialOnly("started advertising")
         let node = nodes[index]
         node.advertisement = advertisement
         guard node.advertisingTask == nil else { return }
@@ -180,13 +221,16 @@ public final class SimMedium {
     }
 
     func stopAdvertising(_ index: Int) {
+        sequentialOnly("stopped advertising")
         nodes[index].advertisement = nil
         nodes[index].advertisingTask?.cancel()
         nodes[index].advertisingTask = nil
     }
 
+    /// Advertising events run on the medium's own scheduler: they decide reports (and queue
+    /// them in lanes) but touch no node's sensor, so they need no queued report handed over first.
     private func scheduleAdvert(_ index: Int, after delay: TimeInterval) -> ScheduledTask {
-        scheduler.schedule(after: delay) { [weak self] in self?.advertise(index) }
+        base.schedule(after: delay) { [weak self] in self?.advertise(index) }
     }
 
     private func advertise(_ index: Int) {
@@ -202,6 +246,7 @@ public final class SimMedium {
             let loss = parameters.reportLoss
             let sensitivity = parameters.sensitivity
             var report: ScanReport?
+            var queued: Int32 = -1
             for j in scanners where j != index {
                 if loss > 0, random.nextUnit() < loss { continue }
                 var rssi = meanRSSI[index * n + j] + tx
@@ -211,16 +256,17 @@ public final class SimMedium {
                     report = ScanReport(address: node.address, rssi: 0, txPower: ad.includeTxPower ? ad.txPower : nil,
                                         manufacturerData: ad.manufacturerData, serviceUUIDs: ad.serviceUUIDs)
                 }
-                report!.rssi = Int(rssi.rounded())
-                deliver(report!, to: j, at: crowding?.reportRate == nil ? 0 : clock())
+                deliver(&report!, rssi: Int(rssi.rounded()), to: j, at: crowding?.reportRate == nil ? 0 : clock(), queued: &queued)
             }
+            lanes?.advertDecided()
         }
         let interval = max(0.02, ad.interval ?? 0.1)
         node.advertisingTask = scheduleAdvert(index, after: interval + random.nextUnit() * parameters.maximumAdvertisingDelay)
     }
 
-    /// Hands a report to node `j`'s host unless its controller's report budget is spent.
-    @inline(__always) private func deliver(_ report: ScanReport, to j: Int, at time: Double) {
+    /// Hands a report to node `j`'s host unless its controller's report budget is spent (with
+    /// lanes: queues it; `queued` is the report's number in the lanes' batch, once queued).
+    @inline(__always) private func deliver(_ report: inout ScanReport, rssi: Int, to j: Int, at time: Double, queued: inout Int32) {
         if let rate = crowding?.reportRate {
             let node = nodes[j]
             if time > node.tokenTime {
@@ -231,13 +277,19 @@ public final class SimMedium {
             node.tokens -= 1
         }
         reportsDelivered += 1
+        if let lanes {
+            if queued < 0 { queued = lanes.add(report, at: base.now) }
+            lanes.handoff(queued, rssi: rssi, to: j)
+            return
+        }
+        report.rssi = rssi
         nodes[j].transport?.deliver(report)
     }
 
     /// A controller's report queue holds a tenth of a second of reports (at least one).
     static func reportBurst(_ rate: Double) -> Double { max(1, rate / 10) }
 
-    private func clock() -> Double { scheduler.now.timeIntervalSince(epoch) }
+    private func clock() -> Double { base.now.timeIntervalSince(epoch) }
 
     // MARK: Channels: collisions and scanner duty
 
@@ -259,7 +311,7 @@ public final class SimMedium {
         pending.append(PendingEvent(node: index, start: t, airTime: air, spacing: spacing, due: due, report: report, power: power))
         if !flushScheduled {
             flushScheduled = true
-            scheduler.schedule(after: due - t) { [weak self] in self?.flush() }
+            base.schedule(after: due - t) { [weak self] in self?.flush() }
         }
     }
 
@@ -281,10 +333,11 @@ public final class SimMedium {
             if drop > 0 { channels[k].removeFirst(drop) }
         }
         if let next = pending.first {
-            scheduler.schedule(after: max(1e-5, next.due - now)) { [weak self] in self?.flush() }
+            base.schedule(after: max(1e-5, next.due - now)) { [weak self] in self?.flush() }
         } else {
             flushScheduled = false
         }
+        lanes?.advertDecided()
     }
 
     /// Which scanners hear an event, PDU by PDU.
@@ -294,6 +347,7 @@ public final class SimMedium {
         let i = e.node
         let sigma = parameters.shadowing, loss = parameters.reportLoss, sensitivity = parameters.sensitivity
         var report = e.report
+        var queued: Int32 = -1
         for j in scanners where j != i {
             var heard = 0
             for k in 0..<3 {
@@ -312,8 +366,7 @@ public final class SimMedium {
                 var rssi = meanRSSI[i * n + j] + e.power
                 if sigma > 0 { rssi += sigma * random.nextGaussian() }
                 if rssi < sensitivity { continue }
-                report.rssi = Int(rssi.rounded())
-                deliver(report, to: j, at: e.start)
+                deliver(&report, rssi: Int(rssi.rounded()), to: j, at: e.start, queued: &queued)
             }
         }
     }
@@ -346,6 +399,7 @@ public final class SimMedium {
     }
 
     func setScanning(_ index: Int, _ on: Bool) {
+        sequentialOnly(on ? "started scanning" : "stopped scanning")
         nodes[index].scanning = on
         if on {
             if !scanners.contains(index) { scanners.append(index); scanners.sort() }
@@ -357,12 +411,16 @@ public final class SimMedium {
     // MARK: Connections and GATT
 
     func register(_ index: Int, service: GATTService, server: any GATTServerDelegate) {
+        sequentialOnly("registered a service")
         nodes[index].services.removeAll { $0.uuid == service.uuid }
         nodes[index].services.append(service)
         nodes[index].server = server
     }
 
-    func target(_ address: RadioAddress) -> Int? { byAddress[address] }
+    func target(_ address: RadioAddress) -> Int? {
+        sequentialOnly("looked up a peer")
+        return byAddress[address]
+    }
 
     func inRange(_ from: Int, _ to: Int) -> Bool {
         meanRSSI[from * nodes.count + to] + Double(nodes[from].advertisement?.txPower ?? 0) >= parameters.sensitivity
@@ -370,6 +428,7 @@ public final class SimMedium {
 
     /// Decides a connection attempt: (succeeds, latency).
     func connectionAttempt() -> (Bool, TimeInterval) {
+        sequentialOnly("attempted a connection")
         let ok = random.nextUnit() < parameters.connectSuccess
         let latency = parameters.connectLatency * (0.5 + random.nextUnit())
         return (ok, latency)
@@ -426,6 +485,7 @@ public final class SimMedium {
     /// limit the link holds the central's slot (taken for the attempt) and one of the peripheral's.
     @discardableResult
     func link(_ central: Int, _ peripheral: Int) -> Bool {
+        sequentialOnly("linked")
         let l = Link(central: central, peripheral: peripheral)
         guard links.insert(l).inserted else { return false }
         linkList.append(l)
@@ -437,6 +497,9 @@ public final class SimMedium {
     }
 
     func unlink(_ central: Int, _ peripheral: Int, notifyCentral: Bool) {
+        sequentialOnly("unlinked")
+        // Both ends hear of it: every queued report first.
+        lanes?.drainAll()
         let l = Link(central: central, peripheral: peripheral)
         guard links.remove(l) != nil else { return }
         linkList.removeAll { $0 == l }
@@ -455,5 +518,11 @@ public final class SimMedium {
     }
 
     func services(of index: Int) -> [GATTService] { nodes[index].services }
-    func server(of index: Int) -> (any GATTServerDelegate)? { nodes[index].server }
+    /// The node's GATT server, for a peer's read or write: the node's own state, so every
+    /// queued report is handed over first.
+    func server(of index: Int) -> (any GATTServerDelegate)? {
+        sequentialOnly("reached a peer's GATT server")
+        lanes?.drainAll()
+        return nodes[index].server
+    }
 }

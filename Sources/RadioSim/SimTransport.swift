@@ -8,7 +8,7 @@ import HeraldRadio
 public final class SimTransport: BLETransport {
     public weak var delegate: (any BLETransportDelegate)?
     public private(set) var state: RadioState = .poweredOff
-    public var scheduler: any Scheduler { medium.scheduler }
+    public var scheduler: any Scheduler { medium.clock(of: index) }
     private let medium: SimMedium
     public let index: Int
     private var wantsPower = false

@@ -105,6 +105,52 @@ final class ReaderTests: XCTestCase {
         XCTAssertThrowsError(try Analyser.analyse(root, options: o))
     }
 
+    func testReadRowsAreFoundWhereverTheyStandAndMalformedLinesCountOnce() throws {
+        // The first pass splits only lines holding ",2," or ",\"2\","; here read rows are quoted,
+        // after CRLF, straddle the 1 MiB chunk boundary, follow a line over 64 KiB, and stand
+        // beside lines that only look like read rows.
+        let d = root.appendingPathComponent("D")
+        try TestPaths.write("D,Android,33,DDDDDD\n", to: d.appendingPathComponent("detection.csv"))
+        var text = "time,sensor,id,detect,read,measure,share,visit,detectHerald,delete,data\n"
+        text += "2024-01-01 10:00:01.000+0000,BLE,QA,,\"2\",,,,,,AAAAAA\n"           // quoted read
+        text += "2024-01-01 10:00:02.000+0000,BLE,QA,,,3,,,,,RSSI:-50.0\n"
+        text += "2024-01-01 10:00:03.000+0000,BLE,\"x,2,y\",,,3,,,,,RSSI:-50.0\n"    // looks like one, is not
+        text += "2024-13-01 10:00:04.000+0000,BLE,BAD,,2,,,,,,BBBBBB\n"               // read row, impossible date: malformed
+        text += "2024-01-01 10:00:05.000+0000,BLE,SHORT,,2,,,,,BBBBBB\n"              // one field short: malformed
+        let filler = "2024-01-01 10:00:06.000+0000,BLE,QA,,,3,,,,,RSSI:-51.0\n"
+        while text.utf8.count + filler.utf8.count < (1 << 20) - 20 { text += filler }
+        text += "2024-01-01 10:00:07.000+0000,BLE,CB,,2,,,,,,CCCCCC\n"              // straddles the chunk boundary
+        text += "2024-01-01 10:00:08.000+0000,BLE,CB,,,3,,,,,RSSI:-52.0\r\n"
+        text += String(repeating: "z", count: 70_000) + ",2,\n"                        // over 64 KiB: malformed
+        text += "2024-01-01 10:00:09.000+0000,BLE,BB,,2,,,,,,BBBBBB\r\n"             // CRLF read
+        text += "2024-01-01 10:00:10.000+0000,BLE,BB,,,3,,,,,RSSI:-53.0\n"
+        text += "2024-01-01 10:00:11.000+0000,BLE,BB,,2,3,,,,,BBBBBB\n"               // read and measure at once
+        try TestPaths.write(text, to: d.appendingPathComponent("contacts.csv"))
+        var results = [AnalysisResult]()
+        for threads in [1, 3] {
+            var o = AnalysisOptions()
+            o.ceStart = AnalysisTime.parse("2024-01-01 10:00:00")
+            o.ceEnd = AnalysisTime.parse("2024-01-01 10:05:00")
+            o.threads = threads
+            results.append(try Analyser.analyse(root, options: o).result)
+        }
+        let r = results[0]
+        let dev = r.devices.first { $0.folder == "D" }!
+        XCTAssertEqual(dev.malformedLines, 3)
+        XCTAssertEqual(dev.readRows, 4, "read rows, counted whether their date is possible or not")
+        XCTAssertEqual(pair(r, "D", "A").timeToFirstRead, 1, "the quoted read row")
+        XCTAssertEqual(pair(r, "D", "A").rssiSamples, (dev.measureRows - 4), "every QA row but the look-alike")
+        XCTAssertEqual(pair(r, "D", "C").timeToFirstRead, 7, "the read row across the chunk boundary")
+        XCTAssertEqual(pair(r, "D", "C").rssiSamples, 1)
+        XCTAssertEqual(pair(r, "D", "B").timeToFirstRead, 9, "the CRLF read row after the long line")
+        XCTAssertEqual(pair(r, "D", "B").rssiSamples, 2, "a read row that is also a measure row counts as a measurement (as before)")
+        // Any number of threads: the same result.
+        let e = JSONEncoder()
+        e.outputFormatting = .sortedKeys
+        results = results.map { var x = $0; x.elapsedSeconds = 0; return x }
+        XCTAssertEqual(try e.encode(results[0]), try e.encode(results[1]))
+    }
+
     func testTimeFormsParse() {
         func parse(_ s: String) -> LogTime.Parsed? { var t = s; return t.withUTF8 { LogTime.parse($0, 0, $0.count) } }
         XCTAssertEqual(parse("2022-11-29 22:21:56.552+0000")?.absolute, 1_669_760_516.552)

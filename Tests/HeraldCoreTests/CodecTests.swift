@@ -75,6 +75,14 @@ final class CodecTests: XCTestCase {
         let apple = HeraldManufacturerData.parse([0x004C: Data([0x01, 0x00])])
         XCTAssertTrue(apple.hasAppleData)
         XCTAssertNil(apple.pseudoDeviceAddress)
+        let legacy: [UInt8] = [9, 8, 7, 6, 5, 4]
+        XCTAssertEqual(HeraldManufacturerData.parse([0x05F1: Data(six), 0xFFFA: Data(legacy)]).pseudoDeviceAddress?.bytes, six, "0x05F1 wins")
+        XCTAssertEqual(HeraldManufacturerData.parse([0x05F1: Data([1]), 0xFFFA: Data(legacy), 0x004C: Data()]),
+                       HeraldManufacturerData(pseudoDeviceAddress: PseudoDeviceAddress(bytes: legacy), hasAppleData: true), "a 0x05F1 that is no address falls back to 0xFFFA")
+        XCTAssertEqual(PseudoDeviceAddress(data: Data(six)), PseudoDeviceAddress(bytes: six))
+        XCTAssertEqual(PseudoDeviceAddress(data: Data([0, 0] + six).dropFirst(2)), PseudoDeviceAddress(bytes: six), "a slice")
+        XCTAssertNotEqual(PseudoDeviceAddress(bytes: six), PseudoDeviceAddress(bytes: legacy))
+        XCTAssertEqual(PseudoDeviceAddress(bytes: six)?.description, "010203040506")
     }
 
     func testPseudoAddressFromGeneratorIsSixBytesAndAdvertisedUnder05F1() {

@@ -27,6 +27,19 @@ final class PayloadTests: XCTestCase {
         XCTAssertEqual(PayloadData([0, 0, 0, 0xFF]).shortName, "/w==")
     }
 
+    func testShortNameIsTheStartOfBase64OfEveryLength() {
+        var g = SeededGenerator(seed: 3, stream: "payloads")
+        for length in 0...40 {
+            for _ in 0..<20 {
+                let bytes = (0..<length).map { _ in UInt8(truncatingIfNeeded: g.next()) }
+                let data = Data(bytes)
+                let expected = data.isEmpty ? "" : data.count <= 3 ? data.base64EncodedString() : String(data.dropFirst(3).base64EncodedString().prefix(6))
+                XCTAssertEqual(PayloadData(data).shortName, expected, "\(bytes)")
+                XCTAssertEqual(PayloadData(Data([9, 9] + bytes).dropFirst(2)).shortName, expected, "a slice")
+            }
+        }
+    }
+
     func testDefaultSplitUsesOwnPayloadLength() {
         let supplier = FixedPayloadSupplier(identifier: 7)
         let a = FixedPayloadSupplier(identifier: 1).payloadData, b = FixedPayloadSupplier(identifier: 2).payloadData

@@ -128,6 +128,37 @@ final class LogsTests: XCTestCase {
         XCTAssertEqual(read("statistics.csv"), "payload,count,mean,sd,min,max\nZqFdag,2,2.0,1.4142135623730951,1.0,3.0\n")
     }
 
+    func testStatisticsOfManyPayloadsMatchAPlainComputation() {
+        // 300 payloads (the table grows several times), own payload and an empty one among them.
+        let own = FixedPayloadSupplier(identifier: 5).payloadData
+        let log = StatisticsLog(url: dir.appendingPathComponent("statistics.csv"), scheduler: scheduler, ownShortName: own.shortName)
+        var g = SeededGenerator(seed: 9, stream: "stats")
+        let payloads = (0..<300).map { FixedPayloadSupplier(identifier: Int32($0) * 7919 - 1_000_000).payloadData } + [own, PayloadData()]
+        var last = [String: Double](), intervals = [String: [Double]]()
+        var t = 0.0
+        for _ in 0..<5000 {
+            let p = payloads[Int(g.next() % UInt64(payloads.count))]
+            let dt = Double(g.next() % 1000) / 100
+            scheduler.advance(by: dt)
+            t += dt
+            log.sensor(.BLE, didMeasure: .rssi(-50), fromTarget: "X", withPayload: p)
+            let name = p.shortName
+            guard name != own.shortName else { continue }
+            if let l = last[name] { intervals[name, default: []].append(scheduler.now.timeIntervalSince(Date(timeIntervalSince1970: l))) }
+            last[name] = scheduler.now.timeIntervalSince1970
+        }
+        XCTAssertEqual(Set(log.samples.keys), Set(intervals.keys))
+        for (name, xs) in intervals {
+            let s = log.samples[name]!
+            XCTAssertEqual(s.count, xs.count, name)
+            XCTAssertEqual(s.mean, xs.reduce(0, +) / Double(xs.count), accuracy: 1e-6, name)
+            XCTAssertEqual(s.max, xs.max()!, accuracy: 1e-6, name)
+        }
+        let names = log.text.split(separator: "\n").dropFirst().map { String($0.split(separator: ",", omittingEmptySubsequences: false)[0]) }
+        XCTAssertEqual(names, intervals.keys.sorted())
+        withExtendedLifetime(t) {}
+    }
+
     func testBatteryRowsEveryThirtySecondsAndOnChange() {
         final class Scripted: PowerSource {
             var reading: (String, Double) = ("battery", 80)
@@ -191,6 +222,36 @@ final class LogsTests: XCTestCase {
         XCTAssertTrue(l.contains { $0.contains("only faults are written") })
         XCTAssertEqual(l.last, "2020-12-08 22:55:05.250+0000,fault,Sensor,BLE,still written")
         XCTAssertLessThan(l.count, 13)
+    }
+
+    func testBatchWritingGivesTheSameFilesAtCloseAndWritesChangesOnlyThen() throws {
+        let live = dir.appendingPathComponent("live"), batch = dir.appendingPathComponent("batch")
+        let a = FixedPayloadSupplier(identifier: 1_784_521_062).payloadData, b = FixedPayloadSupplier(identifier: -502_964_310).payloadData
+        let nodes = [NodeLogs(directory: live, deviceName: "node1", osVersion: "6.1", ownShortName: "hBWwSg", scheduler: scheduler),
+                     NodeLogs(directory: batch, deviceName: "node1", osVersion: "6.1", ownShortName: "hBWwSg", scheduler: scheduler, writing: .batch)]
+        for step in 0..<200 {
+            for node in nodes {
+                for d in node.delegates {
+                    d.sensor(.BLE, didMeasure: .rssi(-40 - step % 30, txPower: step % 3 == 0 ? 12 : nil), fromTarget: "A", withPayload: step % 2 == 0 ? a : b)
+                    if step == 3 { d.sensor(.BLE, didRead: a, fromTarget: "A") }
+                    if step == 150 { d.sensor(.BLE, didShare: [b], fromTarget: "A") }
+                }
+                node.logger.log(.info, subsystem: "Sensor", category: "BLE", "step \(step)")
+            }
+            if step == 10 {
+                XCTAssertEqual(read("live/detection.csv"), "node1,Linux,6.1,hBWwSg,ZqFdag\n")
+                XCTAssertEqual(read("batch/detection.csv"), "node1,Linux,6.1,hBWwSg\n", "written at close")
+                XCTAssertEqual(read("batch/contacts.csv"), "", "no timed flush")
+            }
+            scheduler.advance(by: 0.7)
+        }
+        for node in nodes { node.close() }
+        for file in NodeLogs.fileNames {
+            let l = try Data(contentsOf: live.appendingPathComponent(file)), b = try Data(contentsOf: batch.appendingPathComponent(file))
+            XCTAssertFalse(l.isEmpty, file)
+            XCTAssertEqual(l, b, file)
+        }
+        XCTAssertEqual(read("batch/detection.csv"), "node1,Linux,6.1,hBWwSg,ZqFdag,ql8F4g\n")
     }
 
     func testNodeLogsWritesExactlyTheHeraldFiles() throws {

@@ -2,6 +2,7 @@ import XCTest
 import HeraldCore
 import LabPlan
 @testable import LabNode
+@testable import RadioSim
 
 final class SimulationTests: XCTestCase {
     static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -65,6 +66,50 @@ final class SimulationTests: XCTestCase {
         XCTAssertNotEqual(a.manifest.nodes[0].files["contacts.csv"], c.manifest.nodes[0].files["contacts.csv"])
         let ma = try Data(contentsOf: a.bundle.appendingPathComponent("manifest.json")), mb = try Data(contentsOf: b.bundle.appendingPathComponent("manifest.json"))
         XCTAssertEqual(ma, mb, "manifest.json is byte-identical too")
+    }
+
+    func testThreadsHandingReportsOverNeverChangeTheBundle() throws {
+        // Power cycles, MAC rotation and crowding (collisions, report rate, connection limits)
+        // on 12 nodes: every file of every node is the same with 1, 2 and 3 threads. Batches
+        // are small, so that reports are handed over in parallel, behind the simulation's back
+        // and by nodes' own events all the time.
+        let saved = (DeliveryLanes.smallBatch, DeliveryLanes.fullFrom, DeliveryLanes.drainAt)
+        (DeliveryLanes.smallBatch, DeliveryLanes.fullFrom, DeliveryLanes.drainAt) = (1, 48, 200)
+        defer { (DeliveryLanes.smallBatch, DeliveryLanes.fullFrom, DeliveryLanes.drainAt) = saved }
+        for crowding in ["off", "on"] {
+            let plan = try Plan.parse(yaml: """
+            name: lanes
+            duration: 4m
+            warmup: 10s
+            nodes:
+              count: 12
+              prefix: n
+              grid: {columns: 4, spacing: 1.5m}
+            radio:
+              shadowing: 4
+              reportLoss: 0.1
+              macRotation: 50s
+              crowding: \(crowding)
+            """)
+            var powered = plan
+            powered.nodes[3].power = [PowerInterval(off: 60, on: 100)]
+            powered.nodes[7].power = [PowerInterval(off: 130, on: nil)]
+            var manifests = [Data]()
+            for threads in [1, 2, 3] {
+                let out = tmp.appendingPathComponent("\(crowding)-\(threads)/run")
+                let result = try Simulation(plan: powered, planText: "", output: out, threads: threads).run()
+                XCTAssertGreaterThan(result.reportsDelivered, 10_000)
+                manifests.append(try Data(contentsOf: out.appendingPathComponent("manifest.json")))
+                for node in plan.nodes {
+                    for file in NodeRunner.heraldFiles {
+                        let this = try Data(contentsOf: out.appendingPathComponent("nodes/\(node.name)/\(file)"))
+                        let one = try Data(contentsOf: tmp.appendingPathComponent("\(crowding)-1/run/nodes/\(node.name)/\(file)"))
+                        XCTAssertEqual(this, one, "crowding \(crowding), \(threads) threads: \(node.name)/\(file)")
+                    }
+                }
+            }
+            XCTAssertEqual(Set(manifests).count, 1, "crowding \(crowding): manifest.json")
+        }
     }
 
     func testManifestDescribesTheRun() throws {

@@ -35,7 +35,7 @@ AGENTS = ["n1", "n2", "n3"]
 RELAYED = "n3"
 COORD_PORT, AIR_PORT, AGENT_PORT = 8700, 8702, 8701
 STATE_FILE = "/run/heraldlab-netlab.json"
-UNIT = os.path.join(REPO, "agents", "herald-lab-agent.service")
+UNIT = os.path.join(REPO, "agents", "herald-lab-agent@.service")
 INSTALL = os.path.join(REPO, "agents", "install.sh")
 
 
@@ -114,11 +114,12 @@ def expand_exec(command, env):
 
 
 def install_env(**overrides):
-    """agent.env exactly as agents/install.sh writes it: its option defaults, then our options,
-    then its here-document, evaluated by bash."""
+    """An agent instance's env file exactly as agents/install.sh writes it: its option defaults,
+    then our options (n: the instance, a: its adapter, t: tags, p: port), then its here-document,
+    evaluated by bash."""
     text = open(INSTALL).read()
     defaults = re.search(r"^binary=.*$", text, re.M).group(0)
-    heredoc = re.search(r"cat > /etc/herald-lab/agent\.env <<ENV\n(.*?)\nENV\n", text, re.S).group(1)
+    heredoc = re.search(r'cat > "\$etc/agents/\$n\.env" <<ENV\n(.*?)\nENV\n', text, re.S).group(1)
     assigns = "\n".join(f"{k}={shlex.quote(v)}" for k, v in overrides.items())
     script = f"{defaults}\n{assigns}\ncat <<ENV\n{heredoc}\nENV\n"
     return subprocess.run(["bash", "-c", script], stdout=subprocess.PIPE, text=True, check=True).stdout
@@ -403,21 +404,22 @@ class Lab:
             raise RuntimeError("the coordinator did not answer /health within 20 s (logs/coordinator.log)")
 
     def agent_argv(self, a):
-        """The unit's ExecStart with agent.env as install.sh writes it; the binary is ours."""
+        """The template unit's ExecStart for instance `a` (herald-lab-agent@a), with its env file
+        as install.sh writes it; the binary is ours."""
         d = f"/etc/netns/{ns(a)}/herald-lab"
-        os.makedirs(d, exist_ok=True)
+        os.makedirs(os.path.join(d, "agents"), exist_ok=True)
         if self.secure:
-            self.enrol(a, d)
-            auth = "--credentials /etc/herald-lab"
+            self.enrol(a, os.path.join(d, "agents", a))
+            auth = f"--credentials /etc/herald-lab/agents/{a}"
         else:
             shutil.copy(self.token, os.path.join(d, "token"))
             auth = "--token-file /etc/herald-lab/token"
-        opts = dict(name=a, coordinator=self.coord_url(), radio="sim", auth=auth)
+        opts = dict(n=a, a="hci0", t="none", p=str(AGENT_PORT), coordinator=self.coord_url(), radio="sim", auth=auth)
         if self.agent_host_ip:
             opts["host"] = ipv4(a)
         env_text = install_env(**opts)
-        open(os.path.join(d, "agent.env"), "w").write(env_text)
-        argv = expand_exec(unit_exec_start(), parse_env_file(env_text))
+        open(os.path.join(d, "agents", f"{a}.env"), "w").write(env_text)
+        argv = expand_exec(unit_exec_start().replace("%i", a), parse_env_file(env_text))
         argv[0] = self.bin
         return argv, env_text
 
@@ -452,7 +454,7 @@ class Lab:
             f.write(env_text + "\n" + " ".join(shlex.quote(x) for x in argv) + "\n")
         # ip netns exec gives the command its own mount namespace: bind the host's data folder over
         # /var/lib/herald-lab there, then become the agent (same pid: signals reach the agent).
-        script = 'mount --bind "$0" /var/lib/herald-lab && exec "$@"'
+        script = f'mkdir -p /var/lib/herald-lab/{a} && mount --bind "$0" /var/lib/herald-lab/{a} && exec "$@"'
         return self.procs.start(a, ["ip", "netns", "exec", ns(a), "sh", "-c", script, self.data_dir(a), *argv], log_name=f"agent-{a}")
 
     def wait_agents_alive(self, seconds=30, names=AGENTS):
