@@ -48,6 +48,15 @@ extension Coordinator {
         if let (r, events) = change { persistDongle(r, events) }
     }
 
+    /// A dongle's history, newest first; a store that cannot give it is logged (the record is
+    /// then judged and shown without it).
+    func dongleHistory(_ key: String, limit: Int) -> [LabWire.DongleEvent] {
+        do { return try store.dongleEvents(key, limit: limit) } catch {
+            log("coordinator: cannot read dongle \(key)'s history: \(error)")
+            return []
+        }
+    }
+
     func persistDongle(_ r: DongleRecord, _ events: [LabWire.DongleEvent]) {
         do { try store.saveDongle(r, events: events) } catch { log("coordinator: cannot save dongle \(r.id): \(error)") }
         for e in events where e.kind != "preflight" && e.kind != "check" && e.kind != "run" {
@@ -58,7 +67,7 @@ extension Coordinator {
     /// Applies an outcome to a dongle's record; returns the dongle's name when it was quarantined by it.
     @discardableResult
     func apply(_ outcome: DongleRules.Outcome, to key: String) -> String? {
-        let recent = (try? store.dongleEvents(key, limit: 100)) ?? []
+        let recent = dongleHistory(key, limit: 100)
         let t = now
         let k = config.quarantineAfter
         let result: (DongleRecord, [LabWire.DongleEvent], Bool)? = withLock {
@@ -124,7 +133,7 @@ extension Coordinator {
         return records.map { r in
             var v = LabWire.DongleView(id: r.id, info: r.info, health: r.health, failures: r.failures, outliers: r.outliers,
                                        firstSeen: r.firstSeen, lastSeen: r.lastSeen,
-                                       history: history > 0 ? ((try? store.dongleEvents(r.id, limit: history)) ?? []) : [])
+                                       history: history > 0 ? dongleHistory(r.id, limit: history) : [])
             v.healthReason = r.healthReason
             v.healthSince = r.healthSince
             v.agentState = r.info.agent.flatMap { agentStates[$0] }

@@ -69,7 +69,9 @@ final class CoordinatorStore: @unchecked Sendable {
         try db.read { db in
             try Row.fetchAll(db, sql: "SELECT record FROM dongle ORDER BY id").compactMap { row in
                 let json: String = row["record"]
-                return try? JSONDecoder().decode(DongleRecord.self, from: Data(json.utf8))
+                do { return try JSONDecoder().decode(DongleRecord.self, from: Data(json.utf8)) } catch {
+                    throw StoreError("coordinator.sqlite: a dongle record does not decode (\(error)); the store is damaged")
+                }
             }
         }
     }
@@ -79,7 +81,9 @@ final class CoordinatorStore: @unchecked Sendable {
         try db.read { db in
             try Row.fetchAll(db, sql: "SELECT event FROM dongle_event WHERE dongle = ? ORDER BY seq DESC LIMIT ?", arguments: [id, limit]).compactMap { row in
                 let json: String = row["event"]
-                return try? JSONDecoder().decode(LabWire.DongleEvent.self, from: Data(json.utf8))
+                do { return try JSONDecoder().decode(LabWire.DongleEvent.self, from: Data(json.utf8)) } catch {
+                    throw StoreError("coordinator.sqlite: an event of dongle \(id) does not decode (\(error)); the store is damaged")
+                }
             }
         }
     }
@@ -139,6 +143,12 @@ final class CoordinatorStore: @unchecked Sendable {
             }
         }
     }
+}
+
+/// The coordinator's SQLite holds something it cannot read back.
+struct StoreError: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
 }
 
 /// A run as the coordinator tracks it (and serves it on GET /v1/runs/:id).

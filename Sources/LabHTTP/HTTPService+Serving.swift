@@ -113,8 +113,15 @@ extension HTTPService {
 
     /// Writes a handler's answer, then serves the next request or parks the connection.
     private func finish(_ c: ServerConnection, _ head: RequestHead, _ response: HTTPResponse) {
+        answer(c, response, head: head, keepAlive: head.keepAlive, onClose: { EventLoop.shared.release($0) })
+    }
+
+    /// Writes an answer; then, on a kept-alive connection, serves the next request or parks it;
+    /// otherwise ends it with `onClose`.
+    private func answer(_ c: ServerConnection, _ response: HTTPResponse, head: RequestHead, keepAlive wanted: Bool,
+                        onClose: (ServerConnection) -> Void) {
         let loop = EventLoop.shared
-        let keepAlive = head.keepAlive && !loop.lock.withLock { stopping }
+        let keepAlive = wanted && !loop.lock.withLock { stopping }
         do {
             try write(response, to: c, head: head, close: !keepAlive)
         } catch {
@@ -122,7 +129,7 @@ extension HTTPService {
             return
         }
         if !keepAlive {
-            loop.release(c)
+            onClose(c)
         } else if answersPileUp(c) {
             log("\(name): closed the connection from \(c.remote): it does not read its answers")
             loop.linger(c)
@@ -141,26 +148,9 @@ extension HTTPService {
     }
 
     /// An answer given before the body was read (auth, routing): the connection stays open only
-    /// when there is no body to skip.
+    /// when there is no body to skip, and is otherwise closed after lingering.
     private func respondEarly(_ c: ServerConnection, _ response: HTTPResponse, head: RequestHead) {
-        let loop = EventLoop.shared
-        let keepAlive = head.keepAlive && !head.hasBody && !loop.lock.withLock { stopping }
-        do {
-            try write(response, to: c, head: head, close: !keepAlive)
-        } catch {
-            loop.release(c)
-            return
-        }
-        if !keepAlive {
-            loop.linger(c)
-        } else if answersPileUp(c) {
-            log("\(name): closed the connection from \(c.remote): it does not read its answers")
-            loop.linger(c)
-        } else if c.input.available > 0 {
-            next(c)
-        } else {
-            loop.park(c)
-        }
+        answer(c, response, head: head, keepAlive: head.keepAlive && !head.hasBody, onClose: { EventLoop.shared.linger($0) })
     }
 
     /// Answers a request that breaks a rule, logs why, and closes the connection (after
