@@ -54,7 +54,7 @@ test-bluez: deps
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 	@python3 -c "import bumble, bleak" 2>/dev/null || python3 -m pip install -q bumble==0.0.236 bleak
-	$(SWIFT) build
+	$(SWIFT) build -c release --product herald-lab
 	scripts/bluez-guest/guest.sh prepare
 	@rm -rf $(BLUEZ_OUT) $(BLUEZ_OUT)-attempt*; started=$$(date +%s); \
 	 for attempt in 1 2 3; do \
@@ -85,7 +85,7 @@ test-dongles: deps
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 	@python3 -c "import bumble" 2>/dev/null || python3 -m pip install -q bumble==0.0.236
-	$(SWIFT) build
+	$(SWIFT) build -c release --product herald-lab
 	scripts/bluez-guest/guest.sh prepare
 	@rm -rf $(DONGLES_OUT) $(DONGLES_OUT)-attempt*; started=$$(date +%s); \
 	 for attempt in 1 2 3; do \

@@ -9,7 +9,7 @@ manifest records each node's controller identity (the Bumble controller's addres
 (OUTDIR/bleak.json): an outside client read a node's payload characteristic and got the node's
 fixed payload. Prints one line per pair and exits 1 on any failure.
 """
-import base64, csv, glob, json, os, struct, sys
+import base64, csv, datetime, glob, json, os, struct, sys
 
 
 def fixed_payload(identifier):
@@ -91,6 +91,7 @@ def main(out, plan_path, model_path):
                 fail(f"{rx['name']}: RSSI for {tx['name']} {seen} outside the script {scripted}")
             if len(set(rssi)) < min(2, len(scripted)):
                 fail(f"{rx['name']}: RSSI for {tx['name']} did not follow the script's change ({seen})")
+    check_restart(out, bundle, nodes, controllers, fail)
     bleak_path = os.path.join(out, 'bleak.json')
     payloads = json.load(open(bleak_path)) if os.path.exists(bleak_path) else {}
     expected = {fixed_payload(n['identifier']).hex(): n['name'] for n in nodes}
@@ -103,6 +104,40 @@ def main(out, plan_path, model_path):
     if failures:
         print(f'bluetoothd log: {out}/bluetoothd.log; node logs: {bundle}/nodes/*/log.txt; lab logs: {out}/lab/logs')
     return 1 if failures else 0
+
+
+def row_time(text):
+    return datetime.datetime.strptime(text, '%Y-%m-%d %H:%M:%S.%f%z').timestamp()
+
+
+RESUME_LIMIT = 30.0
+
+
+def check_restart(out, bundle, nodes, controllers, fail):
+    """bluetoothd was killed once mid-run (OUTDIR/bluetoothd-killed holds when): every node must be
+    measuring every peer again (an RSSI row) within RESUME_LIMIT seconds of the kill."""
+    path = os.path.join(out, 'bluetoothd-killed')
+    if not os.path.exists(path):
+        fail('bluetoothd was never killed (no bluetoothd-killed): the restart was not tested')
+        return
+    killed = float(open(path).read().strip())
+    restarts = os.path.join(out, 'bluetoothd-restarts.log')
+    print(f"bluetoothd killed at {datetime.datetime.fromtimestamp(killed, datetime.timezone.utc):%H:%M:%S.%f}"[:-3]
+          + f"; restarts: {open(restarts).read().strip() if os.path.exists(restarts) else 'none logged'}")
+    print(f"{'receiver':9} {'sender':9} {'RSSI after kill':>15} {'reads after':>11}")
+    for rx in nodes:
+        rows = list(csv.reader(open(os.path.join(bundle, 'nodes', rx['name'], 'contacts.csv'))))[1:]
+        for tx in nodes:
+            if tx is rx:
+                continue
+            ids = {r[2] for r in rows if r[4] == '2' and r[10] == tx['short']} | {controllers[tx['name']]['address']}
+            after = [row_time(r[0]) - killed for r in rows if r[2] in ids and r[5] == '3' and row_time(r[0]) > killed]
+            reads = sum(1 for r in rows if r[4] == '2' and r[10] == tx['short'] and row_time(r[0]) > killed)
+            first = f"{after[0]:.1f} s" if after else 'never'
+            ok = bool(after) and after[0] <= RESUME_LIMIT
+            print(f"{'ok  ' if ok else 'FAIL'} {rx['name']:9} {tx['name']:9} {first:>10} {reads:>11}")
+            if not ok:
+                fail(f"{rx['name']}: measured {tx['name']} again {first} after bluetoothd was killed (limit {RESUME_LIMIT:.0f} s)")
 
 
 if __name__ == '__main__':

@@ -143,6 +143,7 @@ class ScriptedController(Controller):
         return super().on_hci_le_set_extended_advertising_enable_command(command)
 
     def on_le_connect_ind(self, packet):
+        trace(self.name, 'connect ind from', packet.initiator_address, 'to', packet.advertiser_address)
         paused = self.recently_paused(packet.advertiser_address)
         if paused is not None:
             trace(self.name, 'accepts a connection on its paused set from', packet.initiator_address)
@@ -194,10 +195,6 @@ class ScriptedController(Controller):
     def on_hci_le_set_advertising_enable_command(self, command):
         trace(self.name, 'legacy adv enable', command.advertising_enable)
         return super().on_hci_le_set_advertising_enable_command(command)
-
-    def on_le_connect_ind(self, packet):
-        trace(self.name, 'connect ind from', packet.initiator_address)
-        return super().on_le_connect_ind(packet)
 
     def on_le_disconnected(self, connection, reason):
         trace(self.name, 'disconnected', connection.peer_address, reason)

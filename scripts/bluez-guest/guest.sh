@@ -5,6 +5,8 @@
 #   guest.sh prepare              download and unpack the kernel, build the initramfs (once)
 #   guest.sh run OUTDIR SCRIPT    boot, run SCRIPT (bash, as root) in the guest, power off
 #
+# HERALD_LAB names the herald-lab binary the guest runs (default: the release build).
+#
 # BLUEZ_STACK picks the Linux Bluetooth stack under test:
 #   bookworm  Debian 12, what most lab nodes run: its kernel (6.1) and this machine's BlueZ (5.66)
 #   trixie    Debian 13: kernel 6.12 and BlueZ 5.82 from a trixie root built with mmdebstrap
@@ -22,6 +24,9 @@ STACK=${BLUEZ_STACK:-bookworm}
 case "$STACK" in bookworm|trixie) ;; *) echo "bluez-guest: BLUEZ_STACK=$STACK: must be bookworm or trixie" >&2; exit 2 ;; esac
 CACHE=${BLUEZ_CACHE:-$REPO/.build-bluez}/$STACK
 TIMEOUT=${BLUEZ_GUEST_TIMEOUT:-900}
+# The herald-lab the guest runs: the release build (a debug build is several times slower, and
+# under TCG the guest's CPU is what the emulated radio's timing depends on).
+BIN=${HERALD_LAB:-$REPO/.build/release/herald-lab}
 
 say() { echo "bluez-guest: $*" >&2; }
 
@@ -85,6 +90,7 @@ run() {
     cp "$script" "$out/guest-script.sh"
     script="$out/guest-script.sh"
     rm -f "$out/guest-exit-code"
+    [ -x "$BIN" ] || { say "no herald-lab at $BIN: run 'swift build -c release --product herald-lab' (or set HERALD_LAB)"; exit 2; }
     local kver
     kver=$(kernel_version)
     say "booting $kver (TCG, stack $STACK) to run $script; console: $out/console.log"
@@ -93,7 +99,7 @@ run() {
     timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m 2048 -smp 2 \
         -nographic -no-reboot -nic none \
         -kernel "$CACHE/root/boot/vmlinuz-$kver" -initrd "$CACHE/initramfs.gz" \
-        -append "console=ttyS0 panic=-1 quiet loglevel=3 hl_out=$out hl_script=$script hl_repo=$REPO" \
+        -append "console=ttyS0 panic=-1 quiet loglevel=3 hl_out=$out hl_script=$script hl_repo=$REPO hl_bin=$BIN" \
         -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
         -virtfs local,path="$out",mount_tag=out,security_model=none \
         </dev/null >"$out/console.log" 2>&1

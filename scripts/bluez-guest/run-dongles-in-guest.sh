@@ -11,7 +11,7 @@
 set -u
 OUT=$1
 REPO=${HL_REPO:?}
-BIN=${HERALD_LAB:-$REPO/.build/debug/herald-lab}
+BIN=${HERALD_LAB:-$REPO/.build/release/herald-lab}
 G=$REPO/scripts/bluez-guest
 pids=()
 finish() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }

@@ -5,7 +5,7 @@
 set -u
 OUT=$1
 REPO=${HL_REPO:?}
-BIN=${HERALD_LAB:-$REPO/.build/debug/herald-lab}
+BIN=${HERALD_LAB:-$REPO/.build/release/herald-lab}
 G=$REPO/scripts/bluez-guest
 pids=()
 finish() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
@@ -17,9 +17,16 @@ wait_until() { # SECONDS DESCRIPTION COMMAND...
   step "timed out after ${limit}s waiting for $what"; return 1
 }
 
+# The guest's load every 10 s, and the CPU seconds its busiest processes have used so far (TCG:
+# the emulated radio's timing depends on the guest's CPU).
+( while true; do echo "$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg) cpu-s: $(ps -eo times=,comm= --sort=-times | head -6 | tr -s ' ' | tr '\n' ',')"; sleep 10; done ) >"$OUT/load.log" 2>&1 & pids+=($!)
+
 step "system bus"
 mkdir -p /run/dbus
 dbus-daemon --system --fork || exit 10
+
+# Objects bluetoothd adds and removes (devices found, services resolved), for diagnosis.
+dbus-monitor --system "type='signal',sender='org.bluez',interface='org.freedesktop.DBus.ObjectManager'" >"$OUT/bluez-objects.log" 2>&1 & pids+=($!)
 
 step "Bumble controllers"
 HL_BUMBLE_TRACE=1 python3 "$G/controllers.py" "$G/model.json" "$OUT" >"$OUT/controllers.log" 2>&1 & pids+=($!)
@@ -62,6 +69,9 @@ step "lab run: alpha=$(addr alpha) beta=$(addr beta) gamma=$(addr gamma)"
 ( sleep 60; step "bleak reads payloads through observer $(addr observer)"
   timeout 150 python3 -u "$G/bleak_read.py" "$(addr observer)" "$OUT/bleak.json" >"$OUT/bleak.log" 2>&1
   step "bleak done: $(tail -1 "$OUT/bleak.log")" ) & pids+=($!)
+# bluetoothd crashes once mid-run (SIGKILL, 100 s after the lab starts; the loop above restarts
+# it as systemd would): check.py wants every node measuring every peer again within 30 s.
+( sleep 100; date +%s.%N >"$OUT/bluetoothd-killed"; pkill -KILL -x bluetoothd; step "killed bluetoothd" ) & pids+=($!)
 cd "$REPO"
 ADAPTERS="$(addr alpha) $(addr beta) $(addr gamma)" BIN="$BIN" LAB_WORK="$OUT/lab" \
   scripts/lab.sh plans/bluez-3.yaml 3 "$OUT/results"
