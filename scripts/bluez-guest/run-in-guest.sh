@@ -25,8 +25,8 @@ step "system bus"
 mkdir -p /run/dbus
 dbus-daemon --system --fork || exit 10
 
-# Objects bluetoothd adds and removes (devices found, services resolved), for diagnosis.
-dbus-monitor --system "type='signal',sender='org.bluez',interface='org.freedesktop.DBus.ObjectManager'" >"$OUT/bluez-objects.log" 2>&1 & pids+=($!)
+# Every signal bluetoothd sends (objects added and removed, properties changed), for diagnosis.
+dbus-monitor --system "type='signal',sender='org.bluez'" >"$OUT/bluez-signals.log" 2>&1 & pids+=($!)
 
 step "Bumble controllers"
 HL_BUMBLE_TRACE=1 python3 "$G/controllers.py" "$G/model.json" "$OUT" >"$OUT/controllers.log" 2>&1 & pids+=($!)
