@@ -1,10 +1,11 @@
 """An outside BlueZ client (bleak) reads the Herald payload characteristic of every node it finds.
 
-    python3 bleak_read.py ADAPTER_ADDRESS OUT.json
+    python3 bleak_read.py ADAPTER_ADDRESS OUT.json [CONTROLLERS.json]
 
 Scans on the adapter with that address for devices advertising the Herald service (0xFCF6),
 connects to each, reads the payload characteristic and writes {address: payload hex} to OUT.json,
-going round until every node is read or about two minutes have passed.
+going round until every node is read or about two minutes have passed. Phone personas listed in
+CONTROLLERS.json (entries with a "kind") advertise the service too; they are left alone.
 """
 import asyncio, json, sys
 from bleak import BleakClient, BleakScanner
@@ -26,8 +27,9 @@ async def adapter_named(address):
     raise SystemExit(f'no adapter with address {address}')
 
 
-async def main(address, out):
+async def main(address, out, controllers=None):
     adapter = await adapter_named(address)
+    personas = {m['address'].upper() for m in json.load(open(controllers)).values() if 'kind' in m} if controllers else set()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 110
     payloads, seen = {}, set()
@@ -35,7 +37,8 @@ async def main(address, out):
     # hears), and go round again until every node is read or time is up.
     while loop.time() < deadline and len(payloads) < 3:
         devices = await BleakScanner.discover(timeout=4, adapter=adapter, return_adv=True)
-        found = [d for d, adv in devices.values() if HERALD in [u.lower() for u in adv.service_uuids]]
+        found = [d for d, adv in devices.values()
+                 if HERALD in [u.lower() for u in adv.service_uuids] and d.address.upper() not in personas]
         new = {d.address for d in found} - seen
         if new:
             seen |= new
@@ -55,4 +58,4 @@ async def main(address, out):
     print(f'bleak: read {len(payloads)} of {len(seen)} Herald devices', flush=True)
 
 
-asyncio.run(main(sys.argv[1], sys.argv[2]))
+asyncio.run(main(*sys.argv[1:4]))

@@ -8,6 +8,12 @@ whose values are the scripted model's for that pair (sender>receiver) and change
 manifest records each node's controller identity (the Bumble controller's address). From bleak
 (OUTDIR/bleak.json): an outside client read a node's payload characteristic and got the node's
 fixed payload. Prints one line per pair and exits 1 on any failure.
+
+When MODEL.json lists phone personas (personas.py), every node must also detect, read and measure
+each of them (its contacts.csv: rows whose id is the persona's address or an id it read the
+persona's fixed payload from), and each iPhone persona's log (OUTDIR/persona-<name>.jsonl) must
+show a node writing its payload to it and a payload-sharing write carrying another device's
+payload. One line per node and persona, with the persona's own counts of what that node did.
 """
 import base64, csv, datetime, glob, json, os, struct, sys
 
@@ -18,6 +24,91 @@ def fixed_payload(identifier):
 
 def short_name(payload):
     return base64.b64encode(payload[3:]).decode()[:6]
+
+
+def persona_events(out, name):
+    path = os.path.join(out, f'persona-{name}.jsonl')
+    if not os.path.exists(path):
+        return None
+    events = []
+    for line in open(path):
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass  # a line cut short when the guest powered off
+    return events
+
+
+def check_personas(out, bundle, nodes, model, controllers, fail):
+    """The personas' lines and failures (see the module's description)."""
+    personas = model.get('personas') or {}
+    for name in [n for n in personas if n not in controllers]:
+        fail(f"persona {name} was not on the link in this run ({out}/controllers.json has no entry; see {out}/controllers.log)")
+    personas = {n: spec for n, spec in personas.items() if n in controllers}
+    if not personas:
+        return
+    logs = {name: persona_events(out, name) for name in personas}
+    node_ids = {n['identifier'] for n in nodes}
+    print(f"{'receiver':9} {'persona':9} {'kind':14} {'detected':>8} {'reads':>5} {'RSSI rows':>9}  values seen (scripted); "
+          f"the persona logged: reads, payload writes, sharing writes [shared]")
+    for rx in nodes:
+        folder = os.path.join(bundle, 'nodes', rx['name'])
+        detection_path = os.path.join(folder, 'detection.csv')
+        detection = open(detection_path).read() if os.path.exists(detection_path) else ''
+        contacts_path = os.path.join(folder, 'contacts.csv')
+        rows = [r for r in csv.reader(open(contacts_path))][1:] if os.path.exists(contacts_path) else []
+        rows = [r for r in rows if len(r) >= 11]
+        for name, spec in personas.items():
+            kind = spec['kind']
+            short = short_name(fixed_payload(spec['identifier']))
+            address = controllers[name]['address'].upper()
+            read_rows = [r for r in rows if r[4] == '2' and r[10] == short]
+            ids = {r[2].upper() for r in read_rows} | {address}
+            detected = short in detection or any(r[3] == '1' and r[2].upper() in ids for r in rows)
+            rssi = [float(r[10].split(':')[1].split('[')[0]) for r in rows
+                    if r[5] == '3' and r[2].upper() in ids and r[10].startswith('RSSI:')]
+            scripted = model['rssi'].get(f"{name}>{rx['name']}", [model.get('default', -70)])
+            seen = sorted(set(rssi))
+            events = [e for e in logs[name] or [] if e.get('by') == rx['name']]
+            reads = sum(1 for e in events if e['event'] == 'read')
+            writes = [e for e in events if e['event'] == 'write']
+            payload_writes = sum(1 for w in writes if w['kind'] == 'writePayload')
+            sharing = [w for w in writes if w['kind'] == 'writePayloadSharing']
+            shared = sorted({s['shortName'] for w in sharing for s in w['shared']})
+            print(f"{rx['name']:9} {name:9} {kind:14} {str(detected):>8} {len(read_rows):>5} {len(rssi):>9}  {seen} ({scripted}); "
+                  f"{reads} read(s), {payload_writes} payload write(s), {len(sharing)} sharing write(s) {shared}")
+            if not detected:
+                fail(f"{rx['name']}: did not detect persona {name} ({short}, {address})")
+            if not read_rows:
+                fail(f"{rx['name']}: no read row for persona {name} ({short})")
+            if not rssi:
+                fail(f"{rx['name']}: no RSSI row for persona {name} ({address})")
+            if not set(rssi) <= {float(v) for v in scripted}:
+                fail(f"{rx['name']}: RSSI for persona {name} {seen} outside the script {scripted}")
+    for name, spec in personas.items():
+        events = logs[name]
+        if events is None:
+            fail(f"persona {name}: no log {out}/persona-{name}.jsonl (see {out}/controllers.log)")
+            continue
+        by = {}
+        for e in events:
+            if e['event'] in ('read', 'write'):
+                key = e['kind'] if e['event'] == 'write' else 'read'
+                by.setdefault(e.get('by') or e.get('address'), {}).setdefault(key, 0)
+                by[e.get('by') or e.get('address')][key] += 1
+        print(f"persona {name} ({spec['kind']}): {sum(1 for e in events if e['event'] == 'read')} read(s) in all; by device: {by}")
+        if not spec['kind'].startswith('ios'):
+            continue
+        writes = [e for e in events if e['event'] == 'write']
+        from_nodes = [w for w in writes if w['kind'] == 'writePayload' and w['payload'].get('identifier') in node_ids]
+        sharing = [w for w in writes if w['kind'] == 'writePayloadSharing'
+                   and any(s.get('identifier') != spec['identifier'] for s in w['shared'])]
+        shared = sorted({s['shortName'] for w in sharing for s in w['shared']})
+        print(f"persona {name}: {len(from_nodes)} node payload write(s), {len(sharing)} sharing write(s) carrying {shared}")
+        if not from_nodes:
+            fail(f"persona {name}: no node wrote its payload to it")
+        if not sharing:
+            fail(f"persona {name}: no payload-sharing write carried another device's payload")
 
 
 def plan_nodes(path):
@@ -91,6 +182,7 @@ def main(out, plan_path, model_path):
                 fail(f"{rx['name']}: RSSI for {tx['name']} {seen} outside the script {scripted}")
             if len(set(rssi)) < min(2, len(scripted)):
                 fail(f"{rx['name']}: RSSI for {tx['name']} did not follow the script's change ({seen})")
+    check_personas(out, bundle, nodes, model, controllers, fail)
     check_restart(out, bundle, nodes, controllers, fail)
     bleak_path = os.path.join(out, 'bleak.json')
     payloads = json.load(open(bleak_path)) if os.path.exists(bleak_path) else {}

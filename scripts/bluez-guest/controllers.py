@@ -8,10 +8,14 @@ MODEL.json:
      "rssi": {"alpha>beta": [-52, -58], ...},   # sender>receiver: values, each held `period` s in turn
      "default": -70,
      "identity": {"alpha": {"manufacturer": 2, "lmp_subversion": 8870}, ...},   # optional
-     "faults": {"gamma": {"kind": "mute", "when": "fault-gamma"}}}              # optional
+     "faults": {"gamma": {"kind": "mute", "when": "fault-gamma"}},             # optional
+     "personas": {"android": {"kind": "android", "identifier": 2001}, ...}}   # optional
 
 Controller i gets the public address F0:00:00:00:00:0(i+1); OUTDIR/controllers.json maps node
 names to addresses (nodes choose their adapter by address, whatever hciN the kernel assigned).
+`personas` are phones running Herald (personas.py): Bumble devices on controllers of their own on
+the same link, without vhci, at the addresses after the nodes'; controllers.json lists them too,
+with their kind, identifier and shortName; each logs to OUTDIR/persona-<name>.jsonl.
 `identity` makes controllers of several makes and firmware versions (HCI Read Local Version
 Information: company id, HCI/LMP version, LMP subversion). `faults` make a controller go bad
 once the file OUTDIR/<when> exists (a test creates it "after a while"): `mute` (its adverts
@@ -244,6 +248,11 @@ async def main(model_path, out):
         c.hci_revision = identity.get('hci_revision', c.hci_revision)
         c.lmp_subversion = identity.get('lmp_subversion', c.lmp_subversion)
         mapping[name] = {'address': address, **identity}
+    personas = []
+    if model.get('personas'):
+        from personas import start_personas
+        personas = await start_personas(model, link, out, len(model['nodes']))
+        mapping.update({p.name: p.entry() for p in personas})
     with open(f'{out}/controllers.json', 'w') as f:
         json.dump(mapping, f, indent=1)
     print('controllers ready:', ', '.join(f'{n}={m["address"]}' for n, m in mapping.items()), flush=True)
@@ -251,4 +260,7 @@ async def main(model_path, out):
 
 
 if __name__ == '__main__':
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    # Run as the module `controllers`: personas.py builds on ScriptedController, and the nodes'
+    # controllers and the personas' must be of one class (not __main__'s and a second copy's).
+    import controllers
+    asyncio.run(controllers.main(sys.argv[1], sys.argv[2]))

@@ -65,9 +65,11 @@ wait_until 60 "bluetoothd adapters" adapters_ready || { tail -20 "$OUT/bluetooth
 "${BLUETOOTHCTL[@]}" --version
 
 addr() { python3 -c "import json; print(json.load(open('$OUT/controllers.json'))['$1']['address'])"; }
+personas=$(python3 -c "import json; print(' '.join(f'{n}={m[\"address\"]} ({m[\"kind\"]})' for n, m in json.load(open('$OUT/controllers.json')).items() if 'kind' in m))")
+[ -n "$personas" ] && step "phone personas on the link (logs: $OUT/persona-*.jsonl): $personas"
 step "lab run: alpha=$(addr alpha) beta=$(addr beta) gamma=$(addr gamma)"
 ( sleep 60; step "bleak reads payloads through observer $(addr observer)"
-  timeout 150 python3 -u "$G/bleak_read.py" "$(addr observer)" "$OUT/bleak.json" >"$OUT/bleak.log" 2>&1
+  timeout 150 python3 -u "$G/bleak_read.py" "$(addr observer)" "$OUT/bleak.json" "$OUT/controllers.json" >"$OUT/bleak.log" 2>&1
   step "bleak done: $(tail -1 "$OUT/bleak.log")" ) & pids+=($!)
 # bluetoothd crashes once mid-run (SIGKILL, 100 s after the lab starts; the loop above restarts
 # it as systemd would): check.py wants every node measuring every peer again within 30 s.

@@ -1,0 +1,273 @@
+"""Host-side self-test of the phone personas (personas.py), no QEMU, no BlueZ: about 5 s.
+
+    python3 scripts/bluez-guest/test_personas.py
+
+One ScriptedLink joins the three personas of a model (android, iphone-bg, iphone-fg) and a plain
+Bumble device, "alpha", that acts as HeraldLab's Linux sensor does: it advertises the Herald
+service, scans, checks each persona's advert (and that HeraldLab's advert filter would admit it)
+and its RSSI against the model, connects to each, discovers the Herald service, reads the payload,
+and writes to the iPhones the bundles the sensor writes to iOS peers: its payload (writePayload),
+then a payload-sharing bundle carrying the other iPhone's payload, both in 20-byte fragments, as
+the sensor sends them. Then it checks what the personas logged, and runs check.py's persona check
+on a made-up bundle of alpha's. Exits 1 on the first failure.
+"""
+import asyncio, csv, json, os, struct, sys, tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # no __pycache__ in the work tree
+from bumble import hci
+from bumble.core import UUID
+from bumble.device import Device, Peer
+from bumble.host import Host
+from bumble.transport.common import AsyncPipeSink
+
+import check
+from check import fixed_payload, short_name
+from controllers import ScriptedController, ScriptedLink
+import personas as P
+
+MODEL = {
+    'nodes': ['alpha'],
+    'period': 3600,
+    'rssi': {'android>alpha': [-55, -61], 'iphone-bg>alpha': [-64, -69], 'iphone-fg>alpha': [-58, -62],
+             'alpha>android': [-56, -60], 'alpha>iphone-bg': [-65, -70], 'alpha>iphone-fg': [-59, -63]},
+    'default': -80,
+    'personas': {'android': {'kind': 'android', 'identifier': 2001},
+                 'iphone-bg': {'kind': 'ios-background', 'identifier': 2002},
+                 'iphone-fg': {'kind': 'ios-foreground', 'identifier': 2003}},
+}
+ALPHA = 'F0:00:00:00:00:01'
+ALPHA_ID = 1001
+# AdvertFilter.heraldAppleIgnorePatterns (Sources/HeraldSensor/AdvertFilter.swift).
+APPLE_IGNORE = ["10....04", "10....14", "0100000000000000000000000000000000",
+                "05", "07", "09", "00", "1002", "06", "08", "03", "0C", "0D", "0F", "0E", "0B"]
+
+
+def apple_messages(data):
+    """AdvertFilter.appleMessages: type, length, data; type 0x01 (overflow area) runs to the end."""
+    out, i = [], 0
+    while i < len(data):
+        if data[i] == 0x01:
+            out.append(data[i:])
+            break
+        if i + 1 >= len(data):
+            out.append(data[i:i + 1])
+            break
+        n = min(data[i + 1], len(data) - i - 2)
+        out.append(data[i:i + 2 + n])
+        i += 2 + n
+    return out
+
+
+def admitted(advert):
+    """Whether HeraldLab's AdvertFilter processes a report from a device it does not know yet."""
+    service = P.HERALD_SERVICE in advert['services']
+    apple = P.APPLE_MANUFACTURER in advert['manufacturer']
+    pseudo = len(advert['manufacturer'].get(P.HERALD_MANUFACTURER, b'')) == 6
+    if not (service or apple or pseudo):
+        return False
+    if apple and not service and not pseudo:
+        for m in apple_messages(advert['manufacturer'][P.APPLE_MANUFACTURER]):
+            h = m.hex().upper()
+            if any(len(h) >= len(p) and all(c == '.' or c == d for c, d in zip(p, h)) for p in APPLE_IGNORE):
+                return False
+    return True
+
+
+def expect(condition, what):
+    if not condition:
+        raise AssertionError(what)
+    print(f'ok   {what}')
+
+
+def fragments(data, size=20):
+    return [data[i:i + size] for i in range(0, len(data), size)]
+
+
+def write_payload_bundle(payload):
+    return bytes([0x01]) + struct.pack('<h', len(payload)) + payload
+
+
+def sharing_bundle(rssi, payloads):
+    data = b''.join(payloads)
+    return bytes([0x03]) + struct.pack('<hh', rssi, len(data)) + data
+
+
+async def alpha_visits(device, address, kind, other_iphone_payload):
+    """Connect, discover, read, and for an iPhone write as the sensor does; disconnect."""
+    connection = await asyncio.wait_for(
+        device.connect(hci.Address(address, hci.Address.PUBLIC_DEVICE_ADDRESS),
+                       own_address_type=hci.OwnAddressType.PUBLIC), 5)
+    peer = Peer(connection)
+    services = await peer.discover_service(UUID.from_16_bits(P.HERALD_SERVICE))
+    expect(len(services) == 1, f'{kind}: Herald service found on connect')
+    characteristics = {str(c.uuid).lower(): c for c in await peer.discover_characteristics(service=services[0])}
+    signal = P.ANDROID_SIGNAL_CHARACTERISTIC if kind == 'android' else P.IOS_SIGNAL_CHARACTERISTIC
+    expect(P.PAYLOAD_CHARACTERISTIC in characteristics and signal in characteristics
+           and len(characteristics) == 2, f'{kind}: payload and {"Android" if kind == "android" else "iOS"} signal characteristics')
+    payload = bytes(await peer.read_value(characteristics[P.PAYLOAD_CHARACTERISTIC]))
+    if kind != 'android':
+        for bundle in (write_payload_bundle(fixed_payload(ALPHA_ID)), sharing_bundle(-60, [other_iphone_payload])):
+            for f in fragments(bundle):
+                await peer.write_value(characteristics[signal], f, with_response=True)
+        # A bundle that can never be whole is rejected, and the next write starts afresh.
+        await peer.write_value(characteristics[signal], bytes([0x09, 0x00]), with_response=True)
+        await peer.write_value(characteristics[signal], bytes([0x02, 0xC4, 0xFF]), with_response=True)
+    await connection.disconnect()
+    return payload
+
+
+def events(out, name):
+    return [json.loads(line) for line in open(os.path.join(out, f'persona-{name}.jsonl'))]
+
+
+async def run(out):
+    link = ScriptedLink(MODEL, out)
+    # "alpha": a Bumble host in place of bluetoothd and HeraldLab's sensor, on a node controller.
+    controller = ScriptedController('alpha', link=link, public_address=hci.Address(ALPHA, hci.Address.PUBLIC_DEVICE_ADDRESS))
+    alpha = Device(name='alpha', address=hci.Address(ALPHA), host=Host(controller, AsyncPipeSink(controller)))
+    await alpha.power_on()
+    personas = await P.start_personas(MODEL, link, out, len(MODEL['nodes']))
+    addresses = {p.name: p.address for p in personas}
+    expect([p.entry() for p in personas] == [
+        {'address': 'F0:00:00:00:00:02', 'kind': 'android', 'identifier': 2001, 'shortName': short_name(fixed_payload(2001))},
+        {'address': 'F0:00:00:00:00:03', 'kind': 'ios-background', 'identifier': 2002, 'shortName': short_name(fixed_payload(2002))},
+        {'address': 'F0:00:00:00:00:04', 'kind': 'ios-foreground', 'identifier': 2003, 'shortName': short_name(fixed_payload(2003))}],
+        'controllers.json entries: addresses after the nodes, kind, identifier, shortName')
+
+    # alpha advertises as a node does (the personas must hear it at the model's RSSI) and scans.
+    await alpha.start_advertising(own_address_type=hci.OwnAddressType.PUBLIC, advertising_interval_min=100,
+                                  advertising_interval_max=100,
+                                  advertising_data=P.advert_for('ios-foreground'))
+    heard = {}
+    alpha.on('advertisement', lambda a: heard.setdefault(P.text(a.address), []).append((a.rssi, a.data_bytes)))
+    await alpha.start_scanning(active=False, filter_duplicates=False)
+    await asyncio.sleep(2.2)  # the background iPhone advertises about once a second
+    await alpha.stop_scanning()
+
+    for name, address in addresses.items():
+        reports = heard.get(address, [])
+        expect(reports, f'{name}: alpha hears its adverts ({len(reports)})')
+        expect({r for r, _ in reports} == {MODEL['rssi'][f'{name}>alpha'][0]},
+               f'{name}: at the model RSSI {MODEL["rssi"][f"{name}>alpha"][0]}')
+        advert = P.parse_advert(reports[0][1])
+        expect(admitted(advert), f'{name}: HeraldLab\'s advert filter admits {reports[0][1].hex()}')
+        kind = MODEL['personas'][name]['kind']
+        if kind == 'android':
+            expect(advert['services'] == [P.HERALD_SERVICE] and len(advert['manufacturer'].get(P.HERALD_MANUFACTURER, b'')) == 6
+                   and P.APPLE_MANUFACTURER not in advert['manufacturer'],
+                   f'{name}: Herald service and a 0x05F1 six-byte pseudo address')
+        elif kind == 'ios-background':
+            expect(advert['services'] == [] and list(advert['manufacturer']) == [P.APPLE_MANUFACTURER]
+                   and advert['manufacturer'][P.APPLE_MANUFACTURER][0] == 0x01,
+                   f'{name}: Apple overflow area only, no Herald service')
+        else:
+            expect(advert['services'] == [P.HERALD_SERVICE] and not advert['manufacturer'], f'{name}: Herald service only')
+    # The refused pattern: an overflow area with no service bit (the filter port is not vacuous).
+    expect(not admitted({'services': [], 'manufacturer': {P.APPLE_MANUFACTURER: bytes([0x01]) + bytes(16)}}),
+           'an overflow area without a service bit is refused')
+
+    for name, address in addresses.items():
+        kind = MODEL['personas'][name]['kind']
+        other = fixed_payload(2003 if name == 'iphone-bg' else 2002)
+        payload = await alpha_visits(alpha, address, kind, other)
+        expect(payload == fixed_payload(MODEL['personas'][name]['identifier']), f'{name}: alpha read its fixed payload')
+    # Adverts while connected: a persona keeps advertising (checked on the android persona).
+    connection = await alpha.connect(hci.Address(addresses['android'], hci.Address.PUBLIC_DEVICE_ADDRESS),
+                                     own_address_type=hci.OwnAddressType.PUBLIC)
+    await asyncio.sleep(0.3)
+    heard.clear()
+    await alpha.start_scanning(active=False, filter_duplicates=False)
+    await asyncio.sleep(0.6)
+    await alpha.stop_scanning()
+    expect(heard.get(addresses['android']), 'android goes on advertising while connected')
+    await connection.disconnect()
+    await asyncio.sleep(0.2)
+
+    # What the personas logged.
+    log = {name: events(out, name) for name in addresses}
+    for name, evs in log.items():
+        start = evs[0]
+        expect(start['event'] == 'start' and start['address'] == addresses[name]
+               and start['shortName'] == short_name(fixed_payload(start['identifier'])), f'{name}: start event')
+        reads = [e for e in evs if e['event'] == 'read']
+        expect(len(reads) == 1 and reads[0]['by'] == 'alpha' and reads[0]['address'] == ALPHA,
+               f'{name}: one read by alpha logged (a long read of 129 bytes counts once)')
+        expect(any(e['event'] == 'connect' and e['by'] == 'alpha' for e in evs)
+               and any(e['event'] == 'disconnect' and e['by'] == 'alpha' for e in evs), f'{name}: connect and disconnect by alpha')
+        adverts = [e for e in evs if e['event'] == 'adverts' and e['from'] == 'alpha']
+        want = MODEL['rssi'][f'alpha>{name}'][0]
+        expect(adverts and all(set(e['rssi']) == {want} and e['herald'] for e in adverts),
+               f'{name}: heard alpha at the model RSSI {want}')
+        writes = [e for e in evs if e['event'] == 'write']
+        if MODEL['personas'][name]['kind'] == 'android':
+            expect(not writes, f'{name}: no signal writes')
+            continue
+        kinds = [w['kind'] for w in writes]
+        expect(kinds == ['writePayload', 'writePayloadSharing', 'rejected', 'writeRSSI'],
+               f'{name}: writes decoded in order: {kinds}')
+        expect(writes[0]['payload'] == {'shortName': short_name(fixed_payload(ALPHA_ID)), 'identifier': ALPHA_ID}
+               and writes[0]['by'] == 'alpha', f'{name}: writePayload carried alpha\'s payload')
+        other = 2003 if name == 'iphone-bg' else 2002
+        expect(writes[1]['rssi'] == -60 and writes[1]['shared'] == [{'shortName': short_name(fixed_payload(other)), 'identifier': other}],
+               f'{name}: writePayloadSharing carried the other iPhone\'s payload ({other}) at RSSI -60')
+        expect(writes[3]['rssi'] == -60, f'{name}: writeRSSI -60 after a rejected bundle')
+    return addresses
+
+
+def check_on_made_up_bundle(out, addresses):
+    """check.py's persona check over a bundle of alpha's that detected, read and measured every
+    persona, and the persona logs just written."""
+    folder = os.path.join(out, 'bundle', 'nodes', 'alpha')
+    os.makedirs(folder)
+    rows = [['time', 'sensor', 'id', 'detect', 'read', 'measure', 'share', 'visit', 'detectHerald', 'delete', 'data']]
+    names = []
+    for name, address in addresses.items():
+        short = short_name(fixed_payload(MODEL['personas'][name]['identifier']))
+        names.append(short)
+        rows += [['t', 'BLE', address, '1', '', '', '', '', '', '', ''],
+                 ['t', 'BLE', address, '', '2', '', '', '', '', '', short]]
+        rows += [['t', 'BLE', address, '', '', '3', '', '', '', '', f'RSSI:{v:.1f}'] for v in MODEL['rssi'][f'{name}>alpha']] * 3
+    csv.writer(open(os.path.join(folder, 'contacts.csv'), 'w')).writerows(rows)
+    open(os.path.join(folder, 'detection.csv'), 'w').write(','.join(['alpha', 'Linux', '6.1', short_name(fixed_payload(ALPHA_ID))] + sorted(names)) + '\n')
+    controllers = {'alpha': {'address': ALPHA}} | {
+        n: {'address': a, 'kind': MODEL['personas'][n]['kind'], 'identifier': MODEL['personas'][n]['identifier']}
+        for n, a in addresses.items()}
+    nodes = [{'name': 'alpha', 'identifier': ALPHA_ID, 'short': short_name(fixed_payload(ALPHA_ID))}]
+    failures = []
+    check.check_personas(out, os.path.join(out, 'bundle'), nodes, MODEL, controllers, failures.append)
+    expect(not failures, f'check.py passes the personas ({failures})')
+    # And fails a node that never read one.
+    open(os.path.join(folder, 'contacts.csv'), 'w').write(','.join(rows[0]) + '\n')
+    open(os.path.join(folder, 'detection.csv'), 'w').write(f'alpha,Linux,6.1,{short_name(fixed_payload(ALPHA_ID))}\n')
+    failures = []
+    check.check_personas(out, os.path.join(out, 'bundle'), nodes, MODEL, controllers, failures.append)
+    expect(len(failures) == 9, f'check.py fails a node that did not detect, read or measure any persona ({len(failures)} failures)')
+    # And an iPhone that no node shared a payload with.
+    path = os.path.join(out, 'persona-iphone-bg.jsonl')
+    kept = [e for e in events(out, 'iphone-bg') if e.get('kind') != 'writePayloadSharing']
+    open(path, 'w').write(''.join(json.dumps(e) + '\n' for e in kept))
+    failures = []
+    check.check_personas(out, os.path.join(out, 'bundle'), nodes, MODEL, controllers, failures.append)
+    expect(failures[9:] == ['persona iphone-bg: no payload-sharing write carried another device\'s payload'],
+           f'check.py fails an iPhone persona without a payload-sharing write ({failures[9:]})')
+
+
+def main():
+    with tempfile.TemporaryDirectory() as out:
+        try:
+            addresses = asyncio.run(asyncio.wait_for(run(out), 30))
+            check_on_made_up_bundle(out, addresses)
+        except AssertionError as e:
+            print(f'FAIL {e}')
+            for f in sorted(os.listdir(out)):
+                if f.startswith('persona-'):
+                    print(f'--- {f}')
+                    print(open(os.path.join(out, f)).read(), end='')
+            return 1
+    print('test_personas: all passed')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
