@@ -121,8 +121,10 @@ public final class DongleCheck: BLETransportDelegate, @unchecked Sendable {
                 if case .failure(let e) = result { return fail("advertising", "\(e)", done) }
                 findings.advertising = true
                 findings.advertisingAfter = since
-                // First sightings are all it needs: no duplicate reports.
-                transport.startScanning(filter: ScanFilter(duplicateData: false)) { [self] result in
+                // Every advert reported (DuplicateData), as the sensor scans: with DuplicateData
+                // false, BlueZ 5.82 adds a found device with neither RSSI nor ManufacturerData and
+                // sends no change after, so no beacon is ever heard (seen in the trixie guest).
+                transport.startScanning(filter: ScanFilter()) { [self] result in
                     if case .failure(let e) = result { return fail("scanning", "\(e)", done) }
                     findings.scanning = true
                     done(current)

@@ -206,30 +206,36 @@ RESUME_LIMIT = 30.0
 
 
 def check_restart(out, bundle, nodes, controllers, fail):
-    """bluetoothd was killed once mid-run (OUTDIR/bluetoothd-killed holds when): every node must be
-    measuring every peer again (an RSSI row) within RESUME_LIMIT seconds of the kill."""
+    """bluetoothd was killed once mid-run (OUTDIR/bluetoothd-killed holds when, and
+    OUTDIR/bluetoothd-ready when it was back on the bus with its adapters): every node must be
+    measuring every peer again (an RSSI row) within RESUME_LIMIT seconds of bluetoothd being back."""
     path = os.path.join(out, 'bluetoothd-killed')
     if not os.path.exists(path):
         fail('bluetoothd was never killed (no bluetoothd-killed): the restart was not tested')
         return
     killed = float(open(path).read().strip())
-    restarts = os.path.join(out, 'bluetoothd-restarts.log')
-    print(f"bluetoothd killed at {datetime.datetime.fromtimestamp(killed, datetime.timezone.utc):%H:%M:%S.%f}"[:-3]
-          + f"; restarts: {open(restarts).read().strip() if os.path.exists(restarts) else 'none logged'}")
-    print(f"{'receiver':9} {'sender':9} {'RSSI after kill':>15} {'reads after':>11}")
+    ready_path = os.path.join(out, 'bluetoothd-ready')
+    if not os.path.exists(ready_path):
+        fail('bluetoothd did not come back with its adapters after it was killed (no bluetoothd-ready)')
+        return
+    ready = float(open(ready_path).read().strip())
+    clock = lambda t: datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime('%H:%M:%S.%f')[:-3]
+    print(f"bluetoothd killed at {clock(killed)}, back with its adapters {ready - killed:.1f} s later")
+    print(f"     {'receiver':9} {'sender':9} {'RSSI again after':>16} {'after kill':>10} {'reads after':>11}")
     for rx in nodes:
         rows = list(csv.reader(open(os.path.join(bundle, 'nodes', rx['name'], 'contacts.csv'))))[1:]
         for tx in nodes:
             if tx is rx:
                 continue
             ids = {r[2] for r in rows if r[4] == '2' and r[10] == tx['short']} | {controllers[tx['name']]['address']}
-            after = [row_time(r[0]) - killed for r in rows if r[2] in ids and r[5] == '3' and row_time(r[0]) > killed]
+            after = [row_time(r[0]) for r in rows if r[2] in ids and r[5] == '3' and row_time(r[0]) > killed]
             reads = sum(1 for r in rows if r[4] == '2' and r[10] == tx['short'] and row_time(r[0]) > killed)
-            first = f"{after[0]:.1f} s" if after else 'never'
-            ok = bool(after) and after[0] <= RESUME_LIMIT
-            print(f"{'ok  ' if ok else 'FAIL'} {rx['name']:9} {tx['name']:9} {first:>10} {reads:>11}")
+            since_ready = f"{after[0] - ready:.1f} s" if after else 'never'
+            since_kill = f"{after[0] - killed:.1f} s" if after else 'never'
+            ok = bool(after) and after[0] - ready <= RESUME_LIMIT
+            print(f"{'ok  ' if ok else 'FAIL'} {rx['name']:9} {tx['name']:9} {since_ready:>16} {since_kill:>10} {reads:>11}")
             if not ok:
-                fail(f"{rx['name']}: measured {tx['name']} again {first} after bluetoothd was killed (limit {RESUME_LIMIT:.0f} s)")
+                fail(f"{rx['name']}: measured {tx['name']} again {since_ready} after bluetoothd was back (limit {RESUME_LIMIT:.0f} s)")
 
 
 if __name__ == '__main__':

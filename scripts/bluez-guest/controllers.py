@@ -235,6 +235,16 @@ async def main(model_path, out):
     model = json.load(open(model_path))
     link = ScriptedLink(model, out)
     mapping = {}
+    # The personas start before the vhci controllers are opened (the kernel initialises a vhci
+    # controller the moment it is opened). Started after, in three guest runs on both kernels,
+    # the kernel registered the controllers and then gave them up, and bluetoothd found none;
+    # started before, it never did. The cause is not pinned down.
+    personas = []
+    if model.get('personas'):
+        from personas import start_personas
+        started = time.monotonic()
+        personas = await start_personas(model, link, out, len(model['nodes']))
+        print(f'personas started in {time.monotonic() - started:.1f} s', flush=True)
     transports = []
     for i, name in enumerate(model['nodes']):
         address = f'F0:00:00:00:00:{i + 1:02X}'
@@ -248,11 +258,7 @@ async def main(model_path, out):
         c.hci_revision = identity.get('hci_revision', c.hci_revision)
         c.lmp_subversion = identity.get('lmp_subversion', c.lmp_subversion)
         mapping[name] = {'address': address, **identity}
-    personas = []
-    if model.get('personas'):
-        from personas import start_personas
-        personas = await start_personas(model, link, out, len(model['nodes']))
-        mapping.update({p.name: p.entry() for p in personas})
+    mapping.update({p.name: p.entry() for p in personas})
     with open(f'{out}/controllers.json', 'w') as f:
         json.dump(mapping, f, indent=1)
     print('controllers ready:', ', '.join(f'{n}={m["address"]}' for n, m in mapping.items()), flush=True)

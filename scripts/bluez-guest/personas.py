@@ -27,7 +27,8 @@ IOSPersona.swift, plans/personas.yaml) and PROTOCOL.md:
 
 Optional per persona: "interval_ms" (advertising interval; by default the phones': 250 ms on
 Android, 152.5 ms for iOS in the foreground, 1022.5 ms in the background) and "scan" ([seconds on,
-seconds off], by default [4, 3]); a slow guest can be spared with longer ones.
+seconds off], by default [4, 3]; false: no scanning); a slow guest can be spared with longer ones
+or none (the guest's model.json does without: scanning costs the emulated guest most of a CPU).
 
 Like a phone, every persona goes on advertising while a central is connected, and scans so that
 it hears the nodes at the model's RSSI. It only serves: it never connects to anyone (the
@@ -224,7 +225,8 @@ class Persona:
         self.pseudo_address = (random.Random(self.identifier).randbytes(6) if self.kind == 'android' else None)
         self.advert = advert_for(self.kind, self.pseudo_address)
         self.interval = float(spec.get('interval_ms', ADVERT_INTERVAL[self.kind]))
-        self.scan_on, self.scan_off = (float(v) for v in spec.get('scan', (SCAN_ON, SCAN_OFF)))
+        scan = spec.get('scan', (SCAN_ON, SCAN_OFF))
+        self.scan_on, self.scan_off = (float(v) for v in scan) if scan else (0.0, 0.0)
         self.log_file = open(os.path.join(out, f'persona-{name}.jsonl'), 'a')
         self.buffers = {}       # signal write fragments, by connection handle
         self.heard = {}         # adverts heard since the last summary, by sender address
@@ -278,7 +280,7 @@ class Persona:
         self.log('start', name=self.name, kind=self.kind, address=self.address, identifier=self.identifier,
                  shortName=short_name(self.payload), interval_ms=self.interval, scan=[self.scan_on, self.scan_off],
                  pseudoAddress=self.pseudo_address.hex() if self.pseudo_address else None, advert=self.advert.hex())
-        self.tasks = [asyncio.create_task(self.scan_cycle()), asyncio.create_task(self.summarise_adverts())]
+        self.tasks = [asyncio.create_task(self.scan_cycle()), asyncio.create_task(self.summarise_adverts())] if self.scan_on > 0 else []
 
     async def scan_cycle(self):
         while True:

@@ -68,12 +68,17 @@ addr() { python3 -c "import json; print(json.load(open('$OUT/controllers.json'))
 personas=$(python3 -c "import json; print(' '.join(f'{n}={m[\"address\"]} ({m[\"kind\"]})' for n, m in json.load(open('$OUT/controllers.json')).items() if 'kind' in m))")
 [ -n "$personas" ] && step "phone personas on the link (logs: $OUT/persona-*.jsonl): $personas"
 step "lab run: alpha=$(addr alpha) beta=$(addr beta) gamma=$(addr gamma)"
-( sleep 60; step "bleak reads payloads through observer $(addr observer)"
+( sleep 45; step "bleak reads payloads through observer $(addr observer)"
   timeout 150 python3 -u "$G/bleak_read.py" "$(addr observer)" "$OUT/bleak.json" "$OUT/controllers.json" >"$OUT/bleak.log" 2>&1
-  step "bleak done: $(tail -1 "$OUT/bleak.log")" ) & pids+=($!)
-# bluetoothd crashes once mid-run (SIGKILL, 100 s after the lab starts; the loop above restarts
-# it as systemd would): check.py wants every node measuring every peer again within 30 s.
-( sleep 100; date +%s.%N >"$OUT/bluetoothd-killed"; pkill -KILL -x bluetoothd; step "killed bluetoothd" ) & pids+=($!)
+  step "bleak done: $(tail -1 "$OUT/bleak.log")"; touch "$OUT/bleak-done" ) & pids+=($!)
+# bluetoothd crashes once mid-run (SIGKILL, 110 s after the lab starts, or once bleak is done if
+# later; the loop above restarts it as systemd would): check.py wants every node measuring every
+# peer again within 30 s of bluetoothd being back with its adapters (under TCG, bluetoothd itself
+# takes 10-20 s to start again; the time from the kill is printed too).
+( sleep 110; for _ in $(seq 1 60); do [ -e "$OUT/bleak-done" ] && break; sleep 1; done
+  date +%s.%N >"$OUT/bluetoothd-killed"; pkill -KILL -x bluetoothd; step "killed bluetoothd"
+  sleep 0.5; wait_until 90 "bluetoothd back with its adapters" adapters_ready && date +%s.%N >"$OUT/bluetoothd-ready"
+  step "bluetoothd is back with its adapters" ) & pids+=($!)
 cd "$REPO"
 ADAPTERS="$(addr alpha) $(addr beta) $(addr gamma)" BIN="$BIN" LAB_WORK="$OUT/lab" \
   scripts/lab.sh plans/bluez-3.yaml 3 "$OUT/results"
