@@ -142,7 +142,7 @@ bench-harness: release
 	@echo "== harness: arm 1000 heartbeating agents, each with its own listener, in one process; coordinator in its own (target <= 3 s, < 300 MB)"
 	@.build/release/herald-lab bench arm --agents 1000 2>&1 | grep -E "^arm|^  CPU"
 	@echo "== harness: gather throughput on loopback, SHA-256 verified and fsynced (target >= 1 GB/s)"
-	@for i in 1 2 3; do .build/release/herald-lab bench gather --megabytes 1000 | grep -E "^gather"; done
+	@for i in 1 2 3; do .build/release/herald-lab bench gather --megabytes 1000 | grep -E "^gather|this disk"; done
 
 bench-lab: release
 	@echo "== lab in network namespaces: true start skew and clock offset error, one agent behind a 20 ms +- 5 ms, 1 % loss relay, then without delay"

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <stdint.h>
+#include <fcntl.h>
 
 /// Starts write-back of a file range without waiting (sync_file_range with
 /// SYNC_FILE_RANGE_WRITE, which Glibc declares only under _GNU_SOURCE).
@@ -15,5 +16,9 @@ static inline int heraldlab_start_writeback(int fd, int64_t offset, int64_t leng
 /// accept4 with SOCK_CLOEXEC (Glibc declares accept4 only under _GNU_SOURCE).
 static inline int heraldlab_accept_cloexec(int fd, struct sockaddr *address, socklen_t *length) {
     return (int)syscall(SYS_accept4, fd, address, length, SOCK_CLOEXEC);
+}
+/// O_DIRECT (Glibc names it only under _GNU_SOURCE; its value differs between architectures).
+static inline int heraldlab_o_direct(void) {
+    return __O_DIRECT;
 }
 #endif

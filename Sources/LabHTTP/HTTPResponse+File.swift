@@ -1,10 +1,10 @@
 import Foundation
 
 extension HTTPResponse {
-    /// A file streamed from disk (256 KiB at a time, never held in memory). With a
-    /// `Range: bytes=a-[b]` header (`range`), answers 206 with that part and `Content-Range`, so
-    /// an interrupted download can resume. Throws 404 with `missing` when the file is not there
-    /// or is not a regular file.
+    /// A file streamed from disk, never held in memory (sendfile; 256 KiB at a time over TLS).
+    /// With a `Range: bytes=a-[b]` header (`range`), answers 206 with that part and
+    /// `Content-Range`, so an interrupted download can resume. Throws 404 with `missing` when
+    /// the file is not there or is not a regular file.
     public static func file(_ url: URL, contentType: String = "application/octet-stream", range: String? = nil, missing: String) throws -> HTTPResponse {
         guard let file = OpenFile(path: url.path) else { throw HTTPError(.notFound, missing) }
         let size = file.size

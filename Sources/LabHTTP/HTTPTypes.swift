@@ -48,7 +48,8 @@ public struct HTTPStatusCode: Sendable, Hashable, CustomStringConvertible {
 public struct HTTPResponse: Sendable {
     public enum Body: Sendable {
         case data(Data)
-        /// `range` of an open regular file; read 256 KiB at a time while it is written.
+        /// `range` of an open regular file, streamed when the answer is written: by sendfile on a
+        /// plain connection, read 256 KiB at a time over TLS.
         case file(OpenFile, Range<Int>)
 
         public var count: Int {

@@ -165,6 +165,44 @@ public final class Connection: @unchecked Sendable {
         }
     }
 
+    /// sendfile(2) has no MSG_NOSIGNAL: a peer that has gone raises SIGPIPE, which would end the
+    /// process. It is ignored once, before the first sendfile (as before the first TLS context);
+    /// the send then fails with EPIPE.
+    private static let ignoreSIGPIPE: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
+
+    /// Sends `count` bytes of the open file `file` from `offset` with sendfile(2): the kernel
+    /// passes the file's pages to the socket, and no byte is copied through user memory. Plain
+    /// streams only (TLS must encrypt in user space: use `write`). Partial sends are continued;
+    /// when the socket does not take a byte for the timeout (`setTimeouts`; EAGAIN) it is a
+    /// `NetError(.timeout)`, as for `write`. Returns the bytes sent: fewer than `count` only
+    /// when the file ends first (it shrank).
+    public func sendFile(_ file: Int32, offset: Int, count: Int) throws -> Int {
+        precondition(!isTLS, "sendFile on a TLS stream")
+        Self.ignoreSIGPIPE
+        var position = off_t(offset)
+        let end = off_t(offset + count)
+        while position < end {
+            // At most 1 GiB a call (sendfile moves at most 0x7ffff000 bytes at once).
+            let n = sendfile(fd, file, &position, Int(min(end - position, 1 << 30)))
+            if n > 0 { continue } // `position` has moved on by n
+            if n == 0 { break } // the end of the file
+            let e = errno
+            if e == EINTR { continue }
+            if e == EAGAIN || e == EWOULDBLOCK {
+                // A blocking socket gave up after its send timeout; a non-blocking one waits here
+                // as long (poll), then gives up the same way.
+                let flags = fcntl(fd, F_GETFL)
+                if flags >= 0 && flags & O_NONBLOCK != 0 {
+                    try wait(Int16(POLLOUT), doing: "sending")
+                    continue
+                }
+                throw NetError(.timeout, "\(name): timed out sending")
+            }
+            throw NetError(.protocolError, "\(name): sendfile failed: \(NetError.text(errno: e))")
+        }
+        return Int(position) - offset
+    }
+
     public func write(_ data: Data) throws { try data.withUnsafeBytes { try write($0) } }
     public func write(_ bytes: [UInt8]) throws { try bytes.withUnsafeBytes { try write($0) } }
     public func write(_ text: String) throws { try write(Data(text.utf8)) }
