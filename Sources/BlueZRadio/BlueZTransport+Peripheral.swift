@@ -26,8 +26,13 @@ extension BlueZTransport {
             // Exporting again (after bluetoothd restarted) replaces the same objects.
             try await bus.exportObjectManager(at: root)
             for (path, interfaces) in objects { try await bus.export(path: path, interfaces: interfaces) }
-            _ = try await self.call(bus, adapter, BlueZ.gattManager, "RegisterApplication",
-                                    [.objectPath(root), .variantDictionary([:])], timeout: max(self.options.callTimeout, 20))
+            do {
+                _ = try await self.call(bus, adapter, BlueZ.gattManager, "RegisterApplication",
+                                        [.objectPath(root), .variantDictionary([:])], timeout: max(self.options.callTimeout, 20))
+            } catch where BlueZError.isNamed(error, "AlreadyExists") {
+                // The same bluetoothd still serves it: an adapter power-cycled to recover it keeps
+                // its registered applications (seen in the guest tier after a recovery).
+            }
         }
     }
 

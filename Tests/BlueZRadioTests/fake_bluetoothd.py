@@ -47,7 +47,7 @@ class Fake:
         self.address, self.payload, self.rssi = address, payload, rssi
         self.state = {'powerSets': 0, 'filter': None, 'discoveryStarts': 0, 'discoveryStops': 0,
                       'apps': [], 'adverts': [], 'unregistered': 0, 'connects': 0, 'disconnects': 0,
-                      'reads': 0, 'writes': [], 'restarts': 0, 'power': [], 'wedgedCalls': 0, 'replugs': 0}
+                      'reads': 0, 'writes': [], 'restarts': 0, 'power': [], 'wedgedCalls': 0, 'replugs': 0, 'appsRefused': 0}
         self.wedge = None   # (mode, sticky)
         self.beacon = None  # extra manufacturer data 0xFFFF of the remote
         self.fail = {}
@@ -142,6 +142,12 @@ class Fake:
     # --- registrations: call back into the app before replying, as bluetoothd does
     async def register_app(self, msg):
         root = msg.body[0]
+        if self.app is not None and self.app[:2] == (msg.sender, root):
+            # As bluetoothd: an application stays registered until it is unregistered, its
+            # client leaves the bus or bluetoothd restarts (a power-cycle keeps it).
+            self.state['appsRefused'] += 1
+            self.bus.send(Message.new_error(msg, 'org.bluez.Error.AlreadyExists', 'Already Exists'))
+            return
         reply = await self.bus.call(Message(destination=msg.sender, path=root, interface=OM, member='GetManagedObjects'))
         if reply.message_type == MessageType.ERROR:
             self.bus.send(Message.new_error(msg, 'org.bluez.Error.Failed', 'GetManagedObjects failed'))
