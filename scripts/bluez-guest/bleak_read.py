@@ -36,7 +36,10 @@ async def main(address, out, controllers=None):
     # Scan, then connect at once to what was just seen (bluetoothd forgets devices it no longer
     # hears), and go round again until every node is read or time is up.
     while loop.time() < deadline and len(payloads) < 3:
-        devices = await BleakScanner.discover(timeout=4, adapter=adapter, return_adv=True)
+        # Every advert reported (DuplicateData): with bleak's default (false), BlueZ 5.82 gives
+        # the devices it finds neither UUIDs nor manufacturer data, and bleak saw no Herald node.
+        devices = await BleakScanner.discover(timeout=4, adapter=adapter, return_adv=True,
+                                              bluez={'filters': {'DuplicateData': True}})
         found = [d for d, adv in devices.values()
                  if HERALD in [u.lower() for u in adv.service_uuids] and d.address.upper() not in personas]
         new = {d.address for d in found} - seen

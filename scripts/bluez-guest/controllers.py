@@ -219,7 +219,23 @@ class ScriptedController(Controller):
             return
         super().create_le_connection(peer_address)
 
+    # LE event mask bit 9: LE Enhanced Connection Complete [v1].
+    ENHANCED_CONNECTION_COMPLETE = 1 << 9
+
     def send_hci_packet(self, packet):
+        if isinstance(packet, hci.HCI_LE_Connection_Complete_Event) and self.le_event_mask & self.ENHANCED_CONNECTION_COMPLETE:
+            # A controller sends LE Enhanced Connection Complete instead when its host unmasked it
+            # (Core 7.7.65.10); stock Bumble always sends the legacy event. Linux waits for the
+            # enhanced one after LE Extended Create Connection: without it the kernel held every
+            # connection attempt open for its 20 s connection timeout, its advertising paused and
+            # its other commands (a discovery start) queued behind it, then tore the link down.
+            packet = hci.HCI_LE_Enhanced_Connection_Complete_Event(
+                status=packet.status, connection_handle=packet.connection_handle, role=packet.role,
+                peer_address_type=packet.peer_address_type, peer_address=packet.peer_address,
+                local_resolvable_private_address=hci.Address('00:00:00:00:00:00'),
+                peer_resolvable_private_address=hci.Address('00:00:00:00:00:00'),
+                connection_interval=packet.connection_interval, peripheral_latency=packet.peripheral_latency,
+                supervision_timeout=packet.supervision_timeout, central_clock_accuracy=packet.central_clock_accuracy)
         if isinstance(packet, (hci.HCI_LE_Advertising_Report_Event, hci.HCI_LE_Extended_Advertising_Report_Event)):
             reports = []
             for r in packet.reports:
