@@ -13,7 +13,7 @@
 Prints the figures (pre-flight time per dongle, the quarantined dongle's record) and exits 1 on
 any failure.
 """
-import glob, json, os, sys
+import glob, json, os, sys, time
 
 
 def main(out, model_path):
@@ -115,7 +115,9 @@ def main(out, model_path):
         fail(f'the coordinator lists {sorted(d["id"] for d in lab)}, expected the six controllers')
     for d in lab:
         if d['id'] == faulty:
-            print(f"quarantined: {d['info']['name']} {d['id']}: {d['health']} since {d.get('healthSince')}: {d.get('healthReason')}")
+            since = d.get('healthSince')
+            since = time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(since)) if isinstance(since, (int, float)) else since
+            print(f"quarantined: {d['info']['name']} {d['id']}: {d['health']} since {since}: {d.get('healthReason')}")
             for e in d['history']:
                 print(f"    {e['kind']:10} {'ok  ' if e['ok'] else 'FAIL'} {e['message']}" + (f" [run {e['run']}]" if e.get('run') else ''))
                 if e.get('evidence') and (e['kind'] == 'health' or not e['ok']):
