@@ -348,12 +348,19 @@ public final class BLESensor: Sensor {
     private func processNext() {
         guard running, processing, !busy else { return }
         let now = scheduler.now
+        // Reading a payload comes before any signal write: a peer whose writes keep failing (an
+        // iPhone that does not answer) must not keep a device this node has never read waiting
+        // cycle after cycle, its own attempt taking the whole cycle (seen in the guest tier: a
+        // node never read another in four minutes).
+        var next: (device: BLEDevice, action: Action)?
         for d in deviceList where !attemptedThisCycle.contains(d.identifier) {
             guard let action = nextAction(for: d, now: now) else { continue }
-            attemptedThisCycle.insert(d.identifier)
-            perform(action, on: d)
-            return
+            if action == .readPayload { next = (d, action); break }
+            if next == nil { next = (d, action) }
         }
+        guard let next else { return }
+        attemptedThisCycle.insert(next.device.identifier)
+        perform(next.action, on: next.device)
     }
 
     private func perform(_ action: Action, on device: BLEDevice) {

@@ -179,6 +179,21 @@ final class BLESensorTests: XCTestCase {
         XCTAssertEqual(events(matching: "read").count, 1)
     }
 
+    func testAPeerWhoseWritesKeepFailingDoesNotKeepAnUnreadPeerWaiting() {
+        makeSensor()
+        // B, an iPhone, is read first; then it stops accepting connections, so the payload write
+        // it is owed fails every cycle after the full connection timeout (longer than a cycle).
+        transport.peers[B] = ScriptedTransport.iosPeer(payload: FixedPayloadSupplier(identifier: 42).payloadData)
+        at(1) { transport.advert(from: B, rssi: -45, apple: true) }
+        at(7)
+        XCTAssertEqual(events(matching: "read").count, 1)
+        transport.peers[B]!.connectable = false
+        transport.peers[A] = ScriptedTransport.heraldPeer(payload: peerPayload)
+        for t in stride(from: 8.0, to: 40, by: 2) { at(t) { transport.advert(from: B, rssi: -45, apple: true); transport.advert(from: A, rssi: -50) } }
+        at(40)
+        XCTAssertEqual(events(matching: "read C0:00:00:00:00:0A").count, 1, "A, never read, goes before B's failing write")
+    }
+
     func testGATTServerHonoursReadOffsets() {
         makeSensor()
         at(1)
