@@ -348,15 +348,17 @@ public final class BLESensor: Sensor {
     private func processNext() {
         guard running, processing, !busy else { return }
         let now = scheduler.now
-        // Reading a payload comes before any signal write: a peer whose writes keep failing (an
-        // iPhone that does not answer) must not keep a device this node has never read waiting
-        // cycle after cycle, its own attempt taking the whole cycle (seen in the guest tier: a
-        // node never read another in four minutes).
-        var next: (device: BLEDevice, action: Action)?
+        // Reading a payload comes before any signal write, and among those a device whose last
+        // attempts failed comes after the others: a peer that keeps failing (an iPhone that does
+        // not answer) must not keep the devices behind it waiting cycle after cycle, its own
+        // attempt taking the whole cycle (seen in the guest tier: a node never read another in
+        // four minutes). Ties keep the device list's order.
+        var next: (device: BLEDevice, action: Action, rank: (Int, Int))?
         for d in deviceList where !attemptedThisCycle.contains(d.identifier) {
             guard let action = nextAction(for: d, now: now) else { continue }
-            if action == .readPayload { next = (d, action); break }
-            if next == nil { next = (d, action) }
+            let rank = (action == .readPayload ? 0 : 1, d.failedConnections)
+            if next.map({ rank < $0.rank }) ?? true { next = (d, action, rank) }
+            if rank == (0, 0) { break }
         }
         guard let next else { return }
         attemptedThisCycle.insert(next.device.identifier)

@@ -194,6 +194,21 @@ final class BLESensorTests: XCTestCase {
         XCTAssertEqual(events(matching: "read C0:00:00:00:00:0A").count, 1, "A, never read, goes before B's failing write")
     }
 
+    func testAPeerThatCannotBeReadDoesNotKeepTheOthersWaiting() {
+        makeSensor()
+        // B is heard first and never accepts a connection; its read fails every cycle after the
+        // full connection timeout (longer than a cycle). A, heard after it, is read all the same.
+        var b = ScriptedTransport.heraldPeer(payload: FixedPayloadSupplier(identifier: 42).payloadData)
+        b.connectable = false
+        transport.peers[B] = b
+        transport.peers[A] = ScriptedTransport.heraldPeer(payload: peerPayload)
+        at(1) { transport.advert(from: B, rssi: -45) }
+        for t in stride(from: 2.0, to: 40, by: 2) { at(t) { transport.advert(from: B, rssi: -45); transport.advert(from: A, rssi: -50) } }
+        at(40)
+        XCTAssertEqual(events(matching: "read C0:00:00:00:00:0A").count, 1, "A is read although B, ahead of it, keeps failing")
+        XCTAssertGreaterThanOrEqual(transport.calls.filter { $0.hasPrefix("connect C0:00:00:00:00:0B") }.count, 2, "B is still tried")
+    }
+
     func testGATTServerHonoursReadOffsets() {
         makeSensor()
         at(1)
