@@ -193,6 +193,13 @@ extension Coordinator {
             }
             for await (i, r, e) in group { reports[i] = r; errors[i] = e }
         }
+        // A poll or stop that fails keeps the agent's last findings; the failure is logged.
+        func take(_ i: Int, _ result: Result<LabWire.PreflightReport?, Error>, _ what: String) {
+            switch result {
+            case .success(let r): if let r, r.id == id { reports[i] = r }
+            case .failure(let e): log("coordinator: \(kind) \(id): \(what) of \(candidates[i].agent) failed: \(LabWire.cleanText("\(e)", max: 500) ?? "failed")")
+            }
+        }
         // Listen: until every working dongle heard every other one, or the bound.
         let active = candidates.indices.filter { reports[$0] != nil && reports[$0]?.problem == nil }
         func complete() -> Bool {
@@ -201,24 +208,24 @@ extension Coordinator {
         if active.count >= 2 {
             while !complete() && now - began < bound && !Task.isCancelled {
                 try? await Task.sleep(nanoseconds: 500_000_000)
-                await withTaskGroup(of: (Int, LabWire.PreflightReport?).self) { group in
+                await withTaskGroup(of: (Int, Result<LabWire.PreflightReport?, Error>).self) { group in
                     for i in active {
                         let client = clients[i]
                         let agent = candidates[i].agent
-                        group.addTask { (i, (try? await client?.call("GET", "/v1/preflight") as LabWire.PreflightReport?)?.sanitised(agent: agent)) }
+                        group.addTask { await (i, Self.preflightCall(client, "GET", "/v1/preflight", agent: agent)) }
                     }
-                    for await (i, r) in group where r != nil && r?.id == id { reports[i] = r }
+                    for await (i, r) in group { take(i, r, "poll") }
                 }
             }
         }
         // Stop every one of them and take the final findings.
-        await withTaskGroup(of: (Int, LabWire.PreflightReport?).self) { group in
+        await withTaskGroup(of: (Int, Result<LabWire.PreflightReport?, Error>).self) { group in
             for i in candidates.indices where errors[i] == nil {
                 let client = clients[i]
                 let agent = candidates[i].agent
-                group.addTask { (i, (try? await client?.call("POST", "/v1/preflight/stop") as LabWire.PreflightReport?)?.sanitised(agent: agent)) }
+                group.addTask { await (i, Self.preflightCall(client, "POST", "/v1/preflight/stop", agent: agent)) }
             }
-            for await (i, r) in group where r != nil && r?.id == id { reports[i] = r }
+            for await (i, r) in group { take(i, r, "stop") }
         }
         let entries = candidates.indices.map { i in
             DongleRules.Entry(name: candidates[i].name, id: candidates[i].key, agent: candidates[i].agent, beacon: beacons[i], report: reports[i], error: errors[i],
@@ -243,6 +250,13 @@ extension Coordinator {
         return (verdicts, quarantined)
     }
 
+    private static func preflightCall(_ client: LabClient?, _ method: String, _ path: String, agent: String) async -> Result<LabWire.PreflightReport?, Error> {
+        do {
+            let r: LabWire.PreflightReport? = try await client?.call(method, path)
+            return .success(r?.sanitised(agent: agent))
+        } catch { return .failure(error) }
+    }
+
     static func evidence(_ r: LabWire.PreflightReport?, _ v: LabWire.PreflightVerdict) -> String? {
         var e: [String: Any] = ["saw": v.saw, "seenBy": v.seenBy]
         if let r {
@@ -253,7 +267,7 @@ extension Coordinator {
             if let a = r.advertisingAfter { e["advertisingAfter"] = (a * 10).rounded() / 10 }
         }
         if let w = v.warnings { e["warnings"] = w }
-        return (try? JSONSerialization.data(withJSONObject: e, options: [.sortedKeys])).map { String(decoding: $0, as: UTF8.self) }
+        return DongleRules.evidenceJSON(e)
     }
 
     /// A health check: every free dongle that may be selected (or the ones named, whatever

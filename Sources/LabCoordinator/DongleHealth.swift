@@ -165,6 +165,16 @@ public enum DongleRules {
     /// checks or outlier runs in a row, quarantine (health bad) with the evidence. A passing
     /// check makes an unknown dongle good; it never releases a quarantined one (the operator
     /// does, after looking).
+    /// Evidence as stored in a dongle's history: sorted-key JSON, or, should the object not
+    /// serialise, a JSON note saying why (evidence is never dropped silently).
+    static func evidenceJSON(_ object: Any) -> String {
+        do {
+            return String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self)
+        } catch {
+            return #"{"unrecorded":"\#(String(describing: error).replacingOccurrences(of: "\"", with: "'"))"}"#
+        }
+    }
+
     public static func apply(_ outcome: Outcome, to record: inout DongleRecord, at t: Double, quarantineAfter: Int,
                              recent: [LabWire.DongleEvent]) -> [LabWire.DongleEvent] {
         var events = [LabWire.DongleEvent]()
@@ -174,7 +184,7 @@ public enum DongleRules {
             // The evidence: the failures the quarantine rests on, newest first.
             let failures = (events + recent).filter { kinds.contains($0.kind) && !$0.ok }.prefix(count)
             let evidence = failures.map { ["at": String(format: "%.0f", $0.at), "kind": $0.kind, "run": $0.run ?? "", "message": $0.message, "evidence": $0.evidence ?? ""] }
-            let json = (try? JSONSerialization.data(withJSONObject: evidence, options: [.sortedKeys])).map { String(decoding: $0, as: UTF8.self) }
+            let json = evidenceJSON(evidence)
             record.health = .bad
             record.healthReason = "quarantined: \(why)"
             record.healthSince = t

@@ -84,8 +84,12 @@ public struct HTTPResponse: Sendable {
 
     /// A JSON body.
     public static func json<T: Encodable>(_ value: T, status: HTTPStatusCode = .ok) -> HTTPResponse {
-        let data = (try? LabJSON.encoder.encode(value)) ?? Data("{}".utf8)
-        return HTTPResponse(status, headers: ["Content-Type": "application/json"], body: data)
+        do {
+            return HTTPResponse(status, headers: ["Content-Type": "application/json"], body: try LabJSON.encoder.encode(value))
+        } catch {
+            // Never an empty object in place of the answer: the client is told it has none.
+            return .error(.internalServerError, "cannot encode the answer: \(error)")
+        }
     }
 
     /// `{"error": message}` with a status.
