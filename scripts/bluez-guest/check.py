@@ -194,8 +194,33 @@ def main(out, plan_path, model_path):
     for f in failures:
         print('FAIL:', f)
     if failures:
+        diagnose(out, bundle, nodes, controllers, failures)
         print(f'bluetoothd log: {out}/bluetoothd.log; node logs: {bundle}/nodes/*/log.txt; lab logs: {out}/lab/logs')
     return 1 if failures else 0
+
+
+def diagnose(out, bundle, nodes, controllers, failures):
+    """What a failing run's own logs say, printed with its FAIL lines (CI keeps only the output):
+    for each receiver named in a failure, its sensor's log lines about the peers named there,
+    and the guest's load over the run."""
+    names = {n['name'] for n in nodes} | set(controllers)
+    for rx in nodes:
+        peers = {p for f in failures if f.startswith(rx['name'] + ':') for p in names if p != rx['name'] and p in f}
+        if not peers:
+            continue
+        addresses = {controllers[p]['address'] for p in peers if p in controllers}
+        path = os.path.join(bundle, 'nodes', rx['name'], 'log.txt')
+        lines = [l.rstrip() for l in open(path, errors='replace')] if os.path.exists(path) else []
+        about = [l for l in lines if any(a in l for a in addresses) or 'radio' in l or 'bluetoothd' in l]
+        print(f"--- {rx['name']}'s log about {', '.join(sorted(peers))} ({len(about)} of {len(lines)} lines; last 25)")
+        for l in about[-25:]:
+            print('   ', l)
+    load = os.path.join(out, 'load.log')
+    if os.path.exists(load):
+        rows = [l.split(' cpu-s:')[0] for l in open(load, errors='replace')]
+        print(f"--- guest load ({len(rows)} samples, every 4th):")
+        for l in rows[::4]:
+            print('   ', l)
 
 
 def row_time(text):

@@ -159,9 +159,29 @@ class ScriptedController(Controller):
             # A dongle with valid LE states goes on advertising while connected as peripheral
             # (Linux re-enables the set at once); the kernel does not do that for hci_vhci, so
             # the controller does it itself, or a connected node would be invisible until its
-            # link drops.
-            asyncio.get_running_loop().call_later(0.05, lambda: connected_set.enabled or connected_set.start())
+            # link drops. At once, not a moment later: nodes run their scan cycles in step, so
+            # two or three of them send CONNECT_IND to the same peer within milliseconds, and one
+            # that lands while the set is off made a connection only its initiator knew of (its
+            # GATT requests went nowhere until the sensor's 15 s timeout, every cycle, for the
+            # whole run: seen as a node that never read one peer).
+            connected_set.start()
         return result
+
+    ESTABLISH_WAIT = 0.5
+
+    def check_established(self, peer_address):
+        """A connection this controller initiated that the target never took up (it was deaf, or
+        had stopped advertising) fails as a link layer fails it: Disconnection Complete with
+        "connection failed to be established" (Core 4.5.2: six connection events without an
+        answer), not an open link that carries nothing until the host times out."""
+        connection = self.le_connections.get(peer_address)
+        if connection is None or connection.role != hci.Role.CENTRAL:
+            return
+        target = self.link.owner_of(peer_address)
+        if target is not None and connection.self_address in target.le_connections:
+            return
+        trace(self.name, 'connection to', peer_address, 'was never taken up: failed to be established')
+        self.on_le_disconnected(connection, hci.HCI_ErrorCode.CONNECTION_FAILED_TO_BE_ESTABLISHED_ERROR)
 
     def connect_if_target_paused(self):
         pending = self.pending_le_connection
@@ -218,6 +238,7 @@ class ScriptedController(Controller):
                 connection_interval=0, peripheral_latency=0, supervision_timeout=0, central_clock_accuracy=0))
             return
         super().create_le_connection(peer_address)
+        asyncio.get_running_loop().call_later(self.ESTABLISH_WAIT, self.check_established, peer_address)
 
     # LE event mask bit 9: LE Enhanced Connection Complete [v1].
     ENHANCED_CONNECTION_COMPLETE = 1 << 9

@@ -193,23 +193,9 @@ def split_shared(data, own_length):
 # ---------------------------------------------------------------------------------------------
 # The persona
 
-class PersonaController(ScriptedController):
-    """The controller of a persona: a ScriptedController (model RSSI on what it hears) that goes on
-    advertising while connected as peripheral, as phones do, so the nodes keep measuring it.
-    (ScriptedController means to do that for the nodes too, but its second on_le_connect_ind, the
-    one that traces, replaces the first in the class, so its restart never runs.)"""
-
-    def on_le_connect_ind(self, packet):
-        connected = next((s for s in self.advertising_sets.values()
-                          if s.enabled and s.address == packet.advertiser_address), None)
-        result = super().on_le_connect_ind(packet)
-        if connected is not None and not connected.enabled:
-            asyncio.get_running_loop().call_later(0.05, lambda: connected.enabled or connected.start())
-        return result
-
-
 class Persona:
-    """One phone: a Bumble device with the Herald GATT service on a PersonaController on `link`,
+    """One phone: a Bumble device with the Herald GATT service on a ScriptedController on `link`
+    (which goes on advertising while connected as peripheral, as phones do),
     logging to OUT/persona-<name>.jsonl. `spec` is its entry in the model's "personas"."""
 
     def __init__(self, name, spec, address, link, out):
@@ -230,7 +216,7 @@ class Persona:
         self.log_file = open(os.path.join(out, f'persona-{name}.jsonl'), 'a')
         self.buffers = {}       # signal write fragments, by connection handle
         self.heard = {}         # adverts heard since the last summary, by sender address
-        self.controller = PersonaController(name, link=link,
+        self.controller = ScriptedController(name, link=link,
                                             public_address=hci.Address(address, hci.Address.PUBLIC_DEVICE_ADDRESS))
         self.device = Device(name=name, address=hci.Address(address),
                              host=Host(self.controller, AsyncPipeSink(self.controller)))

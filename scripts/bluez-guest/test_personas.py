@@ -1,4 +1,5 @@
-"""Host-side self-test of the phone personas (personas.py), no QEMU, no BlueZ: about 5 s.
+"""Host-side self-test of the phone personas (personas.py) and the emulated link layer
+(controllers.py), no QEMU, no BlueZ: about 6 s.
 
     python3 scripts/bluez-guest/test_personas.py
 
@@ -9,7 +10,9 @@ and its RSSI against the model, connects to each, discovers the Herald service, 
 and writes to the iPhones the bundles the sensor writes to iOS peers: its payload (writePayload),
 then a payload-sharing bundle carrying the other iPhone's payload, both in 20-byte fragments, as
 the sensor sends them. Then it checks what the personas logged, and runs check.py's persona check
-on a made-up bundle of alpha's. Exits 1 on the first failure.
+on a made-up bundle of alpha's. Then three centrals connect to one persona at the same moment (as
+lab nodes in step do) and each reads it, and a connection whose target never hears the
+CONNECT_IND fails with 0x3E. Exits 1 on the first failure.
 """
 import asyncio, csv, json, os, struct, sys, tempfile
 
@@ -212,7 +215,61 @@ async def run(out):
         expect(writes[1]['rssi'] == -60 and writes[1]['shared'] == [{'shortName': short_name(fixed_payload(other)), 'identifier': other}],
                f'{name}: writePayloadSharing carried the other iPhone\'s payload ({other}) at RSSI -60')
         expect(writes[3]['rssi'] == -60, f'{name}: writeRSSI -60 after a rejected bundle')
+    await centrals_at_once(link, alpha, addresses['iphone-fg'], out)
     return addresses
+
+
+async def read_payload(device, address):
+    connection = await asyncio.wait_for(
+        device.connect(hci.Address(address, hci.Address.PUBLIC_DEVICE_ADDRESS), own_address_type=hci.OwnAddressType.PUBLIC), 5)
+    peer = Peer(connection)
+    services = await asyncio.wait_for(peer.discover_service(UUID.from_16_bits(P.HERALD_SERVICE)), 3)
+    characteristics = {str(c.uuid).lower(): c for c in await asyncio.wait_for(peer.discover_characteristics(service=services[0]), 3)}
+    payload = bytes(await asyncio.wait_for(peer.read_value(characteristics[P.PAYLOAD_CHARACTERISTIC]), 3))
+    await connection.disconnect()
+    return payload
+
+
+async def centrals_at_once(link, alpha, address, out):
+    """Lab nodes run their scan cycles in step: three centrals connect to one phone at the same
+    moment (their CONNECT_INDs follow the same advert). Each gets a working link and reads."""
+    centrals = [alpha]
+    for name, addr in (('beta', 'F0:00:00:00:00:05'), ('gamma', 'F0:00:00:00:00:06')):
+        c = ScriptedController(name, link=link, public_address=hci.Address(addr, hci.Address.PUBLIC_DEVICE_ADDRESS))
+        d = Device(name=name, address=hci.Address(addr), host=Host(c, AsyncPipeSink(c)))
+        await d.power_on()
+        centrals.append(d)
+    payloads = await asyncio.gather(*(read_payload(d, address) for d in centrals), return_exceptions=True)
+    expect(all(p == fixed_payload(MODEL['personas']['iphone-fg']['identifier']) for p in payloads),
+           f'three centrals connecting to iphone-fg at once each read its payload ({[short_name(p) if isinstance(p, bytes) else repr(p) for p in payloads]})')
+    readers = sorted(e['by'] for e in events(out, 'iphone-fg') if e['event'] == 'read')[-3:]
+    expect(readers == ['alpha', 'beta', 'gamma'], f'iphone-fg logged a read by each ({readers})')
+
+
+async def connection_not_taken_up(out):
+    """A CONNECT_IND its target never hears (the target is deaf) fails on the initiator's side
+    with "connection failed to be established" (0x3E), as a link layer reports it, instead of
+    leaving an open link that carries nothing."""
+    model = {'nodes': ['central', 'target'], 'rssi': {}, 'faults': {'target': {'kind': 'deaf', 'when': 'target-deaf'}}}
+    open(os.path.join(out, 'target-deaf'), 'w').close()
+    link = ScriptedLink(model, out)
+    devices = {}
+    for name, addr in (('central', 'F0:00:00:00:00:11'), ('target', 'F0:00:00:00:00:12')):
+        c = ScriptedController(name, link=link, public_address=hci.Address(addr, hci.Address.PUBLIC_DEVICE_ADDRESS))
+        devices[name] = Device(name=name, address=hci.Address(addr), host=Host(c, AsyncPipeSink(c)))
+        await devices[name].power_on()
+    await devices['target'].start_advertising(own_address_type=hci.OwnAddressType.PUBLIC, advertising_interval_min=100,
+                                              advertising_interval_max=100)
+    connection = await asyncio.wait_for(devices['central'].connect(
+        hci.Address('F0:00:00:00:00:12', hci.Address.PUBLIC_DEVICE_ADDRESS), own_address_type=hci.OwnAddressType.PUBLIC), 5)
+    ended = asyncio.get_running_loop().create_future()
+    connection.on('disconnection', lambda reason: ended.done() or ended.set_result(reason))
+    try:
+        reason = await asyncio.wait_for(ended, 3)
+    except asyncio.TimeoutError:
+        reason = None
+    expect(reason == hci.HCI_ErrorCode.CONNECTION_FAILED_TO_BE_ESTABLISHED_ERROR,
+           f'a connection the deaf target never took up ends with 0x3E on the initiator ({reason})')
 
 
 def check_on_made_up_bundle(out, addresses):
@@ -257,6 +314,7 @@ def main():
     with tempfile.TemporaryDirectory() as out:
         try:
             addresses = asyncio.run(asyncio.wait_for(run(out), 30))
+            asyncio.run(asyncio.wait_for(connection_not_taken_up(out), 15))
             check_on_made_up_bundle(out, addresses)
         except AssertionError as e:
             print(f'FAIL {e}')
