@@ -76,8 +76,7 @@ test-bluez: deps
 # them; a health check, one controller going mute, a second check, then plans/dongles-5.yaml (5
 # nodes, 1 spare): the mute dongle fails its pre-flight, is quarantined with the evidence, and the
 # spare runs its node. scripts/bluez-guest/check-dongles.py checks the outputs: $(DONGLES_OUT).
-# A run takes about 7 minutes; at most three runs (six emulated controllers on two emulated
-# cores strain the guest's kernel and bluetoothd), each bounded by DONGLES_TIMEOUT s.
+# One run, no second chance, about 5 minutes, bounded by DONGLES_TIMEOUT s.
 DONGLES_OUT ?= results/test-dongles
 DONGLES_TIMEOUT ?= 720
 test-dongles: deps
