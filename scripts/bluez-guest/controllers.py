@@ -193,11 +193,14 @@ class ScriptedController(Controller):
             self.create_le_connection(pending.peer_address)
 
     def on_hci_le_create_connection_command(self, command):
+        trace(self.name, 'create connection to', command.peer_address, 'pending' if self.pending_le_connection is None else 'refused: one pending')
         result = super().on_hci_le_create_connection_command(command)
         asyncio.get_running_loop().call_later(0.05, self.connect_if_target_paused)
         return result
 
     def on_hci_le_extended_create_connection_command(self, command):
+        trace(self.name, 'ext create connection to', command.peer_address, 'pending' if self.pending_le_connection is None
+              else f'refused: one pending to {self.pending_le_connection.peer_address}')
         result = super().on_hci_le_extended_create_connection_command(command)
         asyncio.get_running_loop().call_later(0.05, self.connect_if_target_paused)
         return result
@@ -244,6 +247,10 @@ class ScriptedController(Controller):
     ENHANCED_CONNECTION_COMPLETE = 1 << 9
 
     def send_hci_packet(self, packet):
+        if isinstance(packet, hci.HCI_LE_Connection_Complete_Event):
+            trace(self.name, 'connection complete to host: status', packet.status, 'role', packet.role, 'peer', packet.peer_address, 'handle', packet.connection_handle)
+        elif isinstance(packet, hci.HCI_Disconnection_Complete_Event):
+            trace(self.name, 'disconnection complete to host: handle', packet.connection_handle, 'reason', packet.reason)
         if isinstance(packet, hci.HCI_LE_Connection_Complete_Event) and self.le_event_mask & self.ENHANCED_CONNECTION_COMPLETE:
             # A controller sends LE Enhanced Connection Complete instead when its host unmasked it
             # (Core 7.7.65.10); stock Bumble always sends the legacy event. Linux waits for the
