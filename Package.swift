@@ -68,7 +68,7 @@ let package = Package(
         .testTarget(name: "HeraldSensorTests", dependencies: ["HeraldSensor", "RadioSim", "HeraldRadio", "HeraldCore", "HeraldLogs"]),
         .testTarget(name: "RadioSimTests", dependencies: ["RadioSim", "HeraldRadio", "HeraldCore"]),
         .testTarget(name: "LabPlanTests", dependencies: ["LabPlan"]),
-        .testTarget(name: "LabNodeTests", dependencies: ["LabNode", "LabPlan", "HeraldCore", "HeraldRadio", "HeraldLogs", "RadioSim"]),
+        .testTarget(name: "LabNodeTests", dependencies: ["LabNode", "LabPlan", "HeraldCore", "HeraldRadio", "HeraldLogs", "HeraldSensor", "RadioSim"]),
         .testTarget(name: "HeraldAnalysisTests", dependencies: ["HeraldAnalysis", "LabHistory", "LabNode", "LabPlan"]),
         .target(name: "DBusTestSupport", path: "Tests/DBusTestSupport"),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "DBusTestSupport"]),

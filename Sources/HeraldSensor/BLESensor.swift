@@ -362,7 +362,20 @@ public final class BLESensor: Sensor {
         }
         guard let next else { return }
         attemptedThisCycle.insert(next.device.identifier)
-        perform(next.action, on: next.device)
+        guard settings.connectionSpread > 0 else { perform(next.action, on: next.device); return }
+        // Nodes in step (BLESensorSettings.connectionSpread): the attempt starts a little later,
+        // by a different amount on each node, so of two nodes that picked each other one is
+        // still advertising when the other initiates.
+        busy = true
+        operationToken &+= 1
+        let token = operationToken
+        let delay = Double.random(in: 0..<settings.connectionSpread, using: &random)
+        scheduler.schedule(after: delay) { [weak self] in
+            guard let self, self.operationToken == token else { return }
+            self.busy = false
+            guard self.running, self.processing else { return }
+            self.perform(next.action, on: next.device)
+        }
     }
 
     private func perform(_ action: Action, on device: BLEDevice) {

@@ -34,6 +34,15 @@ public struct BLESensorSettings: Sendable, Equatable {
     public var writeFragmentSize: Int = 20
     /// Which advertising reports are processed at all (Herald's Android scan filter).
     public var advertFilter = AdvertFilter()
+    /// Each connection of the processing window starts after a random delay below this (0: at
+    /// once, as Herald does). Phones never run their scan cycles in step; lab nodes that the
+    /// coordinator starts at one instant do, and a Linux host pauses its advertising while it
+    /// initiates, so two nodes that pick each other in the same cycle each wait for an advert the
+    /// other no longer sends, every cycle they pick each other again.
+    public var connectionSpread: TimeInterval = 0
+    /// The spread lab nodes on a real radio use (BlueZ): four of Herald's 500 ms advert
+    /// intervals, within the 3 s between scans.
+    public static let labConnectionSpread: TimeInterval = 2
 
     public init() {}
 }

@@ -43,7 +43,9 @@ public final class NodeRunner {
         logs = NodeLogs(directory: directory, deviceName: assignment.node.name, os: os, osVersion: self.osVersion,
                         ownShortName: payload.shortName, scheduler: scheduler,
                         logLevel: SensorLogger.Level(name: assignment.sensor.logLevel.rawValue) ?? .info, power: power, writing: writing)
-        sensor = BLESensor(transport: transport, payloadDataSupplier: payload, settings: BLESensorSettings(assignment.sensor),
+        var settings = BLESensorSettings(assignment.sensor)
+        if assignment.radio.kind != .sim { settings.connectionSpread = BLESensorSettings.labConnectionSpread }
+        sensor = BLESensor(transport: transport, payloadDataSupplier: payload, settings: settings,
                            random: SeededGenerator(seed: assignment.seed, stream: "sensor/\(assignment.node.name)"),
                            log: LoggerBridge(logs.logger))
         array = SensorArray(ble: sensor)

@@ -209,6 +209,53 @@ final class BLESensorTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(transport.calls.filter { $0.hasPrefix("connect C0:00:00:00:00:0B") }.count, 2, "B is still tried")
     }
 
+    func testConnectionsStartAtOnceByDefaultAndSpreadWhenAsked() {
+        // Herald (spread 0): the read starts as the scan ends, 4 s after start (and the
+        // transport's 50 ms).
+        makeSensor()
+        transport.peers[A] = ScriptedTransport.heraldPeer(payload: peerPayload)
+        at(1) { transport.advert(from: A, rssi: -50) }
+        at(7)
+        XCTAssertEqual(transport.connectTimes.count, 1)
+        let atOnce = transport.connectTimes.first ?? 0
+        XCTAssertTrue(atOnce >= 4 && atOnce < 4.1, "\(atOnce)")
+        // Lab nodes (spread 2 s): later by a delay below 2 s drawn from the node's own generator,
+        // so nodes started in step do not initiate to each other at the same instant.
+        var delays: [TimeInterval] = []
+        for seed: UInt64 in [1, 2, 3] {
+            scheduler = VirtualScheduler(start: start)
+            transport = ScriptedTransport(scheduler: scheduler)
+            var settings = BLESensorSettings()
+            settings.connectionSpread = 2
+            sensor = BLESensor(transport: transport, payloadDataSupplier: own, settings: settings, random: SeededGenerator(seed: seed))
+            sensor.start()
+            transport.peers[A] = ScriptedTransport.heraldPeer(payload: peerPayload)
+            at(1) { transport.advert(from: A, rssi: -50) }
+            at(3.9)
+            XCTAssertTrue(transport.connectTimes.isEmpty)
+            at(7)
+            XCTAssertEqual(transport.connectTimes.count, 1, "seed \(seed)")
+            let delay = (transport.connectTimes.first ?? 0) - atOnce
+            XCTAssertTrue(delay >= 0 && delay < 2, "seed \(seed): delay \(delay)")
+            XCTAssertEqual(sensor.devices.first?.payload, peerPayload, "seed \(seed): read after the delay")
+            delays.append(delay)
+        }
+        XCTAssertEqual(Set(delays).count, 3, "each node draws its own delay: \(delays)")
+        // Stopped during the delay: no connection.
+        scheduler = VirtualScheduler(start: start)
+        transport = ScriptedTransport(scheduler: scheduler)
+        var settings = BLESensorSettings()
+        settings.connectionSpread = 2
+        sensor = BLESensor(transport: transport, payloadDataSupplier: own, settings: settings, random: SeededGenerator(seed: 1))
+        sensor.start()
+        transport.peers[A] = ScriptedTransport.heraldPeer(payload: peerPayload)
+        at(1) { transport.advert(from: A, rssi: -50) }
+        at(atOnce + 0.0001) { sensor.stop() }
+        at(7)
+        XCTAssertGreaterThan(delays[0], 0.0001)
+        XCTAssertEqual(transport.connectTimes, [], "no connection after stop")
+    }
+
     func testGATTServerHonoursReadOffsets() {
         makeSensor()
         at(1)

@@ -24,10 +24,13 @@ final class ScriptedTransport: BLETransport {
     var advertisingFailuresLeft = 0
     var scanning = false
     var calls: [String] = []
+    /// When each connect was called, in seconds since the scheduler's start.
+    var connectTimes: [TimeInterval] = []
+    private lazy var started = scheduler.now
     weak var server: (any GATTServerDelegate)?
     var latency: TimeInterval = 0.05
 
-    init(scheduler: any Scheduler) { self.scheduler = scheduler }
+    init(scheduler: any Scheduler) { self.scheduler = scheduler; _ = started }
 
     static func heraldPeer(payload: PayloadData) -> Peer {
         Peer(services: [GATTService(uuid: HeraldUUIDs.service, characteristics: [
@@ -82,6 +85,7 @@ final class ScriptedTransport: BLETransport {
     }
     func connect(_ address: RadioAddress, timeout: TimeInterval, completion: @escaping (Result<Void, TransportError>) -> Void) {
         calls.append("connect \(address)")
+        connectTimes.append(scheduler.now.timeIntervalSince(started))
         guard let peer = peers[address] else { later(.failure(.deviceNotFound(address)), completion); return }
         guard peer.connectable else { scheduler.schedule(after: timeout) { completion(.failure(.timeout("connect"))) }; return }
         later(.success(()), completion)

@@ -2,6 +2,7 @@ import XCTest
 import HeraldCore
 import HeraldLogs
 import HeraldRadio
+import HeraldSensor
 import LabPlan
 import RadioSim
 @testable import LabNode
@@ -23,6 +24,17 @@ final class NodeRunnerTests: XCTestCase {
     }
 
     func text(_ file: String) throws -> String { try String(contentsOf: tmp.appendingPathComponent("a/\(file)"), encoding: .utf8) }
+
+    func testLabNodesOnARealRadioSpreadTheirConnectionsAndSimulationsDoNot() throws {
+        let (simulated, _) = runner(power: MainsPower())
+        XCTAssertEqual(simulated.sensor.settings.connectionSpread, 0, "a simulation keeps Herald's timing")
+        let bluez = try Plan.parse(yaml: "name: p\nduration: 2m\nnodes: [a, b]\nradio:\n  kind: bluez")
+        let scheduler = VirtualScheduler(start: bluez.start)
+        let transport = SimMedium(scheduler: scheduler, seed: 1).addNode(name: "a", x: 0, y: 0)
+        let node = NodeRunner(assignment: NodeAssignment(runId: "r", plan: bluez, node: bluez.nodes[0]), transport: transport,
+                              directory: tmp.appendingPathComponent("b"), power: MainsPower(), osVersion: "6.1")
+        XCTAssertEqual(node.sensor.settings.connectionSpread, BLESensorSettings.labConnectionSpread)
+    }
 
     func testDetectionAndStatusCarryTheKernelRelease() throws {
         let uname = Process()
