@@ -253,7 +253,9 @@ def check_restart(out, bundle, nodes, controllers, fail):
             if tx is rx:
                 continue
             ids = {r[2] for r in rows if r[4] == '2' and r[10] == tx['short']} | {controllers[tx['name']]['address']}
-            after = [row_time(r[0]) for r in rows if r[2] in ids and r[5] == '3' and row_time(r[0]) > killed]
+            # Rows after bluetoothd is back: one stamped just after the kill is a report it sent
+            # before it died, not the node measuring again.
+            after = [row_time(r[0]) for r in rows if r[2] in ids and r[5] == '3' and row_time(r[0]) > ready]
             reads = sum(1 for r in rows if r[4] == '2' and r[10] == tx['short'] and row_time(r[0]) > killed)
             since_ready = f"{after[0] - ready:.1f} s" if after else 'never'
             since_kill = f"{after[0] - killed:.1f} s" if after else 'never'
