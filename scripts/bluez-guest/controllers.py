@@ -31,9 +31,7 @@ Changes to Bumble's stock parts, each needed to test Linux hosts that connect to
   connection and GATT never gets an answer.
 - A connection attempt to a peer that is already connected (the other way round) fails at once
   with "connection already exists" instead of staying pending; a cancelled attempt ends.
-- A controller goes on advertising while connected as peripheral (a dongle with valid LE
-  states does; the kernel does not restart it for hci_vhci).
-- A connection its target never took up fails with 0x3E.
+- Simultaneous roles: see ScriptedController.
 """
 import asyncio, dataclasses, json, sys, time
 
@@ -112,18 +110,39 @@ def trace(*args):
 
 
 class ScriptedController(Controller):
-    """A Bumble controller that behaves as a dongle does on the link (see the module's list).
+    """A Bumble controller that behaves like a dongle supporting simultaneous LE roles.
 
-    Linux pauses a controller's advertising while it initiates a connection, as it does with
-    dongles. An earlier version let an advertising set paused in the last few seconds accept a
-    connection all the same (and an initiator whose target had just paused connect at once), so
-    that two nodes initiating to each other would not both wait. No radio does that, and Linux
-    6.1 cannot take it: its LE Connection Complete handler attaches any completion to the pending
-    outgoing connection (`hci_lookup_le_connect`), so a node that accepted a connection while it
-    was initiating never initiated again, even after bluetoothd restarted (two of the first
-    three bookworm runs of a session; 6.12 looks connections up by address and was unharmed).
-    Nodes in step now spread their connections (BLESensorSettings.connectionSpread).
+    Linux pauses advertising before it initiates a connection unless the driver marks the
+    controller's LE states as valid (hci_vhci does not). Lab nodes start in step, so two nodes
+    often initiate to each other at once, each having paused its own advertising: with stock
+    Bumble, which completes a connection only on the target's next advert, both then wait until
+    the host cancels its attempt, and Linux 6.1 did not come back from that cancel (the node
+    never initiated or scanned again in the run). Here an advertising set paused by its host in
+    the last few seconds still accepts a connection, and an initiator whose target has just
+    paused connects at once, as a dongle with simultaneous roles would.
+
+    With one rule a dongle keeps too: a controller that is itself initiating accepts only a
+    connection from the peer it is initiating to, and that connection ends its own attempt (its
+    host takes the completion for it). Linux 6.1 attaches any LE Connection Complete to its
+    pending outgoing connection (`hci_lookup_le_connect`): a connection from another peer, or a
+    later second completion of the still pending attempt, left the node unable to initiate for
+    the rest of the run (two of the first three bookworm runs of the session that found it;
+    6.12 looks connections up by address and was unharmed). A connection refused so fails on the
+    initiator's side with 0x3E (check_established).
     """
+    PAUSE_GRACE = 5.0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.paused_sets = {}
+
+    def recently_paused(self, address):
+        now = time.monotonic()
+        for handle, at in self.paused_sets.items():
+            s = self.advertising_sets.get(handle)
+            if s is not None and not s.enabled and s.address == address and now - at < self.PAUSE_GRACE:
+                return s
+        return None
 
     def on_hci_le_set_extended_advertising_enable_command(self, command):
         trace(self.name, 'ext adv enable', command.enable, list(command.advertising_handles))
@@ -131,10 +150,28 @@ class ScriptedController(Controller):
         if command.enable and all(h in self.advertising_sets and self.advertising_sets[h].enabled for h in handles):
             # Still advertising (see on_le_connect_ind): starting again would double the adverts.
             return hci.HCI_StatusReturnParameters(hci.HCI_ErrorCode.SUCCESS)
+        for h in handles:
+            if command.enable:
+                self.paused_sets.pop(h, None)
+            elif h in self.advertising_sets and self.advertising_sets[h].enabled:
+                self.paused_sets[h] = time.monotonic()
         return super().on_hci_le_set_extended_advertising_enable_command(command)
 
     def on_le_connect_ind(self, packet):
         trace(self.name, 'connect ind from', packet.initiator_address, 'to', packet.advertiser_address)
+        paused = self.recently_paused(packet.advertiser_address)
+        if paused is not None:
+            pending = self.pending_le_connection
+            if pending is not None and pending.peer_address != packet.initiator_address:
+                trace(self.name, 'refuses a connection on its paused set from', packet.initiator_address,
+                      'while initiating to', pending.peer_address)
+                return None
+            trace(self.name, 'accepts a connection on its paused set from', packet.initiator_address)
+            paused.enabled = True  # super() terminates the set as for any connection
+            if pending is not None:
+                # Its host takes this completion for its own attempt to the same peer.
+                trace(self.name, 'its own attempt to', pending.peer_address, 'ends with this connection')
+                self.pending_le_connection = None
         connected_set = next((s for s in self.advertising_sets.values()
                               if s.enabled and s.address == packet.advertiser_address), None)
         result = super().on_le_connect_ind(packet)
@@ -166,14 +203,27 @@ class ScriptedController(Controller):
         trace(self.name, 'connection to', peer_address, 'was never taken up: failed to be established')
         self.on_le_disconnected(connection, hci.HCI_ErrorCode.CONNECTION_FAILED_TO_BE_ESTABLISHED_ERROR)
 
+    def connect_if_target_paused(self):
+        pending = self.pending_le_connection
+        if pending is None:
+            return
+        target = self.link.owner_of(pending.peer_address)
+        if target is not None and isinstance(target, ScriptedController) and target.recently_paused(pending.peer_address):
+            trace(self.name, 'connects at once to paused', pending.peer_address)
+            self.create_le_connection(pending.peer_address)
+
     def on_hci_le_create_connection_command(self, command):
         trace(self.name, 'create connection to', command.peer_address, 'pending' if self.pending_le_connection is None else 'refused: one pending')
-        return super().on_hci_le_create_connection_command(command)
+        result = super().on_hci_le_create_connection_command(command)
+        asyncio.get_running_loop().call_later(0.05, self.connect_if_target_paused)
+        return result
 
     def on_hci_le_extended_create_connection_command(self, command):
         trace(self.name, 'ext create connection to', command.peer_address, 'pending' if self.pending_le_connection is None
               else f'refused: one pending to {self.pending_le_connection.peer_address}')
-        return super().on_hci_le_extended_create_connection_command(command)
+        result = super().on_hci_le_extended_create_connection_command(command)
+        asyncio.get_running_loop().call_later(0.05, self.connect_if_target_paused)
+        return result
 
     def on_hci_le_create_connection_cancel_command(self, command):
         # Stock Bumble keeps the cancelled attempt pending (so every later attempt is refused)
