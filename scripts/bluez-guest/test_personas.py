@@ -11,8 +11,8 @@ and writes to the iPhones the bundles the sensor writes to iOS peers: its payloa
 then a payload-sharing bundle carrying the other iPhone's payload, both in 20-byte fragments, as
 the sensor sends them. Then it checks what the personas logged, and runs check.py's persona check
 on a made-up bundle of alpha's. Then three centrals connect to one persona at the same moment (as
-lab nodes in step do) and each reads it, and a connection whose target never hears the
-CONNECT_IND fails with 0x3E. Exits 1 on the first failure.
+lab nodes in step do) and each reads it, a connection whose target never hears the CONNECT_IND
+fails with 0x3E, and a node that paused its advertising to initiate accepts only its own target. Exits 1 on the first failure.
 """
 import asyncio, csv, json, os, struct, sys, tempfile
 
@@ -246,6 +246,54 @@ async def centrals_at_once(link, alpha, address, out):
     expect(readers == ['alpha', 'beta', 'gamma'], f'iphone-fg logged a read by each ({readers})')
 
 
+async def paused_while_initiating(out):
+    """A node whose host paused its advertising to initiate to Q (as Linux does) accepts a
+    connection on the paused set only from Q, and that connection ends its own pending attempt;
+    a connection from anyone else is refused and fails on the initiator's side with 0x3E."""
+    link = ScriptedLink({'nodes': [], 'rssi': {}}, out)
+    addresses = {'node': 'F0:00:00:00:00:21', 'x': 'F0:00:00:00:00:22', 'q': 'F0:00:00:00:00:23'}
+    devices, controllers = {}, {}
+    for name, addr in addresses.items():
+        c = ScriptedController(name, link=link, public_address=hci.Address(addr, hci.Address.PUBLIC_DEVICE_ADDRESS))
+        controllers[name] = c
+        devices[name] = Device(name=name, address=hci.Address(addr), host=Host(c, AsyncPipeSink(c)))
+        await devices[name].power_on()
+    node = controllers['node']
+    from bumble.device import AdvertisingParameters
+    advertising = await devices['node'].create_advertising_set(
+        advertising_parameters=AdvertisingParameters(own_address_type=hci.OwnAddressType.PUBLIC))
+    await advertising.stop()   # the host pauses the set before it initiates
+    expect(node.recently_paused(hci.Address(addresses['node'], hci.Address.PUBLIC_DEVICE_ADDRESS)) is not None,
+           'the node\'s set is paused')
+
+    def initiating_to(name):
+        return hci.HCI_LE_Create_Connection_Command(
+            le_scan_interval=96, le_scan_window=96, initiator_filter_policy=0, peer_address_type=0,
+            peer_address=hci.Address(addresses[name], hci.Address.PUBLIC_DEVICE_ADDRESS), own_address_type=0,
+            connection_interval_min=24, connection_interval_max=40, max_latency=0, supervision_timeout=42,
+            min_ce_length=0, max_ce_length=0)
+
+    async def connect(name):
+        connection = await asyncio.wait_for(devices[name].connect(
+            hci.Address(addresses['node'], hci.Address.PUBLIC_DEVICE_ADDRESS), own_address_type=hci.OwnAddressType.PUBLIC), 5)
+        ended = asyncio.get_running_loop().create_future()
+        connection.on('disconnection', lambda reason: ended.done() or ended.set_result(reason))
+        try:
+            return connection, await asyncio.wait_for(asyncio.shield(ended), 1.5)
+        except asyncio.TimeoutError:
+            return connection, None
+
+    node.pending_le_connection = initiating_to('q')
+    _, reason = await connect('x')
+    expect(reason == hci.HCI_ErrorCode.CONNECTION_FAILED_TO_BE_ESTABLISHED_ERROR
+           and node.pending_le_connection is not None and not node.le_connections,
+           f'initiating to q, the node refuses x on its paused set; x fails with 0x3E ({reason})')
+    _, reason = await connect('q')
+    expect(reason is None and node.pending_le_connection is None
+           and hci.Address(addresses['q'], hci.Address.PUBLIC_DEVICE_ADDRESS) in node.le_connections,
+           'the node accepts q, the peer it initiates to, and its own attempt ends with that connection')
+
+
 async def connection_not_taken_up(out):
     """A CONNECT_IND its target never hears (the target is deaf) fails on the initiator's side
     with "connection failed to be established" (0x3E), as a link layer reports it, instead of
@@ -315,6 +363,7 @@ def main():
         try:
             addresses = asyncio.run(asyncio.wait_for(run(out), 30))
             asyncio.run(asyncio.wait_for(connection_not_taken_up(out), 15))
+            asyncio.run(asyncio.wait_for(paused_while_initiating(out), 15))
             check_on_made_up_bundle(out, addresses)
         except AssertionError as e:
             print(f'FAIL {e}')
