@@ -161,10 +161,6 @@ public enum DongleRules {
         case recovery(ok: Bool, message: String, run: String?)
     }
 
-    /// Applies an outcome to a record: its history events and, after `quarantineAfter` failed
-    /// checks or outlier runs in a row, quarantine (health bad) with the evidence. A passing
-    /// check makes an unknown dongle good; it never releases a quarantined one (the operator
-    /// does, after looking).
     /// Evidence as stored in a dongle's history: sorted-key JSON, or, should the object not
     /// serialise, a JSON note saying why (evidence is never dropped silently).
     static func evidenceJSON(_ object: Any) -> String {
@@ -175,6 +171,10 @@ public enum DongleRules {
         }
     }
 
+    /// Applies an outcome to a record: its history events and, after `quarantineAfter` failed
+    /// checks or outlier runs in a row, quarantine (health bad) with the evidence. A passing
+    /// check makes an unknown dongle good; it never releases a quarantined one (the operator
+    /// does, after looking).
     public static func apply(_ outcome: Outcome, to record: inout DongleRecord, at t: Double, quarantineAfter: Int,
                              recent: [LabWire.DongleEvent]) -> [LabWire.DongleEvent] {
         var events = [LabWire.DongleEvent]()

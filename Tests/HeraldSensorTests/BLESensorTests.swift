@@ -14,13 +14,13 @@ final class BLESensorTests: XCTestCase {
     let A: RadioAddress = "C0:00:00:00:00:0A"
     let B: RadioAddress = "C0:00:00:00:00:0B"
 
-    func makeSensor(_ configure: (inout BLESensorSettings) -> Void = { _ in }) {
+    func makeSensor(seed: UInt64 = 1, _ configure: (inout BLESensorSettings) -> Void = { _ in }) {
         scheduler = VirtualScheduler(start: start)
         transport = ScriptedTransport(scheduler: scheduler)
         recorder = EventRecorder()
         var settings = BLESensorSettings()
         configure(&settings)
-        sensor = BLESensor(transport: transport, payloadDataSupplier: own, settings: settings, random: SeededGenerator(seed: 1))
+        sensor = BLESensor(transport: transport, payloadDataSupplier: own, settings: settings, random: SeededGenerator(seed: seed))
         sensor.add(delegate: recorder)
         sensor.start()
     }
@@ -223,12 +223,7 @@ final class BLESensorTests: XCTestCase {
         // so nodes started in step do not initiate to each other at the same instant.
         var delays: [TimeInterval] = []
         for seed: UInt64 in [1, 2, 3] {
-            scheduler = VirtualScheduler(start: start)
-            transport = ScriptedTransport(scheduler: scheduler)
-            var settings = BLESensorSettings()
-            settings.connectionSpread = 2
-            sensor = BLESensor(transport: transport, payloadDataSupplier: own, settings: settings, random: SeededGenerator(seed: seed))
-            sensor.start()
+            makeSensor(seed: seed) { $0.connectionSpread = 2 }
             transport.peers[A] = ScriptedTransport.heraldPeer(payload: peerPayload)
             at(1) { transport.advert(from: A, rssi: -50) }
             at(3.9)
@@ -242,12 +237,7 @@ final class BLESensorTests: XCTestCase {
         }
         XCTAssertEqual(Set(delays).count, 3, "each node draws its own delay: \(delays)")
         // Stopped during the delay: no connection.
-        scheduler = VirtualScheduler(start: start)
-        transport = ScriptedTransport(scheduler: scheduler)
-        var settings = BLESensorSettings()
-        settings.connectionSpread = 2
-        sensor = BLESensor(transport: transport, payloadDataSupplier: own, settings: settings, random: SeededGenerator(seed: 1))
-        sensor.start()
+        makeSensor { $0.connectionSpread = 2 }
         transport.peers[A] = ScriptedTransport.heraldPeer(payload: peerPayload)
         at(1) { transport.advert(from: A, rssi: -50) }
         at(atOnce + 0.0001) { sensor.stop() }

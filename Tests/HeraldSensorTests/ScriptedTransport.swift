@@ -26,11 +26,11 @@ final class ScriptedTransport: BLETransport {
     var calls: [String] = []
     /// When each connect was called, in seconds since the scheduler's start.
     var connectTimes: [TimeInterval] = []
-    private lazy var started = scheduler.now
+    private let started: Date
     weak var server: (any GATTServerDelegate)?
     var latency: TimeInterval = 0.05
 
-    init(scheduler: any Scheduler) { self.scheduler = scheduler; _ = started }
+    init(scheduler: any Scheduler) { self.scheduler = scheduler; started = scheduler.now }
 
     static func heraldPeer(payload: PayloadData) -> Peer {
         Peer(services: [GATTService(uuid: HeraldUUIDs.service, characteristics: [

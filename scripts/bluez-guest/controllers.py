@@ -212,18 +212,21 @@ class ScriptedController(Controller):
             trace(self.name, 'connects at once to paused', pending.peer_address)
             self.create_le_connection(pending.peer_address)
 
-    def on_hci_le_create_connection_command(self, command):
-        trace(self.name, 'create connection to', command.peer_address, 'pending' if self.pending_le_connection is None else 'refused: one pending')
-        result = super().on_hci_le_create_connection_command(command)
+    def initiate(self, what, command, handle):
+        """Either create-connection command: traced, handled by Bumble, and connected at once if
+        its target has just paused."""
+        pending = self.pending_le_connection
+        trace(self.name, what, 'to', command.peer_address,
+              'pending' if pending is None else f'refused: one pending to {pending.peer_address}')
+        result = handle(command)
         asyncio.get_running_loop().call_later(0.05, self.connect_if_target_paused)
         return result
 
+    def on_hci_le_create_connection_command(self, command):
+        return self.initiate('create connection', command, super().on_hci_le_create_connection_command)
+
     def on_hci_le_extended_create_connection_command(self, command):
-        trace(self.name, 'ext create connection to', command.peer_address, 'pending' if self.pending_le_connection is None
-              else f'refused: one pending to {self.pending_le_connection.peer_address}')
-        result = super().on_hci_le_extended_create_connection_command(command)
-        asyncio.get_running_loop().call_later(0.05, self.connect_if_target_paused)
-        return result
+        return self.initiate('ext create connection', command, super().on_hci_le_extended_create_connection_command)
 
     def on_hci_le_create_connection_cancel_command(self, command):
         # Stock Bumble keeps the cancelled attempt pending (so every later attempt is refused)

@@ -124,11 +124,16 @@ def events(out, name):
     return [json.loads(line) for line in open(os.path.join(out, f'persona-{name}.jsonl'))]
 
 
+def node_device(link, name, address):
+    """A Bumble host (in place of bluetoothd and the sensor) on a node controller of `link`."""
+    controller = ScriptedController(name, link=link, public_address=hci.Address(address, hci.Address.PUBLIC_DEVICE_ADDRESS))
+    return Device(name=name, address=hci.Address(address), host=Host(controller, AsyncPipeSink(controller)))
+
+
 async def run(out):
     link = ScriptedLink(MODEL, out)
     # "alpha": a Bumble host in place of bluetoothd and HeraldLab's sensor, on a node controller.
-    controller = ScriptedController('alpha', link=link, public_address=hci.Address(ALPHA, hci.Address.PUBLIC_DEVICE_ADDRESS))
-    alpha = Device(name='alpha', address=hci.Address(ALPHA), host=Host(controller, AsyncPipeSink(controller)))
+    alpha = node_device(link, 'alpha', ALPHA)
     await alpha.power_on()
     personas = await P.start_personas(MODEL, link, out, len(MODEL['nodes']))
     addresses = {p.name: p.address for p in personas}
@@ -235,8 +240,7 @@ async def centrals_at_once(link, alpha, address, out):
     moment (their CONNECT_INDs follow the same advert). Each gets a working link and reads."""
     centrals = [alpha]
     for name, addr in (('beta', 'F0:00:00:00:00:05'), ('gamma', 'F0:00:00:00:00:06')):
-        c = ScriptedController(name, link=link, public_address=hci.Address(addr, hci.Address.PUBLIC_DEVICE_ADDRESS))
-        d = Device(name=name, address=hci.Address(addr), host=Host(c, AsyncPipeSink(c)))
+        d = node_device(link, name, addr)
         await d.power_on()
         centrals.append(d)
     payloads = await asyncio.gather(*(read_payload(d, address) for d in centrals), return_exceptions=True)
@@ -252,13 +256,11 @@ async def paused_while_initiating(out):
     a connection from anyone else is refused and fails on the initiator's side with 0x3E."""
     link = ScriptedLink({'nodes': [], 'rssi': {}}, out)
     addresses = {'node': 'F0:00:00:00:00:21', 'x': 'F0:00:00:00:00:22', 'q': 'F0:00:00:00:00:23'}
-    devices, controllers = {}, {}
+    devices = {}
     for name, addr in addresses.items():
-        c = ScriptedController(name, link=link, public_address=hci.Address(addr, hci.Address.PUBLIC_DEVICE_ADDRESS))
-        controllers[name] = c
-        devices[name] = Device(name=name, address=hci.Address(addr), host=Host(c, AsyncPipeSink(c)))
+        devices[name] = node_device(link, name, addr)
         await devices[name].power_on()
-    node = controllers['node']
+    node = link.owner_of(hci.Address(addresses['node'], hci.Address.PUBLIC_DEVICE_ADDRESS))
     from bumble.device import AdvertisingParameters
     advertising = await devices['node'].create_advertising_set(
         advertising_parameters=AdvertisingParameters(own_address_type=hci.OwnAddressType.PUBLIC))
@@ -303,8 +305,7 @@ async def connection_not_taken_up(out):
     link = ScriptedLink(model, out)
     devices = {}
     for name, addr in (('central', 'F0:00:00:00:00:11'), ('target', 'F0:00:00:00:00:12')):
-        c = ScriptedController(name, link=link, public_address=hci.Address(addr, hci.Address.PUBLIC_DEVICE_ADDRESS))
-        devices[name] = Device(name=name, address=hci.Address(addr), host=Host(c, AsyncPipeSink(c)))
+        devices[name] = node_device(link, name, addr)
         await devices[name].power_on()
     await devices['target'].start_advertising(own_address_type=hci.OwnAddressType.PUBLIC, advertising_interval_min=100,
                                               advertising_interval_max=100)
