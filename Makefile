@@ -64,10 +64,12 @@ test-bluez: deps
 	 for stack in $(BLUEZ_STACKS); do \
 	   started=$$(date +%s); out=$(BLUEZ_OUT)/$$stack; \
 	   BLUEZ_STACK=$$stack scripts/bluez-guest/guest.sh run $$out scripts/bluez-guest/run-in-guest.sh; guest=$$?; \
-	   python3 scripts/bluez-guest/check.py $$out plans/bluez-3.yaml scripts/bluez-guest/model.json; check=$$?; \
+	   python3 scripts/bluez-guest/check.py $$out plans/bluez-3.yaml scripts/bluez-guest/model.json > $$out/check.txt 2>&1; check=$$?; \
+	   cat $$out/check.txt; \
 	   echo "test-bluez $$stack: $$(( $$(date +%s) - started )) s wall; guest exit $$guest, check exit $$check; outputs in $$out"; \
 	   [ $$check -eq 0 ] && [ $$guest -le 1 ] || failed="$$failed $$stack"; \
 	 done; \
+	 for stack in $$failed; do scripts/bluez-guest/why-failed.sh $(BLUEZ_OUT)/$$stack; done; \
 	 [ -z "$$failed" ] || { echo "test-bluez: FAILED on$$failed"; exit 1; }
 
 # Many dongles per host, and a fleet that looks after itself: the same QEMU guest with six Bumble
