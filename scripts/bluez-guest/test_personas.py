@@ -220,8 +220,16 @@ async def run(out):
         expect(writes[1]['rssi'] == -60 and writes[1]['shared'] == [{'shortName': short_name(fixed_payload(other)), 'identifier': other}],
                f'{name}: writePayloadSharing carried the other iPhone\'s payload ({other}) at RSSI -60')
         expect(writes[3]['rssi'] == -60, f'{name}: writeRSSI -60 after a rejected bundle')
-    await centrals_at_once(link, alpha, addresses['iphone-fg'], out)
+    centrals = await centrals_at_once(link, alpha, addresses['iphone-fg'], out)
+    await settled(centrals + [p.device for p in personas])
     return addresses
+
+
+async def settled(devices):
+    """Waits until no host has a command in flight (a persona re-advertises after each
+    disconnection), so that closing the event loop cancels none whose answer is on its way."""
+    while any(d.host.pending_response is not None for d in devices):
+        await asyncio.sleep(0.01)
 
 
 async def read_payload(device, address):
@@ -248,6 +256,7 @@ async def centrals_at_once(link, alpha, address, out):
            f'three centrals connecting to iphone-fg at once each read its payload ({[short_name(p) if isinstance(p, bytes) else repr(p) for p in payloads]})')
     readers = sorted(e['by'] for e in events(out, 'iphone-fg') if e['event'] == 'read')[-3:]
     expect(readers == ['alpha', 'beta', 'gamma'], f'iphone-fg logged a read by each ({readers})')
+    return centrals
 
 
 async def paused_while_initiating(out):
