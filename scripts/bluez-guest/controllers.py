@@ -121,14 +121,18 @@ class ScriptedController(Controller):
     the last few seconds still accepts a connection, and an initiator whose target has just
     paused connects at once, as a dongle with simultaneous roles would.
 
-    With one rule a dongle keeps too: a controller that is itself initiating accepts only a
-    connection from the peer it is initiating to, and that connection ends its own attempt (its
-    host takes the completion for it). Linux 6.1 attaches any LE Connection Complete to its
-    pending outgoing connection (`hci_lookup_le_connect`): a connection from another peer, or a
-    later second completion of the still pending attempt, left the node unable to initiate for
-    the rest of the run (two of the first three bookworm runs of the session that found it;
-    6.12 looks connections up by address and was unharmed). A connection refused so fails on the
-    initiator's side with 0x3E (check_established).
+    Linux 6.1 attaches any LE Connection Complete to its pending outgoing connection
+    (`hci_lookup_le_connect`), whatever the role and peer it reports, so a host must never be
+    told of a connection as peripheral while its own attempt is pending. Every time that
+    happened a 6.1 node never initiated a connection again, not even after bluetoothd restarted:
+    a connection from another peer, a second completion of the still pending attempt (two of
+    the first three bookworm runs of one session), and a peripheral-role completion of the
+    peer it was initiating to, taken for its own attempt (CI, and one run in four after it).
+    6.12 looks connections up by address and was unharmed by all three. So a controller that is
+    itself initiating refuses a connection on its paused set from any other peer (which fails
+    on the initiator's side with 0x3E, check_established), and from the peer it is initiating
+    to it first fails its own attempt (0x3E to its host), then accepts: one node reads the
+    other, and the other tries again in a later cycle.
     """
     PAUSE_GRACE = 5.0
 
@@ -166,12 +170,18 @@ class ScriptedController(Controller):
                 trace(self.name, 'refuses a connection on its paused set from', packet.initiator_address,
                       'while initiating to', pending.peer_address)
                 return None
+            if pending is not None:
+                # Its own attempt to this peer fails first, so that its host has no attempt
+                # pending when the connection it accepts is reported (see the class comment).
+                trace(self.name, 'its own attempt to', pending.peer_address, 'fails (0x3E) before it accepts')
+                self.pending_le_connection = None
+                self.send_hci_packet(hci.HCI_LE_Connection_Complete_Event(
+                    status=hci.HCI_ErrorCode.CONNECTION_FAILED_TO_BE_ESTABLISHED_ERROR, connection_handle=0,
+                    role=hci.Role.CENTRAL, peer_address_type=pending.peer_address.address_type,
+                    peer_address=pending.peer_address, connection_interval=0, peripheral_latency=0,
+                    supervision_timeout=0, central_clock_accuracy=0))
             trace(self.name, 'accepts a connection on its paused set from', packet.initiator_address)
             paused.enabled = True  # super() terminates the set as for any connection
-            if pending is not None:
-                # Its host takes this completion for its own attempt to the same peer.
-                trace(self.name, 'its own attempt to', pending.peer_address, 'ends with this connection')
-                self.pending_le_connection = None
         connected_set = next((s for s in self.advertising_sets.values()
                               if s.enabled and s.address == packet.advertiser_address), None)
         result = super().on_le_connect_ind(packet)
