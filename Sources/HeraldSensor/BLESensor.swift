@@ -366,9 +366,7 @@ public final class BLESensor: Sensor {
         // Nodes in step (BLESensorSettings.connectionSpread): the attempt starts a little later,
         // by a different amount on each node, so of two nodes that picked each other one is
         // still advertising when the other initiates.
-        busy = true
-        operationToken &+= 1
-        let token = operationToken
+        let token = beginOperation()
         let delay = Double.random(in: 0..<settings.connectionSpread, using: &random)
         scheduler.schedule(after: delay) { [weak self] in
             guard let self, self.operationToken == token else { return }
@@ -378,11 +376,18 @@ public final class BLESensor: Sensor {
         }
     }
 
-    private func perform(_ action: Action, on device: BLEDevice) {
-        guard let address = device.address else { return }
+    /// Marks the sensor busy with a new operation and returns its token: a callback of an
+    /// earlier operation (a late answer, a deadline, a delayed start) finds another token and
+    /// does nothing.
+    private func beginOperation() -> UInt64 {
         busy = true
         operationToken &+= 1
-        let token = operationToken
+        return operationToken
+    }
+
+    private func perform(_ action: Action, on device: BLEDevice) {
+        guard let address = device.address else { return }
+        let token = beginOperation()
         debug("\(action) \(device.identifier) at \(address)")
         let deadline = scheduler.schedule(after: settings.connectionTimeout) { [weak self] in
             guard let self, self.operationToken == token else { return }
