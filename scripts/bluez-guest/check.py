@@ -39,6 +39,15 @@ def persona_events(out, name):
     return events
 
 
+def contact_rows(bundle, node):
+    """A node's contacts.csv rows without the header and without short rows; none when the node
+    wrote no contacts.csv (each check then fails that node with its own FAIL lines)."""
+    path = os.path.join(bundle, 'nodes', node, 'contacts.csv')
+    if not os.path.exists(path):
+        return []
+    return [r for r in list(csv.reader(open(path)))[1:] if len(r) >= 11]
+
+
 def check_personas(out, bundle, nodes, model, controllers, fail):
     """The personas' lines and failures (see the module's description)."""
     personas = model.get('personas') or {}
@@ -55,9 +64,7 @@ def check_personas(out, bundle, nodes, model, controllers, fail):
         folder = os.path.join(bundle, 'nodes', rx['name'])
         detection_path = os.path.join(folder, 'detection.csv')
         detection = open(detection_path).read() if os.path.exists(detection_path) else ''
-        contacts_path = os.path.join(folder, 'contacts.csv')
-        rows = [r for r in csv.reader(open(contacts_path))][1:] if os.path.exists(contacts_path) else []
-        rows = [r for r in rows if len(r) >= 11]
+        rows = contact_rows(bundle, rx['name'])
         for name, spec in personas.items():
             kind = spec['kind']
             short = short_name(fixed_payload(spec['identifier']))
@@ -160,7 +167,7 @@ def main(out, plan_path, model_path):
     for rx in nodes:
         folder = os.path.join(bundle, 'nodes', rx['name'])
         detection = open(os.path.join(folder, 'detection.csv')).read()
-        rows = list(csv.reader(open(os.path.join(folder, 'contacts.csv'))))[1:]
+        rows = contact_rows(bundle, rx['name'])
         for tx in nodes:
             if tx is rx:
                 continue
@@ -248,7 +255,7 @@ def check_restart(out, bundle, nodes, controllers, fail):
     print(f"bluetoothd killed at {clock(killed)}, back with its adapters {ready - killed:.1f} s later")
     print(f"     {'receiver':9} {'sender':9} {'RSSI again after':>16} {'after kill':>10} {'reads after':>11}")
     for rx in nodes:
-        rows = list(csv.reader(open(os.path.join(bundle, 'nodes', rx['name'], 'contacts.csv'))))[1:]
+        rows = contact_rows(bundle, rx['name'])
         for tx in nodes:
             if tx is rx:
                 continue
