@@ -108,12 +108,25 @@ public enum LocalDongles {
             }
             out.append(d)
         }
-        return Survey(dongles: out, problems: problems)
+        return Survey(dongles: out, problems: problems + sharedAddresses(out))
     }
 
-    /// The controller `selector` names: hciN, or an address (any case).
+    /// Controllers of this host that report one address: clone dongles, which nothing that goes
+    /// by address (plans, manifests, the coordinator's records) can tell apart.
+    public static func sharedAddresses(_ dongles: [LocalDongle]) -> [String] {
+        let byAddress = Dictionary(grouping: dongles.filter { $0.address != nil }, by: { $0.address ?? "" })
+        return byAddress.sorted { $0.key < $1.key }.filter { $0.value.count > 1 }.map { address, group in
+            "\(group.map(\.adapter).joined(separator: " and ")) report one address, \(address): clone dongles, which the lab cannot tell apart "
+                + "(select them here by hciN; the coordinator marks the address bad)"
+        }
+    }
+
+    /// The controller `selector` names: hciN, or an address (any case) that one controller has.
     public static func find(_ selector: String, in dongles: [LocalDongle]) -> LocalDongle? {
-        if let address = SysfsBluetooth.address(selector) { return dongles.first { $0.address == address } }
+        if let address = SysfsBluetooth.address(selector) {
+            let matching = dongles.filter { $0.address == address }
+            return matching.count == 1 ? matching[0] : nil
+        }
         return dongles.first { $0.adapter == selector }
     }
 }

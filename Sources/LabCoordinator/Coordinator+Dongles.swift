@@ -27,10 +27,25 @@ extension Coordinator {
             }
             var events = [LabWire.DongleEvent]()
             let old = r.info
-            if old.host != info.host || old.agent != info.agent || (info.usb != nil && old.usb?.port != info.usb?.port) {
+            let (here, there) = (DongleRecord.place(info), DongleRecord.place(old))
+            if here != there, r.isClone {
+                // Known clones: their reports alternate; nothing new to say.
+            } else if here != there, r.previousPlace == here, let seen = r.previousSeen, t - seen <= DongleRecord.cloneWindow {
+                // Reported here, then there, then here again within the window: not a dongle
+                // that moves but two that share one address. Neither can be told apart from the
+                // other (plans, manifests and history go by address), so neither is selected.
+                r.health = .bad
+                r.healthSince = t
+                r.healthReason = "\(DongleRecord.cloneReason) \(key): at \(here) and at \(there); give one a new address (btmgmt public-addr, where its controller allows it) or unplug it, then release"
+                events.append(LabWire.DongleEvent(kind: "health", at: t, ok: false, message: "bad: \(r.healthReason ?? "")"))
+            } else if old.host != info.host || old.agent != info.agent || (info.usb != nil && old.usb?.port != info.usb?.port) {
                 let from = [old.host, old.agent, old.usb?.port].compactMap { $0 }.joined(separator: "/")
                 let to = [info.host, info.agent, info.usb?.port].compactMap { $0 }.joined(separator: "/")
                 events.append(LabWire.DongleEvent(kind: "moved", at: t, ok: true, message: "now \(to) (was \(from))"))
+            }
+            if here != there {
+                r.previousPlace = there
+                r.previousSeen = r.lastSeen
             }
             // Fields a later look may not have (identity read once) are kept.
             if info.manufacturer == nil, old.manufacturer != nil {

@@ -14,6 +14,10 @@ public struct DongleRecord: Codable, Sendable, Equatable {
     public var outliers = 0
     public var firstSeen: Double
     public var lastSeen: Double
+    /// Where it was reported before its last move, and when it was last reported there: a report
+    /// from there again soon after the move means two controllers share its address (clones).
+    public var previousPlace: String?
+    public var previousSeen: Double?
 
     public init(id: String, info: LabWire.DongleInfo, at t: Double) {
         self.id = id
@@ -26,6 +30,21 @@ public struct DongleRecord: Codable, Sendable, Equatable {
     public static func key(_ d: LabWire.DongleInfo) -> String {
         d.id ?? "unknown@\(d.agent ?? d.name)"
     }
+
+    /// Where a dongle is plugged, as far as its reports say: host, agent, and its USB port (the
+    /// adapter name when it has none).
+    public static func place(_ d: LabWire.DongleInfo) -> String {
+        [d.host, d.agent, d.usb.map { "USB port \($0.port)" } ?? d.adapter].compactMap { $0 }.joined(separator: "/")
+    }
+
+    /// Seconds within which a report from a dongle's previous place, after it was reported
+    /// somewhere else, means two dongles and not a move back (agents report every few seconds;
+    /// moving a dongle and back takes longer).
+    public static let cloneWindow = 120.0
+
+    /// Whether its health was set because two controllers report its address.
+    public var isClone: Bool { health == .bad && healthReason?.hasPrefix(DongleRecord.cloneReason) == true }
+    static let cloneReason = "clone: two controllers report address"
 }
 
 /// The coordinator's rules for dongles, as pure functions (LabCoordinatorTests): who passed a

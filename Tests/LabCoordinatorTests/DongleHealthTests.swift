@@ -207,6 +207,44 @@ final class DongleHealthTests: XCTestCase {
         try Plan.parse(yaml: "name: p\nduration: 1m\nnodes: [\((1...nodes).map { "n\($0)" }.joined(separator: ", "))]\nradio: {kind: bluez}\nagents: \(agents)\n")
     }
 
+    /// Clone dongles share one address. A dongle reported at a second place is a move; reported
+    /// at the first place again soon after, it is two dongles: bad, with both places, and never
+    /// selected. A move back long after is still a move.
+    func testTwoDonglesWithOneAddressAreFoundOutAndNeverSelected() throws {
+        let c = try coordinator()
+        for n in 1...3 { register(c, n, url: "http://127.0.0.1:\(9000 + n)") }
+        func report(_ n: Int, by agent: String, host: String) {
+            var d = LabWire.DongleInfo(id: "F0:00:00:00:00:0\(n)", name: "d\(n)", present: true)
+            d.host = host
+            c.noteDongle(d, agent: agent)
+        }
+        let d2 = "F0:00:00:00:00:02"
+        report(2, by: "a5", host: "hostB")
+        XCTAssertEqual(c.withLock { c.dongles[d2]?.health }, .unknown, "reported at a second place: a move")
+        c.withLock { c.dongles[d2]?.previousSeen? -= DongleRecord.cloneWindow + 1 }
+        report(2, by: "a2", host: "hostA")
+        XCTAssertEqual(c.withLock { c.dongles[d2]?.health }, .unknown, "back at its first place long after: a move too")
+        XCTAssertEqual(c.dongleHistory(d2, limit: 10).filter { $0.kind == "moved" }.count, 2)
+
+        let d1 = "F0:00:00:00:00:01"
+        report(1, by: "a5", host: "hostB")
+        report(1, by: "a1", host: "hostA")
+        let r = try XCTUnwrap(c.withLock { c.dongles[d1] })
+        XCTAssertEqual(r.health, .bad)
+        XCTAssertTrue(r.isClone)
+        XCTAssertEqual(r.healthReason, "clone: two controllers report address F0:00:00:00:00:01: at hostA/a1 and at hostB/a5; "
+                       + "give one a new address (btmgmt public-addr, where its controller allows it) or unplug it, then release")
+        let events = c.dongleHistory(d1, limit: 10)
+        XCTAssertEqual(events.first?.kind, "health")
+        XCTAssertEqual(events.first?.ok, false)
+        XCTAssertThrowsError(try c.select(plan("{dongles: [d1, d3]}", nodes: 2))) { e in
+            XCTAssertTrue("\(e)".contains("dongle d1 (F0:00:00:00:00:01) is bad: clone"), "\(e)")
+        }
+        // Their reports go on alternating: nothing more is written to the history.
+        for _ in 0..<3 { report(1, by: "a5", host: "hostB"); report(1, by: "a1", host: "hostA") }
+        XCTAssertEqual(c.dongleHistory(d1, limit: 10).count, events.count)
+    }
+
     func testSelectionSkipsQuarantinedDonglesAndPrefersGoodOnes() throws {
         let c = try coordinator()
         for n in 1...5 { register(c, n, url: "http://127.0.0.1:\(9000 + n)", maker: n <= 3 ? 2 : 93) }
