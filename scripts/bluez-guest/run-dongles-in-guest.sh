@@ -13,48 +13,12 @@ OUT=$1
 REPO=${HL_REPO:?}
 BIN=${HERALD_LAB:-$REPO/.build/release/herald-lab}
 G=$REPO/scripts/bluez-guest
-pids=()
-finish() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
-trap finish EXIT
-step() { echo "[guest $(date +%T)] $*"; }
-wait_until() { # SECONDS DESCRIPTION COMMAND...
-  local limit=$1 what=$2; shift 2
-  for _ in $(seq 1 $((limit * 4))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
-  step "timed out after ${limit}s waiting for $what"; return 1
-}
+. "$G/guest-common.sh"
+watch_load
+start_system_bus
+start_controllers "$G/model-dongles.json"
+start_bluetoothd
 
-step "system bus"
-mkdir -p /run/dbus
-dbus-daemon --system --fork || exit 10
-
-step "Bumble controllers"
-HL_BUMBLE_TRACE=1 python3 "$G/controllers.py" "$G/model-dongles.json" "$OUT" >"$OUT/controllers.log" 2>&1 & pids+=($!)
-wait_until 60 "controllers" grep -q "controllers ready" "$OUT/controllers.log" || { cat "$OUT/controllers.log"; exit 11; }
-count=$(python3 -c "import json; print(len(json.load(open('$G/model-dongles.json'))['nodes']))")
-wait_until 60 "$count hci devices" test "$(ls /sys/class/bluetooth | grep -c '^hci[0-9]*$')" -ge "$count" || exit 12
-step "$(ls /sys/class/bluetooth | tr '\n' ' ')"
-
-BLUETOOTHD=(/usr/libexec/bluetooth/bluetoothd)
-if [ "${HL_STACK:-bookworm}" = trixie ]; then
-  R=${HL_STACK_ROOT:?}
-  mount --bind /proc "$R/proc"; mount --bind /sys "$R/sys"; mount --bind /dev "$R/dev"
-  mount --bind /run/dbus "$R/run/dbus"
-  mount -t tmpfs tmpfs "$R/var/lib/bluetooth"; mount -t tmpfs tmpfs "$R/tmp"
-  BLUETOOTHD=(chroot "$R" /usr/libexec/bluetooth/bluetoothd)
-fi
-echo "{\"stack\": \"${HL_STACK:-bookworm}\", \"kernel\": \"$(uname -r)\", \"bluez\": \"$("${BLUETOOTHD[@]}" --version)\"}" > "$OUT/stack.json"
-step "bluetoothd -n -d -E (stack ${HL_STACK:-bookworm})"
-( while true; do
-    "${BLUETOOTHD[@]}" -n -d -E >>"$OUT/bluetoothd.log" 2>&1
-    echo "[guest $(date +%T)] bluetoothd exited $?; restarting" | tee -a "$OUT/bluetoothd-restarts.log"
-    sleep 1
-  done ) & pids+=($!)
-adapters_ready() {
-  [ "$(dbus-send --system --print-reply --dest=org.bluez / org.freedesktop.DBus.ObjectManager.GetManagedObjects 2>/dev/null | grep -c '"org.bluez.Adapter1"')" -ge "$count" ]
-}
-wait_until 60 "bluetoothd adapters" adapters_ready || { tail -20 "$OUT/bluetoothd.log"; exit 13; }
-
-addr() { python3 -c "import json; print(json.load(open('$OUT/controllers.json'))['$1']['address'])"; }
 W=$OUT/lab
 mkdir -p "$W/logs"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$W/token"
