@@ -128,11 +128,14 @@ class ScriptedController(Controller):
     a connection from another peer, a second completion of the still pending attempt (two of
     the first three bookworm runs of one session), and a peripheral-role completion of the
     peer it was initiating to, taken for its own attempt (CI, and one run in four after it).
-    6.12 looks connections up by address and was unharmed by all three. So a controller that is
-    itself initiating refuses a connection on its paused set from any other peer (which fails
-    on the initiator's side with 0x3E, check_established), and from the peer it is initiating
-    to it first fails its own attempt (0x3E to its host), then accepts: one node reads the
-    other, and the other tries again in a later cycle.
+    The same happened to a node that initiated while a peer was connected to it (its set goes
+    on advertising then, see on_le_connect_ind) and was connected to by the peer it initiated
+    to (two bookworm runs of 9 after the paused-set rule). 6.12 looks connections up by address
+    and was unharmed by all of these. So a controller that is itself initiating, its set paused
+    or not, refuses a connection from any other peer (which fails on the initiator's side with
+    0x3E, check_established), and from the peer it is initiating to it first fails its own
+    attempt (0x3E to its host), then accepts: one node reads the other, and the other tries
+    again in a later cycle.
     """
     PAUSE_GRACE = 5.0
 
@@ -164,22 +167,26 @@ class ScriptedController(Controller):
     def on_le_connect_ind(self, packet):
         trace(self.name, 'connect ind from', packet.initiator_address, 'to', packet.advertiser_address)
         paused = self.recently_paused(packet.advertiser_address)
-        if paused is not None:
-            pending = self.pending_le_connection
-            if pending is not None and pending.peer_address != packet.initiator_address:
-                trace(self.name, 'refuses a connection on its paused set from', packet.initiator_address,
+        targeted = paused is not None or any(s.enabled and s.address == packet.advertiser_address
+                                             for s in self.advertising_sets.values())
+        pending = self.pending_le_connection
+        if targeted and pending is not None:
+            # Initiating itself (its set paused, or still advertising because a peer is
+            # connected to it): see the class comment.
+            if pending.peer_address != packet.initiator_address:
+                trace(self.name, 'refuses a connection from', packet.initiator_address,
                       'while initiating to', pending.peer_address)
                 return None
-            if pending is not None:
-                # Its own attempt to this peer fails first, so that its host has no attempt
-                # pending when the connection it accepts is reported (see the class comment).
-                trace(self.name, 'its own attempt to', pending.peer_address, 'fails (0x3E) before it accepts')
-                self.pending_le_connection = None
-                self.send_hci_packet(hci.HCI_LE_Connection_Complete_Event(
-                    status=hci.HCI_ErrorCode.CONNECTION_FAILED_TO_BE_ESTABLISHED_ERROR, connection_handle=0,
-                    role=hci.Role.CENTRAL, peer_address_type=pending.peer_address.address_type,
-                    peer_address=pending.peer_address, connection_interval=0, peripheral_latency=0,
-                    supervision_timeout=0, central_clock_accuracy=0))
+            # Its own attempt to this peer fails first, so that its host has no attempt pending
+            # when the connection it accepts is reported.
+            trace(self.name, 'its own attempt to', pending.peer_address, 'fails (0x3E) before it accepts')
+            self.pending_le_connection = None
+            self.send_hci_packet(hci.HCI_LE_Connection_Complete_Event(
+                status=hci.HCI_ErrorCode.CONNECTION_FAILED_TO_BE_ESTABLISHED_ERROR, connection_handle=0,
+                role=hci.Role.CENTRAL, peer_address_type=pending.peer_address.address_type,
+                peer_address=pending.peer_address, connection_interval=0, peripheral_latency=0,
+                supervision_timeout=0, central_clock_accuracy=0))
+        if paused is not None:
             trace(self.name, 'accepts a connection on its paused set from', packet.initiator_address)
             paused.enabled = True  # super() terminates the set as for any connection
         connected_set = next((s for s in self.advertising_sets.values()

@@ -259,11 +259,13 @@ async def centrals_at_once(link, alpha, address, out):
     return centrals
 
 
-async def paused_while_initiating(out):
-    """A node whose host paused its advertising to initiate to Q (as Linux does) accepts a
-    connection on the paused set only from Q, and only after its own attempt to Q has failed
-    (0x3E to its host: Linux 6.1 would take the peripheral-role completion for its attempt);
-    a connection from anyone else is refused and fails on the initiator's side with 0x3E."""
+async def paused_while_initiating(out, paused=True):
+    """A node that initiates to Q, its set paused by its host (as Linux does) or still
+    advertising (a peer is connected to it), accepts a connection only from Q, and only after
+    its own attempt to Q has failed (0x3E to its host: Linux 6.1 would take the peripheral-role
+    completion for its attempt); a connection from anyone else is refused and fails on the
+    initiator's side with 0x3E."""
+    state = 'paused' if paused else 'advertising'
     link = ScriptedLink({'nodes': [], 'rssi': {}}, out)
     addresses = {'node': 'F0:00:00:00:00:21', 'x': 'F0:00:00:00:00:22', 'q': 'F0:00:00:00:00:23'}
     devices = {}
@@ -274,9 +276,10 @@ async def paused_while_initiating(out):
     from bumble.device import AdvertisingParameters
     advertising = await devices['node'].create_advertising_set(
         advertising_parameters=AdvertisingParameters(own_address_type=hci.OwnAddressType.PUBLIC))
-    await advertising.stop()   # the host pauses the set before it initiates
-    expect(node.recently_paused(hci.Address(addresses['node'], hci.Address.PUBLIC_DEVICE_ADDRESS)) is not None,
-           'the node\'s set is paused')
+    if paused:
+        await advertising.stop()   # the host pauses the set before it initiates
+    expect((node.recently_paused(hci.Address(addresses['node'], hci.Address.PUBLIC_DEVICE_ADDRESS)) is not None) == paused,
+           f'the node\'s set is {state}')
 
     def initiating_to(name):
         return hci.HCI_LE_Create_Connection_Command(
@@ -299,7 +302,7 @@ async def paused_while_initiating(out):
     _, reason = await connect('x')
     expect(reason == hci.HCI_ErrorCode.CONNECTION_FAILED_TO_BE_ESTABLISHED_ERROR
            and node.pending_le_connection is not None and not node.le_connections,
-           f'initiating to q, the node refuses x on its paused set; x fails with 0x3E ({reason})')
+           f'initiating to q, its set {state}, the node refuses x; x fails with 0x3E ({reason})')
     told = []  # what the node's controller tells its host, before the enhanced-event rewrite
     tell = node.send_hci_packet
     node.send_hci_packet = lambda packet: (told.append(packet), tell(packet))[1]
@@ -309,7 +312,7 @@ async def paused_while_initiating(out):
     expect(reason is None and node.pending_le_connection is None and q in node.le_connections
            and completions == [(hci.HCI_ErrorCode.CONNECTION_FAILED_TO_BE_ESTABLISHED_ERROR, hci.Role.CENTRAL, str(q)),
                                (hci.HCI_SUCCESS, hci.Role.PERIPHERAL, str(q))],
-           f'the node accepts q, the peer it initiates to, after failing its own attempt to q first ({completions})')
+           f'its set {state}, the node accepts q, the peer it initiates to, after failing its own attempt to q first ({completions})')
 
 
 async def connection_not_taken_up(out):
@@ -381,6 +384,7 @@ def main():
             addresses = asyncio.run(asyncio.wait_for(run(out), 30))
             asyncio.run(asyncio.wait_for(connection_not_taken_up(out), 15))
             asyncio.run(asyncio.wait_for(paused_while_initiating(out), 15))
+            asyncio.run(asyncio.wait_for(paused_while_initiating(out, paused=False), 15))
             check_on_made_up_bundle(out, addresses)
         except AssertionError as e:
             print(f'FAIL {e}')
