@@ -409,6 +409,15 @@ public final class BLESensor: Sensor {
                 case .success(let services):
                     guard let herald = services.first(where: { $0.uuid == HeraldUUIDs.service || $0.uuid == HeraldUUIDs.legacyService }) else {
                         deadline.cancel()
+                        if device.hasHeraldService {
+                            // It advertises the Herald service but does not serve it yet: a node
+                            // whose GATT application is being registered (just started, or its
+                            // bluetoothd just back). A failed attempt, tried again in a later
+                            // cycle; ignored for a minute, it went unread for a whole guest run.
+                            self.finish(device, action, address: address, token: token,
+                                        error: .failed("no Herald service on connect, though it advertises one"))
+                            return
+                        }
                         self.ignore(device, because: "no Herald service on connect")
                         self.finish(device, action, address: address, token: token, error: nil)
                         return

@@ -111,6 +111,22 @@ final class BLESensorTests: XCTestCase {
         XCTAssertEqual(sensor.devices[0].ignoreUntil!.timeIntervalSince(start), 67.15 + 72, accuracy: 0.01)
     }
 
+    /// A node that advertises the Herald service but does not serve it yet (its GATT application
+    /// is still being registered) is a failed attempt, read in a later cycle, not ignored.
+    func testAPeerAdvertisingHeraldButNotServingItYetIsTriedAgainNotIgnored() {
+        makeSensor()
+        transport.peers[A] = ScriptedTransport.Peer(services: [GATTService(uuid: BluetoothUUID(0x180F), characteristics: [])])
+        at(1) { transport.advert(from: A, rssi: -40) }
+        at(6)
+        XCTAssertNil(sensor.devices[0].ignoreUntil, "not ignored")
+        XCTAssertEqual(events(matching: "read").count, 0)
+        transport.peers[A] = ScriptedTransport.heraldPeer(payload: peerPayload)
+        at(15) { transport.advert(from: A, rssi: -41) }  // in the scan of 14-18
+        at(20)
+        XCTAssertEqual(events(matching: "read").count, 1, "read once it serves the service")
+        XCTAssertEqual(transport.calls.filter { $0.hasPrefix("connect") }.count, 2)
+    }
+
     func testAppleOnlyDeviceIsConnectedToConfirmAndRead() {
         makeSensor()
         transport.peers[A] = ScriptedTransport.iosPeer(payload: peerPayload)
