@@ -38,8 +38,15 @@ async def main(address, out, controllers=None):
     while loop.time() < deadline and len(payloads) < 3:
         # Every advert reported (DuplicateData): with bleak's default (false), BlueZ 5.82 gives
         # the devices it finds neither UUIDs nor manufacturer data, and bleak saw no Herald node.
-        devices = await BleakScanner.discover(timeout=4, adapter=adapter, return_adv=True,
-                                              bluez={'filters': {'DuplicateData': True}})
+        try:
+            devices = await BleakScanner.discover(timeout=4, adapter=adapter, return_adv=True,
+                                                  bluez={'filters': {'DuplicateData': True}})
+        except Exception as e:
+            # bluetoothd gone (6.1's kernel BUG kills it; it is restarted as systemd would): an
+            # application scans again once it is back, within the same time budget.
+            print(f'bleak: scan failed ({e!r}); scanning again in 2 s', flush=True)
+            await asyncio.sleep(2)
+            continue
         found = [d for d, adv in devices.values()
                  if HERALD in [u.lower() for u in adv.service_uuids] and d.address.upper() not in personas]
         new = {d.address for d in found} - seen
