@@ -164,6 +164,14 @@ class ScriptedController(Controller):
                 self.paused_sets[h] = time.monotonic()
         return super().on_hci_le_set_extended_advertising_enable_command(command)
 
+    @staticmethod
+    def attempt_failed(pending, status):
+        """The LE Connection Complete that ends a pending attempt without a connection."""
+        return hci.HCI_LE_Connection_Complete_Event(
+            status=status, connection_handle=0, role=hci.Role.CENTRAL, peer_address_type=pending.peer_address.address_type,
+            peer_address=pending.peer_address, connection_interval=0, peripheral_latency=0, supervision_timeout=0,
+            central_clock_accuracy=0)
+
     def on_le_connect_ind(self, packet):
         trace(self.name, 'connect ind from', packet.initiator_address, 'to', packet.advertiser_address)
         paused = self.recently_paused(packet.advertiser_address)
@@ -181,11 +189,7 @@ class ScriptedController(Controller):
             # when the connection it accepts is reported.
             trace(self.name, 'its own attempt to', pending.peer_address, 'fails (0x3E) before it accepts')
             self.pending_le_connection = None
-            self.send_hci_packet(hci.HCI_LE_Connection_Complete_Event(
-                status=hci.HCI_ErrorCode.CONNECTION_FAILED_TO_BE_ESTABLISHED_ERROR, connection_handle=0,
-                role=hci.Role.CENTRAL, peer_address_type=pending.peer_address.address_type,
-                peer_address=pending.peer_address, connection_interval=0, peripheral_latency=0,
-                supervision_timeout=0, central_clock_accuracy=0))
+            self.send_hci_packet(self.attempt_failed(pending, hci.HCI_ErrorCode.CONNECTION_FAILED_TO_BE_ESTABLISHED_ERROR))
         if paused is not None:
             trace(self.name, 'accepts a connection on its paused set from', packet.initiator_address)
             paused.enabled = True  # super() terminates the set as for any connection
@@ -253,10 +257,8 @@ class ScriptedController(Controller):
         result = super().on_hci_le_create_connection_cancel_command(command)
         if pending is not None:
             trace(self.name, 'cancelled connection to', pending.peer_address)
-            asyncio.get_running_loop().call_soon(lambda: self.send_hci_packet(hci.HCI_LE_Connection_Complete_Event(
-                status=hci.HCI_ErrorCode.UNKNOWN_CONNECTION_IDENTIFIER_ERROR, connection_handle=0, role=hci.Role.CENTRAL,
-                peer_address_type=pending.peer_address.address_type, peer_address=pending.peer_address,
-                connection_interval=0, peripheral_latency=0, supervision_timeout=0, central_clock_accuracy=0)))
+            asyncio.get_running_loop().call_soon(lambda: self.send_hci_packet(
+                self.attempt_failed(pending, hci.HCI_ErrorCode.UNKNOWN_CONNECTION_IDENTIFIER_ERROR)))
         return result
 
     def on_hci_le_set_advertising_enable_command(self, command):
@@ -275,10 +277,7 @@ class ScriptedController(Controller):
         pending = self.pending_le_connection
         if pending is not None and self.le_connections.get(pending.peer_address) is not None:
             self.pending_le_connection = None
-            self.send_hci_packet(hci.HCI_LE_Connection_Complete_Event(
-                status=hci.HCI_ErrorCode.CONNECTION_ALREADY_EXISTS_ERROR, connection_handle=0, role=hci.Role.CENTRAL,
-                peer_address_type=pending.peer_address.address_type, peer_address=pending.peer_address,
-                connection_interval=0, peripheral_latency=0, supervision_timeout=0, central_clock_accuracy=0))
+            self.send_hci_packet(self.attempt_failed(pending, hci.HCI_ErrorCode.CONNECTION_ALREADY_EXISTS_ERROR))
             return
         super().create_le_connection(peer_address)
         asyncio.get_running_loop().call_later(self.ESTABLISH_WAIT, self.check_established, peer_address)
