@@ -444,6 +444,28 @@ final class BLESensorTests: XCTestCase {
         }
     }
 
+    func testANodeThatWroteWhileItCouldNotAdvertiseIsReadableAgainOnceItAdvertises() throws {
+        // A Linux node whose bluetoothd came back before its advertising manager writes its
+        // payload and RSSI for a while, from the address it then advertises from again.
+        makeSensor()
+        at(1)
+        let signal = HeraldUUIDs.androidSignalCharacteristic
+        let node: RadioAddress = "C0:00:00:00:00:0F"
+        let nodePayload = FixedPayloadSupplier(identifier: 4343).payloadData
+        for f in SignalBundle.fragments(of: try SignalBundle.writePayload(nodePayload).encoded()) {
+            _ = sensor.gattWrite(characteristic: signal, value: f, offset: 0, central: node)
+        }
+        _ = sensor.gattWrite(characteristic: signal, value: try SignalBundle.writeRSSI(-58).encoded(), offset: 0, central: node)
+        let d = try XCTUnwrap(sensor.devices.first { $0.address == node })
+        XCTAssertTrue(d.receiveOnly)
+        let iPhone = BLEDevice(identifier: "iphone", address: "C0:00:00:00:00:10", now: scheduler.now)
+        XCTAssertEqual(sensor.sharingContent(for: iPhone, now: scheduler.now), [nodePayload], "receive-only: shared with iPhones")
+        at(2) { transport.advert(from: node, rssi: -54) }
+        XCTAssertFalse(d.receiveOnly, "advertising Herald again, it can be read: not receive-only for the rest of the run")
+        XCTAssertEqual(sensor.sharingContent(for: iPhone, now: scheduler.now), [], "iPhones read it themselves")
+        XCTAssertEqual(recorder.events.last, "measure+ \(node) \(nodePayload.shortName)")
+    }
+
     // MARK: Pseudo address renewal on Bluetooth restart
 
     func testPseudoAddressIsRenewedWhenTheRadioComesBackOn() {

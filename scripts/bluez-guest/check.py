@@ -48,6 +48,12 @@ def contact_rows(bundle, node):
     return [r for r in list(csv.reader(open(path)))[1:] if len(r) >= 11]
 
 
+def node_log(bundle, node):
+    """A node's sensor log (log.txt) as lines; none when the node wrote none."""
+    path = os.path.join(bundle, 'nodes', node, 'log.txt')
+    return [l.rstrip() for l in open(path, errors='replace')] if os.path.exists(path) else []
+
+
 def check_personas(out, bundle, nodes, model, controllers, fail):
     """The personas' lines and failures (see the module's description)."""
     personas = model.get('personas') or {}
@@ -176,9 +182,19 @@ def main(out, plan_path, model_path):
             reads = sum(1 for r in rows if r[4] == '2' and r[10] == tx['short'])
             rssi = [float(r[10].split(':')[1]) for r in rows if r[5] == '3' and r[2] in ids and r[10].startswith('RSSI:')]
             scripted = model['rssi'][f"{tx['name']}>{rx['name']}"]
+            # A node whose advertising failed (bluetoothd back before its advertising manager)
+            # writes its payload and the RSSI it measures of the peer, as Herald's receive-only
+            # devices do; the peer logs that RSSI as its measurement. Those values are the script's
+            # other direction, and count only when both logs say so.
+            reverse = {float(v) for v in model['rssi'].get(f"{rx['name']}>{tx['name']}", [])} - {float(v) for v in scripted}
+            wrote = (any('advertising failed' in l for l in node_log(bundle, tx['name']))
+                     and any(i + ' is receive-only' in l for l in node_log(bundle, rx['name']) for i in ids))
+            written = [v for v in rssi if wrote and v in reverse]
+            rssi = [v for v in rssi if not (wrote and v in reverse)]
             seen = sorted(set(rssi))
             detected = tx['short'] in detection
-            print(f"{rx['name']:9} {tx['name']:9} {str(detected):>8} {reads:>5} {len(rssi):>9}  {seen} ({scripted})")
+            print(f"{rx['name']:9} {tx['name']:9} {str(detected):>8} {reads:>5} {len(rssi):>9}  {seen} ({scripted})"
+                  + (f"; {len(written)} written by {tx['name']} while it could not advertise: {sorted(set(written))}" if written else ''))
             if not detected:
                 fail(f"{rx['name']}: detection.csv lacks {tx['name']} ({tx['short']})")
             if reads == 0:
@@ -216,8 +232,7 @@ def diagnose(out, bundle, nodes, controllers, failures):
         if not peers:
             continue
         addresses = {controllers[p]['address'] for p in peers if p in controllers}
-        path = os.path.join(bundle, 'nodes', rx['name'], 'log.txt')
-        lines = [l.rstrip() for l in open(path, errors='replace')] if os.path.exists(path) else []
+        lines = node_log(bundle, rx['name'])
         about = [l for l in lines if any(a in l for a in addresses) or 'radio' in l or 'bluetoothd' in l]
         print(f"--- {rx['name']}'s log about {', '.join(sorted(peers))} ({len(about)} of {len(lines)} lines; last 25)")
         for l in about[-25:]:
