@@ -4,7 +4,9 @@
 
 From the bundle the lab run gathered (OUTDIR/results/<run>/): every node's detection.csv lists
 every other node's shortName, its contacts.csv has read rows with that shortName and RSSI rows
-whose values are the scripted model's for that pair (sender>receiver) and change with it; the
+whose values are the scripted model's for that pair (sender>receiver) and change with it (RSSI
+a node wrote while it could not advertise is the other direction's, accepted only when both nodes'
+logs show the failed advertising and the write); the
 manifest records each node's controller identity (the Bumble controller's address). From bleak
 (OUTDIR/bleak.json): an outside client read a node's payload characteristic and got the node's
 fixed payload. Prints one line per pair and exits 1 on any failure.
@@ -124,6 +126,47 @@ def check_personas(out, bundle, nodes, model, controllers, fail):
             fail(f"persona {name}: no payload-sharing write carried another device's payload")
 
 
+def check_pairs(bundle, nodes, model, controllers, fail):
+    """Each node detected, read and measured every other node, with RSSI values from the script
+    that changed as the script did (see the module's description)."""
+    print(f"{'receiver':9} {'sender':9} {'detected':>8} {'reads':>5} {'RSSI rows':>9}  values seen (scripted)")
+    for rx in nodes:
+        folder = os.path.join(bundle, 'nodes', rx['name'])
+        detection = open(os.path.join(folder, 'detection.csv')).read()
+        rows = contact_rows(bundle, rx['name'])
+        for tx in nodes:
+            if tx is rx:
+                continue
+            ids = {r[2] for r in rows if r[4] == '2' and r[10] == tx['short']}
+            ids.add(controllers[tx['name']]['address'])
+            reads = sum(1 for r in rows if r[4] == '2' and r[10] == tx['short'])
+            rssi = [float(r[10].split(':')[1]) for r in rows if r[5] == '3' and r[2] in ids and r[10].startswith('RSSI:')]
+            scripted = model['rssi'][f"{tx['name']}>{rx['name']}"]
+            # A node whose advertising failed (bluetoothd back before its advertising manager)
+            # writes its payload and the RSSI it measures of the peer, as Herald's receive-only
+            # devices do; the peer logs that RSSI as its measurement. Those values are the script's
+            # other direction, and count only when both logs say so.
+            reverse = {float(v) for v in model['rssi'].get(f"{rx['name']}>{tx['name']}", [])} - {float(v) for v in scripted}
+            wrote = (any('advertising failed' in l for l in node_log(bundle, tx['name']))
+                     and any(i + ' is receive-only' in l for l in node_log(bundle, rx['name']) for i in ids))
+            written = [v for v in rssi if wrote and v in reverse]
+            rssi = [v for v in rssi if not (wrote and v in reverse)]
+            seen = sorted(set(rssi))
+            detected = tx['short'] in detection
+            print(f"{rx['name']:9} {tx['name']:9} {str(detected):>8} {reads:>5} {len(rssi):>9}  {seen} ({scripted})"
+                  + (f"; {len(written)} written by {tx['name']} while it could not advertise: {sorted(set(written))}" if written else ''))
+            if not detected:
+                fail(f"{rx['name']}: detection.csv lacks {tx['name']} ({tx['short']})")
+            if reads == 0:
+                fail(f"{rx['name']}: no read row for {tx['name']} ({tx['short']})")
+            if len(rssi) < 10:
+                fail(f"{rx['name']}: only {len(rssi)} RSSI rows for {tx['name']}")
+            if not set(rssi) <= {float(v) for v in scripted}:
+                fail(f"{rx['name']}: RSSI for {tx['name']} {seen} outside the script {scripted}")
+            if len(set(rssi)) < min(2, len(scripted)):
+                fail(f"{rx['name']}: RSSI for {tx['name']} did not follow the script's change ({seen})")
+
+
 def plan_nodes(path):
     # The plan's nodes and pinned identifiers (a small reader for this plan's YAML shape).
     nodes, current = [], None
@@ -169,42 +212,7 @@ def main(out, plan_path, model_path):
         print(f"{'ok  ' if ok else 'FAIL'} {n['name']}: manifest says kernel {m.get('osVersion')}, BlueZ {m.get('bluezVersion')}")
         if not ok:
             fail(f"{n['name']}: the manifest's kernel/BlueZ {m.get('osVersion')}/{m.get('bluezVersion')} are not the guest's {stack.get('kernel')}/{stack.get('bluez')}")
-    print(f"{'receiver':9} {'sender':9} {'detected':>8} {'reads':>5} {'RSSI rows':>9}  values seen (scripted)")
-    for rx in nodes:
-        folder = os.path.join(bundle, 'nodes', rx['name'])
-        detection = open(os.path.join(folder, 'detection.csv')).read()
-        rows = contact_rows(bundle, rx['name'])
-        for tx in nodes:
-            if tx is rx:
-                continue
-            ids = {r[2] for r in rows if r[4] == '2' and r[10] == tx['short']}
-            ids.add(controllers[tx['name']]['address'])
-            reads = sum(1 for r in rows if r[4] == '2' and r[10] == tx['short'])
-            rssi = [float(r[10].split(':')[1]) for r in rows if r[5] == '3' and r[2] in ids and r[10].startswith('RSSI:')]
-            scripted = model['rssi'][f"{tx['name']}>{rx['name']}"]
-            # A node whose advertising failed (bluetoothd back before its advertising manager)
-            # writes its payload and the RSSI it measures of the peer, as Herald's receive-only
-            # devices do; the peer logs that RSSI as its measurement. Those values are the script's
-            # other direction, and count only when both logs say so.
-            reverse = {float(v) for v in model['rssi'].get(f"{rx['name']}>{tx['name']}", [])} - {float(v) for v in scripted}
-            wrote = (any('advertising failed' in l for l in node_log(bundle, tx['name']))
-                     and any(i + ' is receive-only' in l for l in node_log(bundle, rx['name']) for i in ids))
-            written = [v for v in rssi if wrote and v in reverse]
-            rssi = [v for v in rssi if not (wrote and v in reverse)]
-            seen = sorted(set(rssi))
-            detected = tx['short'] in detection
-            print(f"{rx['name']:9} {tx['name']:9} {str(detected):>8} {reads:>5} {len(rssi):>9}  {seen} ({scripted})"
-                  + (f"; {len(written)} written by {tx['name']} while it could not advertise: {sorted(set(written))}" if written else ''))
-            if not detected:
-                fail(f"{rx['name']}: detection.csv lacks {tx['name']} ({tx['short']})")
-            if reads == 0:
-                fail(f"{rx['name']}: no read row for {tx['name']} ({tx['short']})")
-            if len(rssi) < 10:
-                fail(f"{rx['name']}: only {len(rssi)} RSSI rows for {tx['name']}")
-            if not set(rssi) <= {float(v) for v in scripted}:
-                fail(f"{rx['name']}: RSSI for {tx['name']} {seen} outside the script {scripted}")
-            if len(set(rssi)) < min(2, len(scripted)):
-                fail(f"{rx['name']}: RSSI for {tx['name']} did not follow the script's change ({seen})")
+    check_pairs(bundle, nodes, model, controllers, fail)
     check_personas(out, bundle, nodes, model, controllers, fail)
     check_restart(out, bundle, nodes, controllers, fail)
     bleak_path = os.path.join(out, 'bleak.json')

@@ -378,6 +378,41 @@ def check_on_made_up_bundle(out, addresses):
            f'check.py fails an iPhone persona without a payload-sharing write ({failures[9:]})')
 
 
+def check_pairs_on_made_up_bundle(out):
+    """check.py's pair check over a bundle of two nodes where beta, its advertising failed, wrote
+    the RSSI it measured of alpha to alpha: accepted only when both logs show it."""
+    model = {'rssi': {'alpha>beta': [-52, -58], 'beta>alpha': [-54, -60]}}
+    ids = {'alpha': 1001, 'beta': 1002}
+    controllers = {'alpha': {'address': 'F0:00:00:00:00:01'}, 'beta': {'address': 'F0:00:00:00:00:02'}}
+    nodes = [{'name': n, 'identifier': i, 'short': short_name(fixed_payload(i))} for n, i in ids.items()]
+    bundle = os.path.join(out, 'pairs')
+    for rx, tx in (('alpha', 'beta'), ('beta', 'alpha')):
+        folder = os.path.join(bundle, 'nodes', rx)
+        os.makedirs(folder)
+        address, short = controllers[tx]['address'], short_name(fixed_payload(ids[tx]))
+        rows = [['time', 'sensor', 'id', 'detect', 'read', 'measure', 'share', 'visit', 'detectHerald', 'delete', 'data'],
+                ['t', 'BLE', address, '1', '', '', '', '', '', '', ''],
+                ['t', 'BLE', address, '', '2', '', '', '', '', '', short]]
+        values = model['rssi'][f'{tx}>{rx}'] * 6 + ([-58] if rx == 'alpha' else [])
+        rows += [['t', 'BLE', address, '', '', '3', '', '', '', '', f'RSSI:{v:.1f}'] for v in values]
+        csv.writer(open(os.path.join(folder, 'contacts.csv'), 'w')).writerows(rows)
+        open(os.path.join(folder, 'detection.csv'), 'w').write(f'{rx},Linux,6.1,{short_name(fixed_payload(ids[rx]))},{short}\n')
+
+    def failures_with(alpha_log, beta_log):
+        open(os.path.join(bundle, 'nodes', 'alpha', 'log.txt'), 'w').write(alpha_log)
+        open(os.path.join(bundle, 'nodes', 'beta', 'log.txt'), 'w').write(beta_log)
+        failures = []
+        check.check_pairs(bundle, nodes, model, controllers, failures.append)
+        return failures
+    outside = ["alpha: RSSI for beta [-60.0, -58.0, -54.0] outside the script [-54, -60]"]
+    wrote = 'BLESensor fault: advertising failed: failed; writing payload to peers instead\n'
+    marked = 'BLESensor info: F0:00:00:00:00:02 is receive-only (it writes to this node)\n'
+    expect(failures_with('', '') == outside, f'check.py fails an RSSI value from the other direction ({failures_with("", "")})')
+    expect(failures_with(marked, '') == outside, 'check.py fails it when the sender never logged failed advertising')
+    expect(failures_with('', wrote) == outside, 'check.py fails it when the receiver never logged a write')
+    expect(failures_with(marked, wrote) == [], f'check.py accepts RSSI the sender wrote ({failures_with(marked, wrote)})')
+
+
 def main():
     with tempfile.TemporaryDirectory() as out:
         try:
@@ -386,6 +421,7 @@ def main():
             asyncio.run(asyncio.wait_for(paused_while_initiating(out), 15))
             asyncio.run(asyncio.wait_for(paused_while_initiating(out, paused=False), 15))
             check_on_made_up_bundle(out, addresses)
+            check_pairs_on_made_up_bundle(out)
         except AssertionError as e:
             print(f'FAIL {e}')
             for f in sorted(os.listdir(out)):
