@@ -272,12 +272,14 @@ public final class BLESensor: Sensor {
         device.lastUpdatedAt = now
         device.rssi = report.rssi
         device.txPower = report.txPower
-        if signs.heraldService { device.hasHeraldService = true }
-        if signs.heraldService, device.receiveOnly {
-            // A node writes to peers only while it cannot advertise (bluetoothd back on the bus
-            // before its advertising manager); advertising Herald again, it can be read again.
-            device.receiveOnly = false
-            info("\(device.identifier) advertises Herald again: no longer receive-only")
+        if signs.heraldService {
+            device.hasHeraldService = true
+            if device.receiveOnly {
+                // A node writes to peers only while it cannot advertise (bluetoothd back on the bus
+                // before its advertising manager); advertising Herald again, it can be read again.
+                device.receiveOnly = false
+                info("\(device.identifier) advertises Herald again: no longer receive-only")
+            }
         }
         if signs.appleData { device.hasAppleData = true }
         if let pseudo = signs.pseudoAddress, device.pseudoAddress != pseudo {

@@ -340,19 +340,28 @@ async def connection_not_taken_up(out):
            f'a connection the deaf target never took up ends with 0x3E on the initiator ({reason})')
 
 
+CONTACTS_HEADER = ['time', 'sensor', 'id', 'detect', 'read', 'measure', 'share', 'visit', 'detectHerald', 'delete', 'data']
+
+
+def contact_rows_of(address, short, rssi_values):
+    """Made-up contacts.csv rows for one device: detected, read (its payload's shortName), then
+    one RSSI row per value."""
+    return ([['t', 'BLE', address, '1', '', '', '', '', '', '', ''],
+             ['t', 'BLE', address, '', '2', '', '', '', '', '', short]]
+            + [['t', 'BLE', address, '', '', '3', '', '', '', '', f'RSSI:{v:.1f}'] for v in rssi_values])
+
+
 def check_on_made_up_bundle(out, addresses):
     """check.py's persona check over a bundle of alpha's that detected, read and measured every
     persona, and the persona logs just written."""
     folder = os.path.join(out, 'bundle', 'nodes', 'alpha')
     os.makedirs(folder)
-    rows = [['time', 'sensor', 'id', 'detect', 'read', 'measure', 'share', 'visit', 'detectHerald', 'delete', 'data']]
+    rows = [CONTACTS_HEADER]
     names = []
     for name, address in addresses.items():
         short = short_name(fixed_payload(MODEL['personas'][name]['identifier']))
         names.append(short)
-        rows += [['t', 'BLE', address, '1', '', '', '', '', '', '', ''],
-                 ['t', 'BLE', address, '', '2', '', '', '', '', '', short]]
-        rows += [['t', 'BLE', address, '', '', '3', '', '', '', '', f'RSSI:{v:.1f}'] for v in MODEL['rssi'][f'{name}>alpha']] * 3
+        rows += contact_rows_of(address, short, MODEL['rssi'][f'{name}>alpha'] * 3)
     csv.writer(open(os.path.join(folder, 'contacts.csv'), 'w')).writerows(rows)
     open(os.path.join(folder, 'detection.csv'), 'w').write(','.join(['alpha', 'Linux', '6.1', short_name(fixed_payload(ALPHA_ID))] + sorted(names)) + '\n')
     controllers = {'alpha': {'address': ALPHA}} | {
@@ -390,12 +399,8 @@ def check_pairs_on_made_up_bundle(out):
         folder = os.path.join(bundle, 'nodes', rx)
         os.makedirs(folder)
         address, short = controllers[tx]['address'], short_name(fixed_payload(ids[tx]))
-        rows = [['time', 'sensor', 'id', 'detect', 'read', 'measure', 'share', 'visit', 'detectHerald', 'delete', 'data'],
-                ['t', 'BLE', address, '1', '', '', '', '', '', '', ''],
-                ['t', 'BLE', address, '', '2', '', '', '', '', '', short]]
         values = model['rssi'][f'{tx}>{rx}'] * 6 + ([-58] if rx == 'alpha' else [])
-        rows += [['t', 'BLE', address, '', '', '3', '', '', '', '', f'RSSI:{v:.1f}'] for v in values]
-        csv.writer(open(os.path.join(folder, 'contacts.csv'), 'w')).writerows(rows)
+        csv.writer(open(os.path.join(folder, 'contacts.csv'), 'w')).writerows([CONTACTS_HEADER] + contact_rows_of(address, short, values))
         open(os.path.join(folder, 'detection.csv'), 'w').write(f'{rx},Linux,6.1,{short_name(fixed_payload(ids[rx]))},{short}\n')
 
     def failures_with(alpha_log, beta_log):
@@ -407,10 +412,11 @@ def check_pairs_on_made_up_bundle(out):
     outside = ["alpha: RSSI for beta [-60.0, -58.0, -54.0] outside the script [-54, -60]"]
     wrote = 'BLESensor fault: advertising failed: failed; writing payload to peers instead\n'
     marked = 'BLESensor info: F0:00:00:00:00:02 is receive-only (it writes to this node)\n'
-    expect(failures_with('', '') == outside, f'check.py fails an RSSI value from the other direction ({failures_with("", "")})')
+    neither, both = failures_with('', ''), failures_with(marked, wrote)
+    expect(neither == outside, f'check.py fails an RSSI value from the other direction ({neither})')
     expect(failures_with(marked, '') == outside, 'check.py fails it when the sender never logged failed advertising')
     expect(failures_with('', wrote) == outside, 'check.py fails it when the receiver never logged a write')
-    expect(failures_with(marked, wrote) == [], f'check.py accepts RSSI the sender wrote ({failures_with(marked, wrote)})')
+    expect(both == [], f'check.py accepts RSSI the sender wrote ({both})')
 
 
 def main():
