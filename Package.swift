@@ -20,6 +20,9 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
+        // MARK: The release and the commit a binary was built from (a build-time plugin writes the commit).
+        .target(name: "LabBuildInfo", plugins: ["BuildInfoPlugin"]),
+        .plugin(name: "BuildInfoPlugin", capability: .buildTool()),
         // MARK: Herald protocol: types, payloads, codecs (no dependencies).
         .target(name: "HeraldCore", dependencies: ["CSHA256"]),
         // SHA-256's compression function in C: SHA-NI where the CPU has it, portable C otherwise.
@@ -33,7 +36,7 @@ let package = Package(
         // MARK: Simulated radio: propagation model, virtual-time medium, simulated transport.
         .target(name: "RadioSim", dependencies: ["HeraldCore", "HeraldRadio"]),
         // MARK: Test plans (YAML) and the results bundle manifest.
-        .target(name: "LabPlan", dependencies: ["HeraldCore", .product(name: "Yams", package: "Yams")]),
+        .target(name: "LabPlan", dependencies: ["HeraldCore", "LabBuildInfo", .product(name: "Yams", package: "Yams")]),
         // MARK: One lab node (sensor + loggers over a transport) and the virtual-time simulation of a plan.
         .target(name: "LabNode", dependencies: ["HeraldCore", "HeraldRadio", "HeraldLogs", "HeraldSensor", "RadioSim", "LabPlan"]),
         // MARK: Analysis of Herald log folders and bundles; run history in SQLite.
@@ -58,7 +61,7 @@ let package = Package(
         .target(name: "BlueZRadio", dependencies: ["HeraldCore", "HeraldRadio", "DBus", "CBluetooth"]),
         // MARK: The herald-lab command.
         .executableTarget(name: "HeraldLabCLI", dependencies: [
-            "LabNode", "LabPlan", "HeraldLogs", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP", "LabNet", "BlueZRadio",
+            "LabBuildInfo", "LabNode", "LabPlan", "HeraldLogs", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP", "LabNet", "BlueZRadio",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import LabBuildInfo
 
 @available(macOS 10.15, macCatalyst 13, iOS 13, tvOS 13, watchOS 6, *)
 @main
@@ -7,6 +8,7 @@ struct HeraldLab: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald-lab",
         abstract: "A test lab for the Herald BLE proximity protocol.",
+        version: BuildInfo.line,
         subcommands: [PlanCommand.self, SimulateCommand.self, AnalyseCommand.self, CompareCommand.self, RegressCommand.self, HistoryCommand.self, AirCommand.self, AgentCommand.self, NodeCommand.self, CoordinatorCommand.self, RunCommand.self, AgentsCommand.self, DonglesCommand.self, RunsCommand.self, CACommand.self, EnrolCommand.self, BenchCommand.self]
     )
 

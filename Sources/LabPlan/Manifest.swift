@@ -1,10 +1,13 @@
 import Foundation
 import HeraldCore
+import LabBuildInfo
 
 /// The software that wrote a bundle.
 public enum HeraldLabVersion {
     public static let name = "herald-lab"
-    public static let version = "0.1.0"
+    public static let version = BuildInfo.version
+    /// The commit the binary was built from (`herald-lab --version`).
+    public static var commit: String { BuildInfo.commit }
 }
 
 /// One node's slice of a plan, as the simulator builds it and as a coordinator sends it to an agent.
@@ -43,6 +46,8 @@ public struct Manifest: Codable, Sendable, Equatable {
     public struct Software: Codable, Sendable, Equatable {
         public var name = HeraldLabVersion.name
         public var version = HeraldLabVersion.version
+        /// Absent in bundles written before 0.2.0.
+        public var commit: String? = HeraldLabVersion.commit
         public init() {}
     }
 
