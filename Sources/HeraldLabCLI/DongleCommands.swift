@@ -164,11 +164,10 @@ struct DonglesCheck: AsyncParsableCommand {
     @Argument(help: "Dongles (names or addresses); none: every free dongle that may be selected.")
     var dongles: [String] = []
 
-    @Option(help: "Seconds the check may take at most.")
-    var bound: Double = AgentSelection.defaultPreflight
+    @Option(help: "The longest the check may take, 1s to 10m (default: 30s).", transform: Flags.duration(min: 1, max: 600))
+    var bound: TimeInterval = AgentSelection.defaultPreflight
 
     func run() async throws {
-        guard bound.isFinite, bound >= 1, bound <= 600 else { log("--bound must be 1 to 600 seconds"); throw ExitCode(2) }
         let base = try options.client()
         let client = LabClient(base: base.base, token: base.token, timeout: bound + 60)
         let result: LabWire.CheckResult

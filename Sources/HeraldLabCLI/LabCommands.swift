@@ -255,11 +255,14 @@ struct CoordinatorCommand: AsyncParsableCommand {
     @Option(help: "The air agents with radio sim attach to (HOST:PORT).")
     var air: String?
 
-    @Option(name: .customLong("gather-patience"), help: "Seconds gathering keeps retrying an unreachable agent.")
-    var gatherPatience: Double = 60
+    @Option(name: .customLong("gather-patience"), help: "How long gathering keeps retrying an unreachable agent, 1s to 1d (default: 1m).", transform: Flags.duration(min: 1, max: 86_400))
+    var gatherPatience: TimeInterval = 60
 
-    @Option(name: .customLong("retain-days"), help: "Delete the bundles of ended runs older than this many days (default: keep them).")
-    var retainDays: Double?
+    @Option(help: "Delete the bundles of ended runs older than this, such as 30d (1h to 36500d; default: keep them).", transform: Flags.duration(min: 3600, max: 36_500 * 86_400))
+    var retain: TimeInterval?
+
+    @Option(name: .customLong("retain-days"), help: .hidden)
+    var retainDays: String?
 
     @Option(name: .customLong("quarantine-after"), help: "Quarantine a dongle after this many failed checks, or outlier runs, in a row.")
     var quarantineAfter: Int = 2
@@ -281,12 +284,9 @@ struct CoordinatorCommand: AsyncParsableCommand {
         config.token = try service.token(fallback: { try folder?.secret("operator.token") })
         config.insecure = service.insecure
         config.inventory = inventory.map { URL(fileURLWithPath: $0) }
-        guard gatherPatience.isFinite, gatherPatience >= 1, gatherPatience <= 86_400 else { log("--gather-patience must be between 1 and 86400 seconds"); throw ExitCode(2) }
         config.gatherPatience = gatherPatience
-        if let retainDays {
-            guard retainDays.isFinite, retainDays > 0, retainDays <= 36_500 else { log("--retain-days must be between 0 and 36500"); throw ExitCode(2) }
-            config.retainDays = retainDays
-        }
+        if retainDays != nil { log("herald-lab coordinator: --retain-days is now --retain, which takes a duration with its unit, such as --retain 30d"); throw ExitCode(2) }
+        config.retainDays = retain.map { $0 / 86_400 }
         if let air { config.air = try parseAir(air) }
         guard (1...1000).contains(quarantineAfter) else { log("--quarantine-after must be between 1 and 1000"); throw ExitCode(2) }
         config.quarantineAfter = quarantineAfter

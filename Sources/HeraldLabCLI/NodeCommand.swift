@@ -27,11 +27,11 @@ struct NodeCommand: AsyncParsableCommand {
     @Option(help: "Folder for the Herald logs (default: results/<plan>-node-<node>).")
     var out: String?
 
-    @Option(help: "Seconds to run (default: the plan's duration).")
-    var duration: Double?
+    @Option(help: "How long to run, such as 2m or 8h (default: the plan's duration).", transform: Flags.duration(min: 0.001, max: PlanLimits.maximumDuration))
+    var duration: TimeInterval?
 
-    @Option(help: "Seconds between status lines.")
-    var every: Double = 10
+    @Option(help: "Time between status lines, 100ms to 1d (default: 10s).", transform: Flags.duration(min: 0.1, max: 86_400))
+    var every: TimeInterval = 10
 
     @Option(name: .customLong("power-supply"), help: "Folder of the machine's power supplies, read for battery.csv (mains when it has no battery).")
     var powerSupply: String = "/sys/class/power_supply"
@@ -44,14 +44,6 @@ struct NodeCommand: AsyncParsableCommand {
         }
         if let persona = spec.persona {
             log("herald-lab node: node \(node) is a simulated phone (persona \(persona.rawValue)); herald-lab simulate runs it")
-            throw ExitCode(2)
-        }
-        if let d = duration, !(d.isFinite && d > 0 && d <= PlanLimits.maximumDuration) {
-            log("herald-lab node: --duration \(d): expected seconds from more than 0 to \(Int(PlanLimits.maximumDuration))")
-            throw ExitCode(2)
-        }
-        guard every.isFinite, every >= 0.1, every <= 86400 else {
-            log("herald-lab node: --every \(every): expected seconds from 0.1 to 86400")
             throw ExitCode(2)
         }
         let dir = URL(fileURLWithPath: out ?? "results/\(plan.name)-node-\(node)")

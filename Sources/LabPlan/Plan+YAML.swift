@@ -117,6 +117,22 @@ extension Plan {
         return reader.problems.isEmpty ? v : nil
     }
 
+    /// A duration as plans write it, from `min` to `max`: the value, or what is wrong with it and
+    /// what to write instead (the message command-line flags print).
+    public static func duration(_ text: String, min: TimeInterval = 0, max: TimeInterval = PlanLimits.maximumDuration,
+                                allowZero: Bool = true) throws(DurationError) -> TimeInterval {
+        var reader = PlanReader()
+        let v = reader.duration(Node.scalar(.init(text)), "", allowZero: allowZero, min: min, max: max)
+        if let problem = reader.problems.first { throw DurationError(message: problem.message) }
+        guard let v else { throw DurationError(message: "is not a duration") }
+        return v
+    }
+
+    public struct DurationError: Error, CustomStringConvertible {
+        public let message: String
+        public var description: String { message }
+    }
+
     /// Parses and validates plan YAML; `source` names the input in error messages.
     public static func parse(yaml: String, source: String = "plan") throws(PlanError) -> Plan {
         if yaml.utf8.count > PlanLimits.maximumFileBytes {
@@ -167,7 +183,8 @@ struct PlanReader {
             guard let key = k.string else { fail(path, k, "field names must be text"); continue }
             let sub = path.isEmpty ? key : "\(path).\(key)"
             if !known.contains(key) {
-                fail(sub, k, "unknown field (known: \(known.joined(separator: ", ")))")
+                let hint = Self.closest(to: key, among: known).map { "did you mean \($0)? " } ?? ""
+                fail(sub, k, "unknown field (\(hint)known: \(known.joined(separator: ", ")))")
                 continue
             }
             if out[key] != nil { fail(sub, k, "given twice"); continue }
@@ -223,7 +240,7 @@ struct PlanReader {
                            max: TimeInterval = PlanLimits.maximumDuration) -> TimeInterval? {
         guard case .scalar(let s) = node else { fail(path, node, "expected a duration such as 4s, 500ms, 2m or 1h"); return nil }
         let text = s.string.trimmingCharacters(in: .whitespaces)
-        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600)]
+        let units = Self.durationUnits
         for (suffix, scale) in units where text.hasSuffix(suffix) {
             let number = String(text.dropLast(suffix.count)).trimmingCharacters(in: .whitespaces)
             // "4ms" also ends in "s": only accept the longest matching unit.
@@ -240,12 +257,44 @@ struct PlanReader {
             return seconds
         }
         let shown = String(text.prefix(64))
-        if Double(text) != nil {
-            fail(path, node, "\"\(shown)\" has no unit; write a duration such as \(shown)s, 500ms, 2m or 1h")
+        if let v = Double(text), v.isFinite {
+            // Suggest the unit that puts the number in range: `advertInterval: 100` means 100ms.
+            let preferred = ["s", "ms", "m", "h", "d"].compactMap { u in Self.durationUnits.first { $0.0 == u } }
+            let fits = preferred.first { _, scale in v * scale <= max && v * scale >= min && (v > 0 || allowZero) }
+            if let (unit, _) = fits {
+                fail(path, node, "\"\(shown)\" has no unit; write a duration with one, such as \(shown)\(unit) (units ms, s, m, h, d)")
+            } else {
+                fail(path, node, "\"\(shown)\" has no unit, and no unit puts it between \(Self.formatSeconds(min)) and \(Self.formatSeconds(max)); write a duration such as \(Self.formatSeconds(Swift.max(min, Swift.min(max, 1))))")
+            }
         } else {
-            fail(path, node, "\"\(shown)\" is not a duration; write one such as 4s, 500ms, 2m or 1h (units ms, s, m, h)")
+            fail(path, node, "\"\(shown)\" is not a duration; write one such as 4s, 500ms, 2m or 1h (units ms, s, m, h, d)")
         }
         return nil
+    }
+
+    /// The units a duration may carry, longest suffix first where one ends another ("ms", "s").
+    static let durationUnits: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400)]
+
+    /// The known name closest to `word` (a typo of one or two letters, or another case), if any.
+    static func closest(to word: String, among known: [String]) -> String? {
+        let w = Array(word.lowercased())
+        guard w.count <= 64 else { return nil }
+        func distance(_ b: [Character]) -> Int {
+            var row = Array(0...b.count)
+            for (i, a) in w.enumerated() {
+                var previous = row[0]
+                row[0] = i + 1
+                for (j, c) in b.enumerated() {
+                    let next = Swift.min(row[j + 1] + 1, row[j] + 1, previous + (a == c ? 0 : 1))
+                    previous = row[j + 1]
+                    row[j + 1] = next
+                }
+            }
+            return row[b.count]
+        }
+        let scored = known.map { ($0, distance(Array($0.lowercased()))) }.min { $0.1 < $1.1 }
+        guard let (best, d) = scored, d <= Swift.max(1, Swift.min(2, best.count / 3)) else { return nil }
+        return best
     }
 
     /// Metres: a number, or text with `m` or `cm`; finite and at most `max` in magnitude.
@@ -456,9 +505,8 @@ struct PlanReader {
             if let v = sm["rest"], let d = duration(v, "\(path).scan.rest", max: PlanLimits.maximumScanPhase) { s.scanRest = d }
             if let v = sm["off"], let d = duration(v, "\(path).scan.off", max: PlanLimits.maximumScanPhase) { s.scanOff = d }
         }
-        if let n = m["advertInterval"], let d = duration(n, "\(path).advertInterval") {
-            if d < 0.02 || d > 10.24 { fail("\(path).advertInterval", n, "BLE advertising intervals run from 20ms to 10.24s") } else { s.advertInterval = d }
-        }
+        // BLE advertising intervals run from 20ms to 10.24s.
+        if let n = m["advertInterval"], let d = duration(n, "\(path).advertInterval", allowZero: false, min: 0.02, max: 10.24) { s.advertInterval = d }
         if let n = m["txPower"], let v = integer(n, "\(path).txPower", in: -127...20) { s.txPower = v }
         if let n = m["includeTxPower"], let v = bool(n, "\(path).includeTxPower") { s.includeTxPower = v }
         if let n = m["pseudoAddress"], let v = bool(n, "\(path).pseudoAddress") { s.pseudoAddress = v }

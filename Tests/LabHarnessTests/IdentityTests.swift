@@ -22,7 +22,7 @@ final class IdentityTests: XCTestCase {
         XCTAssertEqual(rc, 0, out)
         let folder = CredentialsFolder(url: cred)
         try lab.start("air", ["air", "--credentials", cred.path])
-        try lab.start("coordinator", ["coordinator", "--credentials", cred.path, "--results", lab.results.path, "--air", lab.airAddress, "--gather-patience", "30"])
+        try lab.start("coordinator", ["coordinator", "--credentials", cred.path, "--results", lab.results.path, "--air", lab.airAddress, "--gather-patience", "30s"])
         for a in ["a1", "a2"] {
             let file = lab.dir.appendingPathComponent("\(a).enrol").path
             (rc, out) = try lab.cli(["agents", "enrol", a, "--host", "127.0.0.1", "--out", file, "--coordinator", lab.secureCoordinatorURL, "--credentials", cred.path])

@@ -78,7 +78,7 @@ final class LabProcesses {
     func startAir() throws { try start("air", ["air", "--token-file", tokenFile.path]) }
 
     func startCoordinator(port: UInt16 = 0) throws {
-        try start("coordinator", ["coordinator", "--token-file", tokenFile.path, "--results", results.path, "--air", airAddress, "--gather-patience", "30"], port: port)
+        try start("coordinator", ["coordinator", "--token-file", tokenFile.path, "--results", results.path, "--air", airAddress, "--gather-patience", "30s"], port: port)
     }
 
     func startAgent(_ i: Int, port: UInt16 = 0) throws {

@@ -46,7 +46,7 @@ final class DongleSelectionTests: XCTestCase {
         XCTAssertEqual(problems("{names: [x, y, z], dongles: [a, b, c]}"), ["agents.dongles: give names (agents) or dongles, not both"])
         XCTAssertEqual(problems("{names: [x, y, z], spares: 1}"), ["agents.spares: spares stand in for dongles that fail their check; names and dongles choose every node's agent themselves"])
         XCTAssertEqual(problems("{spares: -1}"), ["agents.spares: -1 is out of range; expected 0 to 1000"])
-        XCTAssertEqual(problems("{preflight: 30}"), ["agents.preflight: \"30\" has no unit; write a duration such as 30s, 500ms, 2m or 1h"])
+        XCTAssertEqual(problems("{preflight: 30}"), ["agents.preflight: \"30\" has no unit; write a duration with one, such as 30s (units ms, s, m, h, d)"])
         XCTAssertEqual(problems("{preflight: 2h}"), ["agents.preflight: \"2h\" is too long; at most 10m"])
         XCTAssertEqual(problems("{count: 5}"), ["agents.count: is 5 but the plan has 3 nodes; one agent runs one node (spares: N checks N more)"])
         XCTAssertEqual(problems("{manufacturer: Intel, spares: 1}", radio: "sim"), [

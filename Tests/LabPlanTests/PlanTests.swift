@@ -87,12 +87,12 @@ final class PlanTests: XCTestCase {
     }
 
     func testBadPlansNameTheFieldAndTheProblem() {
-        XCTAssertEqual(problems("name: p\nduration: 30\nnodes: [a, b]"), ["duration: \"30\" has no unit; write a duration such as 30s, 500ms, 2m or 1h"])
+        XCTAssertEqual(problems("name: p\nduration: 30\nnodes: [a, b]"), ["duration: \"30\" has no unit; write a duration with one, such as 30s (units ms, s, m, h, d)"])
         XCTAssertEqual(problems("name: p\nduration: 1m\nnodes: [a, b]\nsensor: {scan: {on: -4s}}"), ["sensor.scan.on: negative duration \"-4s\""])
         XCTAssertEqual(problems("name: p\nduration: 1m\nnodes: [a, b, a]"), ["nodes[2].name: duplicate node name \"a\" (also nodes[0])"])
         let unknown = problems("name: p\nduration: 1m\nnodes: [a, b]\nradio: {reportLos: 0.1}")
         XCTAssertEqual(unknown.count, 1)
-        XCTAssertTrue(unknown[0].hasPrefix("radio.reportLos: unknown field (known: kind, adapter"), unknown[0])
+        XCTAssertTrue(unknown[0].hasPrefix("radio.reportLos: unknown field (did you mean reportLoss? known: kind, adapter"), unknown[0])
         XCTAssertEqual(problems("name: p\nduration: 1m\nnodes: [a, b]\nradio: {reportLoss: 1.5}"), ["radio.reportLoss: 1.5 is out of range; expected a probability from 0 to 1"])
         XCTAssertEqual(problems("name: ../etc\nduration: 1m\nnodes: [a, b]"), ["name: \"../etc\" must not start with '.'"])
         XCTAssertEqual(problems("name: p\nduration: 1m\nnodes: [a, \"b/c\"]"), ["nodes[1]: \"b/c\" may hold only letters, digits, '-', '_' and '.' (found \"/\")"])

@@ -53,7 +53,7 @@ cat "$OUT/dongles-local.txt"
 
 step "health check 1: every dongle works"
 started=$(date +%s.%N)
-"$BIN" dongles check "${ADMIN[@]}" --bound 45 > "$OUT/check1.txt" 2>&1
+"$BIN" dongles check "${ADMIN[@]}" --bound 45s > "$OUT/check1.txt" 2>&1
 check1=$?
 echo "{\"seconds\": $(python3 -c "print(round($(date +%s.%N) - $started, 1))")}" > "$OUT/check1.json"
 cat "$OUT/check1.txt"
@@ -63,7 +63,7 @@ touch "$OUT/fault-d3"
 sleep 1 # the controllers look for the file at most twice a second
 
 step "health check 2: d3 fails"
-"$BIN" dongles check "${ADMIN[@]}" --bound 45 > "$OUT/check2.txt" 2>&1
+"$BIN" dongles check "${ADMIN[@]}" --bound 45s > "$OUT/check2.txt" 2>&1
 check2=$?
 cat "$OUT/check2.txt"
 

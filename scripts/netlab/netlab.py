@@ -436,7 +436,7 @@ def scenario_disk_full(L, C):
     L.procs.stop("coordinator")
     small = os.path.join(L.work, "small-results")
     L.mount_tmpfs(small, "2m")
-    L.start_coordinator(results=small, extra=["--gather-patience", "15"])
+    L.start_coordinator(results=small, extra=["--gather-patience", "15s"])
     L.wait_agents_alive()
     # Room for about one node of three (each ~75 KB here): gathering fills the disk part-way.
     keep_free = 120 * 1024
