@@ -167,6 +167,9 @@ struct DonglesCheck: AsyncParsableCommand {
     @Option(help: "The longest the check may take, 1s to 10m (default: 30s).", transform: Flags.duration(min: 1, max: 600))
     var bound: TimeInterval = AgentSelection.defaultPreflight
 
+    @Flag(help: "Print the coordinator's JSON (the verdicts); the exit code is the same.")
+    var json = false
+
     func run() async throws {
         let base = try options.client()
         let client = LabClient(base: base.base, token: base.token, timeout: bound + 60)
@@ -175,6 +178,11 @@ struct DonglesCheck: AsyncParsableCommand {
             result = try await client.call("POST", "/v1/dongles/check", LabWire.CheckRequest(dongles: dongles.isEmpty ? nil : dongles, bound: bound))
         } catch {
             log("herald-lab dongles check: \(error)"); throw ExitCode(2)
+        }
+        if json {
+            print(String(decoding: try LabJSON.encoder.encode(result), as: UTF8.self))
+            if result.verdicts.contains(where: { !$0.ok }) { throw ExitCode(1) }
+            return
         }
         print("health check \(result.id): \(result.verdicts.filter(\.ok).count) of \(result.verdicts.count) dongles passed")
         for v in result.verdicts {

@@ -75,8 +75,14 @@ struct RunsCommand: AsyncParsableCommand {
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Every run with its state and nodes.")
         @OptionGroup var options: CoordinatorOptions
+        @Flag(help: "Print the coordinator's JSON.")
+        var json = false
         func run() async throws {
             let runs: [RunRecord] = try await options.call("GET", "/v1/runs")
+            if json {
+                print(String(decoding: try LabJSON.encoder.encode(runs), as: UTF8.self))
+                return
+            }
             for r in runs {
                 let nodes = r.nodes.map { "\($0.name)@\($0.agent) \($0.state)" }.joined(separator: ", ")
                 print("\(r.id)  \(r.state.rawValue)  \(nodes)\(r.message.map { "\n    \($0)" } ?? "")")

@@ -9,15 +9,25 @@ import LabPlan
 import Glibc
 #endif
 
-/// `herald-lab run PLAN --coordinator URL`
+/// `herald-lab run PLAN --coordinator URL`, or `herald-lab run --attach RUN --coordinator URL`
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "run",
-        abstract: "Submit a plan to a coordinator, show the nodes live, fetch the bundle and exit with the plan's verdict (0 pass, 1 fail, 2 error)."
+        abstract: "Submit a plan to a coordinator (or follow a submitted run again), show the nodes live, fetch the bundle and exit with the plan's verdict (0 pass, 1 fail, 2 error; 130 when Ctrl-C detaches, the run going on).",
+        discussion: "Ctrl-C detaches: the run goes on at the coordinator; `herald-lab run --attach RUN` follows it again and fetches its bundle, `herald-lab runs abort RUN` stops it."
     )
 
-    @Argument(help: "Plan file (YAML).")
-    var plan: String
+    @Argument(help: "Plan file (YAML); none with --attach.")
+    var plan: String?
+
+    @Option(help: "Follow a run already submitted (its id, as `herald-lab runs` lists it) instead of submitting a plan.")
+    var attach: String?
+
+    @Option(help: "Also write the run's junit.xml here, for the CI system.")
+    var junit: String?
+
+    @Option(help: "Also write the run's summary.json here.")
+    var summary: String?
 
     @OptionGroup var options: CoordinatorOptions
     var coordinator: String { options.coordinator }
@@ -25,7 +35,23 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "Folder to unpack the bundle into (default: results).")
     var out: String = "results"
 
-    func run() async throws {
+    func validate() throws {
+        switch (plan, attach) {
+        case (nil, nil): throw ValidationError("give a plan to submit, or --attach RUN to follow a submitted run")
+        case (.some, .some): throw ValidationError("give a plan or --attach RUN, not both")
+        case (nil, .some(let id)) where !SafeName.isValid(id): throw ValidationError("--attach: run id \"\(id.prefix(64))\" \(SafeName.problem(with: id)!)")
+        default: break
+        }
+    }
+
+    /// The run submitted now, or the one named by --attach.
+    func startOrAttach(_ client: LabClient) async throws -> RunRecord {
+        if let attach {
+            let record: RunRecord = try await options.call("GET", "/v1/runs/\(attach)")
+            print("run \(record.id) attached: \(record.nodes.count) nodes for \(formatDuration(record.duration)), \(record.state.rawValue)")
+            return record
+        }
+        guard let plan else { throw ExitCode(2) }
         let parsed = try loadPlan(plan) // refuse a bad plan here, with field paths
         let personas = parsed.nodes.filter { $0.persona != nil }
         if !personas.isEmpty {
@@ -33,7 +59,6 @@ struct RunCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
         let text = try String(contentsOfFile: plan, encoding: .utf8)
-        let client = try options.client()
         let (status, body, _) = try await client.request("POST", "/v1/runs?name=\(URL(fileURLWithPath: plan).lastPathComponent)", body: Data(text.utf8))
         guard status == 201, let record = try? JSONDecoder().decode(RunRecord.self, from: body) else {
             let message = (try? JSONDecoder().decode([String: String].self, from: body))?["error"] ?? String(decoding: body, as: UTF8.self)
@@ -41,6 +66,31 @@ struct RunCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
         print("run \(record.id) submitted: \(record.nodes.count) nodes for \(formatDuration(record.duration))")
+        return record
+    }
+
+    /// Ctrl-C while following: the run goes on at the coordinator; say so, and how to follow it again.
+    static func detachOnInterrupt(_ id: String, coordinator: String) -> DispatchSourceSignal {
+        signal(SIGINT, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: DispatchQueue(label: "heraldlab.run.interrupt"))
+        source.setEventHandler {
+            FileHandle.standardError.write(Data("""
+
+            herald-lab run: detached; run \(id) goes on at the coordinator.
+              follow it again: herald-lab run --attach \(id) --coordinator \(coordinator)
+              stop it:         herald-lab runs abort \(id) --coordinator \(coordinator)
+
+            """.utf8))
+            Foundation.exit(130)
+        }
+        source.resume()
+        return source
+    }
+
+    func run() async throws {
+        let client = try options.client()
+        let record = try await startOrAttach(client)
+        let interrupt = Self.detachOnInterrupt(record.id, coordinator: coordinator)
         let live = isatty(STDOUT_FILENO) == 1
         var drawnLines = 0
         var lastPlain = Date.distantPast
@@ -72,6 +122,9 @@ struct RunCommand: AsyncParsableCommand {
             if current.state.isFinal { break }
             try await Task.sleep(nanoseconds: 1_000_000_000)
         }
+        // The run has ended: Ctrl-C from here on stops the fetch, as any command's would.
+        interrupt.cancel()
+        signal(SIGINT, SIG_DFL)
         guard current.state == .complete || current.state == .aborted else {
             log("herald-lab run: run \(current.id) \(current.state.rawValue): \(current.message ?? "")")
             for n in current.nodes where n.message != nil { log("  \(n.name) (agent \(n.agent), \(n.agentURL)): \(n.state): \(n.message!)") }
@@ -126,11 +179,29 @@ struct RunCommand: AsyncParsableCommand {
         if let summary = try? ReportWriter.readSummary(bundle.appendingPathComponent("report/summary.json")) {
             print(Summary.text(summary, mode: "strict"))
             print("report: \(bundle.appendingPathComponent("report/report.html").path)")
+            try copyForCI(from: bundle.appendingPathComponent("report"))
             if !summary.passed { throw ExitCode(1) }
             if current.state == .aborted { throw ExitCode(2) }
         } else {
             log("herald-lab run: the bundle has no report (\(current.message ?? "analysis failed"))")
             throw ExitCode(2)
+        }
+    }
+
+    /// --junit and --summary: the report's files where the CI system looks for them.
+    func copyForCI(from report: URL) throws {
+        for (name, destination) in [("junit.xml", junit), ("summary.json", summary)] {
+            guard let destination else { continue }
+            let to = URL(fileURLWithPath: destination)
+            do {
+                let data = try Data(contentsOf: report.appendingPathComponent(name))
+                try FileManager.default.createDirectory(at: to.deletingLastPathComponent(), withIntermediateDirectories: true)
+                try data.write(to: to, options: .atomic)
+                print("\(name): \(to.path)")
+            } catch {
+                log("herald-lab run: cannot write \(name) to \(destination): \(error.localizedDescription)")
+                throw ExitCode(2)
+            }
         }
     }
 
