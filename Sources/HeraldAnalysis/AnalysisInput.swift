@@ -186,6 +186,19 @@ public enum AnalysisError: Error, CustomStringConvertible {
 
 /// Finds the devices and windows of a bundle or a folder of device folders.
 enum InputLoader {
+    /// A decoding error as a person reads it: the field's path and what is wrong there.
+    static func decodingProblem(_ error: Error) -> String {
+        func path(_ c: DecodingError.Context) -> String {
+            let p = c.codingPath.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
+            return p.isEmpty ? "" : "\(p.hasPrefix(".") ? String(p.dropFirst()) : p): "
+        }
+        switch error as? DecodingError {
+        case .typeMismatch(_, let c)?, .valueNotFound(_, let c)?, .dataCorrupted(let c)?: return "\(path(c))\(c.debugDescription)"
+        case .keyNotFound(let key, let c)?: return "\(path(c))required field \(key.stringValue) is missing"
+        default: return "\(error)"
+        }
+    }
+
     static func load(_ path: URL, options: AnalysisOptions) throws -> (InputDescription, [DeviceInput], AnalysisOptions, BundleManifest?) {
         let fm = FileManager.default
         var isDir: ObjCBool = false
@@ -203,7 +216,14 @@ enum InputLoader {
             do { data = try LogFileAccess.read(manifestURL, root: path, limit: InputLimits.maximumJSONBytes) } catch {
                 throw AnalysisError.badManifest("\(error)")
             }
-            if let m = try? JSONDecoder().decode(BundleManifest.self, from: data) {
+            // A manifest that does not decode is an error, never a bundle analysed without its
+            // offsets, windows and thresholds.
+            let decoded: BundleManifest
+            do { decoded = try JSONDecoder().decode(BundleManifest.self, from: data) } catch {
+                throw AnalysisError.badManifest("does not decode: \(Self.decodingProblem(error))")
+            }
+            do {
+                let m = decoded
                 try check(m)
                 manifest = m
                 description.runId = m.runId

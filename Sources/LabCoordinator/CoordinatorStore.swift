@@ -119,9 +119,13 @@ final class CoordinatorStore: @unchecked Sendable {
 
     func agents() throws -> [(info: LabWire.AgentInfo, lastSeen: Double, lastError: String?, lastErrorAt: Double?)] {
         try db.read { db in
-            try Row.fetchAll(db, sql: "SELECT info, lastSeen, lastError, lastErrorAt FROM agent ORDER BY name").compactMap { row in
+            try Row.fetchAll(db, sql: "SELECT name, info, lastSeen, lastError, lastErrorAt FROM agent ORDER BY name").compactMap { row in
                 let info: String = row["info"]
-                guard let a = try? JSONDecoder().decode(LabWire.AgentInfo.self, from: Data(info.utf8)) else { return nil }
+                let a: LabWire.AgentInfo
+                do { a = try JSONDecoder().decode(LabWire.AgentInfo.self, from: Data(info.utf8)) } catch {
+                    let name: String = row["name"] ?? "?"
+                    throw StoreError("coordinator.sqlite: agent \(name.debugDescription) does not decode (\(error)); the store is damaged")
+                }
                 return (a, row["lastSeen"], row["lastError"], row["lastErrorAt"])
             }
         }
@@ -137,9 +141,12 @@ final class CoordinatorStore: @unchecked Sendable {
 
     func runs() throws -> [RunRecord] {
         try db.read { db in
-            try Row.fetchAll(db, sql: "SELECT record FROM run ORDER BY created").compactMap { row in
+            try Row.fetchAll(db, sql: "SELECT id, record FROM run ORDER BY created").map { row in
                 let json: String = row["record"]
-                return try? JSONDecoder().decode(RunRecord.self, from: Data(json.utf8))
+                do { return try JSONDecoder().decode(RunRecord.self, from: Data(json.utf8)) } catch {
+                    let id: String = row["id"] ?? "?"
+                    throw StoreError("coordinator.sqlite: run \(id.debugDescription) does not decode (\(error)); the store is damaged")
+                }
             }
         }
     }
