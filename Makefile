@@ -3,7 +3,7 @@ SWIFT ?= swift
 APT_PACKAGES := pkg-config libssl-dev libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus xz-utils chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release test test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
+.PHONY: all deps build release deb test-deb test test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
 
 all: build
 
@@ -21,6 +21,21 @@ build: deps
 
 release: deps
 	$(SWIFT) build -c release
+
+# herald-lab_<version>_<arch>.deb in dist/: the release binary with the Swift runtime linked in
+# (it runs on a node without Swift), units for agents, the coordinator and the air, the udev rule.
+DEB_OUT ?= dist
+deb: deps
+	@dpkg -s dpkg-dev >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq dpkg-dev; }
+	$(SWIFT) build -c release --static-swift-stdlib --product herald-lab --scratch-path .build-deb
+	@rm -f $(DEB_OUT)/herald-lab_*.deb
+	@scripts/deb/build.sh .build-deb/release/herald-lab $(DEB_OUT)
+
+# The .deb installed into clean Debian 12 and Debian 13 roots (mmdebstrap, root): --version, its
+# libraries, user, units, and an agent from the root registering with a coordinator here.
+test-deb: deb
+	@dpkg -s mmdebstrap >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq mmdebstrap; }
+	$(SUDO) scripts/deb/test.sh $$(ls $(DEB_OUT)/herald-lab_*.deb) .build-deb/release/herald-lab
 
 test: deps
 	$(SWIFT) build
@@ -117,7 +132,7 @@ test-lab: release
 	$(SUDO) python3 scripts/netlab/netlab.py test --bin .build/release/herald-lab --out $(LAB_OUT)
 
 clean:
-	rm -rf .build Benchmarks/.build .build-bluez
+	rm -rf .build Benchmarks/.build .build-bluez .build-deb dist
 
 # Benchmarks (release build): figures and ratios, never asserted in tests.
 bench: bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale
