@@ -61,7 +61,6 @@ Installed-Size: $size
 Depends: $shlibs, bluez, dbus, adduser
 Section: net
 Priority: optional
-Homepage: https://github.com/theheraldproject
 Description: test lab for the Herald BLE proximity protocol
  herald-lab runs Herald sensor nodes on Linux Bluetooth dongles (BlueZ over D-Bus), coordinates
  them across hosts, gathers their logs into results bundles and analyses them. Units:
