@@ -18,11 +18,16 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // MARK: The release and the commit a binary was built from (a build-time plugin writes the commit).
         .target(name: "LabBuildInfo", plugins: ["BuildInfoPlugin"]),
         .plugin(name: "BuildInfoPlugin", capability: .buildTool()),
+        // MARK: A service's metrics: swift-metrics handles in a swift-prometheus registry, for GET /metrics.
+        .target(name: "LabMetrics", dependencies: ["LabBuildInfo", .product(name: "CoreMetrics", package: "swift-metrics"),
+                                                   .product(name: "Prometheus", package: "swift-prometheus")]),
         // MARK: Herald protocol: types, payloads, codecs (no dependencies).
         .target(name: "HeraldCore", dependencies: ["CSHA256"]),
         // SHA-256's compression function in C: SHA-NI where the CPU has it, portable C otherwise.
@@ -52,8 +57,8 @@ let package = Package(
         // MARK: Real-time simulated radio medium for many processes (herald-lab air).
         .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim", "LabNet"]),
         // MARK: Agent (runs a node on a Linux machine) and coordinator (plans, barrier, gather).
-        .target(name: "LabAgent", dependencies: ["HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "LabNet", "RadioAir", "RadioSim", "BlueZRadio"]),
-        .target(name: "LabCoordinator", dependencies: ["HeraldCore", "LabPlan", "LabHTTP", "LabNet", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams")]),
+        .target(name: "LabAgent", dependencies: ["LabMetrics", "HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "LabNet", "RadioAir", "RadioSim", "BlueZRadio"]),
+        .target(name: "LabCoordinator", dependencies: ["LabMetrics", "HeraldCore", "LabPlan", "LabHTTP", "LabNet", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams")]),
         // MARK: BlueZ over D-Bus (libdbus) and controller identity (libbluetooth).
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .target(name: "DBus", dependencies: ["CDBus"]),

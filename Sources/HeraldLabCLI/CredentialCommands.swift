@@ -45,9 +45,10 @@ struct CACommand: AsyncParsableCommand {
                                 names: names, days: days, certificate: folder.path("cert.pem"), key: folder.path("key.pem"))
                 try Durable.write(Data((LabToken.generate() + "\n").utf8), to: folder.url.appendingPathComponent("operator.token"), mode: 0o600)
                 try Durable.write(Data((LabToken.generate() + "\n").utf8), to: folder.url.appendingPathComponent("air.key"), mode: 0o600)
+                try Durable.write(Data((LabToken.generate() + "\n").utf8), to: folder.url.appendingPathComponent("scrape.token"), mode: 0o600)
                 print("lab CA made in \(dir) (fingerprint \(try LabCA.fingerprint(certificate: folder.path("ca.pem"))))")
                 print("coordinator certificate for \(names.joined(separator: ", "))")
-                print("operator credential: \(folder.path("operator.token")); air key: \(folder.path("air.key"))")
+                print("operator credential: \(folder.path("operator.token")); air key: \(folder.path("air.key")); scrape credential (GET /metrics only): \(folder.path("scrape.token"))")
                 print("start the coordinator and the air with --credentials \(dir); enrol agents with herald-lab agents enrol NAME --host HOST")
             } catch {
                 log("herald-lab ca init: \(error)")

@@ -32,6 +32,17 @@ struct ServiceOptions: ParsableArguments {
     @Flag(help: "Run without a token (authentication off); only on a loopback address.")
     var insecure = false
 
+    @Option(name: .customLong("scrape-token-file"), help: "File holding the scrape credential, which reads GET /metrics and nothing else (default: scrape.token in the credentials folder, if there is one).")
+    var scrapeTokenFile: String?
+
+    /// The scrape credential, if any (--scrape-token-file, else the credentials folder's scrape.token).
+    func scrapeToken(_ folder: CredentialsFolder?) throws -> String? {
+        do { return try LabToken.load(file: scrapeTokenFile) ?? folder?.secret("scrape.token") } catch {
+            log("\(error)")
+            throw ExitCode(2)
+        }
+    }
+
     /// The credentials folder, if any; its lab CA is trusted for every connection this process
     /// makes, and its certificate is what the service serves TLS with.
     func folder() throws -> (folder: CredentialsFolder?, tls: TLSContext?) {
@@ -203,6 +214,7 @@ struct AgentCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
         config.token = try service.token(hasOther: config.credential != nil)
+        config.scrapeToken = try service.scrapeToken(folder)
         config.tls = tls
         config.insecure = service.insecure
         if let coordinator {
@@ -282,6 +294,7 @@ struct CoordinatorCommand: AsyncParsableCommand {
         config.tls = tls
         do { config.airKey = try folder?.secret("air.key").map { Data($0.utf8) } } catch { log("\(error)"); throw ExitCode(2) }
         config.token = try service.token(fallback: { try folder?.secret("operator.token") })
+        config.scrapeToken = try service.scrapeToken(folder)
         config.insecure = service.insecure
         config.inventory = inventory.map { URL(fileURLWithPath: $0) }
         config.gatherPatience = gatherPatience

@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import HeraldRadio
 import LabHTTP
+import LabMetrics
 import LabNet
 import LabNode
 import LabPlan
@@ -31,6 +32,8 @@ public final class Agent: @unchecked Sendable {
         public var tls: TLSContext?
         /// No authentication at all (loopback only; the command checks).
         public var insecure = false
+        /// The scrape credential: GET /metrics and nothing else.
+        public var scrapeToken: String?
         public var tags: [String] = []
         public var radio: RadioKind = .sim
         public var adapter: String?
@@ -59,6 +62,8 @@ public final class Agent: @unchecked Sendable {
     public let config: Config
     let scheduler = DispatchScheduler(label: "heraldlab.agent.node")
     let http: HTTPService
+    /// GET /metrics (Agent+Metrics).
+    let metrics = LabMetrics(service: "agent")
     var client: LabClient?
     var heartbeat: Task<Void, Never>?
     var watchdog: StallWatchdog?
@@ -111,10 +116,11 @@ public final class Agent: @unchecked Sendable {
     public init(config: Config, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
         self.config = config
         self.log = log
-        http = HTTPService(name: "agent \(config.name)", authenticate: config.insecure ? nil : Self.authenticator(config), log: log)
+        http = HTTPService(name: "agent \(config.name)", authenticate: config.insecure ? nil : HTTPService.withScraper(config.scrapeToken, Self.authenticator(config)), log: log)
         controllerIdentity = config.radio == .bluez ? ControllerIdentity.read(adapter: config.adapter ?? "hci0") : nil
         controller = controllerIdentity.map(Self.describe)
         routes()
+        metricsRoute()
     }
 
     /// Starts serving; recovers runs left on disk; starts heartbeats. Returns the bound port.

@@ -19,6 +19,8 @@ public final class Coordinator: @unchecked Sendable {
         public var results: URL
         /// The operator's credential (and, for agents not enrolled, the lab's shared token).
         public var token: String?
+        /// The scrape credential: GET /metrics and nothing else (scrape.token in the credentials folder).
+        public var scrapeToken: String?
         /// The credentials folder: the lab CA and its key (enrolment), this host's certificate.
         public var credentials: CredentialsFolder?
         /// Serve TLS with this (the credentials folder's cert.pem and key.pem).
@@ -79,6 +81,8 @@ public final class Coordinator: @unchecked Sendable {
     /// Heartbeat times due for SQLite, written together by `flushSeen` (Coordinator+Routes).
     var pendingSeen: [String: Double] = [:]
     let seenQueue = DispatchQueue(label: "heraldlab.coordinator.seen")
+    /// GET /metrics (Coordinator+Metrics).
+    let metrics = CoordinatorMetrics()
     public let log: @Sendable (String) -> Void
     public private(set) var url = ""
 
@@ -89,7 +93,7 @@ public final class Coordinator: @unchecked Sendable {
         identityStore = try config.credentials.map { try IdentityStore(url: $0.url.appendingPathComponent("agents.sqlite")) }
         let identities = IdentityTable(Identities(try identityStore?.credentials() ?? []))
         self.identities = identities
-        http = HTTPService(name: "coordinator", authenticate: config.insecure ? nil : Self.authenticator(operatorToken: config.token, identities: identities), log: log)
+        http = HTTPService(name: "coordinator", authenticate: config.insecure ? nil : HTTPService.withScraper(config.scrapeToken, Self.authenticator(operatorToken: config.token, identities: identities)), log: log)
         for a in try store.agents() {
             agents[a.info.name] = AgentRecord(info: a.info, lastSeen: a.lastSeen, persistedSeen: a.lastSeen, status: nil, lastError: a.lastError, lastErrorAt: a.lastErrorAt)
         }
@@ -97,6 +101,7 @@ public final class Coordinator: @unchecked Sendable {
         for d in try store.dongles() { dongles[d.id] = d }
         if let inv = config.inventory { inventory = try Self.loadInventory(inv) }
         routes()
+        metricsRoute()
     }
 
     var now: Double { Date().timeIntervalSince1970 }

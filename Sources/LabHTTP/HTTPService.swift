@@ -12,7 +12,15 @@ import Glibc
 public final class HTTPService: @unchecked Sendable {
     /// Who may call: what a bearer credential authenticates as.
     public enum Role: String, Sendable, Hashable, CaseIterable {
-        case `operator`, coordinator, agent
+        /// `scraper` holds the scrape credential: it reads `GET /metrics` and nothing else, so a
+        /// Prometheus server's credential opens no other route, not even those any principal may call.
+        case `operator`, coordinator, agent, scraper
+    }
+
+    /// Adds a scrape credential (`scraper`, for `GET /metrics` only) to an authenticator.
+    public static func withScraper(_ token: String?, _ base: Authenticate?) -> Authenticate? {
+        guard let token, let base else { return base }
+        return { given in constantTimeEqual(given, token) ? Principal(role: .scraper, name: "scraper") : base(given) }
     }
 
     /// An authenticated caller.
@@ -249,7 +257,7 @@ public final class HTTPService: @unchecked Sendable {
         guard let (route, params) = matched else {
             return .refuse(.notFound, "no route \(head.method) \(Self.escaped(head.path))", logged: nil)
         }
-        if authenticate != nil, !route.isPublic, let allow = route.allow, let principal, !allow.contains(principal.role) {
+        if authenticate != nil, !route.isPublic, let principal, !(route.allow?.contains(principal.role) ?? (principal.role != .scraper)) {
             return .refuse(.forbidden, "not allowed for role \(principal.role.rawValue)",
                            logged: "\(principal.role.rawValue) \(Self.escaped(principal.name)) is not allowed here")
         }

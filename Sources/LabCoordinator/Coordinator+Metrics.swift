@@ -1,0 +1,128 @@
+import Foundation
+import HeraldAnalysis
+import LabHTTP
+import LabMetrics
+import LabPlan
+
+/// `GET /metrics`: the lab in Prometheus's text format, for the operator's credential or the scrape
+/// credential (`scrape.token`), which opens this route and no other. Each scrape brings the
+/// families up to date from what the coordinator keeps anyway (agents, dongles, run records, each
+/// ended run's summary.json, read once), so no run, gather or heartbeat path carries metric code.
+/// Labels stay low in cardinality: state, health, result, plan, agent and node, never a pair.
+final class CoordinatorMetrics: @unchecked Sendable {
+    let metrics = LabMetrics(service: "coordinator")
+    private let lock = NSLock()
+    /// Runs whose start delay and duration were recorded, and each ended run's analysis counts.
+    private var observed: Set<String> = []
+    private var counts: [String: Counts] = [:]
+
+    struct Counts {
+        var plan: String
+        var windows = 0, windowsHit = 0, pairs = 0, pairsDetected = 0, rssiRows = 0
+    }
+
+    /// The counts of a run's summary.json (strict mode), read once; nil while it has none.
+    func counts(of r: RunRecord) -> Counts? {
+        if let c = lock.withLock({ counts[r.id] }) { return c }
+        guard let bundle = r.bundle else { return nil }
+        let url = URL(fileURLWithPath: bundle).appendingPathComponent("report/summary.json")
+        guard FileManager.default.fileExists(atPath: url.path) else { return nil }
+        var c = Counts(plan: r.plan)
+        do {
+            let s = try ReportWriter.readSummary(url)
+            c.windows = s.strict.maxwindows
+            c.windowsHit = s.strict.achievedwindows
+            c.pairs = s.strict.maxpairs
+            c.pairsDetected = s.strict.achieveddetections
+            c.rssiRows = s.pairs.reduce(0) { $0 + max(0, $1.rssiSamples) }
+        } catch {
+            return nil // counted once it can be read (analysis still writing, or a damaged file, which the run's report says)
+        }
+        lock.withLock { counts[r.id] = c }
+        return c
+    }
+
+    /// True the first time it is asked for `id`.
+    func firstTime(_ id: String) -> Bool { lock.withLock { observed.insert(id).inserted } }
+}
+
+extension Coordinator {
+    static let runStates: [RunRecord.State] = [.arming, .running, .gathering, .complete, .aborted, .failed, .cancelled]
+
+    func metricsRoute() {
+        http.route("GET", "/metrics", allow: [.operator, .scraper]) { [unowned self] _ in
+            self.collectMetrics()
+            return HTTPResponse(.ok, headers: ["Content-Type": LabMetrics.contentType], body: Data(self.metrics.metrics.exposition()))
+        }
+    }
+
+    /// Brings every family up to date.
+    func collectMetrics() {
+        let m = metrics.metrics
+        let t = now
+        let views = agentViews
+        for state in [Liveness.alive, .missing, .lost, .unknown] {
+            m.gauge("heraldlab_agents", "Agents the coordinator knows, by liveness.", ["state": state.rawValue])
+                .record(views.filter { $0.state == state }.count)
+        }
+        for v in views {
+            if let seen = v.lastSeen {
+                m.gauge("heraldlab_agent_heartbeat_age_seconds", "Seconds since the agent's last heartbeat.", ["agent": v.info.name]).record(max(0, t - seen))
+            }
+        }
+        let (records, dongleHealth) = withLock { (Array(runs.values), dongles.values.map(\.health)) }
+        for h in LabWire.DongleHealth.allCases {
+            m.gauge("heraldlab_dongles", "Dongles the coordinator knows, by health.", ["health": h.rawValue]).record(dongleHealth.filter { $0 == h }.count)
+        }
+        for s in Self.runStates {
+            m.gauge("heraldlab_runs", "Runs the coordinator keeps, by state.", ["state": s.rawValue]).record(records.filter { $0.state == s }.count)
+        }
+        let ended = records.filter { $0.state.isFinal }
+        for s in Self.runStates where s.isFinal {
+            m.mirror("heraldlab_runs_ended_total", "Runs that ended, by how.", ["result": s.rawValue], to: Int64(ended.filter { $0.state == s }.count))
+        }
+        for (verdict, passed) in [("pass", true), ("fail", false)] {
+            m.mirror("heraldlab_run_verdicts_total", "Ended runs whose bundle was analysed, by the plan's verdict.", ["verdict": verdict],
+                     to: Int64(ended.filter { $0.passed == passed }.count))
+        }
+        let gathered = ended.filter { $0.bundle != nil }.flatMap(\.nodes).flatMap(\.files).reduce(Int64(0)) { $0 + max(0, $1.bytes) }
+        m.mirror("heraldlab_gather_bytes_total", "Bytes of node logs gathered into bundles.", to: gathered)
+        for r in records.sorted(by: { $0.created < $1.created }) {
+            guard let start = r.startAt, r.state.isFinal, metrics.firstTime(r.id) else { continue }
+            m.timer("heraldlab_run_start_delay_seconds", "From a run's submission to its nodes' common start: arming, pre-flight and the barrier.",
+                    buckets: [.seconds(1), .seconds(2), .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(300)])
+                .recordNanoseconds(Int64(max(0, start - r.created) * 1e9))
+            if r.state == .complete {
+                m.timer("heraldlab_run_duration_seconds", "Planned duration of the runs that completed.",
+                        buckets: [.seconds(60), .seconds(600), .seconds(3600), .seconds(4 * 3600), .seconds(12 * 3600), .seconds(24 * 3600)])
+                    .recordNanoseconds(Int64(r.duration * 1e9))
+            }
+        }
+        var byPlan: [String: CoordinatorMetrics.Counts] = [:]
+        var lastSuccess: [String: Double] = [:]
+        for r in ended {
+            if r.passed == true, let start = r.startAt { lastSuccess[r.plan] = max(lastSuccess[r.plan] ?? 0, start + r.duration) }
+            guard let c = metrics.counts(of: r) else { continue }
+            var sum = byPlan[c.plan] ?? CoordinatorMetrics.Counts(plan: c.plan)
+            sum.windows += c.windows; sum.windowsHit += c.windowsHit; sum.pairs += c.pairs; sum.pairsDetected += c.pairsDetected; sum.rssiRows += c.rssiRows
+            byPlan[c.plan] = sum
+        }
+        for (plan, c) in byPlan {
+            let l = ["plan": plan]
+            m.mirror("heraldlab_windows_total", "30-s windows of ordered pairs in analysed runs (strict): the continuity denominator.", l, to: Int64(c.windows))
+            m.mirror("heraldlab_windows_hit_total", "30-s windows of ordered pairs with at least one RSSI row (strict).", l, to: Int64(c.windowsHit))
+            m.mirror("heraldlab_pairs_total", "Ordered pairs in analysed runs: the detection denominator.", l, to: Int64(c.pairs))
+            m.mirror("heraldlab_pairs_detected_total", "Ordered pairs that detected each other (strict).", l, to: Int64(c.pairsDetected))
+            m.mirror("heraldlab_rssi_rows_total", "RSSI rows in the contact events of analysed runs.", l, to: Int64(c.rssiRows))
+        }
+        for (plan, at) in lastSuccess {
+            m.gauge("heraldlab_last_nightly_success_timestamp_seconds", "End of the plan's last run that passed its thresholds (Unix time).", ["plan": plan]).record(at)
+        }
+        for r in records where r.state == .running {
+            for n in r.nodes {
+                guard let offset = n.clockBefore?.offset else { continue }
+                m.gauge("heraldlab_node_clock_offset_seconds", "A running node's clock offset from the coordinator's, as measured at arming.", ["node": n.name]).record(offset)
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+import CoreMetrics
+import Foundation
+import LabBuildInfo
+import Prometheus
+
+/// One service's metrics (a coordinator's, an agent's): swift-metrics handles for the code that
+/// counts and records, kept in this service's own swift-prometheus registry, which writes the
+/// Prometheus text format for `GET /metrics`. Each family is made here with its help text, as
+/// Prometheus practice (and `promtool check metrics`) asks; a family's names follow it too:
+/// `heraldlab_` prefix, base units, `_total` on counters, counts rather than percentages.
+/// A registry of its own per service (not the process-wide MetricsSystem) keeps two services in
+/// one process (tests, `herald-lab bench arm`) apart.
+public final class LabMetrics: @unchecked Sendable {
+    public let registry = PrometheusCollectorRegistry()
+    private let lock = NSLock()
+    private var counters: [String: CoreMetrics.Counter] = [:]
+    private var gauges: [String: CoreMetrics.Recorder] = [:]
+    private var timers: [String: CoreMetrics.Timer] = [:]
+    /// Last value a `mirror` counter was brought to, per series.
+    private var mirrored: [String: Int64] = [:]
+
+    public init(service: String) {
+        gauge("heraldlab_build_info", "The herald-lab release and commit this service runs (always 1).",
+              ["service": service, "version": BuildInfo.version, "commit": BuildInfo.commit]).record(1)
+    }
+
+    static func key(_ name: String, _ labels: [(String, String)]) -> String {
+        ([name] + labels.map { "\($0.0)=\($0.1)" }).joined(separator: "\u{1F}")
+    }
+
+    static func sorted(_ labels: [String: String]) -> [(String, String)] { labels.sorted { $0.key < $1.key } }
+
+    /// A counter (`name` ends in `_total`).
+    public func counter(_ name: String, _ help: String, _ labels: [String: String] = [:]) -> CoreMetrics.Counter {
+        let l = Self.sorted(labels)
+        return lock.withLock {
+            if let c = counters[Self.key(name, l)] { return c }
+            let c = CoreMetrics.Counter(label: name, dimensions: l, handler: registry.makeCounter(name: name, labels: l, help: help))
+            counters[Self.key(name, l)] = c
+            return c
+        }
+    }
+
+    /// A gauge: a value that goes up and down (swift-metrics' non-aggregating recorder).
+    public func gauge(_ name: String, _ help: String, _ labels: [String: String] = [:]) -> CoreMetrics.Recorder {
+        let l = Self.sorted(labels)
+        return lock.withLock {
+            if let g = gauges[Self.key(name, l)] { return g }
+            let g = CoreMetrics.Recorder(label: name, dimensions: l, aggregate: false, handler: registry.makeGauge(name: name, labels: l, help: help))
+            gauges[Self.key(name, l)] = g
+            return g
+        }
+    }
+
+    /// A histogram of durations in seconds (`name` ends in `_seconds`).
+    public func timer(_ name: String, _ help: String, buckets: [Duration], _ labels: [String: String] = [:]) -> CoreMetrics.Timer {
+        let l = Self.sorted(labels)
+        return lock.withLock {
+            if let t = timers[Self.key(name, l)] { return t }
+            let t = CoreMetrics.Timer(label: name, dimensions: l, handler: registry.makeDurationHistogram(name: name, labels: l, buckets: buckets, help: help))
+            timers[Self.key(name, l)] = t
+            return t
+        }
+    }
+
+    /// Brings a counter up to `total`, a count the service keeps anyway (runs ended, bytes
+    /// gathered): a total that went down (a counter of the service's own that was reset, or a
+    /// new run on an agent) adds what is new since.
+    public func mirror(_ name: String, _ help: String, _ labels: [String: String] = [:], to total: Int64) {
+        let c = counter(name, help, labels)
+        let key = Self.key(name, Self.sorted(labels))
+        let delta: Int64 = lock.withLock {
+            let last = mirrored[key] ?? 0
+            mirrored[key] = total
+            return total >= last ? total - last : total
+        }
+        if delta > 0 { c.increment(by: delta) }
+    }
+
+    /// Declares a family with no series yet, so that `promtool` and dashboards see its HELP and
+    /// TYPE before the first event.
+    public func declareCounter(_ name: String, _ help: String, _ labels: [String: String]) { _ = counter(name, help, labels) }
+
+    /// The Prometheus text exposition (version 0.0.4).
+    public func exposition() -> [UInt8] { registry.emitToBuffer() }
+
+    public static let contentType = "text/plain; version=0.0.4; charset=utf-8"
+}
