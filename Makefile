@@ -3,7 +3,7 @@ SWIFT ?= swift
 APT_PACKAGES := pkg-config libssl-dev libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus xz-utils chromium prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release deb test-deb test test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
+.PHONY: all deps build release lab deb test-deb test test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
 
 all: build
 
@@ -51,6 +51,11 @@ test-badinput: build
 demo: build
 	@scripts/lab.sh plans/smoke.yaml 3 results; status=$$?; \
 	 if [ $$status -le 1 ]; then echo "demo: report in $$(ls -td results/smoke-*/ | head -1)report/report.html"; fi; exit $$status
+
+# The simulated lab on loopback, left running: the air, a coordinator and three agents, with the
+# coordinator's URL and the operator's credential printed; Ctrl-C stops every process it started.
+lab: build
+	@scripts/lab.sh --serve 3 results
 
 # Simulates the office plan in virtual time into results/.
 simulate: build

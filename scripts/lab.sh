@@ -2,6 +2,8 @@
 # Starts a whole lab on loopback (the air, a coordinator, N agents), runs a plan through it with
 # `herald-lab run`, and stops every process it started, whatever happens.
 # Usage: scripts/lab.sh PLAN [AGENTS] [RESULTS]     (BIN=path/to/herald-lab to choose the binary)
+#        scripts/lab.sh --serve [AGENTS] [RESULTS]  (make lab: the lab stays up, with its URL and
+#                                                    credentials printed, until Ctrl-C)
 # ADAPTERS="hci0 hci1 ..." gives agent i radio bluez on the i-th adapter (name or address) instead
 # of the simulated air; LAB_WORK=DIR keeps tokens, ports and service logs in DIR.
 set -uo pipefail
@@ -21,7 +23,8 @@ cleanup() {
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
   if [ -n "${KEEP_LAB:-}" ] || [ -n "${LAB_WORK:-}" ]; then echo "lab: logs kept in $work/logs" >&2; else rm -rf "$work"; fi
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 wait_for_file() { # FILE SECONDS
   for _ in $(seq 1 $(( $2 * 10 ))); do [ -s "$1" ] && return 0; sleep 0.1; done
@@ -51,6 +54,17 @@ for i in $(seq 1 "$agents"); do wait_for_file "$work/agent$i.port" 20 || exit 2;
 sleep 1.5 # first heartbeats
 
 echo "lab: air $air, coordinator $coordinator, $agents agents"
+if [ "$plan" = --serve ]; then
+  cat <<SERVE
+lab: up until Ctrl-C (logs in $work/logs)
+  coordinator:  $coordinator   operator credential: $token
+  run a plan:   $bin run plans/smoke.yaml --coordinator $coordinator --token-file $token
+  follow:       $bin runs list --coordinator $coordinator --token-file $token
+  metrics:      curl -H "Authorization: Bearer \$(cat $token)" $coordinator/metrics
+SERVE
+  KEEP_LAB=1
+  while sleep 3600; do :; done
+fi
 "$bin" run "$plan" --coordinator "$coordinator" --token-file "$token" --out "$results"
 status=$?
 if [ $status -eq 2 ]; then
