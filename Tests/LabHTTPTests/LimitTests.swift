@@ -296,14 +296,10 @@ extension LimitTests {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("limit-tls-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
-        func p(_ f: String) -> String { dir.appendingPathComponent(f).path }
-        try LabCA.create(commonName: "t", days: 1, certificate: p("ca.pem"), key: p("ca-key.pem"))
-        try LabCA.issue(caCertificate: p("ca.pem"), caKey: p("ca-key.pem"), commonName: "s", names: ["127.0.0.1"], days: 1,
-                        certificate: p("cert.pem"), key: p("key.pem"))
+        let (server, client) = try makeTestTLS(in: dir)
         let service = HTTPService(name: "t", token: nil, limits: .init(maxConnections: 1), log: { _ in })
-        let port = try await service.start(host: "127.0.0.1", port: 0, tls: try TLSContext(certificate: p("cert.pem"), key: p("key.pem")))
+        let port = try await service.start(host: "127.0.0.1", port: 0, tls: server)
         services.append(service)
-        let client = try TLSContext(trusting: p("ca.pem"))
         let holder = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: client)
         defer { holder.close() }
         // A raw client over the limit reads exactly the alert record, then the end.

@@ -14,6 +14,16 @@ func processCPUSeconds() -> Double {
     return seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
+/// A lab CA in `dir` (ca.pem, ca-key.pem) and a server certificate for 127.0.0.1 signed by it;
+/// returns the server's context and a client's that trusts the CA.
+func makeTestTLS(in dir: URL) throws -> (server: TLSContext, client: TLSContext) {
+    func p(_ f: String) -> String { dir.appendingPathComponent(f).path }
+    try LabCA.create(commonName: "test CA", days: 1, certificate: p("ca.pem"), key: p("ca-key.pem"))
+    try LabCA.issue(caCertificate: p("ca.pem"), caKey: p("ca-key.pem"), commonName: "server",
+                    names: ["127.0.0.1"], days: 1, certificate: p("cert.pem"), key: p("key.pem"))
+    return (try TLSContext(certificate: p("cert.pem"), key: p("key.pem")), try TLSContext(trusting: p("ca.pem")))
+}
+
 /// A client that pipelines requests and closes without reading a byte (issue 19, item 2): the
 /// server must close the connection at its first failed write, drop the answers it still had
 /// to write, and use no CPU afterwards; its workers go back to idle.
@@ -31,8 +41,6 @@ final class PeerGoneTests: XCTestCase {
         services = []
         try? FileManager.default.removeItem(at: dir)
     }
-
-    func path(_ name: String) -> String { dir.appendingPathComponent(name).path }
 
     func start(tls: TLSContext?, gate: Gate) async throws -> (HTTPService, UInt16) {
         let service = HTTPService(name: tls == nil ? "plain" : "tls", token: nil, limits: .init(idleTimeout: 60), log: { _ in })
@@ -57,11 +65,7 @@ final class PeerGoneTests: XCTestCase {
     }
 
     func testPipelinedRequestsFromAClientThatLeavesCostNothing() async throws {
-        try LabCA.create(commonName: "test CA", days: 1, certificate: path("ca.pem"), key: path("ca-key.pem"))
-        try LabCA.issue(caCertificate: path("ca.pem"), caKey: path("ca-key.pem"), commonName: "server",
-                        names: ["127.0.0.1"], days: 1, certificate: path("cert.pem"), key: path("key.pem"))
-        let serverTLS = try TLSContext(certificate: path("cert.pem"), key: path("key.pem"))
-        let clientTLS = try TLSContext(trusting: path("ca.pem"))
+        let (serverTLS, clientTLS) = try makeTestTLS(in: dir)
         // Three connections per service and way of leaving (12 in all), all behind one gate.
         // The answers behind `GET /gate` are written only once the client has gone, whatever the
         // machine's load (no race between the client's close and the server's writes).
