@@ -16,7 +16,9 @@
 #include <openssl/x509v3.h>
 
 struct ctls_ctx { SSL_CTX *ssl_ctx; };
-struct ctls_conn { SSL *ssl; };
+/* `dead`: the session failed (the peer has gone, reset the socket, or sent a fatal alert).
+   Nothing more is read or written on it, and no close_notify is attempted at free. */
+struct ctls_conn { SSL *ssl; int dead; };
 
 static void set_err(char *err, size_t errlen, const char *what) {
     if (!err || errlen == 0) return;
@@ -127,40 +129,78 @@ ctls_conn *ctls_connect(ctls_ctx *ctx, int fd, const char *host, char *err, size
     return c;
 }
 
-static int io_result(ctls_conn *c, int rc, char *err, size_t errlen) {
+/* The peer has gone: a reset, a broken pipe, a socket that is no longer connected. */
+static int peer_gone(int e) { return e == EPIPE || e == ECONNRESET || e == ENOTCONN || e == ECONNABORTED || e == ESHUTDOWN; }
+
+static int fail(ctls_conn *c, int code, const char *what, char *err, size_t errlen) {
+    c->dead = 1;
+    set_err(err, errlen, what);
+    return code;
+}
+
+/* What a failed SSL_read or SSL_write means. A session whose peer has gone or that failed is
+   dead at once: it is never retried (a write that failed with EPIPE and were taken for "0 bytes
+   written" would be retried for ever), and later calls fail without touching the socket. */
+static int io_result(ctls_conn *c, int rc, int writing, char *err, size_t errlen) {
     int e = SSL_get_error(c->ssl, rc);
+    int saved = errno;
     switch (e) {
     case SSL_ERROR_WANT_READ: return CTLS_WANT_READ;
     case SSL_ERROR_WANT_WRITE: return CTLS_WANT_WRITE;
-    case SSL_ERROR_ZERO_RETURN: return 0;
+    case SSL_ERROR_ZERO_RETURN:
+        /* close_notify (or an EOF, with SSL_OP_IGNORE_UNEXPECTED_EOF): the end of the stream for
+           a reader; for a writer, the peer has gone. */
+        if (!writing) return 0;
+        return fail(c, CTLS_CLOSED, "the peer closed the connection", err, errlen);
     case SSL_ERROR_SYSCALL:
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return CTLS_WANT_READ;
-        if (ERR_peek_error() == 0) return 0;   /* EOF without close_notify: the end of the stream */
-        set_err(err, errlen, "TLS I/O failed");
-        return CTLS_ERROR;
+        if (saved == EAGAIN || saved == EWOULDBLOCK) return writing ? CTLS_WANT_WRITE : CTLS_WANT_READ;
+        if (saved == EINTR) return writing ? CTLS_WANT_WRITE : CTLS_WANT_READ;
+        if (!writing && saved == 0 && ERR_peek_error() == 0) return 0; /* EOF: the end of the stream */
+        if (peer_gone(saved) || saved == 0) {
+            char what[160];
+            snprintf(what, sizeof what, "the peer has gone (%s)", saved ? strerror(saved) : "end of stream");
+            return fail(c, CTLS_CLOSED, what, err, errlen);
+        }
+        {
+            char what[160];
+            snprintf(what, sizeof what, "TLS I/O failed (%s)", strerror(saved));
+            return fail(c, CTLS_ERROR, what, err, errlen);
+        }
     default:
-        set_err(err, errlen, "TLS I/O failed");
-        return CTLS_ERROR;
+        /* SSL_ERROR_SSL: a fatal alert from the peer or a protocol error; the session is over. */
+        return fail(c, CTLS_ERROR, "TLS I/O failed", err, errlen);
     }
 }
 
+static int dead_result(char *err, size_t errlen) {
+    if (err && errlen) snprintf(err, errlen, "the connection has failed before");
+    return CTLS_CLOSED;
+}
+
 int ctls_read(ctls_conn *c, void *buf, int len, char *err, size_t errlen) {
+    if (c->dead) return dead_result(err, errlen);
     ERR_clear_error();
+    errno = 0;
     int rc = SSL_read(c->ssl, buf, len);
-    return rc > 0 ? rc : io_result(c, rc, err, errlen);
+    return rc > 0 ? rc : io_result(c, rc, 0, err, errlen);
 }
 
 int ctls_write(ctls_conn *c, const void *buf, int len, char *err, size_t errlen) {
+    if (c->dead) return dead_result(err, errlen);
+    if (len <= 0) return 0;
     ERR_clear_error();
+    errno = 0;
     int rc = SSL_write(c->ssl, buf, len);
-    return rc > 0 ? rc : io_result(c, rc, err, errlen);
+    return rc > 0 ? rc : io_result(c, rc, 1, err, errlen);
 }
 
 int ctls_pending(ctls_conn *c) { return SSL_pending(c->ssl); }
 
 void ctls_free(ctls_conn *c) {
     if (!c) return;
-    SSL_shutdown(c->ssl);
+    /* No close_notify on a dead session (OpenSSL forbids SSL_shutdown after a fatal error, and
+       the peer has gone anyway). */
+    if (!c->dead) SSL_shutdown(c->ssl);
     SSL_free(c->ssl);
     free(c);
 }

@@ -74,13 +74,21 @@ struct ServiceOptions: ParsableArguments {
                 log("no credentials: give --credentials DIR (herald-lab ca init, herald-lab enrol), --token-file FILE or HERALDLAB_TOKEN (herald-lab services never run without authentication unless told --insecure, on loopback only)")
                 throw ExitCode(2)
             }
-            guard ["127.0.0.1", "::1", "localhost"].contains(host) || host.hasPrefix("127.") else {
-                log("--insecure runs without authentication and so listens on loopback only: --host \(host) is not a loopback address")
-                throw ExitCode(2)
-            }
-            log("warning: authentication is off (--insecure); listening on \(host) only")
+            let bound = try bindHost()
+            log("warning: authentication is off (--insecure); listening on \(bound) only")
         }
         return token
+    }
+
+    /// The host to listen on: --host as given, except with --insecure, where it is resolved and
+    /// must be loopback only, and the numeric address checked is what is bound (the host's text
+    /// decides nothing: `127.attacker.example` is a name like any other).
+    func bindHost() throws -> String {
+        guard insecure else { return host }
+        do { return try Listener.loopbackAddress(host: host) } catch {
+            log("--insecure runs without authentication and so listens on loopback only: --host \(host): \(error)")
+            throw ExitCode(2)
+        }
     }
 
     func announce(_ port: UInt16, _ what: String) {
@@ -149,8 +157,9 @@ struct AirCommand: AsyncParsableCommand {
         do { ticketKey = try folder?.secret("air.key").map { Data($0.utf8) } } catch { log("\(error)"); throw ExitCode(2) }
         let token = try service.token(fallback: { try folder?.secret("operator.token") }, hasOther: ticketKey != nil)
         let air = AirServer(parameters: RadioParameters(), seed: seed, token: token, ticketKey: ticketKey)
+        let host = try service.bindHost()
         let port: UInt16
-        do { port = try air.start(host: service.host, port: service.port, tls: tls) } catch {
+        do { port = try air.start(host: host, port: service.port, tls: tls) } catch {
             log("herald-lab air: \(error)")
             throw ExitCode(1)
         }
@@ -205,7 +214,7 @@ struct AgentCommand: AsyncParsableCommand {
         guard SafeName.isValid(name) else { log("--name \"\(name)\" \(SafeName.problem(with: name)!)"); throw ExitCode(2) }
         guard let radioKind = RadioKind(rawValue: radio) else { log("--radio \"\(radio)\": must be sim or bluez"); throw ExitCode(2) }
         var config = Agent.Config(name: name, dataDirectory: URL(fileURLWithPath: data))
-        config.host = service.host
+        config.host = try service.bindHost()
         config.port = service.port
         let (folder, tls) = try service.folder()
         do { config.credential = try folder?.agent() } catch { log("\(error)"); throw ExitCode(2) }
@@ -287,7 +296,7 @@ struct CoordinatorCommand: AsyncParsableCommand {
 
     func run() async throws {
         var config = Coordinator.Config(results: URL(fileURLWithPath: results))
-        config.host = service.host
+        config.host = try service.bindHost()
         config.port = service.port
         let (folder, tls) = try service.folder()
         config.credentials = folder

@@ -59,7 +59,14 @@ struct RunCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
         let text = try String(contentsOfFile: plan, encoding: .utf8)
-        let (status, body, _) = try await client.request("POST", "/v1/runs?name=\(URL(fileURLWithPath: plan).lastPathComponent)", body: Data(text.utf8))
+        let status: Int, body: Data
+        do {
+            (status, body, _) = try await client.request("POST", "/v1/runs?name=\(URL(fileURLWithPath: plan).lastPathComponent)", body: Data(text.utf8))
+        } catch {
+            // Refused, unresolvable, another CA, http against https, TLS failures: all errors.
+            log("herald-lab run: cannot submit the plan to \(coordinator): \(error)")
+            throw ExitCode(2)
+        }
         guard status == 201, let record = try? JSONDecoder().decode(RunRecord.self, from: body) else {
             let message = (try? JSONDecoder().decode([String: String].self, from: body))?["error"] ?? String(decoding: body, as: UTF8.self)
             log("herald-lab run: the coordinator refused the plan (HTTP \(status)):\n\(message)")
@@ -87,7 +94,16 @@ struct RunCommand: AsyncParsableCommand {
         return source
     }
 
+    /// Exit 1 means only that the plan's verdict failed: every error (the plan, reaching the
+    /// coordinator, TLS, the bundle, the disk) is exit 2, with its reason.
     func run() async throws {
+        do { try await submitAndWatch() } catch let e as ExitCode { throw e } catch {
+            log("herald-lab run: \(error)")
+            throw ExitCode(2)
+        }
+    }
+
+    private func submitAndWatch() async throws {
         let client = try options.client()
         let record = try await startOrAttach(client)
         let interrupt = Self.detachOnInterrupt(record.id, coordinator: coordinator)

@@ -103,8 +103,11 @@ extension Coordinator {
         do { r.bundleSha256 = try archive(r.id) } catch { notes.append("cannot write \(r.id).tar.gz: \(error)") }
         let gathered = r.nodes.filter { $0.state == "complete" || $0.state == "partial" }
         if gathered.isEmpty { notes.append("no node could be gathered") }
+        // A node with nothing gathered fails the run (docs/API.md): the bundle lacks it.
+        let lost = r.nodes.filter { $0.state == "lost" }
+        if !lost.isEmpty && !gathered.isEmpty { notes.append("lost: " + lost.map { "\($0.name) (\($0.message ?? "nothing gathered"))" }.joined(separator: ", ")) }
         r.bundle = bundle.path
-        r.state = failure != nil || gathered.isEmpty ? .failed : (r.abortRequested == true ? .aborted : .complete)
+        r.state = failure != nil || gathered.isEmpty || !lost.isEmpty ? .failed : (r.abortRequested == true ? .aborted : .complete)
         r.message = notes.isEmpty ? nil : notes.joined(separator: "; ")
         // Recorded as ended, durably, before any agent may delete: a crash here gathers again.
         do { try save(r) } catch {

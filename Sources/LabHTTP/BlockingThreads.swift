@@ -30,6 +30,13 @@ final class BlockingThreads: @unchecked Sendable {
 
     private var queued: Int { jobs.count - head }
 
+    /// Threads running a job now, and jobs waiting for a thread (tests check that a pool goes
+    /// back to idle).
+    var busy: (running: Int, queued: Int) {
+        lock.lock(); defer { lock.unlock() }
+        return (threads - idle, queued)
+    }
+
     func run(_ job: @escaping @Sendable () -> Void) {
         lock.lock()
         // An idle thread not yet claimed by a queued job takes it; otherwise a new thread, while

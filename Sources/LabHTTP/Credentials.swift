@@ -129,15 +129,41 @@ public struct Enrolment: Codable, Sendable {
         self.airKey = airKey
     }
 
-    /// Writes the agent's credentials folder: ca.pem, cert.pem, key.pem (0600), agent.json (0600).
+    /// Writes the agent's credentials folder: ca.pem, cert.pem, key.pem and agent.json, each 0600
+    /// whatever the umask. A folder it makes is 0700 (whatever the umask); one that exists must
+    /// be a directory that neither the group nor others may write to (anyone who can write
+    /// there could swap the key), and keeps its mode.
     public func install(into folder: URL) throws {
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         guard SafeName.isValid(credential.name), credential.isValid else { throw CredentialError("the enrolment's credential is invalid") }
-        for (name, text, mode) in [("ca.pem", ca, 0o644), ("cert.pem", certificate, 0o644), ("key.pem", key, 0o600)] as [(String, String, Int)] {
+        try Self.privateFolder(folder)
+        for (name, text, mode) in [("ca.pem", ca, 0o600), ("cert.pem", certificate, 0o600), ("key.pem", key, 0o600)] as [(String, String, Int)] {
             guard text.hasPrefix("-----BEGIN "), text.utf8.count < 64 * 1024 else { throw CredentialError("the enrolment's \(name) is not PEM") }
             try Durable.write(Data(text.utf8), to: folder.appendingPathComponent(name), mode: mode_t(mode))
         }
         try Durable.write(try LabJSON.encoder.encode(credential), to: folder.appendingPathComponent("agent.json"), mode: 0o600)
+    }
+
+    /// Makes `folder` mode 0700 (mkdir, then chmod: the umask cannot widen it), or checks that an
+    /// existing one is a directory (not a link) that the group and others cannot write to.
+    static func privateFolder(_ folder: URL) throws {
+        let path = folder.path
+        var st = stat()
+        if lstat(path, &st) != 0 {
+            guard errno == ENOENT else { throw CredentialError("\(path): \(String(cString: strerror(errno)))") }
+            let parent = folder.deletingLastPathComponent()
+            do { try FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true) } catch {
+                throw CredentialError("cannot make \(parent.path): \(error.localizedDescription)")
+            }
+            guard mkdir(path, 0o700) == 0 || errno == EEXIST else { throw CredentialError("cannot make \(path): \(String(cString: strerror(errno)))") }
+            guard lstat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR, chmod(path, 0o700) == 0 else {
+                throw CredentialError("cannot make \(path) private (mode 0700)")
+            }
+            return
+        }
+        guard (st.st_mode & S_IFMT) == S_IFDIR else { throw CredentialError("\(path) is not a directory") }
+        guard st.st_mode & 0o022 == 0 else {
+            throw CredentialError("\(path) may be written by its group or by others (mode \(String(st.st_mode & 0o7777, radix: 8))); a credentials folder must not be (chmod go-w \(path))")
+        }
     }
 }
 

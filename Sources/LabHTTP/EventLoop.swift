@@ -222,18 +222,31 @@ final class EventLoop: @unchecked Sendable {
     }
 
     /// A connection over the service's limit: a 503 written without waiting (it fits the socket's
-    /// buffer), then closed after lingering; no thread waits on it.
+    /// buffer), then closed after lingering; no thread waits on it. On a TLS port no HTTP is
+    /// written in the clear (a client would read it as a broken record): the refusal is a TLS
+    /// fatal alert, internal_error, which may be sent unencrypted before the handshake (RFC 8446
+    /// 6), so the client's TLS reports an alert from the server rather than garbage. No
+    /// handshake is made for it: a flood over the limit costs no asymmetric crypto, no worker.
     private func refuseOverLimit(_ fd: Int32, service: HTTPService, now: Double) {
-        let body = "{\"error\":\"too many connections (\(service.limits.maxConnections)); try again later\"}"
-        let text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\nRetry-After: 1\r\n\r\n" + body
+        let answer: [UInt8]
+        if service.isTLS {
+            answer = Self.tlsInternalErrorAlert
+        } else {
+            let body = "{\"error\":\"too many connections (\(service.limits.maxConnections)); try again later\"}"
+            answer = Array(("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\nRetry-After: 1\r\n\r\n" + body).utf8)
+        }
         var scratch = [UInt8](repeating: 0, count: 16384)
         // What the client sent already is read first: closing a socket with unread bytes resets it.
         _ = scratch.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, Int32(MSG_DONTWAIT)) }
-        _ = text.withCString { send(fd, $0, strlen($0), Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+        _ = answer.withUnsafeBytes { send(fd, $0.baseAddress!, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
         _ = Glibc.shutdown(fd, Int32(SHUT_WR))
         service.noteRefusedOverLimit(now: now)
         lingerLocked(fd: fd, owner: nil, service: nil, now: now)
     }
+
+    /// A TLS record (content type 21, alert; legacy version TLS 1.2; 2 bytes) holding a fatal
+    /// internal_error (80).
+    static let tlsInternalErrorAlert: [UInt8] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50]
 
     // MARK: Connections
 

@@ -209,6 +209,9 @@ public final class HTTPService: @unchecked Sendable {
     /// one place where a TLS handshake is to happen (on a worker, bounded by the header
     /// deadline: the socket's timeouts are set before). On a throw the descriptor is still the
     /// caller's to close.
+    /// Whether connections are TLS (the event loop refuses those over the limit with an alert).
+    var isTLS: Bool { tlsLock.withLock { tls != nil } }
+
     private func wrap(fd: Int32, peer: String, timeout: Double) throws -> Connection {
         try Connection.accepted(fd: fd, name: peer, tls: tlsLock.withLock { tls }, timeout: timeout)
     }

@@ -6,7 +6,10 @@ import Glibc
 
 /// One connected byte stream, as every part of the product reads and writes sockets: a blocking
 /// TCP socket from `Dialer` or `Listener`, with or without TLS over it. Reads and writes are
-/// bounded by the socket's timeouts (`setTimeouts`); a timeout is a `NetError(.timeout)`.
+/// bounded by the socket's timeouts (`setTimeouts`); a timeout is a `NetError(.timeout)`. A peer
+/// that has gone (reset, broken pipe, TLS close under a write, a fatal alert) is a
+/// `NetError(.closed)` at the first read or write that meets it, never a retry: the caller closes
+/// the connection and drops what it still had to send.
 /// Not safe for concurrent readers or concurrent writers (one of each is fine for plain
 /// sockets; TLS needs one thread at a time).
 public final class Connection: @unchecked Sendable {
@@ -114,6 +117,8 @@ public final class Connection: @unchecked Sendable {
             switch rc {
             case Int32(CTLS_WANT_READ): try wait(Int16(POLLIN), doing: what)
             case Int32(CTLS_WANT_WRITE): try wait(Int16(POLLOUT), doing: what)
+            // The session is dead (ctls never retries it): the peer has gone, or failed.
+            case Int32(CTLS_CLOSED): throw NetError(.closed, "\(name): \(NetError.text(cBuffer: err))")
             default: throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
             }
         }
@@ -132,7 +137,7 @@ public final class Connection: @unchecked Sendable {
             let e = errno
             if e == EINTR { continue }
             if e == EAGAIN || e == EWOULDBLOCK { throw NetError(.timeout, "\(name): timed out waiting for data") }
-            throw NetError(.protocolError, "\(name): receive failed: \(NetError.text(errno: e))")
+            throw NetError(NetError.peerGone(e) ? .closed : .protocolError, "\(name): receive failed: \(NetError.text(errno: e))")
         }
     }
 
@@ -151,7 +156,11 @@ public final class Connection: @unchecked Sendable {
             while off < bytes.count {
                 let len = Int32(clamping: bytes.count - off)
                 let p = base + off
-                off += try tlsIO(doing: "sending") { ctls_write($0, p, len, $1, $2) }
+                let n = try tlsIO(doing: "sending") { ctls_write($0, p, len, $1, $2) }
+                // A write moves at least one byte or throws (ctls never returns 0 for one); a 0
+                // here would loop for ever, so it ends the connection instead.
+                guard n > 0 else { throw NetError(.closed, "\(name): send failed: the connection took no bytes") }
+                off += n
             }
             return
         }
@@ -161,7 +170,7 @@ public final class Connection: @unchecked Sendable {
             let e = errno
             if n < 0 && e == EINTR { continue }
             if n < 0 && (e == EAGAIN || e == EWOULDBLOCK) { throw NetError(.timeout, "\(name): timed out sending") }
-            throw NetError(.protocolError, "\(name): send failed: \(NetError.text(errno: e))")
+            throw NetError(NetError.peerGone(e) || n == 0 ? .closed : .protocolError, "\(name): send failed: \(NetError.text(errno: e))")
         }
     }
 
@@ -198,7 +207,7 @@ public final class Connection: @unchecked Sendable {
                 }
                 throw NetError(.timeout, "\(name): timed out sending")
             }
-            throw NetError(.protocolError, "\(name): sendfile failed: \(NetError.text(errno: e))")
+            throw NetError(NetError.peerGone(e) ? .closed : .protocolError, "\(name): sendfile failed: \(NetError.text(errno: e))")
         }
         return Int(position) - offset
     }
@@ -208,7 +217,8 @@ public final class Connection: @unchecked Sendable {
     public func write(_ text: String) throws { try write(Data(text.utf8)) }
 
     /// Stops reads and writes in both directions (a reader blocked on another thread returns 0).
-    public func shutdown() { _ = Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
+    /// Nothing once closed: the descriptor's number may belong to another socket by then.
+    public func shutdown() { lock.withLock { if !closed { _ = Glibc.shutdown(fd, Int32(SHUT_RDWR)) } } }
 
     /// Closes the socket (once).
     public func close() {

@@ -15,6 +15,21 @@ public enum Listener {
         return try NetAddress.resolve(host: bare, port: port, passive: true)
     }
 
+    /// The numeric address to listen on for `host` when only loopback will do (a service without
+    /// authentication): the host is resolved as `listen` would resolve it (a wildcard is itself),
+    /// never judged by its text, and every address it has must be loopback; the first is
+    /// returned, so that the service binds the very address that was checked (a second lookup
+    /// could answer otherwise). `resolve` gives a host's numeric addresses (tests inject one).
+    public static func loopbackAddress(host: String, resolve: (String) throws -> [String] = { try addresses(host: $0, port: 0).map(\.host) }) throws -> String {
+        let found = try resolve(host)
+        guard let first = found.first else { throw NetError(.resolve, "cannot resolve \(host): no address") }
+        let outside = found.filter { !NetAddress.isLoopback(numericHost: $0) }
+        guard outside.isEmpty else {
+            throw NetError(.badAddress, "\(host) is not a loopback address (it is \(outside.joined(separator: ", ")))")
+        }
+        return first
+    }
+
     /// Binds and listens on `host:port` (port 0: any free port) and returns the socket (blocking,
     /// close-on-exec, SO_REUSEADDR, TCP_NODELAY, which accepted connections inherit) and the
     /// bound port. A name's addresses are tried in turn until one binds.

@@ -75,6 +75,19 @@ public struct NetAddress: Sendable, CustomStringConvertible {
         return out
     }
 
+    /// Whether a numeric host is a loopback address: 127.0.0.0/8, ::1, or 127.0.0.0/8 mapped into
+    /// IPv6. A name is never loopback here (resolve it first): only the address decides.
+    public static func isLoopback(numericHost text: String) -> Bool {
+        let bare = HostPort.unbracketed(text)
+        var v4 = in_addr()
+        if inet_pton(AF_INET, bare, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
+        var v6 = in6_addr()
+        guard inet_pton(AF_INET6, bare, &v6) == 1 else { return false }
+        let b = withUnsafeBytes(of: v6) { Array($0) }
+        if b[0..<15].allSatisfy({ $0 == 0 }) && b[15] == 1 { return true }
+        return b[0..<10].allSatisfy({ $0 == 0 }) && b[10] == 0xFF && b[11] == 0xFF && b[12] == 127
+    }
+
     /// The wildcard address of a family ("0.0.0.0" or "::").
     public static func any(family: Int32, port: UInt16) -> NetAddress {
         var storage = sockaddr_storage()

@@ -21,6 +21,14 @@ public struct NetError: Error, CustomStringConvertible, Sendable, Equatable {
         /// TLS could not be set up: a certificate or key unreadable, a handshake refused, a peer
         /// whose certificate the lab CA did not sign or that names another host.
         case tls
+        /// The peer has gone while the stream was in use: a reset, a broken pipe, TLS closed
+        /// under a write or ended by a fatal alert. The connection is over (never retried).
+        case closed
+    }
+
+    /// errno values that mean the peer has gone (the connection is over, not slow).
+    public static func peerGone(_ code: Int32) -> Bool {
+        code == EPIPE || code == ECONNRESET || code == ENOTCONN || code == ECONNABORTED || code == ESHUTDOWN
     }
 
     public var kind: Kind

@@ -13,6 +13,8 @@ public enum PlanLimits {
     public static let maximumYAMLNodes = 100_000
     /// `duration`, and every other duration unless a field says less (7 days).
     public static let maximumDuration: TimeInterval = 7 * 86400
+    /// `duration` at least (1 ms), in plan check and simulate alike.
+    public static let minimumDuration: TimeInterval = 0.001
     /// Scan phases (`scan.on`, `scan.rest`, `scan.off`).
     public static let maximumScanPhase: TimeInterval = 3600
     /// `scan.on` at least (a shorter scan cycle would flood the scheduler).
@@ -245,9 +247,11 @@ struct PlanReader {
             let number = String(text.dropLast(suffix.count)).trimmingCharacters(in: .whitespaces)
             // "4ms" also ends in "s": only accept the longest matching unit.
             if suffix == "s", number.hasSuffix("m") { continue }
-            guard let v = Double(number) else { break }
-            if v.isNaN { fail(path, node, "\"\(text.prefix(64))\" is not a number"); return nil }
-            if v < 0 { fail(path, node, "negative duration \"\(text.prefix(64))\""); return nil }
+            if number.hasPrefix("-"), let v = Double(number), v < 0 { fail(path, node, "negative duration \"\(text.prefix(64))\""); return nil }
+            // One rule for every reader of durations (plan check, simulate, flags): a number
+            // starts with a digit and is decimal ("+.5ms", ".5s", "0x10s", "inf s" are not
+            // durations), so nothing Double's own syntax allows slips through.
+            guard let v = Self.decimal(number) else { break }
             let seconds = v * scale
             if !seconds.isFinite || seconds > max {
                 fail(path, node, "\"\(text.prefix(64))\" is too long; at most \(Self.formatSeconds(max))"); return nil
@@ -257,7 +261,7 @@ struct PlanReader {
             return seconds
         }
         let shown = String(text.prefix(64))
-        if let v = Double(text), v.isFinite {
+        if let v = Self.decimal(text), v.isFinite {
             // Suggest the unit that puts the number in range: `advertInterval: 100` means 100ms.
             let preferred = ["s", "ms", "m", "h", "d"].compactMap { u in Self.durationUnits.first { $0.0 == u } }
             let fits = preferred.first { _, scale in v * scale <= max && v * scale >= min && (v > 0 || allowZero) }
@@ -270,6 +274,15 @@ struct PlanReader {
             fail(path, node, "\"\(shown)\" is not a duration; write one such as 4s, 500ms, 2m or 1h (units ms, s, m, h, d)")
         }
         return nil
+    }
+
+    /// A plain decimal number: a digit first, then digits, one `.` and an exponent at most
+    /// (`0.5`, `12`, `1e3`); no sign, no hexadecimal, no `inf` or `nan`.
+    static func decimal(_ text: String) -> Double? {
+        guard let first = text.utf8.first, first >= 0x30 && first <= 0x39,
+              text.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "e") || $0 == UInt8(ascii: "E") || $0 == UInt8(ascii: "+") || $0 == UInt8(ascii: "-") }),
+              text.utf8.filter({ $0 == UInt8(ascii: ".") }).count <= 1 else { return nil }
+        return Double(text)
     }
 
     /// The units a duration may carry, longest suffix first where one ends another ("ms", "s").
@@ -349,7 +362,7 @@ struct PlanReader {
         var name: String?
         if let n = m["name"] { name = self.name(n, "name") } else { fail("name", nil, "required: the plan's name") }
         var duration: TimeInterval?
-        if let n = m["duration"] { duration = self.duration(n, "duration", allowZero: false) } else { fail("duration", nil, "required: how long the test runs, e.g. 30m") }
+        if let n = m["duration"] { duration = self.duration(n, "duration", allowZero: false, min: PlanLimits.minimumDuration) } else { fail("duration", nil, "required: how long the test runs, e.g. 30m") }
         var nodes: [NodeSpec]?
         if let n = m["nodes"] { nodes = self.nodes(n, "nodes") } else { fail("nodes", nil, "required: a list of nodes, or count and grid") }
 

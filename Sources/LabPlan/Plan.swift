@@ -36,7 +36,7 @@ public struct Plan: Codable, Sendable, Equatable {
         func check(_ path: String, _ v: Double, _ range: ClosedRange<Double>) {
             if !(v.isFinite && range.contains(v)) { out.append("\(path): \(v) is out of range (\(range.lowerBound) to \(range.upperBound))") }
         }
-        check("duration", duration, 0.001...PlanLimits.maximumDuration)
+        check("duration", duration, PlanLimits.minimumDuration...PlanLimits.maximumDuration)
         check("warmup", warmup, 0...PlanLimits.maximumDuration)
         if warmup.isFinite, duration.isFinite, warmup >= duration { out.append("warmup: must be shorter than duration") }
         if !(start.timeIntervalSince1970 >= 0 && start < PlanLimits.latestStart) { out.append("start: out of range (years 1970 to 2999)") }

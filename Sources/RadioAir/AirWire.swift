@@ -127,6 +127,9 @@ final class LineSocket: @unchecked Sendable {
     let connection: Connection
     private let writeQueue = DispatchQueue(label: "heraldlab.air.write")
     private var closed = false
+    /// A write has failed (the peer has gone, or took nothing for the write timeout): every
+    /// write queued after it is dropped, never tried.
+    private var broken = false
     private let lock = NSLock()
     /// A line longer than this closes the connection: nothing the air or a node says is near it.
     static let maxLine = 1 << 20
@@ -151,12 +154,28 @@ final class LineSocket: @unchecked Sendable {
         guard var encoded = try? JSONEncoder().encode(message) else { return }
         encoded.append(10)
         let data = encoded
-        lock.lock(); let isClosed = closed; lock.unlock()
+        lock.lock(); let isClosed = closed || broken; lock.unlock()
         guard !isClosed else { return }
         writeQueue.async { [self] in
-            do { try connection.write(data) } catch { close() }
+            guard !lock.withLock({ broken }) else { return }
+            do { try connection.write(data) } catch { fail() }
         }
     }
+
+    /// Whether a write has failed (the connection is being closed).
+    var hasFailed: Bool { lock.withLock { broken } }
+
+    /// The first failed write ends the connection at once: what is still queued is dropped, and
+    /// the socket is shut down now (not after the queue) so that the reader wakes, ends, and
+    /// the connection's owner hears of it (`onClose`).
+    private func fail() {
+        lock.withLock { broken = true }
+        connection.shutdown()
+        close()
+    }
+
+    /// Waits until every write queued so far has been tried or dropped (tests).
+    func drain() { writeQueue.sync {} }
 
     /// Reads lines until EOF on a thread of its own; `onMessage` gets each decoded message. A
     /// line over `maxLine` bytes ends the connection (nothing unbounded is buffered), and only

@@ -287,3 +287,34 @@ final class Trickle: @unchecked Sendable {
         for t in all { t.done.wait() }
     }
 }
+
+extension LimitTests {
+    /// Over the limit on a TLS port: no plain-text 503 (issue 19, item 7) but a TLS fatal alert,
+    /// internal_error, then the end of the stream; the client's TLS names the alert. A plain
+    /// port still answers 503.
+    func testOverTheLimitOnATLSPortIsATLSAlertNotPlainText() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("limit-tls-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let (server, client) = try makeTestTLS(in: dir)
+        let service = HTTPService(name: "t", token: nil, limits: .init(maxConnections: 1), log: { _ in })
+        let port = try await service.start(host: "127.0.0.1", port: 0, tls: server)
+        services.append(service)
+        let holder = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: client)
+        defer { holder.close() }
+        // A raw client over the limit reads exactly the alert record, then the end.
+        let raw = try RawClient(port: port)
+        var got = [UInt8]()
+        var buf = [UInt8](repeating: 0, count: 1024)
+        while true {
+            let n = buf.withUnsafeMutableBytes { recv(raw.fd, $0.baseAddress!, $0.count, 0) }
+            if n <= 0 { break }
+            got += buf[0..<n]
+        }
+        XCTAssertEqual(got, [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50], String(decoding: got, as: UTF8.self))
+        // A TLS client is told by its TLS.
+        XCTAssertThrowsError(try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: client)) { error in
+            XCTAssertTrue("\(error)".contains("alert internal error"), "\(error)")
+        }
+    }
+}

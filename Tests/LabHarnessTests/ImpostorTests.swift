@@ -96,6 +96,9 @@ final class ImpostorTests: XCTestCase {
         let node = ((final["nodes"] as? [[String: Any]]) ?? []).first { $0["name"] as? String == "n2" }
         XCTAssertEqual(node?["state"] as? String, "lost")
         XCTAssertTrue((node?["message"] as? String ?? "").contains("not one of the Herald files"), "\(node ?? [:])")
+        // A lost node fails the run, as docs/API.md says, and the run's message names it.
+        XCTAssertEqual(final["state"] as? String, "failed")
+        XCTAssertTrue((final["message"] as? String ?? "").contains("lost: n2"), "\(final["message"] ?? "")")
         XCTAssertFalse(FileManager.default.fileExists(atPath: lab.dir.appendingPathComponent("x").path), "nothing written outside results/")
         XCTAssertTrue(FileManager.default.fileExists(atPath: lab.results.appendingPathComponent("coordinator.sqlite").path), "the results folder survives")
         let nodeDir = lab.results.appendingPathComponent("\(id)/nodes/n2")

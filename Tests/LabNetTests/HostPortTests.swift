@@ -67,3 +67,47 @@ final class HostPortTests: XCTestCase {
         XCTAssertThrowsError(try HostPort(url: URL(string: "file:///tmp/x")!)) { XCTAssertTrue("\($0)".contains("file:///tmp/x"), "\($0)") }
     }
 }
+
+/// `--insecure` listens on loopback only: the host is resolved and every address must be
+/// loopback (issue 19, item 7); its text decides nothing.
+final class LoopbackOnlyTests: XCTestCase {
+    func testLoopbackAddressesAreRecognisedByValue() {
+        for yes in ["127.0.0.1", "127.1.2.3", "127.255.255.254", "::1", "[::1]", "::ffff:127.0.0.1", "0:0:0:0:0:0:0:1"] {
+            XCTAssertTrue(NetAddress.isLoopback(numericHost: yes), yes)
+        }
+        for no in ["0.0.0.0", "::", "10.0.0.1", "128.0.0.1", "126.255.255.255", "::2", "::ffff:10.0.0.1", "fe80::1",
+                   "localhost", "127.attacker.invalid", "127.0.0.1.nip.io", ""] {
+            XCTAssertFalse(NetAddress.isLoopback(numericHost: no), no)
+        }
+    }
+
+    func testANameIsJudgedByWhatItResolvesTo() throws {
+        // A name that starts like a loopback address but resolves elsewhere (as DNS would answer
+        // for 127.attacker.invalid) is refused, naming the address.
+        let dns: [String: [String]] = ["127.attacker.invalid": ["203.0.113.7"], "mixed.test": ["127.0.0.1", "192.0.2.1"],
+                                       "lo.test": ["127.0.0.1", "::1"]]
+        func resolve(_ h: String) throws -> [String] {
+            guard let a = dns[h] else { throw NetError(.resolve, "cannot resolve \(h)") }
+            return a
+        }
+        XCTAssertThrowsError(try Listener.loopbackAddress(host: "127.attacker.invalid", resolve: resolve)) { e in
+            XCTAssertEqual((e as? NetError)?.kind, .badAddress)
+            XCTAssertTrue("\(e)".contains("203.0.113.7"), "\(e)")
+        }
+        XCTAssertThrowsError(try Listener.loopbackAddress(host: "mixed.test", resolve: resolve)) { e in
+            XCTAssertTrue("\(e)".contains("192.0.2.1"), "\(e)")
+        }
+        XCTAssertThrowsError(try Listener.loopbackAddress(host: "nowhere.test", resolve: resolve))
+        // The address checked is the one to bind.
+        XCTAssertEqual(try Listener.loopbackAddress(host: "lo.test", resolve: resolve), "127.0.0.1")
+    }
+
+    func testRealResolutionOfLiteralsAndWildcards() throws {
+        XCTAssertEqual(try Listener.loopbackAddress(host: "127.0.0.1"), "127.0.0.1")
+        XCTAssertEqual(try Listener.loopbackAddress(host: "127.1"), "127.0.0.1")
+        for wildcard in ["0.0.0.0", "::", "*", ""] {
+            XCTAssertThrowsError(try Listener.loopbackAddress(host: wildcard), wildcard)
+        }
+        XCTAssertThrowsError(try Listener.loopbackAddress(host: "10.1.2.3"))
+    }
+}

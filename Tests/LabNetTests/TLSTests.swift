@@ -113,6 +113,56 @@ final class TLSTests: XCTestCase {
         XCTAssertEqual((server.error() as? NetError)?.kind, .tls)
     }
 
+    /// Writes to a peer that has gone (it reset the connection, or closed it): the first write
+    /// that meets it throws `.closed` (it never counts as "0 bytes written" and is never
+    /// retried), and every later write throws at once, on TLS and plain streams alike.
+    func testWritesToAPeerThatHasGoneFailAtOnce() throws {
+        try makeLab()
+        let serverTLS = try TLSContext(certificate: path("cert.pem"), key: path("key.pem"))
+        let clientTLS = try TLSContext(trusting: path("ca.pem"))
+        for (tls, reset) in [(true, true), (true, false), (false, true), (false, false)] {
+            let (listener, port) = try Listener.listen(host: "127.0.0.1", port: 0)
+            defer { close(listener) }
+            let box = ErrorBox()
+            let accepted = DispatchSemaphore(value: 0)
+            let serverBox = ConnectionBox()
+            Thread {
+                defer { accepted.signal() }
+                guard let fd = Listener.accept(listener) else { return }
+                do { serverBox.connection = try Connection.accepted(fd: fd, name: "client", tls: tls ? serverTLS : nil, timeout: 5) } catch { box.error = error }
+            }.start()
+            let client = try Connection.dial(host: "127.0.0.1", port: port, timeout: 5, tls: tls ? clientTLS : nil)
+            XCTAssertEqual(accepted.wait(timeout: .now() + 10), .success)
+            let s = try XCTUnwrap(serverBox.connection, "\(String(describing: box.error))")
+            s.setTimeouts(seconds: 5)
+            if reset {
+                var l = linger(l_onoff: 1, l_linger: 0)
+                setsockopt(client.fd, SOL_SOCKET, SO_LINGER, &l, socklen_t(MemoryLayout<linger>.size))
+            }
+            client.close()
+            // On a thread of its own, bounded: a write that retried for ever must fail the test,
+            // not hang it.
+            let record = [UInt8](repeating: 0x41, count: 1000)
+            let results = ResultsBox()
+            let done = DispatchSemaphore(value: 0)
+            Thread {
+                for _ in 0..<100 {
+                    do { try s.write(record); results.add(nil) } catch { results.add(error) }
+                }
+                done.signal()
+            }.start()
+            XCTAssertEqual(done.wait(timeout: .now() + 30), .success, "tls \(tls) reset \(reset): a write never returned")
+            let all = results.all
+            // A closed (not reset) peer may take a write or two before its reset comes back.
+            let firstFailure = try XCTUnwrap(all.firstIndex { $0 != nil }, "tls \(tls) reset \(reset): every write succeeded")
+            XCTAssertLessThanOrEqual(firstFailure, 3, "tls \(tls) reset \(reset)")
+            for e in all[firstFailure...] {
+                XCTAssertEqual((e as? NetError)?.kind, .closed, "tls \(tls) reset \(reset): \(String(describing: e))")
+            }
+            s.close()
+        }
+    }
+
     func testKeysAreWrittenPrivate() throws {
         try makeLab()
         for key in ["ca-key.pem", "key.pem"] {
@@ -135,4 +185,15 @@ final class TLSTests: XCTestCase {
 
 final class ErrorBox: @unchecked Sendable {
     var error: Error?
+}
+
+final class ConnectionBox: @unchecked Sendable {
+    var connection: Connection?
+}
+
+final class ResultsBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var results: [Error?] = []
+    func add(_ e: Error?) { lock.withLock { results.append(e) } }
+    var all: [Error?] { lock.withLock { results } }
 }

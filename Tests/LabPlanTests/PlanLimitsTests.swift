@@ -109,4 +109,24 @@ final class PlanLimitsTests: XCTestCase {
         XCTAssertNil(Plan.parseDuration("1e308h"))
         XCTAssertNil(Plan.parseDuration("nan s"))
     }
+
+    /// `plan check` and `simulate` treat every duration alike (issue 19, item 7): one parser
+    /// reads durations (a decimal number that starts with a digit: no sign, no leading '.', no
+    /// hexadecimal), and a plan it accepts passes the range check simulate makes.
+    func testPlanCheckAndSimulateAgreeOnDurations() {
+        let nodes = "nodes: [a, b]\n"
+        for text in ["+.5ms", ".5s", "+5s", "0x10s", "inf s", "-.5ms", "0.5ms", "0.9ms", "1e-4s", " +1m"] {
+            let yaml = "name: x\nduration: \"\(text)\"\n" + nodes
+            XCTAssertThrowsError(try Plan.parse(yaml: yaml), text) { e in
+                XCTAssertTrue("\(e)".contains("duration: "), "\(text): \(e)")
+            }
+        }
+        XCTAssertNil(Plan.parseDuration("+.5ms"))
+        XCTAssertNil(Plan.parseDuration(".5s"))
+        for (text, seconds) in [("1ms", 0.001), ("0.5s", 0.5), ("5.25s", 5.25), ("1e3ms", 1.0), ("2m", 120.0), ("1.5h", 5400.0)] {
+            let plan = try? Plan.parse(yaml: "name: x\nduration: \"\(text)\"\n" + nodes)
+            XCTAssertEqual(plan?.duration, seconds, text)
+            XCTAssertEqual(plan?.rangeProblems, [], text)
+        }
+    }
 }

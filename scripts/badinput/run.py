@@ -25,6 +25,7 @@ import time
 import hostile_http
 import mutate_logs
 import mutate_plans
+import spin_attacks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -240,6 +241,8 @@ def main():
     if args.http_requests > 0:
         http = hostile_http.run(binary, args.seed, sandbox, requests=args.http_requests, budget=args.http_budget)
         bad += http["bad"]
+        # Pipelined-close spin attacks on TLS and plain services (spin_attacks.py): CPU ticks counted.
+        bad += spin_attacks.run(binary, sandbox)["bad"]
     print("badinput: " + ("FAIL" if bad else "PASS"))
     return 1 if bad else 0
 

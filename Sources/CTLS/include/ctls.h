@@ -24,7 +24,10 @@ ctls_conn *ctls_connect(ctls_ctx *ctx, int fd, const char *host, char *err, size
 enum { CTLS_WANT_READ = -1, CTLS_WANT_WRITE = -2, CTLS_CLOSED = -3, CTLS_ERROR = -4 };
 
 /// Non-blocking record I/O (the socket is non-blocking after the handshake): the number of
-/// bytes, 0 for a clean end of stream (close_notify or EOF), or a CTLS_ code.
+/// bytes, 0 for a clean end of stream (close_notify or EOF; reads only), or a CTLS_ code. A write
+/// never returns 0. CTLS_CLOSED: the peer has gone (reset, broken pipe, closed while we write);
+/// CTLS_ERROR: a fatal alert or protocol error. After either the session is dead: every later
+/// call returns CTLS_CLOSED at once, without touching the socket.
 int ctls_read(ctls_conn *c, void *buf, int len, char *err, size_t errlen);
 int ctls_write(ctls_conn *c, const void *buf, int len, char *err, size_t errlen);
 /// Bytes already decrypted and waiting.

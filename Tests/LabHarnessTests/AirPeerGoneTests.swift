@@ -1,0 +1,125 @@
+import Foundation
+import XCTest
+import LabNet
+@testable import RadioAir
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The air's connections when their peer has gone (issue 19, item 2): the first failed write
+/// ends the connection, what was queued behind it is dropped, and nothing keeps using CPU.
+final class AirPeerGoneTests: XCTestCase {
+    var dir: URL!
+
+    override func setUpWithError() throws {
+        dir = FileManager.default.temporaryDirectory.appendingPathComponent("airgone-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        try LabCA.create(commonName: "test CA", days: 1, certificate: path("ca.pem"), key: path("ca-key.pem"))
+        try LabCA.issue(caCertificate: path("ca.pem"), caKey: path("ca-key.pem"), commonName: "air",
+                        names: ["127.0.0.1"], days: 1, certificate: path("cert.pem"), key: path("key.pem"))
+    }
+
+    override func tearDownWithError() throws { try? FileManager.default.removeItem(at: dir) }
+
+    func path(_ name: String) -> String { dir.appendingPathComponent(name).path }
+
+    static func cpuSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+        return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+    }
+
+    /// Closing sends a reset (SO_LINGER 0): the peer's next write fails at once.
+    static func resetOnClose(_ fd: Int32) {
+        var l = linger(l_onoff: 1, l_linger: 0)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, socklen_t(MemoryLayout<linger>.size))
+    }
+
+    /// A connected pair on loopback: the server's end (TLS or plain) and the client's.
+    func pair(tls: Bool) throws -> (server: Connection, client: Connection) {
+        let (listener, port) = try Listener.listen(host: "127.0.0.1", port: 0)
+        defer { close(listener) }
+        let serverTLS = tls ? try TLSContext(certificate: path("cert.pem"), key: path("key.pem")) : nil
+        let clientTLS = tls ? try TLSContext(trusting: path("ca.pem")) : nil
+        let box = ConnectionBox()
+        let accepted = Thread {
+            guard let fd = Listener.accept(listener) else { return }
+            box.set(Result { try Connection.accepted(fd: fd, name: "client", tls: serverTLS, timeout: 10) })
+        }
+        accepted.start()
+        let client = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: clientTLS)
+        let server = try box.wait().get()
+        server.setTimeouts(seconds: 30)
+        return (server, client)
+    }
+
+    /// A thousand lines queued for a peer that has reset: the first failed write drops the rest
+    /// and shuts the socket down (the reader ends), on TLS and plain connections alike.
+    func testLinesQueuedForAPeerThatHasGoneAreDropped() throws {
+        for tls in [true, false] {
+            let (server, client) = try pair(tls: tls)
+            let socket = LineSocket(server)
+            let ended = DispatchSemaphore(value: 0)
+            socket.startReading(onMessage: { _ in }, onClose: { ended.signal() })
+            Self.resetOnClose(client.fd)
+            client.close()
+            for i in 0..<1000 { socket.send(AirMessage("tick", id: i)) }
+            // The queue drains (a write that retried for ever would hold it): bounded wait.
+            let drained = DispatchSemaphore(value: 0)
+            Thread { socket.drain(); drained.signal() }.start()
+            XCTAssertEqual(drained.wait(timeout: .now() + 30), .success, "tls \(tls): the write queue never drained")
+            XCTAssertTrue(socket.hasFailed, "tls \(tls)")
+            XCTAssertEqual(ended.wait(timeout: .now() + 30), .success, "tls \(tls): the reader did not end")
+        }
+    }
+
+    /// Nodes that attach, pipeline requests and reset without reading, and strangers that send
+    /// junk and a refused hello and reset: the air drops them all, and then uses no CPU (under
+    /// 1 % of a core over 10 s, a bound on CPU time, not a timing).
+    func testAirDropsPeersThatHaveGoneAndStaysIdle() throws {
+        let air = AirServer(token: "secret", log: { _ in })
+        let port = try air.start(host: "127.0.0.1", port: 0, tls: try TLSContext(certificate: path("cert.pem"), key: path("key.pem")))
+        defer { air.stop() }
+        let clientTLS = try TLSContext(trusting: path("ca.pem"))
+        func line(_ object: [String: Any]) -> String {
+            String(decoding: try! JSONSerialization.data(withJSONObject: object), as: UTF8.self) + "\n"
+        }
+        for i in 0..<4 {
+            // A node with the token: attached, then 500 requests that each get a reply.
+            let node = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: clientTLS)
+            node.setTimeouts(seconds: 10)
+            try node.write(line(["t": "hello", "id": 0, "node": "n\(i)", "token": "secret"]))
+            var buf = [UInt8](repeating: 0, count: 4096)
+            XCTAssertGreaterThan(try node.read(into: &buf), 0, "hello answered")
+            try node.write((1...500).map { line(["t": "read", "id": $0]) }.joined())
+            Self.resetOnClose(node.fd)
+            node.close()
+            // A stranger: junk, then a hello without the token (refused), then gone.
+            let stranger = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: clientTLS)
+            try stranger.write("junk \u{1B}[2J\n{\"t\":\n" + line(["t": "hello", "id": 1, "node": "x"]))
+            Self.resetOnClose(stranger.fd)
+            stranger.close()
+        }
+        let deadline = Date().addingTimeInterval(30)
+        while air.attachedCount > 0 && Date() < deadline { usleep(20_000) }
+        XCTAssertEqual(air.attachedCount, 0, "nodes still attached after they left")
+        // Whatever the air still had to write to them is dropped by now (a second to settle).
+        usleep(1_000_000)
+        let before = Self.cpuSeconds()
+        usleep(10_000_000)
+        let used = Self.cpuSeconds() - before
+        print("AirPeerGoneTests: \(String(format: "%.3f", used)) s of CPU in the 10 s after 8 peers left")
+        XCTAssertLessThan(used, 0.1, "the air used CPU after its peers left")
+    }
+}
+
+final class ConnectionBox: @unchecked Sendable {
+    private let done = DispatchSemaphore(value: 0)
+    private var result: Result<Connection, Error>?
+    func set(_ r: Result<Connection, Error>) { result = r; done.signal() }
+    func wait() throws -> Result<Connection, Error> {
+        guard done.wait(timeout: .now() + 10) == .success, let r = result else { throw NetError(.timeout, "no connection accepted") }
+        return r
+    }
+}
