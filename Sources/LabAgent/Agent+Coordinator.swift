@@ -10,14 +10,23 @@ extension Agent {
         guard let client, let coordinator = config.coordinator else { return }
         var registered = false
         var failures = 0
+        // Every message of this boot gets the next counter: a replayed one is refused.
+        var sequence: UInt64 = 0
+        func next() -> UInt64 { sequence += 1; return sequence }
         while !Task.isCancelled {
             do {
                 if !registered {
-                    let _: Empty = try await client.call("POST", "/v1/agents/register", info)
+                    var me = info
+                    me.boot = boot
+                    me.sequence = next()
+                    let _: Empty = try await client.call("POST", "/v1/agents/register", me)
                     registered = true
                     log("agent \(config.name): registered with \(coordinator.absoluteString) as \(url)")
                 }
-                let _: Empty = try await client.call("POST", "/v1/agents/\(config.name)/heartbeat", status)
+                var beat = status
+                beat.boot = boot
+                beat.sequence = next()
+                let _: Empty = try await client.call("POST", "/v1/agents/\(config.name)/heartbeat", beat)
                 if failures > 0 { log("agent \(config.name): coordinator \(coordinator.absoluteString) answers again") }
                 failures = 0
             } catch {

@@ -81,9 +81,9 @@ final class IdentityTests: XCTestCase {
 
         // The air: a ticket for n1 does not attach n2; a forged one attaches nothing.
         let key = Data(try XCTUnwrap(folder.secret("air.key")).utf8)
-        let n1Ticket = NodeTicket.issue(node: "n1", expires: Date().timeIntervalSince1970 + 60, key: key)
+        let n1Ticket = NodeTicket.issue(run: "manual", node: "n1", agent: "a1", issued: Date().timeIntervalSince1970, expires: Date().timeIntervalSince1970 + 60, key: key)
         XCTAssertTrue(try airHello(lab, node: "n2", ticket: n1Ticket).contains("ticket is for node n1"))
-        let forged = NodeTicket.issue(node: "n2", expires: Date().timeIntervalSince1970 + 60, key: Data("not the key".utf8))
+        let forged = NodeTicket.issue(run: "manual", node: "n2", agent: "a2", issued: Date().timeIntervalSince1970, expires: Date().timeIntervalSince1970 + 60, key: Data("not the key".utf8))
         XCTAssertTrue(try airHello(lab, node: "n2", ticket: forged).contains("not signed"))
         XCTAssertTrue(try airHello(lab, node: "n1", ticket: n1Ticket).contains("\"ok\":true"))
 

@@ -74,11 +74,16 @@ final class ImpostorTests: XCTestCase {
         let impostor = Impostor(token: lab.token, fileNames: ["contacts.csv", "../../../../x", "/../../.."])
         let port = try await impostor.http.start(port: 0)
         let coordinator = LabClient(base: URL(string: lab.coordinatorURL)!, token: lab.token, timeout: 5)
-        let info = LabWire.AgentInfo(name: "impostor", url: "http://127.0.0.1:\(port)", tags: [], radio: .sim, adapter: nil, controller: nil, port: port)
+        var info = LabWire.AgentInfo(name: "impostor", url: "http://127.0.0.1:\(port)", tags: [], radio: .sim, adapter: nil, controller: nil, port: port)
+        (info.boot, info.sequence) = ("impostor-boot", 1)
         let _: Empty = try await coordinator.call("POST", "/v1/agents/register", info)
         let beats = Task {
+            var sequence: UInt64 = 1
             while !Task.isCancelled {
-                let _: Empty? = try? await coordinator.call("POST", "/v1/agents/impostor/heartbeat", impostor.status)
+                sequence += 1
+                var status = impostor.status
+                (status.boot, status.sequence) = ("impostor-boot", sequence)
+                let _: Empty? = try? await coordinator.call("POST", "/v1/agents/impostor/heartbeat", status)
                 try? await Task.sleep(nanoseconds: 300_000_000)
             }
         }
