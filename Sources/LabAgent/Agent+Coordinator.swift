@@ -36,6 +36,8 @@ extension Agent {
                 if failures == 1 || failures.isMultiple(of: 20) {
                     if status == 401 || status == 403 {
                         log("agent \(config.name): coordinator \(coordinator.absoluteString) refuses this agent's credential (\(error)); was it revoked? enrol it again (herald-lab agents enrol \(config.name)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                    } else if status == 409 {
+                        log("agent \(config.name): coordinator \(coordinator.absoluteString) refuses this agent (\(error)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
                     } else {
                         log("agent \(config.name): coordinator \(coordinator.absoluteString) unreachable (\(error)); any run goes on; retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
                     }

@@ -60,6 +60,27 @@ final class ImpostorTests: XCTestCase {
             http.route("POST", "/v1/runs/:run/stop") { [unowned self] _ in .json(status) }
         }
 
+        /// Starts serving, registers with the lab's coordinator and heartbeats every 0.3 s (with
+        /// its boot and counter) until the returned task is cancelled.
+        func join(_ lab: LabProcesses, tags: [String]) async throws -> (LabClient, Task<Void, Never>) {
+            let port = try await http.start(port: 0)
+            let coordinator = LabClient(base: URL(string: lab.coordinatorURL)!, token: lab.token, timeout: 5)
+            var info = LabWire.AgentInfo(name: "impostor", url: "http://127.0.0.1:\(port)", tags: tags, radio: .sim, adapter: nil, controller: nil, port: port)
+            (info.boot, info.sequence) = ("impostor-boot", 1)
+            let _: Empty = try await coordinator.call("POST", "/v1/agents/register", info)
+            let beats = Task {
+                var sequence: UInt64 = 1
+                while !Task.isCancelled {
+                    sequence += 1
+                    var beat = self.status
+                    (beat.boot, beat.sequence) = ("impostor-boot", sequence)
+                    let _: Empty? = try? await coordinator.call("POST", "/v1/agents/impostor/heartbeat", beat)
+                    try? await Task.sleep(nanoseconds: 300_000_000)
+                }
+            }
+            return (coordinator, beats)
+        }
+
         var status: LabWire.AgentStatus {
             lock.withLock {
                 var state = LabWire.AgentState.idle
@@ -85,21 +106,7 @@ final class ImpostorTests: XCTestCase {
         try lab.startCoordinator()
         try lab.startAgent(1)
         let impostor = Impostor(token: lab.token, fileNames: ["contacts.csv", "../../../../x", "/../../.."])
-        let port = try await impostor.http.start(port: 0)
-        let coordinator = LabClient(base: URL(string: lab.coordinatorURL)!, token: lab.token, timeout: 5)
-        var info = LabWire.AgentInfo(name: "impostor", url: "http://127.0.0.1:\(port)", tags: [], radio: .sim, adapter: nil, controller: nil, port: port)
-        (info.boot, info.sequence) = ("impostor-boot", 1)
-        let _: Empty = try await coordinator.call("POST", "/v1/agents/register", info)
-        let beats = Task {
-            var sequence: UInt64 = 1
-            while !Task.isCancelled {
-                sequence += 1
-                var status = impostor.status
-                (status.boot, status.sequence) = ("impostor-boot", sequence)
-                let _: Empty? = try? await coordinator.call("POST", "/v1/agents/impostor/heartbeat", status)
-                try? await Task.sleep(nanoseconds: 300_000_000)
-            }
-        }
+        let (coordinator, beats) = try await impostor.join(lab, tags: [])
         defer { beats.cancel() }
         let plan = "name: lies\nduration: 3s\nwarmup: 1s\nagents: {names: [agent1, impostor]}\nnodes:\n  - {name: n1, position: [0, 0]}\n  - {name: n2, position: [1, 0]}\n"
         let (status, data, _) = try await coordinator.request("POST", "/v1/runs", body: Data(plan.utf8))
@@ -138,21 +145,7 @@ final class ImpostorTests: XCTestCase {
         let file = lab.dir.appendingPathComponent("served.csv")
         try impostor.body.write(to: file)
         impostor.served = file
-        let port = try await impostor.http.start(port: 0)
-        let coordinator = LabClient(base: URL(string: lab.coordinatorURL)!, token: lab.token, timeout: 5)
-        var info = LabWire.AgentInfo(name: "impostor", url: "http://127.0.0.1:\(port)", tags: [hostile], radio: .sim, adapter: nil, controller: nil, port: port)
-        (info.boot, info.sequence) = ("impostor-boot", 1)
-        let _: Empty = try await coordinator.call("POST", "/v1/agents/register", info)
-        let beats = Task {
-            var sequence: UInt64 = 1
-            while !Task.isCancelled {
-                sequence += 1
-                var status = impostor.status
-                (status.boot, status.sequence) = ("impostor-boot", sequence)
-                let _: Empty? = try? await coordinator.call("POST", "/v1/agents/impostor/heartbeat", status)
-                try? await Task.sleep(nanoseconds: 300_000_000)
-            }
-        }
+        let (_, beats) = try await impostor.join(lab, tags: [hostile])
         defer { beats.cancel() }
         let planFile = lab.dir.appendingPathComponent("inject.yaml")
         try "name: inject\nduration: 3s\nwarmup: 1s\nagents: {names: [agent1, impostor]}\nnodes:\n  - {name: n1, position: [0, 0]}\n  - {name: n2, position: [1, 0]}\n"
