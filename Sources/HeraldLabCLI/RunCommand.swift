@@ -124,7 +124,7 @@ struct RunCommand: AsyncParsableCommand {
         }
         if current.state == .aborted { log("herald-lab run: run \(current.id) was aborted; its bundle holds what the nodes logged until then") }
         if let summary = try? ReportWriter.readSummary(bundle.appendingPathComponent("report/summary.json")) {
-            print(Summary.text(summary, mode: "strict").split(separator: "\n", omittingEmptySubsequences: false).map { OutsideText.escaped(String($0)) }.joined(separator: "\n"))
+            print(Summary.text(summary, mode: "strict"))
             print("report: \(bundle.appendingPathComponent("report/report.html").path)")
             if !summary.passed { throw ExitCode(1) }
             if current.state == .aborted { throw ExitCode(2) }
