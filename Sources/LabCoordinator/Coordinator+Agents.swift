@@ -59,6 +59,10 @@ extension Coordinator {
                let oldHost = Self.host(of: old.info.url), let newHost = Self.host(of: info.url), oldHost != newHost {
                 return "agent \(info.name) is alive at \(esc(old.info.url)); a second agent presenting this name\(from) at \(esc(info.url)) is refused while the first heartbeats"
             }
+            // In a TLS lab a URL is one agent's: another name alive there keeps it.
+            if config.tls != nil, let holder = agents.values.first(where: { $0.info.name != info.name && $0.info.url == info.url && liveness($0.lastSeen) == .alive }) {
+                return "agent \(info.name) registers \(esc(info.url)), where agent \(holder.info.name) is alive; refused"
+            }
             var f = freshness[info.name] ?? Freshness()
             if let why = f.take(boot: boot, sequence: sequence, registering: true) { return "registration of agent \(info.name) refused: \(why)" }
             freshness[info.name] = f

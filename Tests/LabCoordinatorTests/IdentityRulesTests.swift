@@ -1,6 +1,7 @@
 import XCTest
 import HeraldCore
 import LabHTTP
+import LabNet
 import LabPlan
 @testable import LabCoordinator
 
@@ -17,13 +18,18 @@ final class IdentityRulesTests: XCTestCase {
 
     let operatorToken = "operator-token-0123456789"
 
-    func coordinator() throws -> Coordinator {
+    func coordinator(tls: Bool = false) throws -> Coordinator {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("idrules-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir.appendingPathComponent("cred"), withIntermediateDirectories: true)
         dirs.append(dir)
         var config = Coordinator.Config(results: dir)
         config.token = operatorToken
         config.credentials = CredentialsFolder(url: dir.appendingPathComponent("cred"))
+        if tls {
+            let (cert, key) = (dir.appendingPathComponent("cred/cert.pem").path, dir.appendingPathComponent("cred/key.pem").path)
+            try LabCA.create(commonName: "test lab", days: 1, certificate: cert, key: key)
+            config.tls = try TLSContext(certificate: cert, key: key)
+        }
         let c = try Coordinator(config: config, log: { _ in })
         coordinators.append(c)
         return c
@@ -149,6 +155,21 @@ final class IdentityRulesTests: XCTestCase {
         XCTAssertNotNil(Coordinator.callableProblem("n1", at: "https://n1.lab:1", tlsLab: true, enrolledHosts: []), "a certificate naming no host")
         XCTAssertNotNil(Coordinator.callableProblem("s1", at: "http://s1:1", tlsLab: true, enrolledHosts: nil), "a name never enrolled: https too")
         XCTAssertNil(Coordinator.callableProblem("s1", at: "https://s1:1", tlsLab: true, enrolledHosts: nil))
+    }
+
+    func testInATLSLabAnAgentCannotRegisterWhereAnotherIsAliveOrOffItsHosts() throws {
+        let c = try coordinator(tls: true)
+        let t0 = Date().timeIntervalSince1970 - 100
+        try enrol(c, "a1", at: t0)
+        try enrol(c, "a2", at: t0)
+        try c.register(info("a1", "https://127.0.0.1:8701", boot: boot, 1), principal: agent("a1"), peerHost: "127.0.0.1")
+        XCTAssertThrowsError(try c.register(info("a2", "https://127.0.0.1:8701", boot: boot, 1), principal: agent("a2"), peerHost: "127.0.0.1"), "a1's URL") { e in
+            XCTAssertEqual(status(e), 409)
+            XCTAssertTrue("\(e)".contains("agent a1 is alive"), "\(e)")
+        }
+        XCTAssertThrowsError(try c.register(info("a2", "http://127.0.0.1:8702", boot: boot, 2), principal: agent("a2"), peerHost: "127.0.0.1"), "plain http") { XCTAssertEqual(status($0), 403) }
+        XCTAssertThrowsError(try c.register(info("a2", "https://127.0.0.2:8702", boot: boot, 3), principal: agent("a2"), peerHost: "127.0.0.2"), "a host its certificate does not name") { XCTAssertEqual(status($0), 403) }
+        try c.register(info("a2", "https://127.0.0.1:8702", boot: boot, 4), principal: agent("a2"), peerHost: "127.0.0.1")
     }
 
     // MARK: 5. Freshness
