@@ -24,7 +24,7 @@ extension Coordinator {
             } else {
                 // A boot never seen: a registration, or (after a coordinator restart, when no
                 // boot is known) the first heartbeat.
-                guard registering || current == nil else { return nil }
+                guard registering || current == nil else { return "a boot that never registered" }
                 boots.append((boot, sequence))
                 if boots.count > Self.keptBoots { boots.removeFirst(boots.count - Self.keptBoots) }
             }
