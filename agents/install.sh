@@ -24,9 +24,12 @@
 # their USB dongles (sysfs authorized), then starts herald-lab-agent@NAME for every dongle and
 # stops instances no longer listed. --stage DIR writes every file under DIR instead and touches
 # nothing else (no packages, users, udev or systemd): for tests and for review.
+# Each enrolment is checked before anything is installed: it must be for the agent's name and
+# for this host (one of its certificate's hosts is this machine's name or address, or one given
+# with --node-host HOST); otherwise nothing installed is touched.
 set -euo pipefail
 
-binary="" name="" coordinator="" token_file="" enrolment="" enrolments="" dongles="" adapter="" tags="" port="8701" host="0.0.0.0" radio="bluez" stage=""
+binary="" name="" coordinator="" token_file="" enrolment="" enrolments="" dongles="" adapter="" tags="" port="8701" host="0.0.0.0" radio="bluez" stage="" node_hosts=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --binary) binary=$2; shift 2 ;;
@@ -42,7 +45,8 @@ while [ $# -gt 0 ]; do
     --host) host=$2; shift 2 ;;
     --radio) radio=$2; shift 2 ;;
     --stage) stage=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --node-host) node_hosts="$node_hosts $2"; shift 2 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -95,6 +99,16 @@ if [ -n "$enrolment" ] || [ -n "$enrolments" ]; then
     set -- $l
     e=$(enrolment_of "$1")
     [ -f "$e" ] && [ -s "$e" ] || fail "enrolment file $e for agent $1 is empty or missing (herald-lab agents enrol $1 --host NODE-ADDRESS --out $1.enrol)"
+    # Checked before anything installed is touched: the enrolment is for this agent's name and
+    # for this host (the names and addresses its certificate was issued for).
+    for_name=$(sed -n 's/.*"name":"\([^"]*\)".*/\1/p' "$e")
+    [ "$for_name" = "$1" ] || fail "the enrolment $e is for agent ${for_name:-(none)}, not $1; nothing was installed or changed"
+    for_hosts=$(sed -n 's/.*"hosts":\[\([^]]*\)\].*/\1/p' "$e" | tr -d '"' | tr ',' ' ')
+    [ -n "$for_hosts" ] || fail "the enrolment $e names no host (enrol it again: herald-lab agents enrol $1 --host NODE-ADDRESS); nothing was installed or changed"
+    mine=${node_hosts:-"$(hostname 2>/dev/null || true) $(hostname -f 2>/dev/null || true) $(hostname -I 2>/dev/null || true)"}
+    match=""
+    for h in $for_hosts; do for m in $mine; do [ "$h" = "$m" ] && match=$h; done; done
+    [ -n "$match" ] || fail "the enrolment $e is for host(s) $for_hosts, and this host is $mine (give --node-host HOST if it has another name); nothing was installed or changed"
     if [ -z "$coordinator" ]; then
       # The enrolment names the coordinator it came from (JSON, "/" written as "\/").
       coordinator=$(sed -n 's/.*"coordinator":"\([^"]*\)".*/\1/p' "$e" | sed 's#\\/#/#g')

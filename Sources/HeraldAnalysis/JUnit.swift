@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 
 /// junit.xml: one test case per pair and metric (and the headline figures), judged against the
 /// plan's thresholds, so CI systems show a run's verdict.
@@ -39,19 +40,20 @@ enum JUnit {
     }
 }
 
-/// The lines `herald-lab analyse` prints.
+/// The lines `herald-lab analyse` and `herald-lab run` print; the bundle's text in them (run id,
+/// folders, problems) is escaped (`OutsideText`).
 public enum Summary {
     public static func text(_ r: AnalysisResult, mode: String) -> String {
         let m = mode == "herald" ? r.herald : r.strict
         let other = mode == "herald" ? r.strict : r.herald
         var lines = [String]()
-        lines.append("\(r.input.kind) \(r.input.runId ?? r.input.path): \(m.phonescount) devices, contact event \(r.parameters.ceStart) to \(r.parameters.ceEnd) (\(r.parameters.cetotal) windows)")
+        lines.append("\(r.input.kind) \(OutsideText.escaped(r.input.runId ?? r.input.path)): \(m.phonescount) devices, contact event \(r.parameters.ceStart) to \(r.parameters.ceEnd) (\(r.parameters.cetotal) windows)")
         lines.append(String(format: "%@ mode: detection %ld of %ld pairs (%.2f%%), continuity %ld of %ld windows (%.4f%%, missed %.5f%%), longevity %.4f",
                             m.mode, m.achieveddetections, m.maxpairs, m.detectionpct, m.achievedwindows, m.maxwindows, m.continuitypct, m.deltacewindowspct, m.longevity))
         lines.append(String(format: "%@ mode: detection %.2f%%, continuity %.4f%%, longevity %.4f", other.mode, other.detectionpct, other.continuitypct, other.longevity))
-        for d in r.devices where d.flagged { lines.append("flagged: \(d.folder): \(d.problems.joined(separator: "; "))") }
+        for d in r.devices where d.flagged { lines.append("flagged: \(OutsideText.escaped(d.folder)): \(OutsideText.escaped(d.problems.joined(separator: "; ")))") }
         let failed = r.checks.filter { !$0.passed }
-        lines.append(r.passed ? "verdict: PASS (\(r.checks.count) checks)" : "verdict: FAIL (\(failed.count) of \(r.checks.count) checks failed; first: \(failed[0].name) \(failed[0].subject): \(failed[0].message))")
+        lines.append(r.passed ? "verdict: PASS (\(r.checks.count) checks)" : "verdict: FAIL (\(failed.count) of \(r.checks.count) checks failed; first: \(failed[0].name) \(OutsideText.escaped(failed[0].subject)): \(OutsideText.escaped(failed[0].message)))")
         return lines.joined(separator: "\n")
     }
 }

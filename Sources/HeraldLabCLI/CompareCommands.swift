@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import HeraldCore
 import HeraldAnalysis
 import LabHistory
 
@@ -22,7 +23,8 @@ struct CompareCommand: ParsableCommand {
                 throw ExitCode(2)
             }
         }
-        print(Comparison.table(runs))
+        // Labels are the bundles' text (plan and run names): shown, never obeyed.
+        print(Comparison.table(runs).split(separator: "\n", omittingEmptySubsequences: false).map { OutsideText.escaped(String($0)) }.joined(separator: "\n"))
     }
 }
 

@@ -55,13 +55,14 @@ struct AgentsList: AsyncParsableCommand {
         print("agent           state    radio  url                              last heartbeat  runs held")
         for v in views {
             let seen = v.lastSeen.map { String(format: "%.0f s ago", max(0, now - $0)) } ?? "never"
-            let held = v.status?.held ?? []
-            print(String(format: "%@ %@ %@ %@ %@ %@", v.info.name.padding(toLength: 15, withPad: " ", startingAt: 0), v.state.rawValue.padding(toLength: 8, withPad: " ", startingAt: 0),
-                         v.info.radio.rawValue.padding(toLength: 6, withPad: " ", startingAt: 0), v.info.url.padding(toLength: 32, withPad: " ", startingAt: 0),
+            // What agents said about themselves is shown, never obeyed: escaped.
+            let held = (v.status?.held ?? []).map { OutsideText.escaped($0) }
+            print(String(format: "%@ %@ %@ %@ %@ %@", OutsideText.escaped(v.info.name).padding(toLength: 15, withPad: " ", startingAt: 0), v.state.rawValue.padding(toLength: 8, withPad: " ", startingAt: 0),
+                         v.info.radio.rawValue.padding(toLength: 6, withPad: " ", startingAt: 0), OutsideText.escaped(v.info.url).padding(toLength: 32, withPad: " ", startingAt: 0),
                          seen.padding(toLength: 15, withPad: " ", startingAt: 0), held.isEmpty ? "-" : held.joined(separator: ",")))
             if let e = v.lastError {
                 let when = v.lastErrorAt.map { String(format: " (%.0f s ago)", max(0, now - $0)) } ?? ""
-                print("    last error\(when): \(e)")
+                print("    last error\(when): \(OutsideText.escaped(e))")
             }
         }
     }
@@ -84,8 +85,8 @@ struct RunsCommand: AsyncParsableCommand {
                 return
             }
             for r in runs {
-                let nodes = r.nodes.map { "\($0.name)@\($0.agent) \($0.state)" }.joined(separator: ", ")
-                print("\(r.id)  \(r.state.rawValue)  \(nodes)\(r.message.map { "\n    \($0)" } ?? "")")
+                let nodes = r.nodes.map { OutsideText.escaped("\($0.name)@\($0.agent) \($0.state)") }.joined(separator: ", ")
+                print("\(OutsideText.escaped(r.id))  \(r.state.rawValue)  \(nodes)\(r.message.map { "\n    \(OutsideText.escaped($0))" } ?? "")")
             }
         }
     }

@@ -69,7 +69,7 @@ struct RunCommand: AsyncParsableCommand {
         }
         guard status == 201, let record = try? JSONDecoder().decode(RunRecord.self, from: body) else {
             let message = (try? JSONDecoder().decode([String: String].self, from: body))?["error"] ?? String(decoding: body, as: UTF8.self)
-            log("herald-lab run: the coordinator refused the plan (HTTP \(status)):\n\(message)")
+            log("herald-lab run: the coordinator refused the plan (HTTP \(status)):\n\(OutsideText.escaped(message))")
             throw ExitCode(2)
         }
         print("run \(record.id) submitted: \(record.nodes.count) nodes for \(formatDuration(record.duration))")
@@ -142,8 +142,8 @@ struct RunCommand: AsyncParsableCommand {
         interrupt.cancel()
         signal(SIGINT, SIG_DFL)
         guard current.state == .complete || current.state == .aborted else {
-            log("herald-lab run: run \(current.id) \(current.state.rawValue): \(current.message ?? "")")
-            for n in current.nodes where n.message != nil { log("  \(n.name) (agent \(n.agent), \(n.agentURL)): \(n.state): \(n.message!)") }
+            log("herald-lab run: run \(current.id) \(current.state.rawValue): \(OutsideText.escaped(current.message ?? ""))")
+            for n in current.nodes where n.message != nil { log("  \(n.name) (agent \(n.agent), \(OutsideText.escaped(n.agentURL))): \(OutsideText.escaped(n.state)): \(OutsideText.escaped(n.message!))") }
             throw ExitCode(2)
         }
         // Fetch the bundle to disk (streamed, hashed on the way), check it, unpack it.
@@ -186,10 +186,10 @@ struct RunCommand: AsyncParsableCommand {
             if let s = m.startSkew { print(String(format: "start skew: p50 %.3f ms, p99 %.3f ms, max %.3f ms; clock offsets: %@", s.p50Ms, s.p99Ms, s.maxMs, offsets)) }
             if let pf = m.preflight {
                 let left = pf.filter { !$0.ok }
-                print("pre-flight: \(pf.count - left.count) of \(pf.count) dongles passed" + (left.isEmpty ? "" : "; left out: " + left.map { "\($0.dongle) (\($0.reason ?? "failed"))" }.joined(separator: ", ")))
+                print("pre-flight: \(pf.count - left.count) of \(pf.count) dongles passed" + (left.isEmpty ? "" : "; left out: " + left.map { OutsideText.escaped("\($0.dongle) (\($0.reason ?? "failed"))") }.joined(separator: ", ")))
             }
             let partial = m.nodes.filter { $0.state != .complete }
-            if !partial.isEmpty { print("nodes not complete: " + partial.map { "\($0.name) \($0.state.rawValue)\($0.message.map { " (\($0))" } ?? "")" }.joined(separator: ", ")) }
+            if !partial.isEmpty { print("nodes not complete: " + partial.map { OutsideText.escaped("\($0.name) \($0.state.rawValue)\($0.message.map { " (\($0))" } ?? "")") }.joined(separator: ", ")) }
         }
         if current.state == .aborted { log("herald-lab run: run \(current.id) was aborted; its bundle holds what the nodes logged until then") }
         if let summary = try? ReportWriter.readSummary(bundle.appendingPathComponent("report/summary.json")) {
@@ -199,7 +199,7 @@ struct RunCommand: AsyncParsableCommand {
             if !summary.passed { throw ExitCode(1) }
             if current.state == .aborted { throw ExitCode(2) }
         } else {
-            log("herald-lab run: the bundle has no report (\(current.message ?? "analysis failed"))")
+            log("herald-lab run: the bundle has no report (\(OutsideText.escaped(current.message ?? "analysis failed")))")
             throw ExitCode(2)
         }
     }
@@ -222,12 +222,14 @@ struct RunCommand: AsyncParsableCommand {
     }
 
     static func table(_ r: RunRecord) -> [String] {
-        var lines = ["run \(r.id): \(r.state.rawValue)\(r.startAt.map { t in r.state == .running ? String(format: " (%.0f s left)", max(0, t + r.duration - Date().timeIntervalSince1970)) : "" } ?? "")"]
+        var lines = ["run \(OutsideText.escaped(r.id)): \(r.state.rawValue)\(r.startAt.map { t in r.state == .running ? String(format: " (%.0f s left)", max(0, t + r.duration - Date().timeIntervalSince1970)) : "" } ?? "")"]
         lines.append("node            agent           state      peers  reads  RSSI/min")
         for n in r.nodes {
             let s = n.status
-            lines.append(String(format: "%@ %@ %@ %5d  %5d  %8d", n.name.padding(toLength: 15, withPad: " ", startingAt: 0), n.agent.padding(toLength: 15, withPad: " ", startingAt: 0),
-                                n.state.padding(toLength: 10, withPad: " ", startingAt: 0), s?.peersDetected ?? 0, s?.payloadsRead ?? 0, s?.rssiLastMinute ?? 0))
+            // Names, agents and states are the agents' and the plan's text: escaped.
+            let (name, agent, state) = (OutsideText.escaped(n.name), OutsideText.escaped(n.agent), OutsideText.escaped(n.state))
+            lines.append(String(format: "%@ %@ %@ %5d  %5d  %8d", name.padding(toLength: 15, withPad: " ", startingAt: 0), agent.padding(toLength: 15, withPad: " ", startingAt: 0),
+                                state.padding(toLength: 10, withPad: " ", startingAt: 0), s?.peersDetected ?? 0, s?.payloadsRead ?? 0, s?.rssiLastMinute ?? 0))
         }
         return lines
     }

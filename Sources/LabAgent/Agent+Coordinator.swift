@@ -10,14 +10,23 @@ extension Agent {
         guard let client, let coordinator = config.coordinator else { return }
         var registered = false
         var failures = 0
+        // Every message of this boot gets the next counter: a replayed one is refused.
+        var sequence: UInt64 = 0
+        func next() -> UInt64 { sequence += 1; return sequence }
         while !Task.isCancelled {
             do {
                 if !registered {
-                    let _: Empty = try await client.call("POST", "/v1/agents/register", info)
+                    var me = info
+                    me.boot = boot
+                    me.sequence = next()
+                    let _: Empty = try await client.call("POST", "/v1/agents/register", me)
                     registered = true
                     log("agent \(config.name): registered with \(coordinator.absoluteString) as \(url)")
                 }
-                let _: Empty = try await client.call("POST", "/v1/agents/\(config.name)/heartbeat", status)
+                var beat = status
+                beat.boot = boot
+                beat.sequence = next()
+                let _: Empty = try await client.call("POST", "/v1/agents/\(config.name)/heartbeat", beat)
                 if failures > 0 { log("agent \(config.name): coordinator \(coordinator.absoluteString) answers again") }
                 failures = 0
             } catch {
@@ -27,6 +36,8 @@ extension Agent {
                 if failures == 1 || failures.isMultiple(of: 20) {
                     if status == 401 || status == 403 {
                         log("agent \(config.name): coordinator \(coordinator.absoluteString) refuses this agent's credential (\(error)); was it revoked? enrol it again (herald-lab agents enrol \(config.name)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                    } else if status == 409 {
+                        log("agent \(config.name): coordinator \(coordinator.absoluteString) refuses this agent (\(error)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
                     } else {
                         log("agent \(config.name): coordinator \(coordinator.absoluteString) unreachable (\(error)); any run goes on; retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
                     }

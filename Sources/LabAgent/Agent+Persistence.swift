@@ -36,7 +36,8 @@ extension Agent {
         let s = PersistedState(state: r.state, startAt: r.startAt, startedAt: r.startedAt, resumed: r.resumed, air: r.air, files: r.files,
                                gaps: r.gaps, aliveAt: r.aliveAt, aborted: r.aborted, message: r.message, writeError: r.writeError,
                                recoveries: r.recoveries.isEmpty ? nil : r.recoveries)
-        try Durable.write(LabJSON.encoder.encode(s), to: r.directory.appendingPathComponent("state.json"))
+        // 0600: it holds the node's air ticket.
+        try Durable.write(LabJSON.encoder.encode(s), to: r.directory.appendingPathComponent("state.json"), mode: 0o600)
     }
 
     /// After a restart: every run on disk is held again. A run that has not started is re-armed,

@@ -68,6 +68,8 @@ public final class Agent: @unchecked Sendable {
     var heartbeat: Task<Void, Never>?
     var watchdog: StallWatchdog?
     public private(set) var url: String = ""
+    /// This process's boot id, in every registration and heartbeat (freshness).
+    let boot = UUID().uuidString.lowercased()
     var boundPort: UInt16 = 0
     // Runs, confined to the scheduler's queue: at most one armed or running (`active`), any
     // number finished and waiting to be gathered.
@@ -115,6 +117,8 @@ public final class Agent: @unchecked Sendable {
 
     public init(config: Config, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
         self.config = config
+        // Every line reaches the log with outside text escaped (OutsideText.line): no forged lines.
+        let log: @Sendable (String) -> Void = { [log] line in log(OutsideText.line(line)) }
         self.log = log
         http = HTTPService(name: "agent \(config.name)", authenticate: config.insecure ? nil : HTTPService.withScraper(config.scrapeToken, Self.authenticator(config)), log: log)
         controllerIdentity = config.radio == .bluez ? ControllerIdentity.read(adapter: config.adapter ?? "hci0") : nil

@@ -190,7 +190,11 @@ extension Coordinator {
         defer { withLock { for c in candidates { checking.remove(c.agent) } } }
         // Setting a dongle up (power, advertising, discovery) can take bluetoothd many seconds
         // when a host sets up several at once: the first answer may take up to the bound.
-        let clients = candidates.map { c in URL(string: c.url).map { u in LabClient(base: u, token: credentialForCalling(c.agent), timeout: max(30, bound + 15)) } }
+        // A revoked agent is not called (no credential goes to it); it fails the check.
+        let clients = candidates.map { c -> LabClient? in
+            guard let u = URL(string: c.url) else { return nil }
+            do { return LabClient(base: u, token: try credentialForCalling(c.agent, chosenAt: began), timeout: max(30, bound + 15)) } catch { return nil }
+        }
         // Start: each agent finds, powers and starts its dongle advertising and scanning.
         var reports = [LabWire.PreflightReport?](repeating: nil, count: candidates.count)
         var errors = [String?](repeating: nil, count: candidates.count)
@@ -199,7 +203,7 @@ extension Coordinator {
                 let request = LabWire.PreflightRequest(id: id, beacon: beacons[i], peers: beacons.enumerated().filter { $0.offset != i }.map(\.element), bound: bound)
                 let client = clients[i]
                 group.addTask {
-                    guard let client else { return (i, nil, "bad agent URL \(c.url)") }
+                    guard let client else { return (i, nil, "not called: a bad agent URL \(HTTPService.escaped(c.url)), or the agent was revoked") }
                     do {
                         let r: LabWire.PreflightReport = try await client.call("POST", "/v1/preflight", request)
                         return (i, r.sanitised(agent: c.agent), nil)

@@ -28,7 +28,7 @@ extension Coordinator {
             for i in todo {
                 let n = record.nodes[i]
                 group.addTask { [self] in
-                    let (list, clock, error) = await gatherNode(record.id, n, into: nodesDir.appendingPathComponent(n.name))
+                    let (list, clock, error) = await gatherNode(record.id, n, chosenAt: record.created, into: nodesDir.appendingPathComponent(n.name))
                     return (i, list, clock, error)
                 }
             }
@@ -44,7 +44,7 @@ extension Coordinator {
                 r.nodes[i].state = "lost"
                 r.nodes[i].message = error?.message
                 if let error {
-                    if error.diskFull { diskProblem = error.message } else { agentError(r.nodes[i].agent, "gathering run \(r.id): \(error.message)") }
+                    if error.diskFull { diskProblem = error.message } else if !error.notCalled { agentError(r.nodes[i].agent, "gathering run \(r.id): \(error.message)") }
                 }
                 continue
             }
@@ -114,8 +114,10 @@ extension Coordinator {
             log("coordinator: run \(r.id): cannot record the end of the run (\(error)); agents keep their copies")
             return
         }
+        // The run's air tickets attach nothing more.
+        await tellAir(.ended(run: r.id, at: now))
         for n in gathered {
-            guard let c = client(n) else { continue }
+            guard let c = clientOrSkip(n, of: r, "release") else { continue }
             do {
                 let (status, _, _) = try await c.request("POST", "/v1/runs/\(r.id)/release")
                 if status >= 300 { agentError(n.agent, "release of run \(r.id): HTTP \(status)") }
@@ -162,8 +164,9 @@ extension Coordinator {
     }
 
     /// Fetches one node's file list and files, verifying each SHA-256, retrying with backoff.
-    func gatherNode(_ runId: String, _ n: RunRecord.Node, into dir: URL) async -> (LabWire.FileList?, LabWire.ClockSample?, GatherRefusal?) {
-        guard let c = client(n, timeout: 30) else { return (nil, nil, GatherRefusal(message: "bad agent URL \(n.agentURL)")) }
+    func gatherNode(_ runId: String, _ n: RunRecord.Node, chosenAt: Double, into dir: URL) async -> (LabWire.FileList?, LabWire.ClockSample?, GatherRefusal?) {
+        let c: LabClient
+        do { c = try client(n, chosenAt: chosenAt, timeout: 30) } catch { return (nil, nil, GatherRefusal(message: "\(error)", notCalled: true)) }
         let deadline = now + config.gatherPatience
         var delay = 0.2
         var lastError = "agent \(n.agent) at \(n.agentURL) unreachable"
@@ -199,6 +202,8 @@ extension Coordinator {
         var message: String
         /// The results disk, not the agent, is the problem: the run fails and agents keep their copies.
         var diskFull = false
+        /// The agent is not called at all (revoked): nothing was asked of it.
+        var notCalled = false
     }
 
     /// An agent's file list is checked before anything is written: its run and node, names from

@@ -70,9 +70,71 @@ extension Coordinator {
         }
     }
 
-    /// The credential to call an agent with: its own when it is enrolled, else the lab token.
-    func credentialForCalling(_ agent: String) -> String? {
-        identities.read { $0.byName[agent].flatMap { $0.revokedAt == nil ? $0.coordinatorToken : nil } } ?? config.token
+    /// Why an agent is not called at all: no credential of any kind is sent to it.
+    struct NotCallable: Error, CustomStringConvertible {
+        var agent: String
+        var reason: String
+        var description: String { reason }
+    }
+
+    /// The credential to call `agent` with, for a run (or check) that chose it at `chosenAt`: an
+    /// enrolled agent's own, and nothing else; the lab token only for a name never enrolled (a
+    /// shared-token lab, where the token is everyone). A revoked agent is not called at all, and
+    /// neither is one enrolled again after the run chose it (the URL the run holds belongs to
+    /// the old enrolment).
+    func credentialForCalling(_ agent: String, chosenAt: Double? = nil) throws -> String? {
+        guard let enrolled = identities.read({ $0.byName[agent] }) else { return config.token }
+        if let at = enrolled.revokedAt {
+            throw NotCallable(agent: agent, reason: "revoked: agent \(agent) was revoked at \(HeraldTimestamp.iso8601(Date(timeIntervalSince1970: at))) and is not called again; \(Self.recovery(agent))")
+        }
+        if let chosenAt, enrolled.issuedAt > chosenAt {
+            throw NotCallable(agent: agent, reason: "revoked: agent \(agent) was enrolled again after the run chose it, and the run does not call the new enrolment; \(Self.recovery(agent))")
+        }
+        return enrolled.coordinatorToken
+    }
+
+    /// Why `agent` is not called for a run that chose it at `chosenAt` (nil: it is).
+    func notCalled(_ agent: String, chosenAt: Double) -> String? {
+        do { _ = try credentialForCalling(agent, chosenAt: chosenAt); return nil } catch { return "\(error)" }
+    }
+
+    /// How to get a revoked agent's node back (docs/API.md, agents/README.md).
+    static func recovery(_ agent: String) -> String {
+        "to recover: herald-lab agents enrol \(agent) --host HOST, install the enrolment on its host (agents/install.sh), restart its agent, and run the plan again"
+    }
+
+    /// In a TLS lab an agent is called only over TLS, on a host its certificate names: an
+    /// enrolled agent registers only an `https` URL whose host it was enrolled for (the hosts
+    /// the coordinator issued its certificate for); a name never enrolled only an `https` URL.
+    /// Nothing, the operator's credential least of all, then crosses the network in clear.
+    func checkCallable(_ name: String, at url: String) throws {
+        let hosts = identities.read { $0.byName[name]?.hosts }
+        if let why = Self.callableProblem(name, at: url, tlsLab: config.tls != nil, enrolledHosts: hosts) { throw HTTPError(.forbidden, why) }
+    }
+
+    /// `checkCallable`'s rule: nil when `url` may be registered (`enrolledHosts`: nil for a name
+    /// never enrolled).
+    static func callableProblem(_ name: String, at url: String, tlsLab: Bool, enrolledHosts: [String]?) -> String? {
+        guard tlsLab else { return nil }
+        guard let u = URLComponents(string: url), u.scheme == "https", let host = u.host else {
+            return "agent \(name) registers \(HTTPService.escaped(url)): this lab runs TLS, so an agent registers an https URL only"
+        }
+        guard let enrolledHosts else { return nil }
+        let bare = canonicalHost(host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")))
+        guard enrolledHosts.map(canonicalHost).contains(bare) else {
+            return "agent \(name) registers \(HTTPService.escaped(url)), but its certificate names \(enrolledHosts.isEmpty ? "no host" : enrolledHosts.joined(separator: ", ")) only (enrol it again with --host for the host it runs on)"
+        }
+        return nil
+    }
+
+    /// A host as certificates compare it: IP literals in their canonical form, names in lower case.
+    static func canonicalHost(_ h: String) -> String {
+        var buf = [UInt8](repeating: 0, count: 16)
+        var text = [CChar](repeating: 0, count: 64)
+        for family in [AF_INET, AF_INET6] where inet_pton(family, h, &buf) == 1 {
+            if inet_ntop(family, &buf, &text, socklen_t(text.count)) != nil { return String(cString: text) }
+        }
+        return h.lowercased()
     }
 
     /// Enrols `name`: a new credential pair, and a certificate for its `hosts` signed by the lab
@@ -99,15 +161,17 @@ extension Coordinator {
         } catch { throw HTTPError(.internalServerError, "cannot issue a certificate for \(request.name): \(error)") }
         let credential = AgentCredential(name: request.name, token: LabToken.generate(), coordinatorToken: LabToken.generate())
         let record = IdentityStore.Credential(name: request.name, tokenHash: CredentialHash.of(credential.token),
-                                                 coordinatorToken: credential.coordinatorToken, issuedAt: now, revokedAt: nil)
+                                                 coordinatorToken: credential.coordinatorToken, issuedAt: now, revokedAt: nil, hosts: request.hosts)
         guard let identityStore else { throw HTTPError(.conflict, "the coordinator has no credentials folder to keep enrolments in") }
         try identityStore.saveCredential(record)
         identities.add(record)
         log("coordinator: agent \(request.name) enrolled (certificate for \(request.hosts.isEmpty ? "no host names" : request.hosts.joined(separator: ", ")), \(days) days)")
-        return Enrolment(credential: credential, coordinator: request.coordinator,
-                         ca: try String(contentsOfFile: folder.path("ca.pem"), encoding: .utf8),
-                         certificate: try String(contentsOf: cert, encoding: .utf8),
-                         key: try String(contentsOf: key, encoding: .utf8))
+        var enrolment = Enrolment(credential: credential, coordinator: request.coordinator,
+                                  ca: try String(contentsOfFile: folder.path("ca.pem"), encoding: .utf8),
+                                  certificate: try String(contentsOf: cert, encoding: .utf8),
+                                  key: try String(contentsOf: key, encoding: .utf8))
+        enrolment.hosts = request.hosts
+        return enrolment
     }
 
     /// Revokes `name`: its credential is refused from now on, it leaves the list of agents and is
@@ -122,6 +186,8 @@ extension Coordinator {
         try store.forgetAgent(name)
         withLock { agents[name] = nil }
         log("coordinator: agent \(name) revoked; its credential is refused from now on")
+        let at = now
+        Task { await tellAir(.revoked(agent: name, at: at)) }
     }
 
     /// A DNS name or an IP literal, as certificates take them.
@@ -133,11 +199,39 @@ extension Coordinator {
             && !h.hasPrefix(".") && !h.hasPrefix("-") && !h.contains("..")
     }
 
-    /// The air address an armed node gets: with a ticket for its node name when the lab has an
-    /// air key, valid until well after the run's end.
-    func airAddress(_ base: LabWire.AirAddress?, for node: String, until end: Double) -> LabWire.AirAddress? {
+    /// The air address an armed node gets: with a ticket bound to the run, the node, the agent
+    /// that runs it and the run's latest end, when the lab has an air key.
+    func airAddress(_ base: LabWire.AirAddress?, run: String, node: String, agent: String, until end: Double) -> LabWire.AirAddress? {
         guard var air = base else { return nil }
-        if let key = config.airKey { air.ticket = NodeTicket.issue(node: node, expires: end + 3600, key: key) }
+        if let key = config.airKey { air.ticket = NodeTicket.issue(run: run, node: node, agent: agent, issued: now, expires: end, key: key) }
         return air
+    }
+
+    /// Tells the air what a ticket cannot know (a run ended, an agent was revoked), signed with
+    /// the air key, over its own connection (TLS when this process trusts a lab CA). A failure
+    /// is logged: the tickets still expire at their run's latest end.
+    func tellAir(_ notice: NodeTicket.Notice) async {
+        guard let key = config.airKey, let air = config.air else { return }
+        let line = (try? JSONSerialization.data(withJSONObject: ["t": "notice", "id": 1, "notice": notice.signed(key: key)])) ?? Data()
+        let answer: String = await withCheckedContinuation { done in
+            DispatchQueue.global().async {
+                do {
+                    let c = try Connection.dial(host: air.host, port: air.port, timeout: 5, tls: LabTrust.client)
+                    defer { c.close() }
+                    c.setTimeouts(seconds: 5)
+                    try c.write(line + Data([10]))
+                    var got = [UInt8](), buf = [UInt8](repeating: 0, count: 1024)
+                    while !got.contains(10) && got.count < 4096 {
+                        let n = try c.read(into: &buf)
+                        if n == 0 { break }
+                        got += buf[0..<n]
+                    }
+                    done.resume(returning: String(decoding: got, as: UTF8.self))
+                } catch { done.resume(returning: "\(error)") }
+            }
+        }
+        if !answer.contains("\"ok\":true") {
+            log("coordinator: the air at \(air.host):\(air.port) did not take the notice \(notice): \(HTTPService.escaped(answer)); the tickets concerned still expire at their run's latest end")
+        }
     }
 }

@@ -8,43 +8,11 @@ extension Coordinator {
     func routes() {
         // Agents call these two about themselves (their own credential, their own name only).
         http.route("POST", "/v1/agents/register", allow: [.agent, .operator]) { [unowned self] req in
-            var info = try req.decode(LabWire.AgentInfo.self)
-            guard SafeName.isValid(info.name) else { throw HTTPError(.badRequest, "agent name \"\(HTTPService.escaped(info.name))\" \(SafeName.problem(with: info.name)!)") }
-            try self.mayActAs(info.name, req.principal)
-            info.dongle = info.radio == .bluez ? info.dongle?.sanitised(agent: info.name) : nil
-            let announced = info.url
-            info.url = try Self.reachableURL(info, peerHost: req.peerHost)
-            let t = self.now
-            self.withLock {
-                let old = self.agents[info.name]
-                self.agents[info.name] = AgentRecord(info: info, lastSeen: t, persistedSeen: t, status: old?.status, lastError: old?.lastError, lastErrorAt: old?.lastErrorAt)
-            }
-            try self.store.saveAgent(info, lastSeen: t)
-            if let d = info.dongle, info.radio == .bluez { self.noteDongle(d, agent: info.name) }
-            let from = req.peerHost.map { " from \($0)" } ?? ""
-            let esc = HTTPService.escaped
-            self.log("coordinator: agent \(info.name) registered\(from) at \(esc(info.url))\(announced != info.url ? " (it announced \(esc(announced)))" : "") (radio \(info.radio.rawValue), tags \(esc(info.tags.joined(separator: ","))))")
+            try self.register(try req.decode(LabWire.AgentInfo.self), principal: req.principal, peerHost: req.peerHost)
             return .json(Empty())
         }
         http.route("POST", "/v1/agents/:name/heartbeat", allow: [.agent, .operator]) { [unowned self] req in
-            let name = req.parameters["name"] ?? ""
-            guard SafeName.isValid(name) else { throw HTTPError(.badRequest, "agent name \(SafeName.problem(with: name) ?? "is invalid")") }
-            try self.mayActAs(name, req.principal)
-            var status = try req.decode(LabWire.AgentStatus.self)
-            status.dongle = status.dongle?.sanitised(agent: name)
-            let t = self.now
-            let persist = self.withLock { () -> Bool? in
-                guard var a = self.agents[name] else { return nil }
-                a.lastSeen = t
-                a.status = status
-                let due = t - a.persistedSeen >= 5
-                if due { a.persistedSeen = t }
-                self.agents[name] = a
-                return due
-            }
-            guard let persist else { throw HTTPError(.notFound, "agent \(name) is not registered; register first") }
-            if persist { self.persistSeen(name, at: t) }
-            if let d = status.dongle { self.noteDongle(d, agent: name) }
+            try self.heartbeat(req.parameters["name"] ?? "", try req.decode(LabWire.AgentStatus.self), principal: req.principal)
             return .json(Empty())
         }
         // Everything else is the operator's.

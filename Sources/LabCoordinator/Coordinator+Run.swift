@@ -7,9 +7,20 @@ import LabPlan
 /// together, watch them, then gather (Coordinator+Gather). Every step can be resumed after a
 /// coordinator restart from the run's record.
 extension Coordinator {
-    /// A client for a node's agent, with the credential the coordinator calls that agent with.
-    func client(_ node: RunRecord.Node, timeout: TimeInterval = 5) -> LabClient? {
-        URL(string: node.agentURL).map { LabClient(base: $0, token: credentialForCalling(node.agent), timeout: timeout) }
+    /// A client for a node's agent, with the credential the coordinator calls that agent with;
+    /// throws `NotCallable` for an agent that is not called at all (revoked, enrolled again since
+    /// the run chose it at `chosenAt`, a URL that is not one).
+    func client(_ node: RunRecord.Node, chosenAt: Double, timeout: TimeInterval = 5) throws -> LabClient {
+        guard let url = URL(string: node.agentURL) else { throw NotCallable(agent: node.agent, reason: "bad agent URL \(HTTPService.escaped(node.agentURL))") }
+        return LabClient(base: url, token: try credentialForCalling(node.agent, chosenAt: chosenAt), timeout: timeout)
+    }
+
+    /// `client`, or nil with the reason logged (calls that are skipped for an agent not called).
+    func clientOrSkip(_ node: RunRecord.Node, of run: RunRecord, _ what: String) -> LabClient? {
+        do { return try client(node, chosenAt: run.created) } catch {
+            log("coordinator: run \(run.id): \(what) not sent to \(node.name) on agent \(node.agent): \(error)")
+            return nil
+        }
     }
 
     /// Runs a run from wherever it is to its end: arm, start together, watch, gather.
@@ -76,9 +87,11 @@ extension Coordinator {
             for (i, node) in nodesToArm.enumerated() {
                 let spec = plan.nodes[i]
                 // Plans are range-checked (durations at most 7 days): the sum is finite.
-                let air = airAddress(record.air, for: spec.name, until: began + plan.warmup + plan.duration + 600)
+                // The ticket holds until the run's latest end (a start margin is well under 10 min).
+                let air = airAddress(record.air, run: runId, node: spec.name, agent: node.agent, until: began + plan.warmup + plan.duration + 600)
                 group.addTask { [self] in
-                    guard let c = client(node) else { return (i, nil, "bad agent URL \(node.agentURL)") }
+                    let c: LabClient
+                    do { c = try client(node, chosenAt: record.created) } catch { return (i, nil, "\(error)") }
                     var lastError = ""
                     for attempt in 0..<3 {
                         if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(0.5 * Double(attempt) * 1e9)) }
@@ -109,6 +122,7 @@ extension Coordinator {
             if let error {
                 failures.append("agent \(r.nodes[i].agent) (\(r.nodes[i].agentURL)): \(error)")
                 r.nodes[i].message = error
+                if notCalled(r.nodes[i].agent, chosenAt: r.created) != nil { r.nodes[i].state = "lost" }
                 agentError(r.nodes[i].agent, error)
             } else { r.nodes[i].state = "armed" }
         }
@@ -142,11 +156,12 @@ extension Coordinator {
         r.message = message
         update(r)
         log("coordinator: run \(r.id) \(state.rawValue): \(message)")
+        await tellAir(.ended(run: r.id, at: now))
         let id = r.id
         await withTaskGroup(of: Void.self) { group in
             for n in r.nodes {
-                group.addTask { [self] in
-                    guard let c = client(n) else { return }
+                group.addTask { [self, r] in
+                    guard let c = clientOrSkip(n, of: r, "release") else { return }
                     do {
                         let (status, body, _) = try await c.request("POST", "/v1/runs/\(id)/release")
                         if status >= 300 && status != 404 { agentError(n.agent, "release of run \(id) refused: HTTP \(status) \(String(decoding: body.prefix(200), as: UTF8.self))") }
@@ -163,7 +178,7 @@ extension Coordinator {
             for n in r.nodes where only?.contains(n.name) ?? true {
                 let offset = n.clockBefore?.offset ?? 0
                 group.addTask { [self] in
-                    guard let c = client(n) else { return }
+                    guard let c = clientOrSkip(n, of: r, "the start") else { return }
                     var lastError = ""
                     for attempt in 0..<3 {
                         do {
@@ -184,7 +199,7 @@ extension Coordinator {
     func ensureStarted(_ r: inout RunRecord) async {
         var missing = Set<String>()
         for n in r.nodes {
-            guard let c = client(n) else { continue }
+            guard let c = clientOrSkip(n, of: r, "a status request") else { continue }
             if let s: LabWire.AgentStatus = try? await c.call("GET", "/v1/status"), s.runId == r.id, s.state == .armed, s.startAt == nil { missing.insert(n.name) }
         }
         if !missing.isEmpty { await sendStarts(r, only: missing) }
@@ -195,7 +210,7 @@ extension Coordinator {
         await withTaskGroup(of: Void.self) { group in
             for n in r.nodes {
                 group.addTask { [self] in
-                    guard let c = client(n) else { return }
+                    guard let c = clientOrSkip(n, of: r, "the stop") else { return }
                     do { let _: LabWire.AgentStatus = try await c.call("POST", "/v1/runs/\(r.id)/stop") } catch {
                         agentError(n.agent, "stop of run \(r.id) failed: \(error)")
                     }
@@ -215,8 +230,8 @@ extension Coordinator {
             // An abort arrives through the stored record; take it before writing ours back.
             if run(r.id)?.abortRequested == true { r.abortRequested = true; update(r); return nil }
             let statuses = withLock { agentsStatus() }
-            var changed = false
-            for i in r.nodes.indices {
+            var changed = markNotCalled(&r)
+            for i in r.nodes.indices where r.nodes[i].state != "lost" {
                 guard let s = statuses[r.nodes[i].agent], s.runId == r.id else { continue }
                 r.nodes[i].status = s
                 r.nodes[i].state = s.state.rawValue
@@ -236,6 +251,21 @@ extension Coordinator {
         }
         update(r)
         return nil
+    }
+
+    /// Nodes whose agent is not called any more (revoked, enrolled again since the run chose it)
+    /// are lost, with the reason as their message; the run goes on with the others. Returns
+    /// whether any node changed.
+    func markNotCalled(_ r: inout RunRecord) -> Bool {
+        var changed = false
+        for i in r.nodes.indices where r.nodes[i].state != "lost" {
+            guard let why = notCalled(r.nodes[i].agent, chosenAt: r.created) else { continue }
+            r.nodes[i].state = "lost"
+            r.nodes[i].message = why
+            changed = true
+            log("coordinator: run \(r.id): node \(r.nodes[i].name) lost: \(why)")
+        }
+        return changed
     }
 
     /// Latest heartbeat status per agent (call with the lock held).

@@ -80,6 +80,11 @@ public final class Coordinator: @unchecked Sendable {
     var housekeeping: Task<Void, Never>?
     /// Heartbeat times due for SQLite, written together by `flushSeen` (Coordinator+Routes).
     var pendingSeen: [String: Double] = [:]
+    /// Each agent's boots and message counters (Coordinator+Agents): replays are refused.
+    var freshness: [String: Freshness] = [:]
+    /// Held from selecting a run's agents until the run is recorded: two submissions never
+    /// both take one agent.
+    let submitLock = NSLock()
     let seenQueue = DispatchQueue(label: "heraldlab.coordinator.seen")
     /// GET /metrics (Coordinator+Metrics).
     let metrics = CoordinatorMetrics()
@@ -88,6 +93,8 @@ public final class Coordinator: @unchecked Sendable {
 
     public init(config: Config, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) throws {
         self.config = config
+        // Every line reaches the log with outside text escaped (OutsideText.line): no forged lines.
+        let log: @Sendable (String) -> Void = { [log] line in log(OutsideText.line(line)) }
         self.log = log
         store = try CoordinatorStore(url: config.results.appendingPathComponent("coordinator.sqlite"))
         identityStore = try config.credentials.map { try IdentityStore(url: $0.url.appendingPathComponent("agents.sqlite")) }
@@ -231,6 +238,8 @@ public final class Coordinator: @unchecked Sendable {
         guard personas.isEmpty else {
             throw HTTPError(.badRequest, "\(personas.map { "\($0.name) (persona \($0.persona!.rawValue))" }.joined(separator: ", ")): personas are simulated phones; a lab runs Linux nodes only (herald-lab simulate runs them)")
         }
+        submitLock.lock()
+        defer { submitLock.unlock() }
         let selection = try select(plan)
         let selected = selection.chosen
         var rng = SystemRandomNumberGenerator()

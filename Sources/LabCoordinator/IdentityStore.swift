@@ -30,6 +30,11 @@ final class IdentityStore: @unchecked Sendable {
                 t.column("revokedAt", .double)
             }
         }
+        // The host names and addresses each agent's certificate was issued for: in a TLS lab an
+        // agent registers only an https URL on one of them.
+        m.registerMigration("v2") { db in
+            try db.alter(table: "credential") { t in t.add(column: "hosts", .text).notNull().defaults(to: "") }
+        }
         try m.migrate(db)
     }
 
@@ -39,12 +44,15 @@ final class IdentityStore: @unchecked Sendable {
         var coordinatorToken: String
         var issuedAt: Double
         var revokedAt: Double?
+        var hosts: [String] = []
     }
 
     func credentials() throws -> [Credential] {
         try db.read { db in
-            try Row.fetchAll(db, sql: "SELECT name, tokenHash, coordinatorToken, issuedAt, revokedAt FROM credential ORDER BY name").map { row in
-                Credential(name: row["name"], tokenHash: row["tokenHash"], coordinatorToken: row["coordinatorToken"], issuedAt: row["issuedAt"], revokedAt: row["revokedAt"])
+            try Row.fetchAll(db, sql: "SELECT name, tokenHash, coordinatorToken, issuedAt, revokedAt, hosts FROM credential ORDER BY name").map { row in
+                let hosts: String = row["hosts"]
+                return Credential(name: row["name"], tokenHash: row["tokenHash"], coordinatorToken: row["coordinatorToken"], issuedAt: row["issuedAt"], revokedAt: row["revokedAt"],
+                                  hosts: hosts.split(separator: ",").map(String.init))
             }
         }
     }
@@ -52,8 +60,8 @@ final class IdentityStore: @unchecked Sendable {
     /// Enrols (or re-enrols, replacing the old credential) an agent name.
     func saveCredential(_ c: Credential) throws {
         try db.write { db in
-            try db.execute(sql: "INSERT INTO credential(name, tokenHash, coordinatorToken, issuedAt, revokedAt) VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET tokenHash = excluded.tokenHash, coordinatorToken = excluded.coordinatorToken, issuedAt = excluded.issuedAt, revokedAt = excluded.revokedAt",
-                           arguments: [c.name, c.tokenHash, c.coordinatorToken, c.issuedAt, c.revokedAt])
+            try db.execute(sql: "INSERT INTO credential(name, tokenHash, coordinatorToken, issuedAt, revokedAt, hosts) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET tokenHash = excluded.tokenHash, coordinatorToken = excluded.coordinatorToken, issuedAt = excluded.issuedAt, revokedAt = excluded.revokedAt, hosts = excluded.hosts",
+                           arguments: [c.name, c.tokenHash, c.coordinatorToken, c.issuedAt, c.revokedAt, c.hosts.joined(separator: ",")])
         }
     }
 

@@ -119,6 +119,9 @@ public struct Enrolment: Codable, Sendable {
     public var key: String
     /// A ticket the air accepts for nodes of this agent (see `AirTicket`), when the lab has an air key.
     public var airKey: String?
+    /// The host names and addresses the certificate was issued for: agents/install.sh checks
+    /// them against the host it installs on before touching anything.
+    public var hosts: [String]?
 
     public init(credential: AgentCredential, coordinator: String?, ca: String, certificate: String, key: String, airKey: String? = nil) {
         self.credential = credential

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import LabNet
 #if canImport(Glibc)
 import Glibc
@@ -299,21 +300,10 @@ public final class HTTPService: @unchecked Sendable {
         DispatchQueue.global().async { log(line) }
     }
 
-    /// Text from the network as it may go into a log line: control characters, quotes and
-    /// backslashes escaped (no forged lines), at most 200 characters.
+    /// Text from the network as it may go into a log line: control characters, direction marks,
+    /// quotes and backslashes escaped (no forged lines), at most 200 characters (`OutsideText`).
     public static func escaped(_ text: String) -> String {
-        var out = ""
-        for u in text.unicodeScalars.prefix(200) {
-            switch u {
-            case "\\": out += "\\\\"
-            case "\"": out += "\\\""
-            case _ where u.value < 0x20 || u.value == 0x7F || (0x80...0x9F).contains(u.value) || u.value == 0x2028 || u.value == 0x2029:
-                out += String(format: "\\x%02X", u.value & 0xFF)
-            default: out.unicodeScalars.append(u)
-            }
-        }
-        if text.unicodeScalars.count > 200 { out += "..." }
-        return out
+        OutsideText.escaped(text, limit: 200, quotes: true)
     }
 
     public static func constantTimeEqual(_ a: String, _ b: String) -> Bool {

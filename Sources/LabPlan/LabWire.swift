@@ -21,6 +21,11 @@ public enum LabWire {
         public var port: UInt16?
         /// The dongle it drives (radio bluez), as it found it at start.
         public var dongle: DongleInfo?
+        /// Freshness: the agent process's boot id (new at every start) and a counter that grows
+        /// with every registration and heartbeat of that boot; the coordinator refuses a
+        /// counter it has seen (a replay).
+        public var boot: String?
+        public var sequence: UInt64?
         public init(name: String, url: String, tags: [String], radio: RadioKind, adapter: String?, controller: [String: String]?, version: String = HeraldLabVersion.version, port: UInt16? = nil) {
             self.name = name; self.url = url; self.tags = tags; self.radio = radio; self.adapter = adapter; self.controller = controller; self.version = version; self.port = port
         }
@@ -81,6 +86,9 @@ public enum LabWire {
         /// The dongle (radio bluez) as last looked at, and what the running node did to recover it.
         public var dongle: DongleInfo?
         public var recoveries: [Recovery]?
+        /// Freshness, as in `AgentInfo` (heartbeats only).
+        public var boot: String?
+        public var sequence: UInt64?
         public init(name: String, state: AgentState) {
             self.name = name; self.state = state; resumed = false; peersDetected = 0; payloadsRead = 0; rssiLastMinute = 0; rssiTotal = 0
         }

@@ -26,18 +26,23 @@ public final class AirServer: @unchecked Sendable {
     /// Checks nodes' tickets (`NodeTicket`): a node with a valid ticket for its name attaches
     /// without the token, and only under that name.
     private let ticketKey: Data?
+    /// Which tickets attach, given the coordinator's notices (run ended, agent revoked); on the
+    /// scheduler's queue.
+    private var gate: NodeTicket.Gate?
 
     public init(parameters: RadioParameters = RadioParameters(), seed: UInt64 = 1, token: String? = nil, ticketKey: Data? = nil, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
         self.defaultParameters = parameters
         self.seed = seed
         self.token = token
         self.ticketKey = ticketKey
-        self.log = log
+        gate = ticketKey.map { NodeTicket.Gate(key: $0) }
+        self.log = { [log] line in log(OutsideText.line(line)) }
         scheduler = DispatchScheduler(label: "heraldlab.air")
         // A tick a second to every node: lets a node tell a silent air from a dead link.
         ticks = scheduler.scheduleRepeating(every: 1) { [weak self] in
             guard let self else { return }
             for n in self.nodes.values { n.send(AirMessage("tick")) }
+            self.dropLapsed()
         }
     }
 
@@ -101,34 +106,60 @@ public final class AirServer: @unchecked Sendable {
             }
     }
 
-    /// Why a hello is refused (nil: admitted): a valid ticket for the node's name, or the token.
-    private func admit(_ m: AirMessage) -> String? {
-        if token == nil && ticketKey == nil { return nil }
-        if let key = ticketKey, let ticket = m.ticket {
-            return NodeTicket.problem(ticket, node: m.node ?? "", now: Date().timeIntervalSince1970, key: key)
+    /// Whether a hello is admitted: a valid ticket for the node's name (its claims), or the
+    /// token (no claims); else why not.
+    private func admit(_ m: AirMessage) -> Result<NodeTicket.Claims?, NodeTicket.Refusal> {
+        if token == nil && ticketKey == nil { return .success(nil) }
+        if let gate, let ticket = m.ticket {
+            return gate.admit(ticket, node: m.node ?? "", now: Date().timeIntervalSince1970).map { $0 }
         }
         if let token {
             let given = Array((m.token ?? "").utf8), want = Array(token.utf8)
             var diff = UInt8(given.count == want.count ? 0 : 1)
             for (a, b) in zip(given, want) { diff |= a ^ b }
-            return diff == 0 ? nil : "\(m.token == nil ? "a" : "a valid") token or ticket is required"
+            return diff == 0 ? .success(nil) : .failure(NodeTicket.Refusal(reason: "\(m.token == nil ? "a" : "a valid") token or ticket is required"))
         }
-        return "a ticket is required"
+        return .failure(NodeTicket.Refusal(reason: "a ticket is required"))
+    }
+
+    /// Drops every attached node whose ticket no longer holds (expired, run ended, agent revoked).
+    private func dropLapsed() {
+        guard let gate else { return }
+        let t = Date().timeIntervalSince1970
+        for (id, n) in nodes {
+            guard let c = n.claims, let why = gate.refusal(c, now: t) else { continue }
+            log("air: \(Self.escaped(n.name)) dropped: \(why)")
+            nodes[id] = nil
+            n.detach()
+            n.socket.close()
+        }
+        if nodes.isEmpty { medium = nil }
+    }
+
+    /// A notice from the coordinator (signed with the air key): a run ended or an agent was
+    /// revoked. Answered, then the connection is closed.
+    private func notice(_ m: AirMessage, socket: LineSocket) {
+        var r = AirMessage("notice", id: m.id)
+        if var g = gate, let text = m.notice, let n = g.take(text) {
+            gate = g
+            r.ok = true
+            switch n {
+            case .ended(let run, _): log("air: run \(Self.escaped(run)) ended: its tickets attach nothing more")
+            case .revoked(let agent, _): log("air: agent \(Self.escaped(agent)) revoked: its tickets attach nothing more")
+            }
+            dropLapsed()
+        } else {
+            r.ok = false
+            r.error = gate == nil ? "this air checks no tickets" : "notice not signed by this lab's air key"
+            log("air: refused a notice: \(r.error!)")
+        }
+        socket.send(r)
+        socket.close()
     }
 
     /// A node's name as it may go into a log line: control characters escaped (no forged
-    /// lines), at most 200 characters.
-    static func escaped(_ text: String) -> String {
-        var out = ""
-        for u in text.unicodeScalars.prefix(200) {
-            if u.value < 0x20 || u.value == 0x7F || (0x80...0x9F).contains(u.value) || u.value == 0x2028 || u.value == 0x2029 || u == "\\" {
-                out += u == "\\" ? "\\\\" : String(format: "\\x%02X", u.value & 0xFF)
-            } else {
-                out.unicodeScalars.append(u)
-            }
-        }
-        return text.unicodeScalars.count > 200 ? out + "..." : out
-    }
+    /// lines), at most 200 characters (`OutsideText`).
+    static func escaped(_ text: String) -> String { OutsideText.escaped(text, limit: 200) }
 
     private func closed(_ id: Int) {
         guard let node = nodes.removeValue(forKey: id) else { return }
@@ -138,18 +169,29 @@ public final class AirServer: @unchecked Sendable {
     }
 
     private func received(_ m: AirMessage, connection id: Int, socket: LineSocket) {
+        if m.t == "notice", nodes[id] == nil { return notice(m, socket: socket) }
         if m.t == "hello" {
-            if let refusal = admit(m) {
+            let name = m.node ?? "node\(id)"
+            func refuse(_ refusal: String) {
                 log("air: refused a hello from connection \(id) as \(Self.escaped(m.node ?? "?")): \(refusal)")
                 var r = AirMessage("hello", id: m.id)
                 r.ok = false
                 r.error = refusal
                 socket.send(r)
                 socket.close()
-                return
+            }
+            let claims: NodeTicket.Claims?
+            switch admit(m) {
+            case .failure(let r): return refuse(r.reason)
+            case .success(let c): claims = c
+            }
+            // Another run's or another agent's ticket never drops a node attached under this name.
+            let t = Date().timeIntervalSince1970
+            if let gate, let held = nodes.first(where: { $0.key != id && $0.value.name == name })?.value,
+               !gate.mayReplace(old: held.claims, new: claims, now: t) {
+                return refuse("node \(name) is attached for run \(held.claims?.run ?? "?") by agent \(held.claims?.agent ?? "?"); this ticket may not replace it")
             }
             if medium == nil { medium = SimMedium(scheduler: scheduler, parameters: m.parameters ?? defaultParameters, seed: seed) }
-            let name = m.node ?? "node\(id)"
             // A node that reattaches (its link was down) replaces its old attachment.
             for (other, n) in nodes where n.name == name && other != id {
                 log("air: \(Self.escaped(name)) reattached; dropping its previous connection")
@@ -159,6 +201,7 @@ public final class AirServer: @unchecked Sendable {
             }
             let transport = medium!.addNode(name: "\(name)#\(id)", x: m.x ?? 0, y: m.y ?? 0)
             let node = AttachedNode(name: name, transport: transport, socket: socket)
+            node.claims = claims
             nodes[id] = node
             log("air: \(Self.escaped(name)) attached at (\(m.x ?? 0), \(m.y ?? 0)) as \(transport.address)")
             var r = AirMessage("hello", id: m.id)
@@ -178,6 +221,8 @@ final class AttachedNode: BLETransportDelegate, GATTServerDelegate {
     let socket: LineSocket
     /// Last full value of each readable characteristic, refreshed by the node.
     var values: [BluetoothUUID: Data] = [:]
+    /// What its ticket said (nil: attached with the lab token, or on an open air).
+    var claims: NodeTicket.Claims?
 
     init(name: String, transport: SimTransport, socket: LineSocket) {
         self.name = name

@@ -42,6 +42,8 @@ struct AirMessage: Codable {
     var token: String?
     /// A node's ticket (`NodeTicket`): lets it attach under its name only.
     var ticket: String?
+    /// A coordinator's notice to the air (`NodeTicket.Notice`, signed): a run ended, an agent revoked.
+    var notice: String?
 
     init(_ t: String, id: Int? = nil) { self.t = t; self.id = id }
 

@@ -82,7 +82,7 @@ final class FaultTests: XCTestCase {
         self.lab = lab
         // A second name registered at the same URL is the same slot.
         let agentURL = "http://127.0.0.1:\(lab.ports["agent1"]!)"
-        let twin = #"{"name":"twin","url":"\#(agentURL)","tags":[],"radio":"sim","version":"x"}"#
+        let twin = #"{"name":"twin","url":"\#(agentURL)","tags":[],"radio":"sim","version":"x","boot":"twin-boot-1","sequence":1}"#
         XCTAssertEqual(lab.call("POST", "/v1/agents/register", body: Data(twin.utf8)).0, 200)
         let (s, d) = lab.call("POST", "/v1/runs", body: Data(plan("two", nodes: 2, duration: "5s").utf8))
         XCTAssertEqual(s, 409, String(decoding: d, as: UTF8.self))

@@ -81,9 +81,9 @@ final class IdentityTests: XCTestCase {
 
         // The air: a ticket for n1 does not attach n2; a forged one attaches nothing.
         let key = Data(try XCTUnwrap(folder.secret("air.key")).utf8)
-        let n1Ticket = NodeTicket.issue(node: "n1", expires: Date().timeIntervalSince1970 + 60, key: key)
+        let n1Ticket = NodeTicket.issue(run: "manual", node: "n1", agent: "a1", issued: Date().timeIntervalSince1970, expires: Date().timeIntervalSince1970 + 60, key: key)
         XCTAssertTrue(try airHello(lab, node: "n2", ticket: n1Ticket).contains("ticket is for node n1"))
-        let forged = NodeTicket.issue(node: "n2", expires: Date().timeIntervalSince1970 + 60, key: Data("not the key".utf8))
+        let forged = NodeTicket.issue(run: "manual", node: "n2", agent: "a2", issued: Date().timeIntervalSince1970, expires: Date().timeIntervalSince1970 + 60, key: Data("not the key".utf8))
         XCTAssertTrue(try airHello(lab, node: "n2", ticket: forged).contains("not signed"))
         XCTAssertTrue(try airHello(lab, node: "n1", ticket: n1Ticket).contains("\"ok\":true"))
 
@@ -94,6 +94,73 @@ final class IdentityTests: XCTestCase {
         let (_, list, _) = lab.call("GET", "/v1/agents", url: url, token: op)
         XCTAssertFalse(String(decoding: list, as: UTF8.self).contains("\"a2\""))
         try lab.waitUntil(timeout: 10, "a2 told it is refused") { lab.log("a2").contains("refuses this agent's credential") }
+    }
+
+    /// Issue 19: revoking an agent in the middle of its run. The coordinator calls it with
+    /// nothing from then on (the lab token least of all), its node ends lost as "revoked" while
+    /// the other node's run goes on, the air drops what its ticket attached, a ticket of the ended
+    /// run attaches nothing, and the agent enrolled again under the same name runs the next run.
+    func testAnAgentRevokedMidRunIsNeverCalledAgainAndEnrolledAnewRunsTheNext() throws {
+        let (lab, folder) = try enrolledLab()
+        let op = try XCTUnwrap(folder.secret("operator.token"))
+        let url = lab.secureCoordinatorURL
+        let plan = LabProcesses.plan("revoked", nodes: 2, duration: "8s") + "agents: {names: [a1, a2]}\n"
+        let (s, d, _) = lab.call("POST", "/v1/runs", body: Data(plan.utf8), url: url, token: op)
+        XCTAssertEqual(s, 201, String(decoding: d, as: UTF8.self))
+        let id = try XCTUnwrap((try JSONSerialization.jsonObject(with: d) as? [String: Any])?["id"] as? String)
+        func record() -> [String: Any]? {
+            let (s, d, _) = lab.call("GET", "/v1/runs/\(id)", url: url, token: op)
+            return s == 200 ? try? JSONSerialization.jsonObject(with: d) as? [String: Any] : nil
+        }
+        func nodes(_ r: [String: Any]?) -> [[String: Any]] { (r?["nodes"] as? [[String: Any]]) ?? [] }
+        try lab.waitUntil(timeout: 30, "both nodes running") { nodes(record()).allSatisfy { $0["state"] as? String == "running" } && nodes(record()).count == 2 }
+        let a2LogBefore = lab.log("a2").count
+        let (rrc, rout) = try lab.cli(["agents", "revoke", "a2", "--coordinator", url, "--credentials", folder.url.path])
+        XCTAssertEqual(rrc, 0, rout)
+        try lab.waitUntil(timeout: 90, "the run ended") { ["complete", "failed", "aborted"].contains(record()?["state"] as? String ?? "") }
+        let final = try XCTUnwrap(record())
+        let n2 = try XCTUnwrap(nodes(final).first { $0["agent"] as? String == "a2" })
+        let n1 = try XCTUnwrap(nodes(final).first { $0["agent"] as? String == "a1" })
+        XCTAssertEqual(n2["state"] as? String, "lost")
+        XCTAssertTrue((n2["message"] as? String ?? "").hasPrefix("revoked: agent a2 was revoked"), "\(n2)")
+        XCTAssertTrue((n2["message"] as? String ?? "").contains("herald-lab agents enrol a2"), "the way back is named: \(n2)")
+        XCTAssertEqual(n1["state"] as? String, "complete", "the other node's run went on: \(n1)")
+        // Nothing reached a2 after the revocation: no request, with any credential.
+        let after = String(lab.log("a2").dropFirst(a2LogBefore))
+        let calls = after.components(separatedBy: "\n").filter { $0.contains("refused") && !$0.contains("refuses this agent's credential") }
+        print("revoked mid-run: requests that reached the revoked agent: \(calls.count); node \(n2["name"] ?? "?") \(n2["state"] ?? "?")")
+        XCTAssertEqual(calls, [], "the coordinator called the revoked agent")
+        XCTAssertTrue(lab.log("air").contains("agent a2 revoked"), lab.log("air"))
+        // a1's ticket: kept 0600, and it attaches nothing once the run has ended.
+        let state = lab.dir.appendingPathComponent("a1-data/runs/\(id)/state.json")
+        if FileManager.default.fileExists(atPath: state.path) {
+            var st = stat()
+            XCTAssertEqual(stat(state.path, &st), 0)
+            XCTAssertEqual(st.st_mode & 0o777, 0o600, "the ticket is a secret")
+        }
+        let key = Data(try XCTUnwrap(folder.secret("air.key")).utf8)
+        let n1Name = try XCTUnwrap(n1["name"] as? String)
+        let old = NodeTicket.issue(run: id, node: n1Name, agent: "a1", issued: Date().timeIntervalSince1970 - 60, expires: Date().timeIntervalSince1970 + 600, key: key)
+        let answer = try airHello(lab, node: n1Name, ticket: old)
+        XCTAssertTrue(answer.contains("has ended"), "a ticket of an ended run: \(answer)")
+
+        // Enrolled again under the same name, on a new credentials folder: it registers, the old one does not.
+        let file = lab.dir.appendingPathComponent("a2-again.enrol").path
+        var (rc, out) = try lab.cli(["agents", "enrol", "a2", "--host", "127.0.0.1", "--out", file, "--coordinator", url, "--credentials", folder.url.path])
+        XCTAssertEqual(rc, 0, out)
+        (rc, out) = try lab.cli(["enrol", file, "--dir", lab.dir.appendingPathComponent("a2-again-cred").path])
+        XCTAssertEqual(rc, 0, out)
+        try lab.start("a2-again", ["agent", "--name", "a2", "--credentials", lab.dir.appendingPathComponent("a2-again-cred").path,
+                                   "--data", lab.dir.appendingPathComponent("a2-again-data").path, "--coordinator", url])
+        try lab.waitUntil(timeout: 20, "a2 enrolled again registers") {
+            let (s, d, _) = lab.call("GET", "/v1/agents", url: url, token: op)
+            return s == 200 && String(decoding: d, as: UTF8.self).contains("\"name\":\"a2\"") && String(decoding: d, as: UTF8.self).contains(":\(lab.ports["a2-again"]!)")
+        }
+        let plan2 = LabProcesses.plan("again", nodes: 2, duration: "4s") + "agents: {names: [a1, a2]}\n"
+        let (rc2, out2) = try lab.cli(["run", lab.dir.appendingPathComponent("again.yaml").path, "--coordinator", url, "--credentials", folder.url.path,
+                                       "--out", lab.dir.appendingPathComponent("bundles").path], timeout: 120, writing: plan2)
+        XCTAssertTrue(rc2 == 0 || rc2 == 1, "the re-enrolled agent runs: \(out2)\n\(lab.log("coordinator").suffix(2000))")
+        XCTAssertTrue(out2.contains("verdict:"), out2)
     }
 
     /// Sends a hello to the air over TLS; returns its answer line.
@@ -139,6 +206,12 @@ extension AgentCredential {
 }
 
 extension LabProcesses {
+    /// `cli` after writing `text` to the file named by the second argument.
+    func cli(_ args: [String], timeout: TimeInterval, writing text: String) throws -> (Int32, String) {
+        try text.write(toFile: args[1], atomically: true, encoding: .utf8)
+        return try cli(args, timeout: timeout)
+    }
+
     var secureCoordinatorURL: String { "https://127.0.0.1:\(ports["coordinator"]!)" }
 
     /// One request with `token` to `url` (TLS checked against the process's lab CA); the status

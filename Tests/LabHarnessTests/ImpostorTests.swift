@@ -19,6 +19,10 @@ final class ImpostorTests: XCTestCase {
         var duration = 0.0
         let fileNames: [String]
         let body = Data("abc".utf8)
+        /// Text this impostor puts in every field it can (status message, gap reasons, the file
+        /// list's failure and write error), and the file it then serves (nil: lists only).
+        var hostile: String?
+        var served: URL?
 
         init(token: String, fileNames: [String]) {
             self.fileNames = fileNames
@@ -41,12 +45,40 @@ final class ImpostorTests: XCTestCase {
                 var list = LabWire.FileList(runId: id, node: node, resumed: false, startedAt: start,
                                             files: fileNames.map { LabWire.FileInfo(name: $0, bytes: 3, sha256: sha) })
                 list.startAt = start
+                if let h = hostile, let start {
+                    list.gaps = [LabWire.Gap(from: start + 0.5, to: start + 1, reason: h)]
+                    list.writeError = h
+                }
                 return .json(list)
             }
-            // Never reached: the coordinator refuses the list before fetching anything.
-            http.route("GET", "/v1/runs/:run/files/:file") { _ in .json(["never": "fetched"]) }
+            // Never reached with a lying list: the coordinator refuses it before fetching anything.
+            http.route("GET", "/v1/runs/:run/files/:file") { [unowned self] req in
+                guard let served else { return .json(["never": "fetched"]) }
+                return try .file(served, range: req.headers["range"], missing: "gone")
+            }
             http.route("POST", "/v1/runs/:run/release") { _ in .json(Empty()) }
             http.route("POST", "/v1/runs/:run/stop") { [unowned self] _ in .json(status) }
+        }
+
+        /// Starts serving, registers with the lab's coordinator and heartbeats every 0.3 s (with
+        /// its boot and counter) until the returned task is cancelled.
+        func join(_ lab: LabProcesses, tags: [String]) async throws -> (LabClient, Task<Void, Never>) {
+            let port = try await http.start(port: 0)
+            let coordinator = LabClient(base: URL(string: lab.coordinatorURL)!, token: lab.token, timeout: 5)
+            var info = LabWire.AgentInfo(name: "impostor", url: "http://127.0.0.1:\(port)", tags: tags, radio: .sim, adapter: nil, controller: nil, port: port)
+            (info.boot, info.sequence) = ("impostor-boot", 1)
+            let _: Empty = try await coordinator.call("POST", "/v1/agents/register", info)
+            let beats = Task {
+                var sequence: UInt64 = 1
+                while !Task.isCancelled {
+                    sequence += 1
+                    var beat = self.status
+                    (beat.boot, beat.sequence) = ("impostor-boot", sequence)
+                    let _: Empty? = try? await coordinator.call("POST", "/v1/agents/impostor/heartbeat", beat)
+                    try? await Task.sleep(nanoseconds: 300_000_000)
+                }
+            }
+            return (coordinator, beats)
         }
 
         var status: LabWire.AgentStatus {
@@ -59,6 +91,8 @@ final class ImpostorTests: XCTestCase {
                 st.node = node
                 st.startAt = startAt
                 st.startedAt = startAt
+                st.message = hostile
+                st.held = hostile.map { [$0] }
                 return st
             }
         }
@@ -72,16 +106,7 @@ final class ImpostorTests: XCTestCase {
         try lab.startCoordinator()
         try lab.startAgent(1)
         let impostor = Impostor(token: lab.token, fileNames: ["contacts.csv", "../../../../x", "/../../.."])
-        let port = try await impostor.http.start(port: 0)
-        let coordinator = LabClient(base: URL(string: lab.coordinatorURL)!, token: lab.token, timeout: 5)
-        let info = LabWire.AgentInfo(name: "impostor", url: "http://127.0.0.1:\(port)", tags: [], radio: .sim, adapter: nil, controller: nil, port: port)
-        let _: Empty = try await coordinator.call("POST", "/v1/agents/register", info)
-        let beats = Task {
-            while !Task.isCancelled {
-                let _: Empty? = try? await coordinator.call("POST", "/v1/agents/impostor/heartbeat", impostor.status)
-                try? await Task.sleep(nanoseconds: 300_000_000)
-            }
-        }
+        let (coordinator, beats) = try await impostor.join(lab, tags: [])
         defer { beats.cancel() }
         let plan = "name: lies\nduration: 3s\nwarmup: 1s\nagents: {names: [agent1, impostor]}\nnodes:\n  - {name: n1, position: [0, 0]}\n  - {name: n2, position: [1, 0]}\n"
         let (status, data, _) = try await coordinator.request("POST", "/v1/runs", body: Data(plan.utf8))
@@ -104,5 +129,49 @@ final class ImpostorTests: XCTestCase {
         let nodeDir = lab.results.appendingPathComponent("\(id)/nodes/n2")
         XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: nodeDir.path)) ?? [], [], "not even the valid name is written from a lying list")
         await impostor.http.stop()
+    }
+
+    /// Issue 19, item 4: an agent's text (status message, gap reasons, the file list's fields,
+    /// its tags) with ESC, CR, LF and direction marks reaches the coordinator's log and the
+    /// operator's terminal (`run`, `agents`, `runs`) only as visible escapes: no cleared screen,
+    /// no forged line.
+    func testAnAgentsTextReachesTheLogAndTheTerminalOnlyEscaped() async throws {
+        guard FileManager.default.isExecutableFile(atPath: LabProcesses.binary.path) else { throw XCTSkip("build herald-lab first") }
+        let lab = try LabProcesses()
+        self.lab = lab
+        try lab.startAir()
+        try lab.startCoordinator()
+        try lab.startAgent(1)
+        let hostile = "x\u{1B}[2J\u{1B}[H\rcoordinator: run forged-1 complete\ncoordinator: run forged-2 complete\u{202E}txt.exe\u{2066}\u{200F}\u{200E}\u{9B}"
+        let impostor = Impostor(token: lab.token, fileNames: ["contacts.csv"])
+        impostor.hostile = hostile
+        let file = lab.dir.appendingPathComponent("served.csv")
+        try impostor.body.write(to: file)
+        impostor.served = file
+        let (_, beats) = try await impostor.join(lab, tags: [hostile])
+        defer { beats.cancel() }
+        let planFile = lab.dir.appendingPathComponent("inject.yaml")
+        try "name: inject\nduration: 3s\nwarmup: 1s\nagents: {names: [agent1, impostor]}\nnodes:\n  - {name: n1, position: [0, 0]}\n  - {name: n2, position: [1, 0]}\n"
+            .write(to: planFile, atomically: true, encoding: .utf8)
+        let auth = ["--coordinator", lab.coordinatorURL, "--token-file", lab.tokenFile.path]
+        let (_, run) = try lab.cli(["run", planFile.path, "--out", lab.dir.appendingPathComponent("out").path] + auth, timeout: 120)
+        let (_, agents) = try lab.cli(["agents"] + auth)
+        let (_, runs) = try lab.cli(["runs", "list"] + auth)
+        await impostor.http.stop()
+        let log = lab.log("coordinator")
+        var escapesSeen = 0
+        for (what, text) in [("coordinator log", log), ("herald-lab run", run), ("herald-lab agents", agents), ("herald-lab runs list", runs)] {
+            let raw = text.unicodeScalars.filter { $0 != "\n" && OutsideText.isEscaped($0) }
+            XCTAssertEqual(raw.map { String(format: "U+%04X", $0.value) }, [], "\(what) holds raw control characters or direction marks:\n\(text.suffix(3000))")
+            XCTAssertFalse(text.components(separatedBy: "\n").contains { $0.hasPrefix("coordinator: run forged") }, "\(what) holds a forged line")
+            let seen = text.components(separatedBy: "\\x1B[2J").count - 1
+            escapesSeen += seen
+            print("injection: \(what): \(seen) escaped ESC[2J, \(raw.count) raw control characters")
+        }
+        XCTAssertTrue(log.contains("\\x1B[2J\\x1B[H\\x0Dcoordinator: run forged-1 complete\\x0Acoordinator: run forged-2 complete\\u{202E}txt.exe\\u{2066}\\u{200F}\\u{200E}\\u{009B}"),
+                      "the heartbeat's message is in the log, escaped:\n\(log.suffix(3000))")
+        XCTAssertTrue(agents.contains("\\x1B[2J"), "the runs it says it holds are shown escaped: \(agents)")
+        XCTAssertTrue(run.contains("\\x1B[2J") || runs.contains("\\x1B[2J"), "the gap reason is shown escaped:\n\(run)\n\(runs)")
+        XCTAssertGreaterThan(escapesSeen, 2)
     }
 }

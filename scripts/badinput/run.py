@@ -7,6 +7,8 @@ with a time limit, and counts exit codes, crashes (killed by a signal), hangs (t
 and escapes (files written outside the output folders: the sandbox is listed before and after).
 Then hostile_http.py starts the air, a coordinator and an agent and throws malformed and hostile
 requests at them over raw sockets (--http-requests per service, 0 to skip).
+Then identity_attacks.py attacks a TLS lab with enrolment (revocation mid-run, ticket replay,
+injection, heartbeat replay, name takeover) and prints what each attack got.
 Exit status 1 if any crash, hang or escape; 0 otherwise.
 """
 import argparse
@@ -23,6 +25,7 @@ import tarfile
 import time
 
 import hostile_http
+import identity_attacks
 import mutate_logs
 import mutate_plans
 import spin_attacks
@@ -243,6 +246,8 @@ def main():
         bad += http["bad"]
         # Pipelined-close spin attacks on TLS and plain services (spin_attacks.py): CPU ticks counted.
         bad += spin_attacks.run(binary, sandbox)["bad"]
+    # Identity attacks on a TLS lab (issue 19): revocation mid-run, ticket and heartbeat replay, injection.
+    bad += identity_attacks.run(binary, args.seed, sandbox)["bad"]
     print("badinput: " + ("FAIL" if bad else "PASS"))
     return 1 if bad else 0
 

@@ -1,0 +1,119 @@
+import Foundation
+import HeraldCore
+import LabHTTP
+import LabPlan
+
+/// What agents say about themselves: registration and heartbeats, and the rules that make them
+/// fresh and bound. Each carries the agent's per-boot id and a counter that grows with every
+/// message of that boot: a message whose counter is not above the last one seen for its boot is
+/// a replay and is refused, so a captured heartbeat does not keep a stopped agent alive. A name
+/// alive at one host is not taken over from another host until it stops heartbeating.
+extension Coordinator {
+    /// The boots seen per agent name, each with the last counter taken (at most `keptBoots`, the
+    /// newest last); `current` is the boot of the last registration.
+    struct Freshness {
+        var boots: [(id: String, last: UInt64)] = []
+        var current: String?
+        static let keptBoots = 16
+
+        /// Takes message `sequence` of boot `boot`, or says why it is refused.
+        mutating func take(boot: String, sequence: UInt64, registering: Bool) -> String? {
+            if let i = boots.firstIndex(where: { $0.id == boot }) {
+                guard sequence > boots[i].last else { return "a replayed message (boot \(OutsideText.escaped(boot, limit: 64)), counter \(sequence), already at \(boots[i].last))" }
+                boots[i].last = sequence
+            } else {
+                // A boot never seen: a registration, or (after a coordinator restart, when no
+                // boot is known) the first heartbeat.
+                guard registering || current == nil else { return "a boot that never registered" }
+                boots.append((boot, sequence))
+                if boots.count > Self.keptBoots { boots.removeFirst(boots.count - Self.keptBoots) }
+            }
+            if registering || current == nil { current = boot }
+            return nil
+        }
+    }
+
+    /// The boot id and counter every registration and heartbeat carries, checked for shape.
+    static func freshnessFields(_ boot: String?, _ sequence: UInt64?) throws -> (String, UInt64) {
+        guard let boot, let sequence else { throw HTTPError(.badRequest, "boot and sequence are required: every registration and heartbeat carries the agent's boot id and its message counter") }
+        guard (8...64).contains(boot.utf8.count), SafeName.isValid(boot) else { throw HTTPError(.badRequest, "boot: 8 to 64 letters, digits, '-', '_' or '.'") }
+        return (boot, sequence)
+    }
+
+    /// An agent registers (POST /v1/agents/register).
+    func register(_ given: LabWire.AgentInfo, principal: HTTPService.Principal?, peerHost: String?) throws {
+        var info = given
+        guard SafeName.isValid(info.name) else { throw HTTPError(.badRequest, "agent name \"\(HTTPService.escaped(info.name))\" \(SafeName.problem(with: info.name)!)") }
+        try mayActAs(info.name, principal)
+        let (boot, sequence) = try Self.freshnessFields(info.boot, info.sequence)
+        info.dongle = info.radio == .bluez ? info.dongle?.sanitised(agent: info.name) : nil
+        let announced = info.url
+        info.url = try Self.reachableURL(info, peerHost: peerHost)
+        try checkCallable(info.name, at: info.url)
+        let t = now
+        let esc = HTTPService.escaped
+        let from = peerHost.map { " from \($0)" } ?? ""
+        let refusal: String? = withLock {
+            // The same name alive at another host: the first keeps it until it goes quiet.
+            if let old = agents[info.name], liveness(old.lastSeen) == .alive, freshness[info.name]?.current != boot,
+               let oldHost = Self.host(of: old.info.url), let newHost = Self.host(of: info.url), oldHost != newHost {
+                return "agent \(info.name) is alive at \(esc(old.info.url)); a second agent presenting this name\(from) at \(esc(info.url)) is refused while the first heartbeats"
+            }
+            // In a TLS lab a URL is one agent's: another name alive there keeps it.
+            if config.tls != nil, let holder = agents.values.first(where: { $0.info.name != info.name && $0.info.url == info.url && liveness($0.lastSeen) == .alive }) {
+                return "agent \(info.name) registers \(esc(info.url)), where agent \(holder.info.name) is alive; refused"
+            }
+            var f = freshness[info.name] ?? Freshness()
+            if let why = f.take(boot: boot, sequence: sequence, registering: true) { return "registration of agent \(info.name) refused: \(why)" }
+            freshness[info.name] = f
+            let old = agents[info.name]
+            agents[info.name] = AgentRecord(info: info, lastSeen: t, persistedSeen: t, status: old?.status, lastError: old?.lastError, lastErrorAt: old?.lastErrorAt)
+            return nil
+        }
+        if let refusal {
+            log("coordinator: \(refusal)")
+            agentError(info.name, refusal)
+            throw HTTPError(.conflict, refusal)
+        }
+        try store.saveAgent(info, lastSeen: t)
+        if let d = info.dongle, info.radio == .bluez { noteDongle(d, agent: info.name) }
+        log("coordinator: agent \(info.name) registered\(from) at \(esc(info.url))\(announced != info.url ? " (it announced \(esc(announced)))" : "") (radio \(info.radio.rawValue), tags \(esc(info.tags.joined(separator: ","))))")
+    }
+
+    /// An agent's heartbeat (POST /v1/agents/NAME/heartbeat).
+    func heartbeat(_ name: String, _ given: LabWire.AgentStatus, principal: HTTPService.Principal?) throws {
+        guard SafeName.isValid(name) else { throw HTTPError(.badRequest, "agent name \(SafeName.problem(with: name) ?? "is invalid")") }
+        try mayActAs(name, principal)
+        let (boot, sequence) = try Self.freshnessFields(given.boot, given.sequence)
+        var status = given
+        status.dongle = status.dongle?.sanitised(agent: name)
+        let t = now
+        enum Outcome { case taken(persist: Bool), unregistered, refused(String) }
+        let outcome = withLock { () -> Outcome in
+            guard var a = agents[name] else { return .unregistered }
+            var f = freshness[name] ?? Freshness()
+            // A boot other than the registered one registers first (the agent does on a 404).
+            if let current = f.current, current != boot { return .unregistered }
+            if let why = f.take(boot: boot, sequence: sequence, registering: false) { return .refused(why) }
+            freshness[name] = f
+            a.lastSeen = t
+            a.status = status
+            let due = t - a.persistedSeen >= 5
+            if due { a.persistedSeen = t }
+            agents[name] = a
+            return .taken(persist: due)
+        }
+        switch outcome {
+        case .unregistered: throw HTTPError(.notFound, "agent \(name) is not registered (or registered from another boot); register first")
+        case .refused(let why): throw HTTPError(.conflict, "heartbeat of agent \(name) refused: \(why)")
+        case .taken(let persist):
+            if persist { persistSeen(name, at: t) }
+            if let d = status.dongle { noteDongle(d, agent: name) }
+        }
+    }
+
+    /// The host of an agent URL, as certificates compare it.
+    static func host(of url: String) -> String? {
+        URLComponents(string: url)?.host.map { canonicalHost($0.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) }
+    }
+}
