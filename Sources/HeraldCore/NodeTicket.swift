@@ -106,12 +106,15 @@ public enum NodeTicket {
         }
 
         /// Whether a hello admitted with `new` (nil: the lab token) may replace the node attached
-        /// under the same name with `old`: a node reattaching (same run, same agent) does; a
-        /// ticket of another run or another agent never drops a node whose ticket still holds.
+        /// under the same name with `old`: a node reattaching (same run, same agent) does, and so
+        /// does a later run's node (a ticket issued after the attached one's: after an air
+        /// restart an ended run's ticket may hold again until it expires); another agent's ticket
+        /// for the same run, or an earlier run's, never drops a node whose ticket still holds.
         public func mayReplace(old: Claims?, new: Claims?, now: Double) -> Bool {
             guard let old, refusal(old, now: now) == nil else { return true }
             guard let new else { return false }
-            return new.run == old.run && new.agent == old.agent
+            if new.run == old.run { return new.agent == old.agent }
+            return new.issued > old.issued
         }
 
         /// Takes a signed notice; returns it when it was one.
