@@ -38,7 +38,7 @@ final class ScaledReportTests: XCTestCase {
         let model = ReportModel(report.result)
         XCTAssertEqual(model.names, (1...12).map { "n\($0)" })
         let html = HTMLReport.render(report)
-        for section in ["<h2>Nodes</h2>", "id=\"pb\""] {
+        for section in ["<h2 id=\"nodes\">Nodes</h2>", "id=\"pb\""] {
             let start = html.range(of: section)!.upperBound
             let n2 = html.range(of: ">n2<", range: start..<html.endIndex)!.lowerBound
             let n10 = html.range(of: ">n10<", range: start..<html.endIndex)!.lowerBound
