@@ -60,7 +60,9 @@ extension HTMLReport {
         while t <= f.xMax + 1e-9, k < 100 {
             let x = f.x(t)
             s += "<line x1=\"\(n1(x))\" y1=\"\(n1(f.top))\" x2=\"\(n1(x))\" y2=\"\(n1(f.bottom + 4))\"/>"
-            labels += "<text x=\"\(n1(x))\" y=\"\(n1(f.bottom + 15))\" text-anchor=\"middle\">\(timeLabel(t, span: span, step: step))</text>"
+            // Labels at the frame's edges stay inside the chart.
+            let anchor = x - f.left < 14 ? "start" : f.right - x < 14 ? "end" : "middle"
+            labels += "<text x=\"\(n1(x))\" y=\"\(n1(f.bottom + 15))\" text-anchor=\"\(anchor)\">\(timeLabel(t, span: span, step: step))</text>"
             t += step
             k += 1
         }
@@ -104,6 +106,13 @@ extension HTMLReport {
         var d = "", run = [(Int, Int)]()
         func flush() {
             guard let first = run.first else { return }
+            // A point on the same pixel row as both its neighbours adds nothing (flat stretches).
+            if !line.step, run.count > 2 {
+                var kept = [run[0]]
+                for i in 1..<(run.count - 1) where !(run[i].1 == kept[kept.count - 1].1 && run[i].1 == run[i + 1].1) { kept.append(run[i]) }
+                kept.append(run[run.count - 1])
+                run = kept
+            }
             d += "M\(first.0) \(first.1)"
             if run.count == 1 { d += "l0 0" }
             else if line.step { for p in run.dropFirst() { d += "H\(p.0)V\(p.1)" } }

@@ -46,7 +46,7 @@ extension HTMLReport {
         var s = "<div class=\"verdict \(r.passed ? "vp" : "vf")\"><div class=\"badge\"><b class=\"\(r.passed ? "pass" : "fail")\">\(r.passed ? "PASS" : "FAIL")</b>"
         s += "<span>\(passed) of \(r.checks.count) checks passed</span>"
         s += r.passed ? "<span class=\"small\">every check of the plan's thresholds holds</span>" : "<span class=\"small\">because: \(reasons.joined(separator: "; "))</span>"
-        s += "</div><table class=\"checks\"><tr><th class=\"l\">check (strict mode)</th><th class=\"l\">requires</th><th>result</th><th class=\"l\">worst or first failing</th></tr>"
+        s += "</div><table class=\"checks\"><tr><th class=\"l\">check (strict mode)</th><th class=\"l\">requires</th><th>result</th><th class=\"l\">failing (worst first), or closest to the limit</th></tr>"
         for g in groups {
             let failed = naturallySorted(g.failed, by: \.subject)
             let ok = failed.isEmpty
