@@ -78,7 +78,7 @@ public struct ReportContext: Sendable {
 
     init(_ m: BundleManifest) {
         mode = m.mode
-        description = m.plan?.description?.text
+        description = m.plan?.description?.text.map { Self.cut($0, 2000) }
         duration = m.plan?.duration
         warmup = m.plan?.warmup
         if case .object(let r)? = m.plan?.radio { radio = r }
@@ -90,8 +90,8 @@ public struct ReportContext: Sendable {
                 node.position = (x, y)
             }
             node.state = n.state
-            node.message = n.message?.text
-            node.persona = n.persona?.text
+            node.message = n.message?.text.map { Self.cut($0, 1000) }
+            node.persona = n.persona?.text.map { Self.cut($0, 100) }
             if case .array(let gaps)? = n.gaps {
                 for g in gaps.prefix(1000) {
                     guard case .object(let o) = g else { continue }
@@ -99,12 +99,15 @@ public struct ReportContext: Sendable {
                         guard let t = o[key]?.text, let v = LogTime.parse(text: t), InputLimits.timeProblem(v) == nil else { return nil }
                         return v
                     }
-                    node.gaps.append(Gap(from: time("from"), to: time("to"), reason: o["reason"]?.text ?? "no reason given"))
+                    node.gaps.append(Gap(from: time("from"), to: time("to"), reason: Self.cut(o["reason"]?.text ?? "no reason given", 1000)))
                 }
             }
             nodes[n.name] = node
         }
     }
+
+    /// A text from the manifest cut to `limit` characters (a manifest may hold megabytes of one).
+    static func cut(_ s: String, _ limit: Int) -> String { s.count <= limit ? s : String(s.prefix(limit)) + "…" }
 
     /// Crowding on or off (`radio.crowding` present and not null), nil when the manifest has no radio.
     var crowding: Bool? {

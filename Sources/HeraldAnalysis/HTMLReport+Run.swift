@@ -119,7 +119,7 @@ extension HTMLReport {
         if battery.contains(where: { $0.contains { $0 != nil } }) {
             let sources = Set(r.devices.compactMap(\.batterySource)).sorted()
             s += "<h3>Battery level, per node</h3>" + nodeChart(report, m, clock, battery, label: "battery level per node", yTitle: "battery %", fixed: (0, 105))
-            s += "<p class=\"small\">From each node's battery.csv (last level in each bucket); source: \(esc(sources.joined(separator: ", "))).</p>"
+            s += "<p class=\"small\">From each node's battery.csv (last level in each bucket)\(sources.isEmpty ? "" : "; source: " + esc(sources.joined(separator: ", "))).</p>"
         } else {
             s += "<p class=\"small\">No node has a battery.csv with levels: no battery chart.</p>"
         }

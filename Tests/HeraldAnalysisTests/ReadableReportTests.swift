@@ -130,6 +130,7 @@ final class ReadableReportTests: XCTestCase {
         nodes[0]["gaps"] = [["from": "2026-01-01T00:00:40.000Z", "to": "2026-01-01T00:01:10.000Z", "reason": "<script>alert(1)</script> restarted"],
                             ["from": 12, "reason": 7]]
         nodes[1]["position"] = "nowhere"
+        nodes[1]["message"] = String(repeating: "x", count: 100_000)
         manifest["nodes"] = nodes
         manifest["planText"] = "name: </pre><img src=x onerror=alert(2)>"
         try JSONSerialization.data(withJSONObject: manifest).write(to: url)
@@ -141,13 +142,14 @@ final class ReadableReportTests: XCTestCase {
         XCTAssertNil(ctx.nodes["alpha"]?.gaps.last?.from, "a time that is not one is left out")
         XCTAssertNil(ctx.nodes["beta"]?.position, "a position that is not [x, y] is left out")
         XCTAssertEqual(ctx.crowding, true)
+        XCTAssertEqual(ctx.nodes["beta"]?.message?.count, 1001, "a huge text is cut")
         let html = HTMLReport.render(report)
         XCTAssertFalse(html.contains("<script>alert"))
         XCTAssertFalse(html.contains("<img src=x"))
         XCTAssertFalse(html.contains("<b>lost</b>"))
         XCTAssertTrue(html.contains("0:00:40–0:01:10 (30 s): &lt;script&gt;alert(1)&lt;/script&gt; restarted"), "gap reason with its run time")
         XCTAssertTrue(html.contains("agent &lt;b&gt;lost&lt;/b&gt; &amp; back"))
-        XCTAssertTrue(html.contains("1 node not complete or with gaps"))
+        XCTAssertTrue(html.contains("2 nodes not complete or with gaps"), "alpha partial, beta with a message")
         XCTAssertTrue(html.contains("radio</th><td class=\"l\">sim · crowding on<"))
         XCTAssertTrue(html.contains("<title>alpha: &lt;script&gt;alert(1)&lt;/script&gt; restarted</title>"), "the gap is shaded on the per-node charts")
         XCTAssertEqual(html.components(separatedBy: "<script>").count - 1, 1, "only the page's own script")
@@ -204,7 +206,7 @@ final class ReadableReportTests: XCTestCase {
     }
 
     func testHundredNodeReportRendersWithoutConsoleErrors() throws {
-        let page = tmp.appendingPathComponent("report.html")
+        let page = Self.artefacts.appendingPathComponent("synthetic-100.html")
         try TestPaths.write(HTMLReport.render(ScaledReportTests.synthetic(devices: 100, cetotal: 960)), to: page)
         guard let (png, errors) = try Self.screenshot(page, as: "synthetic-100", height: 9000) else {
             throw XCTSkip("chromium is not installed (make deps installs Debian's chromium)")

@@ -171,7 +171,8 @@ final class ScaledReportTests: XCTestCase {
         XCTAssertEqual(found[4], "n3/n10")
         XCTAssertFalse(dumpErr.split(separator: "\n").contains { $0.contains("CONSOLE") || $0.contains("Uncaught") })
 
-        let keep = FileManager.default.temporaryDirectory.appendingPathComponent("heraldlab-scaled-report-screenshot.png")
+        try FileManager.default.createDirectory(at: ReadableReportTests.artefacts, withIntermediateDirectories: true)
+        let keep = ReadableReportTests.artefacts.appendingPathComponent("synthetic-150.png")
         try? FileManager.default.removeItem(at: keep)
         try? FileManager.default.copyItem(at: shot, to: keep)
         try? FileManager.default.removeItem(at: keep.deletingPathExtension().appendingPathExtension("html"))
