@@ -48,23 +48,35 @@ extension HTMLReport {
         return step.truncatingRemainder(dividingBy: 3600) == 0 ? "\(t / 3600) h" : String(format: "%d:%02d h", t / 3600, (t % 3600) / 60)
     }
 
-    /// Grid lines, tick labels and a title under the frame.
+    /// Grid lines, tick labels and a title under the frame: run time.
     static func timeAxis(_ f: Frame, title: String) -> String {
         let span = f.xMax - f.xMin
         guard span > 0 else { return "" }
         let step = timeStep(span, ticks: max(4, f.width / 80))
-        var s = "<g stroke=\"#e4e4e4\">"
-        var labels = ""
-        var t = (f.xMin / step).rounded(.up) * step
-        var k = 0
-        while t <= f.xMax + 1e-9, k < 100 {
+        return xAxis(f, step: step, title: title) { timeLabel($0, span: span, step: step) }
+    }
+
+    /// The same for a numeric x axis (metres, seconds of an interval).
+    static func numberAxis(_ f: Frame, title: String, ticks: Double = 6) -> String {
+        let step = valueStep(f.xMax - f.xMin, ticks: ticks)
+        return xAxis(f, step: step, title: title) { valueLabel($0, step: step) }
+    }
+
+    /// Multiples of `step` from `lo` to `hi`, at most `limit` of them.
+    static func ticks(_ lo: Double, _ hi: Double, step: Double, limit: Int = 100) -> [Double] {
+        guard step > 0, lo.isFinite, hi.isFinite else { return [] }
+        let first = (lo / step).rounded(.up)
+        return (0..<limit).map { (first + Double($0)) * step }.filter { $0 <= hi + 1e-9 }
+    }
+
+    static func xAxis(_ f: Frame, step: Double, title: String, label: (Double) -> String) -> String {
+        var s = "<g stroke=\"#e4e4e4\">", labels = ""
+        for t in ticks(f.xMin, f.xMax, step: step) {
             let x = f.x(t)
             s += "<line x1=\"\(n1(x))\" y1=\"\(n1(f.top))\" x2=\"\(n1(x))\" y2=\"\(n1(f.bottom + 4))\"/>"
             // Labels at the frame's edges stay inside the chart.
             let anchor = x - f.left < 14 ? "start" : f.right - x < 14 ? "end" : "middle"
-            labels += "<text x=\"\(n1(x))\" y=\"\(n1(f.bottom + 15))\" text-anchor=\"\(anchor)\">\(timeLabel(t, span: span, step: step))</text>"
-            t += step
-            k += 1
+            labels += "<text x=\"\(n1(x))\" y=\"\(n1(f.bottom + 15))\" text-anchor=\"\(anchor)\">\(label(t))</text>"
         }
         return s + "</g>" + labels + "<text x=\"\(n1(f.left + f.width / 2))\" y=\"\(n1(f.bottom + 30))\" text-anchor=\"middle\">\(esc(title))</text>"
     }
@@ -84,14 +96,10 @@ extension HTMLReport {
     static func valueAxis(_ f: Frame, title: String, ticks: Double = 5) -> String {
         let step = valueStep(f.yMax - f.yMin, ticks: ticks)
         var s = "<g stroke=\"#eeeeee\">", labels = ""
-        var v = (f.yMin / step).rounded(.up) * step
-        var k = 0
-        while v <= f.yMax + 1e-9, k < 50 {
+        for v in Self.ticks(f.yMin, f.yMax, step: step, limit: 50) {
             let y = f.y(v)
             s += "<line x1=\"\(n1(f.left - 4))\" y1=\"\(n1(y))\" x2=\"\(n1(f.right))\" y2=\"\(n1(y))\"/>"
             labels += "<text x=\"\(n1(f.left - 6))\" y=\"\(n1(y + 4))\" text-anchor=\"end\">\(valueLabel(v, step: step))</text>"
-            v += step
-            k += 1
         }
         let cy = f.top + f.height / 2
         return s + "</g>" + labels + "<text transform=\"translate(14 \(n1(cy))) rotate(-90)\" text-anchor=\"middle\">\(esc(title))</text>"

@@ -2,22 +2,6 @@ import Foundation
 
 /// The floor map from the manifest's node positions and RSSI against distance per pair.
 extension HTMLReport {
-    /// Ticks, labels and a title under the frame for a numeric x axis.
-    static func numberAxis(_ f: Frame, title: String, ticks: Double = 6) -> String {
-        let step = valueStep(f.xMax - f.xMin, ticks: ticks)
-        var s = "<g stroke=\"#eeeeee\">", labels = ""
-        var v = (f.xMin / step).rounded(.up) * step
-        var k = 0
-        while v <= f.xMax + 1e-9, k < 60 {
-            let x = f.x(v)
-            s += "<line x1=\"\(n1(x))\" y1=\"\(n1(f.top))\" x2=\"\(n1(x))\" y2=\"\(n1(f.bottom + 4))\"/>"
-            labels += "<text x=\"\(n1(x))\" y=\"\(n1(f.bottom + 15))\" text-anchor=\"middle\">\(valueLabel(v, step: step))</text>"
-            v += step
-            k += 1
-        }
-        return s + "</g>" + labels + "<text x=\"\(n1(f.left + f.width / 2))\" y=\"\(n1(f.bottom + 30))\" text-anchor=\"middle\">\(esc(title))</text>"
-    }
-
     static func floorSection(_ report: AnalysisReport, _ m: ReportModel) -> String {
         let ctx = report.charts.context
         let positions = m.names.map { ctx.nodes[$0]?.position }
@@ -48,10 +32,8 @@ extension HTMLReport {
         s += numberAxis(f, title: "x (m)")
         // y ticks (metres, downwards).
         let step = valueStep(f.yMax - f.yMin, ticks: 5)
-        var v = (f.yMin / step).rounded(.up) * step
-        while v <= f.yMax + 1e-9 {
+        for v in ticks(f.yMin, f.yMax, step: step, limit: 50) {
             s += "<text x=\"\(n1(f.left - 6))\" y=\"\(n1(py(v) + 4))\" text-anchor=\"end\">\(valueLabel(v, step: step))</text>"
-            v += step
         }
         s += "<text transform=\"translate(14 \(n1(f.top + f.height / 2))) rotate(-90)\" text-anchor=\"middle\">y (m)</text>"
         for (i, p) in positions.enumerated() {
