@@ -208,7 +208,7 @@ final class ReadableReportTests: XCTestCase {
     func testHundredNodeReportRendersWithoutConsoleErrors() throws {
         let page = Self.artefacts.appendingPathComponent("synthetic-100.html")
         try TestPaths.write(HTMLReport.render(ScaledReportTests.synthetic(devices: 100, cetotal: 960)), to: page)
-        guard let (png, errors) = try Self.screenshot(page, as: "synthetic-100", height: 9000) else {
+        guard let (png, errors) = try Self.screenshot(page, as: "synthetic-100", height: 14500) else {
             throw XCTSkip("chromium is not installed (make deps installs Debian's chromium)")
         }
         XCTAssertTrue(errors.isEmpty, errors.joined(separator: "\n"))
