@@ -107,15 +107,15 @@ extension HTMLReport {
     static func settingsSection(_ report: AnalysisReport) -> String {
         let r = report.result, ctx = report.charts.context, i = r.input
         var rows = [(String, String)]()
-        rows.append(("plan", (i.plan ?? "–") + ((i.variant ?? "").isEmpty ? "" : " (variant \(i.variant!))") + (ctx.description.map { ": " + $0 } ?? "")))
-        rows.append(("run", "\(i.runId ?? "–") · \(ctx.mode ?? i.kind)\(i.createdAt.map { " · written \($0)" } ?? "")"))
-        rows.append(("seed", i.seed.map(String.init) ?? "–"))
+        // Rows without a value are left out (a plain folder of logs has no manifest).
+        if let plan = i.plan { rows.append(("plan", plan + ((i.variant ?? "").isEmpty ? "" : " (variant \(i.variant!))") + (ctx.description.map { ": " + $0 } ?? ""))) }
+        if let run = i.runId { rows.append(("run", "\(run) · \(ctx.mode ?? i.kind)\(i.createdAt.map { " · written \($0)" } ?? "")")) }
+        if let seed = i.seed { rows.append(("seed", String(seed))) }
         var times = "contact event \(r.parameters.ceStart) to \(r.parameters.ceEnd) (\(r.parameters.cetotal) windows of 30 s)"
         if let d = ctx.duration { times = "duration \(seconds(d))" + (ctx.warmup.map { ", warm-up \(seconds($0))" } ?? "") + " · " + times }
         rows.append(("time", times))
         let radio = ctx.radio
-        let kind = radio["kind"]?.text ?? "–"
-        rows.append(("radio", kind + " · crowding " + (ctx.crowding.map { $0 ? "on" : "off" } ?? "–")))
+        if let crowding = ctx.crowding { rows.append(("radio", (radio["kind"]?.text ?? "–") + " · crowding " + (crowding ? "on" : "off"))) }
         if case .object? = radio["crowding"] { rows.append(("crowding model", setting("crowding", radio["crowding"]!))) }
         let radioRest = radio.keys.filter { $0 != "kind" && $0 != "crowding" }.sorted()
         if !radioRest.isEmpty { rows.append(("radio settings", radioRest.map { "\($0) \(setting($0, radio[$0]!))" }.joined(separator: " · "))) }

@@ -155,6 +155,18 @@ final class ReadableReportTests: XCTestCase {
         XCTAssertEqual(html.components(separatedBy: "<script>").count - 1, 1, "only the page's own script")
     }
 
+    func testAPlainFolderLeavesOutWhatOnlyAManifestKnows() {
+        var report = ScaledReportTests.synthetic(devices: 3, cetotal: 10)
+        report.result.input = InputDescription(path: "/logs/test", kind: "folder")
+        report.charts.context = ReportContext()
+        let html = HTMLReport.render(report)
+        let settings = Self.section(html, from: "<h2 id=\"settings\">", to: "<h2")
+        for row in [">plan<", ">run<", ">seed<", ">radio<"] { XCTAssertFalse(settings.contains(row), row) }
+        XCTAssertTrue(settings.contains("A plain folder of logs: no manifest"))
+        XCTAssertTrue(html.contains("The manifest gives no node positions"))
+        XCTAssertFalse(html.contains("Every node is complete"), "nothing is said about node states without a manifest")
+    }
+
     func testHeraldNumbersBesideTheNaturalOrder() {
         let html = HTMLReport.render(ScaledReportTests.synthetic(devices: 12, cetotal: 20))
         let table = Self.section(html, from: "Herald's #</th>", to: "</table>")
