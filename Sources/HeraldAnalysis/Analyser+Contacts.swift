@@ -4,6 +4,8 @@ import Foundation
 struct AccumulatorShape: Sendable {
     let ceSeconds: Int
     let bins: Int
+    /// Buckets of the run-over-time charts (per node: RSSI rows, reads, battery).
+    var timeline = Timeline(from: 0, to: 0)
     func make() -> PairAccumulator { PairAccumulator(ceSeconds: ceSeconds, bins: bins) }
 }
 
@@ -44,7 +46,7 @@ extension Analyser {
     /// row (one accumulator per observed device).
     static func scanContacts(_ url: URL, observer o: Int, inputs: [DeviceInput], byShortName: [String: Int],
                              summary: inout AnalysisResult.Device, pairs: inout [PairAccumulator?],
-                             make: AccumulatorShape, window w: Window) throws {
+                             make: AccumulatorShape, window w: Window, series: inout NodeSeries) throws {
         let shift = inputs[o].shift
         let heraldShift = Int64(shift.rounded())
         var columns: Columns?
@@ -118,8 +120,10 @@ extension Analyser {
         // number, the wrong number of fields: malformed) and observations are recorded.
         let pass = ObservationPass(observer: o, columns: c, skipHeader: hasHeader, shift: shift, window: w, ids: IDTable(idDevices),
                                    readBIDs: readBIDs, byShortName: byShortName, pairs: pairs, make: make)
+        pass.series = series
         let second = try CSVScanner.scan(url: url, root: root) { p, line, _ in pass.row(p, line) }
         pairs = pass.pairs
+        series = pass.series
         summary.rows = pass.rows
         summary.malformedLines = second.malformed
         summary.measureRows = pass.measure
@@ -144,6 +148,8 @@ extension Analyser {
         @exclusivity(unchecked) var times = LogTime.Cache()
         @exclusivity(unchecked) var skipHeader: Bool
         @exclusivity(unchecked) var rows = 0, measure = 0, read = 0, share = 0
+        /// RSSI rows and reads per bucket of the run-over-time charts.
+        @exclusivity(unchecked) var series = NodeSeries(buckets: 0)
 
         init(observer o: Int, columns: Columns, skipHeader: Bool, shift: Double, window: Window, ids: IDTable,
              readBIDs: [String: [Int]], byShortName: [String: Int], pairs: [PairAccumulator?], make: AccumulatorShape) {
@@ -188,12 +194,15 @@ extension Analyser {
                 if isEvent(p, line, c.measure, 51) {
                     measure += 1
                     let (ds, de) = field(line, c.data)
-                    measured(p, line, times.parse(p, ts, te), Analyser.rssi(p, ds, de))
+                    let t = times.parse(p, ts, te)
+                    tally(&series.rssiRows, t)
+                    measured(p, line, t, Analyser.rssi(p, ds, de))
                 } else if isEvent(p, line, c.share, 52) {
                     share += 1
                     if let t = times.parse(p, ts, te) { shared(p, line, t) }
                 } else {
                     read += 1
+                    if valid { tally(&series.reads, times.parse(p, ts, te)) }
                 }
                 return valid
             }
@@ -201,6 +210,7 @@ extension Analyser {
             if isEvent(p, line, c.measure, 51) {
                 measure += 1
                 let t = times.parse(p, ts, te)
+                tally(&series.rssiRows, t)
                 let (ds, de) = field(line, c.data)
                 let rssi = Analyser.rssi(p, ds, de)
                 measured(p, line, t, rssi)
@@ -213,6 +223,12 @@ extension Analyser {
                 return true
             }
             return times.isValid(p, ts, te)
+        }
+
+        /// One more row in the bucket of time `t` (rows outside the filter window are not drawn).
+        @inline(__always) func tally(_ counts: inout [UInt32], _ t: LogTime.Parsed?) {
+            guard let t, let k = make.timeline.index(t.absolute + shift), k < counts.count, counts[k] < UInt32.max else { return }
+            counts[k] += 1
         }
 
         /// An RSSI row of a known id (`t`: its parsed time, nil if impossible).

@@ -9,7 +9,7 @@ import Glibc
 public enum Analyser {
     public static func analyse(_ path: URL, options: AnalysisOptions = AnalysisOptions()) throws -> AnalysisReport {
         let clockStart = Date()
-        let (input, inputs, opts, _) = try InputLoader.load(path, options: options)
+        let (input, inputs, opts, manifest) = try InputLoader.load(path, options: options)
         guard let ceStart = opts.ceStart, let ceEnd = opts.ceEnd else {
             throw AnalysisError.missingWindow("give --ce-start and --ce-end (YYYY-MM-DD HH:MM:SS, in the logs' time base), or analyse a bundle whose manifest has one")
         }
@@ -29,7 +29,8 @@ public enum Analyser {
         let n = inputs.count
         var byShortName = [String: Int]()
         for (i, d) in inputs.enumerated() where !d.shortName.isEmpty && byShortName[d.shortName] == nil { byShortName[d.shortName] = i }
-        let acc = AccumulatorShape(ceSeconds: ceSeconds, bins: cetotal)
+        var acc = AccumulatorShape(ceSeconds: ceSeconds, bins: cetotal)
+        acc.timeline = Timeline(from: filterStart, to: filterEnd)
         let window: Window = (ceStart, ceEnd, ceStartSec, filterStart, filterEnd, cetotal)
 
         // Each observer's files on their own, on every core (an observer's contacts.csv fills only
@@ -41,11 +42,15 @@ public enum Analyser {
         var devices = [AnalysisResult.Device]()
         var problems = [String]()
         var bytesRead: Int64 = 0
-        for (summary, row, bytes) in scanned {
+        var charts = ChartData()
+        charts.timeline = acc.timeline
+        charts.context = manifest.map(ReportContext.init) ?? ReportContext()
+        for (summary, row, bytes, series) in scanned {
             for p in summary.problems { problems.append("\(summary.folder): \(p)") }
             devices.append(summary)
             pairs.append(row)
             bytesRead += bytes
+            charts.nodeSeries.append(series)
         }
 
         // herald mode: per observer, 30 s bins from its first observation in the window (to the second).
@@ -84,7 +89,7 @@ public enum Analyser {
 
         // Beyond Herald, per pair.
         var metrics = [AnalysisResult.PairMetrics]()
-        var charts = ChartData()
+        charts.windowPairs = [UInt32](repeating: 0, count: cetotal)
         charts.intervalHistogram = [UInt32](repeating: 0, count: PairAccumulator.intervalBuckets)
         for o in 0..<n {
             for d in 0..<n where d != o {
@@ -94,6 +99,7 @@ public enum Analyser {
                                                    strictScorePct: 100 * Double(a?.strictBins.cardinality ?? 0) / Double(cetotal),
                                                    rssiSamples: a?.rssiSamples ?? 0, longestGap: ceEnd - ceStart)
                 if let a {
+                    a.strictBins.forEach { b in if b >= 0, b < cetotal { charts.windowPairs[b] += 1 } }
                     m.timeToFirstDetection = a.firstObservation.map { $0 - filterStart }
                     m.timeToFirstRead = a.firstRead.map { max(0, $0 - filterStart) }
                     if a.intervalCount > 0 {
@@ -147,14 +153,15 @@ public enum Analyser {
 
     /// One observer: its battery, its contacts.csv (two passes), its problems; its row of pairs.
     static func scanDevice(_ o: Int, inputs: [DeviceInput], byShortName: [String: Int], make: AccumulatorShape,
-                           window: Window) -> (AnalysisResult.Device, [PairAccumulator?], Int64) {
+                           window: Window) -> (AnalysisResult.Device, [PairAccumulator?], Int64, NodeSeries) {
         let dev = inputs[o]
         var summary = AnalysisResult.Device(index: o + 1, folder: dev.folder, label: "\(o + 1) - \(dev.model) - \(dev.os) \(dev.osVersion)",
                                             shortName: dev.shortName, model: dev.model, os: dev.os, osVersion: dev.osVersion, shift: dev.shift,
                                             rows: 0, malformedLines: 0, measureRows: 0, readRows: 0, shareRows: 0, problems: dev.problems)
         var row = [PairAccumulator?](repeating: nil, count: inputs.count)
         var bytesRead: Int64 = 0
-        readBattery(dev.url, root: dev.root, into: &summary)
+        var series = NodeSeries(buckets: make.timeline.count)
+        readBattery(dev.url, root: dev.root, into: &summary, timeline: make.timeline, shift: dev.shift, series: &series)
         let contacts = dev.url.appendingPathComponent("contacts.csv")
         do {
             let size = try LogFileAccess.size(contacts, root: dev.root)
@@ -162,7 +169,7 @@ public enum Analyser {
                 summary.problems.append("contacts.csv is empty")
             } else {
                 bytesRead += size
-                try scanContacts(contacts, observer: o, inputs: inputs, byShortName: byShortName, summary: &summary, pairs: &row, make: make, window: window)
+                try scanContacts(contacts, observer: o, inputs: inputs, byShortName: byShortName, summary: &summary, pairs: &row, make: make, window: window, series: &series)
             }
         } catch let problem as LogFileAccess.Problem {
             summary.problems.append(problem.description)
@@ -170,7 +177,7 @@ public enum Analyser {
             summary.problems.append("contacts.csv cannot be read: \(error.localizedDescription)")
         }
         if summary.malformedLines > 0 { summary.problems.append("contacts.csv: \(summary.malformedLines) malformed line(s) skipped") }
-        return (summary, row, bytesRead)
+        return (summary, row, bytesRead, series)
     }
 
     static func mode(_ name: String, n: Int, cetotal: Int, pairs: [AnalysisResult.PairWindows], detected: [[String]], longevity: (Int, Int)) -> AnalysisResult.Mode {
@@ -244,7 +251,7 @@ public enum Analyser {
         return (first, last)
     }
 
-    static func readBattery(_ dir: URL, root: URL?, into summary: inout AnalysisResult.Device) {
+    static func readBattery(_ dir: URL, root: URL?, into summary: inout AnalysisResult.Device, timeline: Timeline, shift: Double, series: inout NodeSeries) {
         let url = dir.appendingPathComponent("battery.csv")
         var st = stat()
         guard lstat(url.path, &st) == 0 else { return } // optional file
@@ -253,7 +260,7 @@ public enum Analyser {
             return
         }
         _ = try? CSVScanner.scan(url: url, root: root) { p, line, _ in
-            guard line.count >= 3, LogTime.parse(p, line.starts[0], line.ends[0]) != nil else {
+            guard line.count >= 3, let t = LogTime.parse(p, line.starts[0], line.ends[0]) else {
                 return p.equals(line.starts[0], line.ends[0], "time") // header (optional) is fine
             }
             let source = p.string(line.starts[1], line.ends[1])
@@ -261,6 +268,7 @@ public enum Analyser {
             summary.batterySource = source
             if summary.batteryFirst == nil { summary.batteryFirst = level }
             summary.batteryLast = level
+            if let k = timeline.index(t.absolute + shift), k < series.battery.count { series.battery[k] = Float(level) }
             return true
         }
     }

@@ -96,6 +96,11 @@ struct BundleManifest: Decodable {
         var clockOffset: Double?
         var state: String?
         var controller: [String: String]?
+        // For the report only, so loose: any JSON (ReportContext reads what it can).
+        var position: JSONValue?
+        var gaps: JSONValue?
+        var message: JSONValue?
+        var persona: JSONValue?
     }
     struct PlanPart: Decodable {
         var name: String?
@@ -104,6 +109,9 @@ struct BundleManifest: Decodable {
         var duration: Double?
         var thresholds: AnalysisThresholds?
         var sensor: [String: JSONValue]?
+        // For the report only, so loose: any JSON.
+        var description: JSONValue?
+        var radio: JSONValue?
     }
     var runId: String?
     var mode: String?
@@ -113,6 +121,7 @@ struct BundleManifest: Decodable {
     var nodes: [Node]?
     var plan: PlanPart?
     var software: [String: String]?
+    var planText: JSONValue?
 }
 
 /// A loose JSON value (sensor settings are shown, compared and stored, not interpreted).

@@ -128,6 +128,13 @@ public struct ChartData: Sendable {
     /// All pairs' sample intervals, 0.05 s buckets up to 120 s.
     public var intervalHistogram: [UInt32] = []
     public var intervalBucket: Double = 0.05
+    /// The run over time: buckets, each node's series (by `AnalysisResult.devices` position) and,
+    /// per 30 s window of the contact event, the ordered pairs with an observation (strict).
+    public var timeline = Timeline(from: 0, to: 0)
+    public var nodeSeries: [NodeSeries] = []
+    public var windowPairs: [UInt32] = []
+    /// The manifest's settings, positions and node states (empty for a plain folder).
+    public var context = ReportContext()
 }
 
 public struct AnalysisReport: Sendable {

@@ -45,11 +45,14 @@ extension HTMLReport {
         let p = m.pairs[o * m.n + d]
         let series = report.charts.rssiSeries["\(observer)\u{1F}\(observed)"] ?? []
         let bins = max(1, r.parameters.cetotal)
-        let w = 380, plotH = 110, pad = 30, stripY = 128, stripH = 12, hgt = 172
+        let w = 380, plotH = 110, pad = 30, stripY = 128, stripH = 12, hgt = 204
         let plotW = w - pad - 5
         func x(_ b: Double) -> Double { Double(pad) + Double(plotW) * b / Double(bins) }
         var out = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(w)\" height=\"\(hgt)\" role=\"img\" aria-label=\"RSSI and gaps: \(esc(observer)) sees \(esc(observed))\"><style>text{font-size:10px;font-family:sans-serif}</style>"
         out += "<rect x=\"\(pad)\" y=\"10\" width=\"\(plotW)\" height=\"\(plotH)\" fill=\"#fafafa\" stroke=\"#ddd\"/>"
+        // Run time under the gap strip (the contact event's windows start at its start).
+        let clock = runClock(r)
+        out += timeAxis(Frame(left: Double(pad), top: 10, width: Double(plotW), height: Double(stripY + stripH - 10), xMin: clock.ceFrom, xMax: clock.ceFrom + 30 * Double(bins)), title: "run time")
         if !series.isEmpty {
             let lo = min(-100.0, series.map(\.1).min() ?? -100), hi = max(-30.0, series.map(\.1).max() ?? -30)
             func y(_ v: Double) -> Double { 10 + Double(plotH) * (hi - v) / (hi - lo) }
@@ -87,8 +90,8 @@ extension HTMLReport {
             b = e
         }
         out += "<text x=\"2\" y=\"\(stripY + 10)\">gaps</text>"
-        out += "<text x=\"\(pad)\" y=\"\(hgt - 18)\">\(esc(observer)) sees \(esc(observed)) · \(f(p?.strictScorePct, 1))% · longest gap \(f(p?.longestGap, 0)) s</text>"
-        out += "<text x=\"\(pad)\" y=\"\(hgt - 5)\">RSSI mean per 30 s window (median \(f(p?.rssiMedian, 0)) dBm); red: windows without RSSI</text></svg>"
+        out += "<text x=\"\(pad)\" y=\"\(hgt - 16)\">\(esc(observer)) sees \(esc(observed)) · \(f(p?.strictScorePct, 1))% · longest gap \(f(p?.longestGap, 0)) s</text>"
+        out += "<text x=\"\(pad)\" y=\"\(hgt - 3)\">mean RSSI per 30 s window (median \(f(p?.rssiMedian, 0)) dBm); red: none</text></svg>"
         return out
     }
 }

@@ -73,7 +73,8 @@ final class BundleReportTests: XCTestCase {
         XCTAssertFalse(html.contains("http://") && html.contains("<script src"), "self-contained")
         XCTAssertTrue(html.contains("<svg"))
         // Keep the screenshot where a person can look at it.
-        let keep = FileManager.default.temporaryDirectory.appendingPathComponent("heraldlab-report-screenshot.png")
+        try FileManager.default.createDirectory(at: ReadableReportTests.artefacts, withIntermediateDirectories: true)
+        let keep = ReadableReportTests.artefacts.appendingPathComponent("smoke.png")
         try? FileManager.default.removeItem(at: keep)
         try? FileManager.default.copyItem(at: shot, to: keep)
     }

@@ -38,7 +38,7 @@ final class ScaledReportTests: XCTestCase {
         let model = ReportModel(report.result)
         XCTAssertEqual(model.names, (1...12).map { "n\($0)" })
         let html = HTMLReport.render(report)
-        for section in ["<h2>Nodes</h2>", "id=\"pb\""] {
+        for section in ["<h2 id=\"nodes\">Nodes</h2>", "id=\"pb\""] {
             let start = html.range(of: section)!.upperBound
             let n2 = html.range(of: ">n2<", range: start..<html.endIndex)!.lowerBound
             let n10 = html.range(of: ">n10<", range: start..<html.endIndex)!.lowerBound
@@ -171,7 +171,8 @@ final class ScaledReportTests: XCTestCase {
         XCTAssertEqual(found[4], "n3/n10")
         XCTAssertFalse(dumpErr.split(separator: "\n").contains { $0.contains("CONSOLE") || $0.contains("Uncaught") })
 
-        let keep = FileManager.default.temporaryDirectory.appendingPathComponent("heraldlab-scaled-report-screenshot.png")
+        try FileManager.default.createDirectory(at: ReadableReportTests.artefacts, withIntermediateDirectories: true)
+        let keep = ReadableReportTests.artefacts.appendingPathComponent("synthetic-150.png")
         try? FileManager.default.removeItem(at: keep)
         try? FileManager.default.copyItem(at: shot, to: keep)
         try? FileManager.default.removeItem(at: keep.deletingPathExtension().appendingPathExtension("html"))
@@ -234,6 +235,33 @@ final class ScaledReportTests: XCTestCase {
                   pairs: windowsByPair, detectedPairs: detectedPairs)
         }
         charts.intervalHistogram = (0..<2400).map { UInt32($0 < 200 ? 1000 - $0 * 4 : 0) }
+        // The run over time: rows, reads and battery per node (the third node stops for a while),
+        // pairs per window, positions on a grid and one partial node with a gap.
+        let origin = LogTime.parse(text: "2026-01-01 00:00:00")!
+        charts.timeline = Timeline(from: origin, to: origin + Double(cetotal * 30 + 120))
+        let buckets = charts.timeline.count
+        charts.nodeSeries = devices.indices.map { i in
+            var s = NodeSeries(buckets: buckets)
+            for k in 0..<buckets {
+                s.rssiRows[k] = i == 2 && k > buckets / 3 && k < buckets / 2 ? 0 : UInt32(900 + (k * 7 + i * 13) % 60)
+                s.reads[k] = k < 3 ? UInt32(count) : UInt32((k + i) % 5 == 0 ? 1 : 0)
+                if k % 2 == 0 { s.battery[k] = Float(100 - Double(k) * 20 / Double(buckets) - Double(i % 5)) }
+            }
+            return s
+        }
+        var above = [Int](repeating: 0, count: cetotal + 1) // above[w]: pairs with more than w windows
+        for p in pairs where p.strictWindows > 0 { above[min(cetotal, p.strictWindows) - 1] += 1 }
+        for w in stride(from: cetotal - 1, through: 0, by: -1) { above[w] += above[w + 1] }
+        charts.windowPairs = (0..<cetotal).map { b in UInt32(above[(b * 37) % cetotal]) }
+        let columns = max(1, Int(Double(count).squareRoot().rounded(.up)))
+        for (i, d) in devices.enumerated() {
+            var node = ReportContext.Node()
+            node.position = (Double(i % columns) * 2, Double(i / columns) * 2)
+            node.state = i == 2 ? "partial" : "complete"
+            if i == 2 { node.gaps = [.init(from: origin + 3 * 3600, to: origin + 4 * 3600, reason: "agent restarted")] }
+            charts.context.nodes[d.folder] = node
+        }
+        charts.context.radio = ["kind": .string("sim"), "referencePower": .number(-59), "pathLossExponent": .number(2)]
         let result = AnalysisResult(
             input: InputDescription(path: "/tmp/synthetic-\(count)", kind: "bundle", runId: "synthetic-\(count)", plan: "synthetic"),
             parameters: .init(ceStart: "2026-01-01 00:01:00", ceEnd: "2026-01-01 08:01:00", filterStart: "2026-01-01 00:00:00", filterEnd: "2026-01-01 08:02:00", cetotal: cetotal),
