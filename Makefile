@@ -3,7 +3,7 @@ SWIFT ?= swift
 APT_PACKAGES := pkg-config libssl-dev libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus xz-utils chromium prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release lab deb test-deb test test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
+.PHONY: all deps build release lab deb test-deb test test-ci test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
 
 all: build
 
@@ -40,6 +40,11 @@ test-deb: deb
 test: deps
 	$(SWIFT) build
 	$(SWIFT) test --disable-swift-testing
+
+# docs/CI.md's GitHub Actions job, run as written against the simulated lab, four nights in a row
+# (scripts/ci/test_recipes.py): run, regress against the history, the bundle kept, junit.xml there.
+test-ci: build
+	python3 scripts/ci/test_recipes.py .build/debug/herald-lab 4
 
 # Bad-input suite: 1,000 mutated plans (plan check, then a short simulate) and 300 mutated log
 # folders (analyse, compare, regress) through the built herald-lab; counts crashes, hangs, escapes.
