@@ -104,6 +104,14 @@ struct BundleManifest: Decodable {
         var duration: Double?
         var thresholds: AnalysisThresholds?
         var sensor: [String: JSONValue]?
+        var radio: [String: JSONValue]?
+        var nodes: [PlanNode]?
+    }
+    /// A plan node's group and its own sensor settings (A/B in one run).
+    struct PlanNode: Decodable {
+        var name: String
+        var group: String?
+        var sensor: [String: JSONValue]?
     }
     var runId: String?
     var mode: String?
@@ -163,6 +171,11 @@ public struct InputDescription: Codable, Sendable {
     public var sensor: [String: JSONValue]?
     /// Controller identities by node (bundles from real radios).
     public var controllers: [String: String]?
+    /// The plan's radio settings.
+    public var radio: [String: JSONValue]?
+    /// Node groups of an A/B run: each node's group, and each group's sensor settings.
+    public var nodeGroups: [String: String]?
+    public var groupSensor: [String: [String: JSONValue]]?
 }
 
 public enum AnalysisError: Error, CustomStringConvertible {
@@ -212,6 +225,14 @@ enum InputLoader {
                 description.seed = m.seed
                 description.createdAt = m.createdAt
                 description.sensor = m.plan?.sensor
+                description.radio = m.plan?.radio
+                var groups = [String: String](), groupSensor = [String: [String: JSONValue]]()
+                for n in m.plan?.nodes ?? [] {
+                    guard let g = n.group else { continue }
+                    groups[n.name] = g
+                    if let s = n.sensor { groupSensor[g] = s }
+                }
+                if !groups.isEmpty { description.nodeGroups = groups; description.groupSensor = groupSensor }
                 var controllers = [String: String]()
                 for n in m.nodes ?? [] { if let c = n.controller { controllers[n.name] = c.keys.sorted().map { "\($0)=\(c[$0]!)" }.joined(separator: " ") } }
                 if !controllers.isEmpty { description.controllers = controllers }

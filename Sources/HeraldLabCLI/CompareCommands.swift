@@ -3,26 +3,63 @@ import Foundation
 import HeraldAnalysis
 import LabHistory
 
-/// `herald-lab compare BUNDLE...`
+/// `herald-lab compare BUNDLE... | STUDY`
 struct CompareCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "compare",
-        abstract: "Compare runs side by side, grouped by plan variant, sensor settings and controller identity, with per-metric deltas."
+        abstract: "Compare runs by the settings that differ (or a study's levels): each metric's difference from the baseline with its 95 % interval and a verdict (better, worse, same, inconclusive with repeats advised).",
+        discussion: "Devices are the independent units (cluster bootstrap, seeded); the family of metrics is held to a 5 % family-wise error (Holm). A check that each arm got its devices, pairs and windows comes before any verdict. docs/STATISTICS.md explains the methods."
     )
 
-    @Argument(help: "Bundles (or folders of device folders) to compare; the first group is the reference.")
+    @Argument(help: "A study folder (with study.json), or bundles (two or more; node groups of one bundle are arms too); the first level is the baseline.")
     var bundles: [String]
 
+    @Option(help: "Write the effects as JSON to this file (- for standard output).")
+    var json: String?
+
+    @Option(help: "Bootstrap resamples (100 to 100000).")
+    var resamples: Int = 2000
+
+    @Option(help: "Seed of the bootstrap.")
+    var seed: UInt64 = 1
+
     func run() throws {
-        guard bundles.count >= 2 else { log("compare needs at least two bundles"); throw ExitCode(2) }
-        var runs = [AnalysisResult]()
-        for b in bundles {
-            do { runs.append(try SummaryLoader.load(URL(fileURLWithPath: b))) } catch {
-                log("herald-lab compare: \(b): \(error)")
+        guard (100...100_000).contains(resamples) else { log("herald-lab compare: --resamples \(resamples): expected 100 to 100000"); throw ExitCode(2) }
+        var design: Comparison.Design
+        if bundles.count == 1, let study = try loadStudyFolder(bundles[0], command: "compare") {
+            design = study
+        } else {
+            guard bundles.count >= 1 else { log("herald-lab compare: give a study folder or at least two bundles"); throw ExitCode(2) }
+            var runs = [AnalysisResult]()
+            for b in bundles {
+                do { runs.append(try SummaryLoader.load(URL(fileURLWithPath: b))) } catch {
+                    log("herald-lab compare: \(Format.label(b)): \(error)")
+                    throw ExitCode(2)
+                }
+            }
+            switch Comparison.design(runs) {
+            case .success(let d): design = d
+            case .failure(let e): log("herald-lab compare: \(e)"); throw ExitCode(2)
+            }
+        }
+        guard design.levels.count >= 2 else {
+            log("herald-lab compare: one level only (\(Format.label(design.levels.first?.name ?? "-"))); nothing to compare")
+            throw ExitCode(2)
+        }
+        design.resamples = resamples
+        design.seed = seed
+        let outcome = Comparison.compare(design)
+        if let json {
+            do {
+                let data = try Comparison.json(outcome)
+                if json == "-" { FileHandle.standardOutput.write(data); print("") ; return }
+                try data.write(to: URL(fileURLWithPath: json), options: .atomic)
+            } catch {
+                log("herald-lab compare: cannot write \(Format.label(json)): \(error.localizedDescription)")
                 throw ExitCode(2)
             }
         }
-        print(Comparison.table(runs))
+        print(Comparison.text(outcome))
     }
 }
 
@@ -129,5 +166,17 @@ struct HistoryCommand: ParsableCommand {
                          r.heraldContinuityPct, arrow(p?.heraldContinuityPct, r.heraldContinuityPct), r.longevity, r.passed ? "pass" : "FAIL"))
             prev = r
         }
+    }
+}
+
+/// A study folder's design, or nil when `path` is not a folder with study.json (exit 2 on a bad one).
+func loadStudyFolder(_ path: String, command: String) throws -> Comparison.Design? {
+    let folder = URL(fileURLWithPath: path)
+    do {
+        guard let index = try StudyIndex.load(folder) else { return nil }
+        return try Comparison.design(study: folder, index: index)
+    } catch {
+        log("herald-lab \(command): \(Format.label(path)): \(error)")
+        throw ExitCode(2)
     }
 }

@@ -46,16 +46,28 @@ final class CommandTests: XCTestCase {
         XCTAssertEqual(missing, 2, err)
     }
 
-    func testCompareGroupsRunsAndPrintsDeltas() throws {
+    func testCompareNamesTheSettingsThatDifferAndGivesIntervalsAndVerdicts() throws {
         let a = try simulate("a")
         let b = try simulate("b") { $0.variant = "slow-scan"; $0.sensor.scanOn = 2 }
-        let (code, out, err) = try herald(["compare", a.path, b.path])
+        let json = tmp.appendingPathComponent("effects.json")
+        let (code, out, err) = try herald(["compare", a.path, b.path, "--json", json.path])
         XCTAssertEqual(code, 0, err)
-        XCTAssertTrue(out.contains("G1: plan smoke · variant -"), out)
-        XCTAssertTrue(out.contains("G2: plan smoke · variant slow-scan"), out)
-        XCTAssertTrue(out.contains("scanOn=2"), out)
-        XCTAssertTrue(out.contains("Δ G1"), out)
+        XCTAssertTrue(out.contains("factor: sensor.scanOn × variant"), out)
+        XCTAssertFalse(out.contains("advertInterval"), "only the settings that differ are named: \(out)")
+        XCTAssertTrue(out.contains("difference [95 %]"), out)
+        XCTAssertTrue(out.contains("check: every arm got its devices"), out)
+        let object = try JSONSerialization.jsonObject(with: Data(contentsOf: json)) as! [String: Any]
+        let effects = object["effects"] as! [[String: Any]]
+        XCTAssertEqual(effects.count, 10)
+        for e in effects {
+            for key in ["metric", "factor", "baseline", "level", "verdict"] { XCTAssertNotNil(e[key], "\(key) in \(e)") }
+            XCTAssertTrue(["better", "worse", "same", "inconclusive", "no data"].contains(e["verdict"] as! String))
+            if let ci = e["ci95"] as? [Double] { XCTAssertLessThanOrEqual(ci[0], ci[1]) }
+        }
         XCTAssertEqual(try herald(["compare", a.path]).0, 2, "one bundle is nothing to compare")
+        let (same, _, sameErr) = try herald(["compare", a.path, a.path])
+        XCTAssertEqual(same, 2)
+        XCTAssertTrue(sameErr.contains("same settings"), sameErr)
     }
 
     func testAnalyseWritesBesideAPlainFolderAndRecordsHistory() throws {
