@@ -247,16 +247,74 @@ public struct ClusterBootstrap: Sendable {
     /// An arm: its runs, each a list of units.
     public typealias Arm = [[StatUnit]]
 
-    func resample(_ arm: Arm, _ g: inout SeededGenerator) -> [StatUnit] {
-        var out = [StatUnit]()
-        let runs = arm.count
-        for _ in 0..<runs {
-            let run = runs > 1 ? arm[Int(g.next() % UInt64(runs))] : arm[0]
-            let n = run.count
-            guard n > 0 else { continue }
-            for _ in 0..<n { out.append(run[Int(g.next() % UInt64(n))]) }
+    /// An arm prepared for fast resampling: a resample is a count per unit (how often it was
+    /// drawn), and the statistic is computed from the counts: a weighted ratio, or a weighted
+    /// median over the arm's values sorted once.
+    struct Prepared {
+        var runs: [Range<Int>]
+        var hits: [Double]
+        var possible: [Double]
+        /// Every value of every unit, sorted, with the unit it belongs to.
+        var values: [Double]
+        var owner: [Int]
+
+        init(_ arm: Arm) {
+            var runs = [Range<Int>](), hits = [Double](), possible = [Double]()
+            var pairs = [(Double, Int)]()
+            for run in arm {
+                let start = hits.count
+                for u in run {
+                    for v in u.values { pairs.append((v, hits.count)) }
+                    hits.append(u.hits)
+                    possible.append(u.possible)
+                }
+                if hits.count > start { runs.append(start..<hits.count) }
+            }
+            pairs.sort { $0.0 < $1.0 }
+            self.runs = runs
+            self.hits = hits
+            self.possible = possible
+            self.values = pairs.map(\.0)
+            self.owner = pairs.map(\.1)
         }
-        return out
+
+        /// Draw counts: runs with replacement when there are several, then units inside each.
+        func draw(_ g: inout SeededGenerator, into counts: inout [Int]) {
+            for i in counts.indices { counts[i] = 0 }
+            let n = runs.count
+            for _ in 0..<n {
+                let run = n > 1 ? runs[Int(g.next() % UInt64(n))] : runs[0]
+                let size = UInt64(run.count)
+                for _ in 0..<run.count { counts[run.lowerBound + Int(g.next() % size)] += 1 }
+            }
+        }
+
+        func statistic(_ pooling: Pooling, counts: [Int]?, scale: Double) -> Double? {
+            switch pooling {
+            case .ratio:
+                var h = 0.0, p = 0.0
+                for i in hits.indices {
+                    let c = Double(counts?[i] ?? 1)
+                    h += c * hits[i]
+                    p += c * possible[i]
+                }
+                return p > 0 ? scale * h / p : nil
+            case .median:
+                var total = 0
+                if let counts { for i in values.indices { total += counts[owner[i]] } } else { total = values.count }
+                guard total > 0 else { return nil }
+                // The middle one (odd) or the mean of the middle two (even), 0-based ranks.
+                let lowRank = (total - 1) / 2, highRank = total / 2
+                var seen = 0
+                var low: Double?
+                for i in values.indices {
+                    seen += counts?[owner[i]] ?? 1
+                    if low == nil, seen > lowRank { low = values[i] }
+                    if seen > highRank { return (low! + values[i]) / 2 }
+                }
+                return nil
+            }
+        }
     }
 
     public struct Estimate: Sendable {
@@ -268,11 +326,16 @@ public struct ClusterBootstrap: Sendable {
 
     /// The statistic of one arm with its percentile interval.
     public func estimate(_ arm: Arm, pooling: Pooling, scale: Double = 1, confidence: Double = 0.95, stream: String = "") -> Estimate? {
-        guard let point = pooling.statistic(arm.flatMap { $0 }, scale: scale) else { return nil }
+        let prepared = Prepared(arm)
+        guard !prepared.runs.isEmpty, let point = prepared.statistic(pooling, counts: nil, scale: scale) else { return nil }
         var g = SeededGenerator(seed: seed, stream: "bootstrap-one " + stream)
+        var counts = [Int](repeating: 0, count: prepared.hits.count)
         var reps = [Double]()
         reps.reserveCapacity(resamples)
-        for _ in 0..<resamples { if let v = pooling.statistic(resample(arm, &g), scale: scale) { reps.append(v) } }
+        for _ in 0..<resamples {
+            prepared.draw(&g, into: &counts)
+            if let v = prepared.statistic(pooling, counts: counts, scale: scale) { reps.append(v) }
+        }
         guard !reps.isEmpty else { return nil }
         reps.sort()
         let a = (1 - confidence) / 2
@@ -290,14 +353,17 @@ public struct ClusterBootstrap: Sendable {
 
     /// The difference `level - baseline` of a statistic, each arm resampled on its own.
     public func difference(baseline: Arm, level: Arm, pooling: Pooling, scale: Double = 1, confidence: Double = 0.95, stream: String = "") -> Difference? {
-        guard let a = pooling.statistic(baseline.flatMap { $0 }, scale: scale), let b = pooling.statistic(level.flatMap { $0 }, scale: scale) else { return nil }
+        let pa = Prepared(baseline), pb = Prepared(level)
+        guard !pa.runs.isEmpty, !pb.runs.isEmpty,
+              let a = pa.statistic(pooling, counts: nil, scale: scale), let b = pb.statistic(pooling, counts: nil, scale: scale) else { return nil }
         var g = SeededGenerator(seed: seed, stream: "bootstrap-diff " + stream)
+        var ca = [Int](repeating: 0, count: pa.hits.count), cb = [Int](repeating: 0, count: pb.hits.count)
         var reps = [Double]()
         reps.reserveCapacity(resamples)
         for _ in 0..<resamples {
-            let ra = pooling.statistic(resample(baseline, &g), scale: scale)
-            let rb = pooling.statistic(resample(level, &g), scale: scale)
-            if let ra, let rb { reps.append(rb - ra) }
+            pa.draw(&g, into: &ca)
+            pb.draw(&g, into: &cb)
+            if let ra = pa.statistic(pooling, counts: ca, scale: scale), let rb = pb.statistic(pooling, counts: cb, scale: scale) { reps.append(rb - ra) }
         }
         return Self.summarise(point: b - a, reps: reps, confidence: confidence)
     }
