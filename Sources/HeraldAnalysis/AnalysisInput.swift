@@ -96,6 +96,10 @@ struct BundleManifest: Decodable {
         var clockOffset: Double?
         var state: String?
         var controller: [String: String]?
+        struct GapPart: Decodable { var reason: String? }
+        var gaps: [GapPart]?
+        var recoveries: [JSONValue]?
+        var message: String?
     }
     struct PlanPart: Decodable {
         var name: String?
@@ -176,6 +180,11 @@ public struct InputDescription: Codable, Sendable {
     /// Node groups of an A/B run: each node's group, and each group's sensor settings.
     public var nodeGroups: [String: String]?
     public var groupSensor: [String: [String: JSONValue]]?
+    /// Infrastructure faults the manifest records (a node not complete, gaps, dongle
+    /// recoveries): a run with any is judged `infra`, never a protocol regression.
+    public var infrastructure: [String]?
+    /// The radio kind and the set of controllers (the testbed runs are compared within).
+    public var testbed: String?
 }
 
 public enum AnalysisError: Error, CustomStringConvertible {
@@ -236,6 +245,17 @@ enum InputLoader {
                 var controllers = [String: String]()
                 for n in m.nodes ?? [] { if let c = n.controller { controllers[n.name] = c.keys.sorted().map { "\($0)=\(c[$0]!)" }.joined(separator: " ") } }
                 if !controllers.isEmpty { description.controllers = controllers }
+                var infra = [String]()
+                for n in m.nodes ?? [] {
+                    let name = String(n.name.prefix(64))
+                    if let st = n.state, st != "complete" { infra.append("node \(name): state \(String(st.prefix(32)))\(n.message.map { " (\(String($0.prefix(160))))" } ?? "")") }
+                    if let g = n.gaps, !g.isEmpty { infra.append("node \(name): \(g.count) gap\(g.count == 1 ? "" : "s") (\(Set(g.compactMap { $0.reason.map { String($0.prefix(80)) } }).sorted().joined(separator: ", ")))") }
+                    if let r = n.recoveries, !r.isEmpty { infra.append("node \(name): \(r.count) dongle recover\(r.count == 1 ? "y" : "ies")") }
+                }
+                if !infra.isEmpty { description.infrastructure = infra }
+                let radioKind: String
+                if case .string(let k)? = m.plan?.radio?["kind"] { radioKind = k } else { radioKind = "sim" }
+                description.testbed = radioKind + (controllers.isEmpty ? "" : " · " + Set(controllers.values).sorted().joined(separator: "; "))
                 if let ce = m.contactEvent {
                     guard let start = LogTime.parse(text: ce.start) else { throw AnalysisError.badManifest("contactEvent.start \"\(ce.start.prefix(64))\" is not a time (YYYY-MM-DD HH:MM:SS, years 1970 to 9999)") }
                     guard let end = LogTime.parse(text: ce.end) else { throw AnalysisError.badManifest("contactEvent.end \"\(ce.end.prefix(64))\" is not a time (YYYY-MM-DD HH:MM:SS, years 1970 to 9999)") }

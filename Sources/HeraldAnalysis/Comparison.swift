@@ -13,32 +13,6 @@ public enum SummaryLoader {
     }
 }
 
-/// Run-to-run regression: which headline figures and pairs fell below the baseline by more
-/// than the tolerance (percentage points).
-public enum Regression {
-    public struct Finding: Codable, Sendable {
-        public var metric: String
-        public var baseline: Double
-        public var current: Double
-        public var delta: Double { current - baseline }
-    }
-
-    public static func compare(current: AnalysisResult, baseline: AnalysisResult, tolerance: Double) -> (regressions: [Finding], compared: [Finding]) {
-        var compared = [Finding]()
-        compared.append(.init(metric: "detection %", baseline: baseline.strict.detectionpct, current: current.strict.detectionpct))
-        compared.append(.init(metric: "continuity % (strict)", baseline: baseline.strict.continuitypct, current: current.strict.continuitypct))
-        compared.append(.init(metric: "continuity % (herald)", baseline: baseline.herald.continuitypct, current: current.herald.continuitypct))
-        let base = Dictionary(baseline.pairs.map { ("\($0.observer) sees \($0.observed)", $0) }, uniquingKeysWith: { a, _ in a })
-        for p in current.pairs {
-            let key = "\(p.observer) sees \(p.observed)"
-            guard let b = base[key] else { continue }
-            compared.append(.init(metric: "continuity % of \(key)", baseline: b.strictScorePct, current: p.strictScorePct))
-        }
-        let regressions = compared.filter { $0.current < $0.baseline - tolerance - 1e-9 }
-        return (regressions, compared)
-    }
-}
-
 /// Comparison of runs grouped by the settings that differ (or by a study's levels): for each
 /// metric the difference of each level from the baseline with a 95 % interval (cluster
 /// bootstrap over devices, and over runs when a level has several), a verdict (better, worse,
@@ -179,12 +153,17 @@ public enum Comparison {
         }
         var order = [String]()
         var by = [String: [RunRef]]()
+        // Node groups are named by their group (the factor says which settings they differ in).
+        let grouped = differing.contains("group")
+        let others = differing.filter { $0 != "group" }
         for r in all {
-            let name = differing.map { k in differing.count == 1 ? (r.settings[k] ?? "-") : "\(k)=\(r.settings[k] ?? "-")" }.joined(separator: ", ")
+            let name = grouped ? (r.settings["group"] ?? "-")
+                : differing.map { k in differing.count == 1 ? (r.settings[k] ?? "-") : "\(k)=\(r.settings[k] ?? "-")" }.joined(separator: ", ")
             if by[name] == nil { order.append(name) }
             by[name, default: []].append(r)
         }
-        return .success(Design(factor: differing.joined(separator: " × "), levels: order.map { Level(name: $0, runs: by[$0]!) }))
+        let factor = grouped ? (others.isEmpty ? "group" : "group (\(others.joined(separator: " × ")))") : differing.joined(separator: " × ")
+        return .success(Design(factor: factor, levels: order.map { Level(name: $0, runs: by[$0]!) }))
     }
 
     public enum ComparisonError: Error, CustomStringConvertible {
@@ -252,15 +231,14 @@ public enum Comparison {
                 let a = arms[0][metric]!, b = arms[li][metric]!
                 let scale = RunMetrics.scale(metric)
                 var e = Effect(metric: metric.rawValue, label: metric.label, factor: d.factor, baseline: baseline.name, level: level.name, verdict: .noData)
-                guard let ea = bootstrap.estimate(a, pooling: metric.pooling, scale: scale, stream: "a \(metric.rawValue)"),
-                      let eb = bootstrap.estimate(b, pooling: metric.pooling, scale: scale, stream: "\(li) \(metric.rawValue)"),
-                      let diff = bootstrap.difference(baseline: a, level: b, pooling: metric.pooling, scale: scale, stream: "\(li) \(metric.rawValue)") else {
+                guard let diff = bootstrap.difference(baseline: a, level: b, pooling: metric.pooling, scale: scale, stream: "\(li) \(metric.rawValue)"),
+                      let ea = diff.baseline, let eb = diff.level else {
                     e.note = "no data in at least one arm"
                     effects.append(e)
                     continue
                 }
                 e.baselineEstimate = ea.estimate
-                baselineCI[metric.rawValue] = [ea.ci.lo, ea.ci.hi]
+                if baselineCI[metric.rawValue] == nil { baselineCI[metric.rawValue] = [ea.ci.lo, ea.ci.hi] }
                 e.estimate = eb.estimate
                 e.estimateCI95 = [eb.ci.lo, eb.ci.hi]
                 e.delta = diff.delta
@@ -268,8 +246,8 @@ public enum Comparison {
                 e.p = diff.p
                 e.margin = d.margin(metric).absolute(baseline: ea.estimate)
                 let spread = RunMetrics.spread(a + b, metric)
-                if spread.atCeiling { e.note = "at its ceiling in every device of both arms: saturated, it cannot show a difference" }
-                else if spread.noVariance { e.note = "no variance: every device of both arms gives the same value" }
+                if spread.atCeiling { e.note = "at its ceiling in every pair of both arms: saturated, it cannot show a difference" }
+                else if spread.noVariance { e.note = "no variance: every pair of both arms gives the same value" }
                 effects.append(e)
             }
         }
@@ -327,8 +305,9 @@ public enum Comparison {
         }
         var shared = levels.first?.settings ?? [:]
         for l in levels { shared = shared.filter { l.settings[$0.key] == $0.value } }
-        let method = "cluster bootstrap (\(d.resamples) resamples, seed \(d.seed)) over devices as observers" +
-            (d.levels.contains { $0.runs.count > 1 } ? ", runs resampled first within each level" : "") +
+        let method = "device bootstrap (\(d.resamples) resamples, seed \(d.seed)): devices drawn with replacement, a pair weighted by how often both its devices were drawn" +
+            (d.levels.contains { $0.runs.count >= 3 } ? ", runs resampled first within each level of 3 runs or more" : "") +
+            (d.levels.contains { $0.runs.count < 3 } ? (d.levels.contains { $0.runs.count >= 3 } ? "; levels of fewer runs" : "; with fewer than 3 runs a level") + " devices are drawn run by run (the interval then holds device-to-device noise only: repeat runs to see run-to-run noise)" : "") +
             "; percentile 95 % intervals; Holm over \(familySize) comparisons at family-wise \(String(format: "%g", d.alpha)); same = interval inside the practical margin"
         return Outcome(factor: d.factor, baseline: baseline.name, levels: levels, sameSettings: shared, checkPassed: checked, check: checkLines, effects: effects, baselineCI95: baselineCI, method: method)
     }

@@ -106,30 +106,31 @@ public enum RunMetrics {
         return Double(r.parameters.cetotal) / 2
     }
 
-    /// One unit per observer device (in device order) holding what `metric` needs of its pairs.
+    /// One unit per ordered pair (its observer and observed device, by index in the run's
+    /// devices) holding what `metric` needs of it; a bootstrap draws devices, not pairs.
     public static func units(_ r: AnalysisResult, _ metric: Metric, selection: PairSelection = .all) -> [StatUnit] {
         let cetotal = Double(max(1, r.parameters.cetotal))
         let minutes = contactMinutes(r)
-        var order = [String]()
-        var by = [String: StatUnit]()
+        var index = [String: Int]()
+        for (i, d) in r.devices.enumerated() { index[d.folder] = i }
+        var out = [StatUnit]()
         for p in r.pairs where selection.includes(p) {
-            if by[p.observer] == nil { order.append(p.observer); by[p.observer] = StatUnit() }
-            var u = by[p.observer]!
+            var u = StatUnit(device: index[p.observer] ?? -1, partner: index[p.observed] ?? -2)
             switch metric {
-            case .detectionPct: u.hits += p.detected ? 1 : 0; u.possible += 1
-            case .continuityStrictPct: u.hits += Double(p.strictWindows); u.possible += cetotal
-            case .continuityHeraldPct: u.hits += Double(p.heraldWindows); u.possible += cetotal
-            case .samplesPerPairMinute: u.hits += Double(p.rssiSamples); u.possible += minutes
-            case .readSuccessPct: u.hits += p.timeToFirstRead != nil ? 1 : 0; u.possible += 1
-            case .intervalMedian: if let v = p.intervalP50 { u.values.append(v) }
-            case .intervalP95: if let v = p.intervalP95 { u.values.append(v) }
-            case .longestGap: u.values.append(p.longestGap)
-            case .timeToFirstDetection: if let v = p.timeToFirstDetection { u.values.append(v) }
-            case .timeToFirstRead: if let v = p.timeToFirstRead { u.values.append(v) }
+            case .detectionPct: u.hits = p.detected ? 1 : 0; u.possible = 1
+            case .continuityStrictPct: u.hits = Double(p.strictWindows); u.possible = cetotal
+            case .continuityHeraldPct: u.hits = Double(p.heraldWindows); u.possible = cetotal
+            case .samplesPerPairMinute: u.hits = Double(p.rssiSamples); u.possible = minutes
+            case .readSuccessPct: u.hits = p.timeToFirstRead != nil ? 1 : 0; u.possible = 1
+            case .intervalMedian: if let v = p.intervalP50 { u.values = [v] }
+            case .intervalP95: if let v = p.intervalP95 { u.values = [v] }
+            case .longestGap: u.values = [p.longestGap]
+            case .timeToFirstDetection: if let v = p.timeToFirstDetection { u.values = [v] }
+            case .timeToFirstRead: if let v = p.timeToFirstRead { u.values = [v] }
             }
-            by[p.observer] = u
+            out.append(u)
         }
-        return order.map { by[$0]! }
+        return out
     }
 
     public static func scale(_ m: Metric) -> Double { m.isPercentage ? 100 : 1 }
@@ -167,18 +168,19 @@ public enum RunMetrics {
         Metric.allCases.map { m in
             let units = self.units(r, m, selection: selection)
             let usable = units.filter { m.pooling == .ratio ? $0.possible > 0 : !$0.values.isEmpty }
+            let devices = Set(usable.map(\.device)).count
             guard let e = bootstrap.estimate([usable], pooling: m.pooling, scale: scale(m), stream: m.rawValue) else {
                 return Value(metric: m, estimate: nil, ci95: nil, units: 0, note: "no data")
             }
             let s = spread([usable], m)
-            let note = s.atCeiling ? "at its ceiling (every device)" : (s.noVariance ? "no variance across devices" : nil)
-            return Value(metric: m, estimate: e.estimate, ci95: [e.ci.lo, e.ci.hi], units: usable.count, note: note)
+            let note = s.atCeiling ? "at its ceiling (every pair)" : (s.noVariance ? "no variance across pairs" : nil)
+            return Value(metric: m, estimate: e.estimate, ci95: [e.ci.lo, e.ci.hi], units: devices, note: note)
         }
     }
 
     /// A text table of `compute`.
     public static func table(_ values: [Value]) -> String {
-        var lines = ["metric (device as unit)       estimate   95 % interval          devices"]
+        var lines = ["metric (devices as units)       estimate   95 % interval          devices"]
         for v in values {
             let est = v.estimate.map { Format.number($0) } ?? "–"
             let ci = v.ci95.map { "[\(Format.number($0[0])), \(Format.number($0[1]))]" } ?? ""

@@ -200,18 +200,25 @@ public enum Stats {
 
 // MARK: Cluster bootstrap
 
-/// One independent unit (a device, or a pair) of one run: counts for pooled metrics and values
-/// for median metrics.
+/// What one observation of a run contributes: counts for pooled metrics and values for median
+/// metrics, with the device it belongs to and, for a pair, the other device. Devices are the
+/// independent units: a bootstrap draws devices, and a pair counts as often as both its
+/// devices were drawn (windows inside a pair, and pairs sharing a device, are correlated).
 public struct StatUnit: Sendable, Equatable {
     /// Successes (hits, windows, samples) and their possible total, for a pooled ratio.
     public var hits: Double
     public var possible: Double
-    /// Per-pair values for a median metric (empty for a pooled one).
+    /// Values for a median metric (empty for a pooled one).
     public var values: [Double]
-    public init(hits: Double = 0, possible: Double = 0, values: [Double] = []) {
+    /// The device (observer) within its run, and the other device of a pair (nil: none).
+    public var device: Int
+    public var partner: Int?
+    public init(hits: Double = 0, possible: Double = 0, values: [Double] = [], device: Int = 0, partner: Int? = nil) {
         self.hits = hits
         self.possible = possible
         self.values = values
+        self.device = device
+        self.partner = partner
     }
 }
 
@@ -247,11 +254,16 @@ public struct ClusterBootstrap: Sendable {
     /// An arm: its runs, each a list of units.
     public typealias Arm = [[StatUnit]]
 
-    /// An arm prepared for fast resampling: a resample is a count per unit (how often it was
-    /// drawn), and the statistic is computed from the counts: a weighted ratio, or a weighted
-    /// median over the arm's values sorted once.
+    /// An arm prepared for fast resampling: a resample is a count per device (how often it was
+    /// drawn; runs are drawn first when there are several), a unit weighs the product of its
+    /// devices' counts (the vertex bootstrap for pairs), and the statistic is a weighted ratio,
+    /// or a weighted median over the arm's values sorted once.
     struct Prepared {
+        /// Each run's devices, as a range of global device indices.
         var runs: [Range<Int>]
+        var deviceCount: Int
+        var unitDevice: [Int]
+        var unitPartner: [Int]
         var hits: [Double]
         var possible: [Double]
         /// Every value of every unit, sorted, with the unit it belongs to.
@@ -260,57 +272,87 @@ public struct ClusterBootstrap: Sendable {
 
         init(_ arm: Arm) {
             var runs = [Range<Int>](), hits = [Double](), possible = [Double]()
+            var unitDevice = [Int](), unitPartner = [Int]()
             var pairs = [(Double, Int)]()
-            for run in arm {
-                let start = hits.count
+            var next = 0
+            for run in arm where !run.isEmpty {
+                var ids = [Int: Int]()
+                func global(_ d: Int) -> Int {
+                    if let g = ids[d] { return g }
+                    let g = next + ids.count
+                    ids[d] = g
+                    return g
+                }
                 for u in run {
-                    for v in u.values { pairs.append((v, hits.count)) }
+                    let k = hits.count
+                    for v in u.values { pairs.append((v, k)) }
                     hits.append(u.hits)
                     possible.append(u.possible)
+                    unitDevice.append(global(u.device))
+                    unitPartner.append(u.partner.map(global) ?? -1)
                 }
-                if hits.count > start { runs.append(start..<hits.count) }
+                runs.append(next..<(next + ids.count))
+                next += ids.count
             }
             pairs.sort { $0.0 < $1.0 }
             self.runs = runs
+            self.deviceCount = next
+            self.unitDevice = unitDevice
+            self.unitPartner = unitPartner
             self.hits = hits
             self.possible = possible
             self.values = pairs.map(\.0)
             self.owner = pairs.map(\.1)
         }
 
-        /// Draw counts: runs with replacement when there are several, then units inside each.
-        func draw(_ g: inout SeededGenerator, into counts: inout [Int]) {
+        /// Runs are drawn (then devices inside each) only from this many runs up: fewer runs
+        /// say nothing of run-to-run noise, so their devices are drawn run by run.
+        static let minimumRunsToResample = 3
+
+        /// Draws devices (runs first when there are enough) and sets each unit's weight.
+        func draw(_ g: inout SeededGenerator, counts: inout [Int], weights: inout [Double]) {
             for i in counts.indices { counts[i] = 0 }
             let n = runs.count
-            for _ in 0..<n {
-                let run = n > 1 ? runs[Int(g.next() % UInt64(n))] : runs[0]
+            let resampleRuns = n >= Self.minimumRunsToResample
+            for k in 0..<n {
+                let run = resampleRuns ? runs[Int(g.next() % UInt64(n))] : runs[k]
                 let size = UInt64(run.count)
                 for _ in 0..<run.count { counts[run.lowerBound + Int(g.next() % size)] += 1 }
             }
+            for u in weights.indices {
+                let p = unitPartner[u]
+                weights[u] = Double(counts[unitDevice[u]] * (p >= 0 ? counts[p] : 1))
+            }
         }
 
-        func statistic(_ pooling: Pooling, counts: [Int]?, scale: Double) -> Double? {
+        func statistic(_ pooling: Pooling, weights: [Double]?, scale: Double) -> Double? {
             switch pooling {
             case .ratio:
                 var h = 0.0, p = 0.0
                 for i in hits.indices {
-                    let c = Double(counts?[i] ?? 1)
-                    h += c * hits[i]
-                    p += c * possible[i]
+                    let w = weights?[i] ?? 1
+                    h += w * hits[i]
+                    p += w * possible[i]
                 }
                 return p > 0 ? scale * h / p : nil
             case .median:
-                var total = 0
-                if let counts { for i in values.indices { total += counts[owner[i]] } } else { total = values.count }
+                var total = 0.0
+                if let weights { for i in values.indices { total += weights[owner[i]] } } else { total = Double(values.count) }
                 guard total > 0 else { return nil }
-                // The middle one (odd) or the mean of the middle two (even), 0-based ranks.
-                let lowRank = (total - 1) / 2, highRank = total / 2
-                var seen = 0
-                var low: Double?
+                // Weighted median: the value where the cumulative weight passes half; between
+                // two values when it lands exactly on half.
+                let half = total / 2
+                var seen = 0.0
                 for i in values.indices {
-                    seen += counts?[owner[i]] ?? 1
-                    if low == nil, seen > lowRank { low = values[i] }
-                    if seen > highRank { return (low! + values[i]) / 2 }
+                    let w = weights?[owner[i]] ?? 1
+                    guard w > 0 else { continue }
+                    seen += w
+                    if seen > half { return values[i] }
+                    if seen == half {
+                        var j = i + 1
+                        while j < values.count, (weights?[owner[j]] ?? 1) == 0 { j += 1 }
+                        return j < values.count ? (values[i] + values[j]) / 2 : values[i]
+                    }
                 }
                 return nil
             }
@@ -327,14 +369,15 @@ public struct ClusterBootstrap: Sendable {
     /// The statistic of one arm with its percentile interval.
     public func estimate(_ arm: Arm, pooling: Pooling, scale: Double = 1, confidence: Double = 0.95, stream: String = "") -> Estimate? {
         let prepared = Prepared(arm)
-        guard !prepared.runs.isEmpty, let point = prepared.statistic(pooling, counts: nil, scale: scale) else { return nil }
+        guard !prepared.runs.isEmpty, let point = prepared.statistic(pooling, weights: nil, scale: scale) else { return nil }
         var g = SeededGenerator(seed: seed, stream: "bootstrap-one " + stream)
-        var counts = [Int](repeating: 0, count: prepared.hits.count)
+        var counts = [Int](repeating: 0, count: prepared.deviceCount)
+        var weights = [Double](repeating: 0, count: prepared.hits.count)
         var reps = [Double]()
         reps.reserveCapacity(resamples)
         for _ in 0..<resamples {
-            prepared.draw(&g, into: &counts)
-            if let v = prepared.statistic(pooling, counts: counts, scale: scale) { reps.append(v) }
+            prepared.draw(&g, counts: &counts, weights: &weights)
+            if let v = prepared.statistic(pooling, weights: weights, scale: scale) { reps.append(v) }
         }
         guard !reps.isEmpty else { return nil }
         reps.sort()
@@ -349,23 +392,38 @@ public struct ClusterBootstrap: Sendable {
         public var se: Double
         /// Two-sided bootstrap p-value for a difference of 0 (twice the smaller tail, at least 1/B).
         public var p: Double
+        /// Each arm's own estimate and percentile interval, from the same resamples.
+        public var baseline: Estimate? = nil
+        public var level: Estimate? = nil
     }
 
     /// The difference `level - baseline` of a statistic, each arm resampled on its own.
     public func difference(baseline: Arm, level: Arm, pooling: Pooling, scale: Double = 1, confidence: Double = 0.95, stream: String = "") -> Difference? {
         let pa = Prepared(baseline), pb = Prepared(level)
         guard !pa.runs.isEmpty, !pb.runs.isEmpty,
-              let a = pa.statistic(pooling, counts: nil, scale: scale), let b = pb.statistic(pooling, counts: nil, scale: scale) else { return nil }
+              let a = pa.statistic(pooling, weights: nil, scale: scale), let b = pb.statistic(pooling, weights: nil, scale: scale) else { return nil }
         var g = SeededGenerator(seed: seed, stream: "bootstrap-diff " + stream)
-        var ca = [Int](repeating: 0, count: pa.hits.count), cb = [Int](repeating: 0, count: pb.hits.count)
-        var reps = [Double]()
+        var ca = [Int](repeating: 0, count: pa.deviceCount), cb = [Int](repeating: 0, count: pb.deviceCount)
+        var wa = [Double](repeating: 0, count: pa.hits.count), wb = [Double](repeating: 0, count: pb.hits.count)
+        var reps = [Double](), repsA = [Double](), repsB = [Double]()
         reps.reserveCapacity(resamples)
         for _ in 0..<resamples {
-            pa.draw(&g, into: &ca)
-            pb.draw(&g, into: &cb)
-            if let ra = pa.statistic(pooling, counts: ca, scale: scale), let rb = pb.statistic(pooling, counts: cb, scale: scale) { reps.append(rb - ra) }
+            pa.draw(&g, counts: &ca, weights: &wa)
+            pb.draw(&g, counts: &cb, weights: &wb)
+            if let ra = pa.statistic(pooling, weights: wa, scale: scale), let rb = pb.statistic(pooling, weights: wb, scale: scale) {
+                reps.append(rb - ra)
+                repsA.append(ra)
+                repsB.append(rb)
+            }
         }
-        return Self.summarise(point: b - a, reps: reps, confidence: confidence)
+        guard var d = Self.summarise(point: b - a, reps: reps, confidence: confidence) else { return nil }
+        func arm(_ point: Double, _ r: [Double]) -> Estimate {
+            let sorted = r.sorted(), q = (1 - confidence) / 2
+            return Estimate(estimate: point, ci: Stats.Interval(Stats.quantile(sorted: sorted, q)!, Stats.quantile(sorted: sorted, 1 - q)!), se: Stats.sd(sorted) ?? 0)
+        }
+        d.baseline = arm(a, repsA)
+        d.level = arm(b, repsB)
+        return d
     }
 
     /// Paired differences (one per dongle in a crossover): the mean difference and its interval,

@@ -86,7 +86,12 @@ final class BundleReportTests: XCTestCase {
         try store.record(b, reportPath: "b/report")
         XCTAssertEqual(try store.runs(plan: "smoke").map(\.runId), ["a", "b"])
         XCTAssertEqual(try store.runs(plan: "other").count, 0)
-        XCTAssertEqual(try store.latest(plan: "smoke", excludingPath: b.input.path)?.runId, "a")
+        XCTAssertEqual(try store.latest(like: b)?.runId, "a")
+        XCTAssertNil(try store.latest(like: a), "a run recorded after a is not a's baseline")
+        // Another variant is not a baseline of this one.
+        var other = b
+        other.input.variant = "slow"
+        XCTAssertNil(try store.latest(like: other))
         XCTAssertEqual(try store.summary(of: store.runs()[0]).strict.achievedwindows, a.strict.achievedwindows)
     }
 }

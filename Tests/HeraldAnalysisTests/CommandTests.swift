@@ -24,7 +24,7 @@ final class CommandTests: XCTestCase {
         try TestPaths.run(TestPaths.binary.path, args, environment: ["HERALDLAB_RESULTS": tmp.appendingPathComponent("results").path])
     }
 
-    func testRegressExitsOneOnARegressionAndZeroOtherwise() throws {
+    func testRegressExitsOneOnARegressionZeroOtherwiseAndThreeWhenItCannotTell() throws {
         let good = try simulate("good")
         // Same plan, a much lossier radio: continuity falls.
         let bad = try simulate("bad") { $0.radio.reportLoss = 0.97; $0.sensor.scanOn = 1; $0.sensor.scanOff = 10 }
@@ -36,14 +36,27 @@ final class CommandTests: XCTestCase {
         let (worse, worseOut, _) = try herald(["regress", bad.path, "--baseline", good.path])
         XCTAssertEqual(worse, 1, worseOut)
         XCTAssertTrue(worseOut.contains("REGRESSION"), worseOut)
-        XCTAssertTrue(worseOut.contains("continuity % (strict)"), worseOut)
-        let (latest, latestOut, _) = try herald(["regress", bad.path, "--baseline", "latest"])
-        XCTAssertEqual(latest, 1, "the latest earlier run of the plan is the good one")
-        XCTAssertTrue(latestOut.contains("baseline: good"), latestOut)
+        XCTAssertTrue(worseOut.contains("RSSI samples"), worseOut)
+        XCTAssertTrue(worseOut.contains("warning: the baseline's settings differ in radio.reportLoss"), worseOut)
+        let (latest, _, latestErr) = try herald(["regress", bad.path, "--baseline", "latest"])
+        XCTAssertEqual(latest, 3, "latest respects the settings: the good run is not a baseline of the lossy one")
+        XCTAssertTrue(latestErr.contains("with this variant, these settings"), latestErr)
+        let (history, historyOut, _) = try herald(["regress", good.path, "--baseline", "history"])
+        XCTAssertEqual(history, 3, historyOut)
+        XCTAssertTrue(historyOut.contains("inconclusive: 0 earlier runs"), historyOut)
+        XCTAssertTrue(historyOut.contains("at least 3 are needed"), historyOut)
         let (better, _, _) = try herald(["regress", good.path, "--baseline", bad.path])
         XCTAssertEqual(better, 0, "an improvement is not a regression")
         let (missing, _, err) = try herald(["regress", tmp.appendingPathComponent("none").path, "--baseline", good.path])
         XCTAssertEqual(missing, 2, err)
+        let other = try simulate("other") { $0.name = "other-plan" }
+        let (refused, _, refusedErr) = try herald(["regress", other.path, "--baseline", good.path])
+        XCTAssertEqual(refused, 2)
+        XCTAssertTrue(refusedErr.contains("is a run of plan smoke, this run is of plan other-plan"), refusedErr)
+        // Analysed twice, one history row.
+        XCTAssertEqual(try herald(["analyse", good.path]).0, 0)
+        let (_, rows, _) = try herald(["history", "--plan", "smoke"])
+        XCTAssertEqual(rows.components(separatedBy: "good").count - 1, 1, rows)
     }
 
     func testCompareNamesTheSettingsThatDifferAndGivesIntervalsAndVerdicts() throws {

@@ -66,7 +66,7 @@ final class StatisticsTests: XCTestCase {
     func testBootstrapIsSeededAndCoversAKnownRatio() {
         // 20 devices, each 18 pairs; 90 % of pairs hit on average.
         var g = SeededGenerator(seed: 7)
-        let run = (0..<20).map { _ in StatUnit(hits: Double(15 + Int(g.next() % 5)), possible: 18) }
+        let run = (0..<20).map { i in StatUnit(hits: Double(15 + Int(g.next() % 5)), possible: 18, device: i) }
         let b = ClusterBootstrap(resamples: 1000, seed: 3)
         let e1 = b.estimate([run], pooling: .ratio, scale: 100)!
         let e2 = b.estimate([run], pooling: .ratio, scale: 100)!
@@ -80,13 +80,23 @@ final class StatisticsTests: XCTestCase {
         XCTAssertTrue(d.ci.contains(0))
         XCTAssertGreaterThan(d.p, 0.5)
         // A clear shift: every device 5 samples lower.
-        let lower = run.map { StatUnit(hits: $0.hits - 5, possible: 18) }
+        let lower = run.map { StatUnit(hits: $0.hits - 5, possible: 18, device: $0.device) }
         let d2 = b.difference(baseline: [run], level: [lower], pooling: .ratio, scale: 100)!
         XCTAssertLessThan(d2.ci.hi, 0)
         XCTAssertLessThan(d2.p, 0.01)
         // Medians over per-pair values; paired differences.
-        let m = b.estimate([[StatUnit(values: [1, 2, 3]), StatUnit(values: [4, 5])]], pooling: .median)!
+        let m = b.estimate([[StatUnit(values: [1, 2, 3], device: 0), StatUnit(values: [4, 5], device: 1)]], pooling: .median)!
         XCTAssertEqual(m.estimate, 3)
+        // Pairs weigh as often as both their devices are drawn: a pair of two devices drawn
+        // twice each counts four times.
+        var one = ClusterBootstrap.Prepared([[StatUnit(hits: 1, possible: 1, device: 0, partner: 1), StatUnit(hits: 0, possible: 1, device: 1, partner: 0)]])
+        var counts = [2, 0], weights = [0.0, 0.0]
+        var gen = SeededGenerator(seed: 1)
+        one.draw(&gen, counts: &counts, weights: &weights)
+        XCTAssertEqual(weights.reduce(0, +), Double(counts[0] * counts[1] * 2))
+        one.runs = [0..<2]
+        XCTAssertEqual(one.statistic(.ratio, weights: [4, 0], scale: 100), 100)
+        XCTAssertEqual(one.statistic(.ratio, weights: [1, 1], scale: 100), 50)
         let p = b.pairedDifference([0.9, 1.1, 1.0, 0.95, 1.05])!
         XCTAssertEqual(p.delta, 1, accuracy: 1e-12)
         XCTAssertGreaterThan(p.ci.lo, 0.9)
