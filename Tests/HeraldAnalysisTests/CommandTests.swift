@@ -29,7 +29,7 @@ final class CommandTests: XCTestCase {
         // Same plan, a much lossier radio: continuity falls.
         let bad = try simulate("bad") { $0.radio.reportLoss = 0.97; $0.sensor.scanOn = 1; $0.sensor.scanOff = 10 }
         XCTAssertEqual(try herald(["analyse", good.path]).0, 0)
-        XCTAssertEqual(try herald(["analyse", bad.path]).0, 0)
+        XCTAssertEqual(try herald(["analyse", bad.path]).0, 1, "the lossy run fails its thresholds (recorded all the same)")
         let (same, sameOut, _) = try herald(["regress", good.path, "--baseline", good.path])
         XCTAssertEqual(same, 0, sameOut)
         XCTAssertTrue(sameOut.contains("no regression"))
@@ -86,7 +86,9 @@ final class CommandTests: XCTestCase {
     func testAnalyseWritesBesideAPlainFolderAndRecordsHistory() throws {
         let bundle = try simulate("plain")
         let plain = bundle.appendingPathComponent("nodes")
-        let (code, out, err) = try herald(["analyse", plain.path, "--ce-start", "2026-01-01 00:00:10", "--ce-end", "2026-01-01 00:02:00", "--mode", "herald"])
+        // The filter window holds the warm-up, where the payloads are read.
+        let (code, out, err) = try herald(["analyse", plain.path, "--ce-start", "2026-01-01 00:00:10", "--ce-end", "2026-01-01 00:02:00",
+                                           "--filter-start", "2026-01-01 00:00:00", "--mode", "herald"])
         XCTAssertEqual(code, 0, err)
         XCTAssertTrue(out.contains("herald mode: detection 2 of 2 pairs"), out)
         XCTAssertTrue(FileManager.default.fileExists(atPath: bundle.appendingPathComponent("nodes-report/report.html").path), "beside the folder, never inside it")
@@ -97,5 +99,14 @@ final class CommandTests: XCTestCase {
         let (bad, _, berr) = try herald(["analyse", plain.path, "--ce-start", "yesterday"])
         XCTAssertEqual(bad, 2)
         XCTAssertTrue(berr.contains("expected YYYY-MM-DD HH:MM:SS"), berr)
+    }
+
+    func testAnalyseExitsOneWhenTheVerdictIsFail() throws {
+        let failing = try simulate("failing") { $0.thresholds.timeToFirstDetection = 0.01 }
+        let (code, out, _) = try herald(["analyse", failing.path, "--no-history", "--metrics"])
+        XCTAssertEqual(code, 1, out)
+        XCTAssertTrue(out.contains("verdict: FAIL"), out)
+        XCTAssertTrue(out.contains("metric (devices as units)"), out)
+        XCTAssertEqual(try herald(["analyse", try simulate("passing").path, "--no-history"]).0, 0)
     }
 }

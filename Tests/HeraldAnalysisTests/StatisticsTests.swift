@@ -106,4 +106,24 @@ final class StatisticsTests: XCTestCase {
         XCTAssertEqual(Format.label("a\u{1b}[31mb\nc"), "a\\u{1b}[31mb\\u{a}c")
         XCTAssertEqual(Format.label("100ms"), "100ms")
     }
+
+    func testUndetectedPairsFailOnlyWhenThePlanAsksForEveryPair() {
+        let mode = AnalysisResult.Mode(mode: "strict", phonescount: 2, maxpairs: 2, achieveddetections: 1, detectionpct: 50, maxwindows: 4, achievedwindows: 2,
+                                       continuitypct: 50, deltacewindowspct: 50, windowsFirstHour: 0, windowsLastHour: 0, longevity: 0, pairs: [], detectedPairs: [])
+        let seen = AnalysisResult.PairMetrics(observer: "a", observed: "b", detected: true, heraldWindows: 2, strictWindows: 2, strictScorePct: 100,
+                                              timeToFirstDetection: 1, timeToFirstRead: 2, rssiSamples: 10, longestGap: 5)
+        var missed = seen
+        (missed.observer, missed.observed, missed.detected, missed.timeToFirstDetection, missed.timeToFirstRead) = ("b", "a", false, nil, nil)
+        missed.strictScorePct = 0
+        var t = AnalysisThresholds()
+        t.continuityPct = 0
+        t.pairContinuityPct = 0
+        let strict = Verdict.checks(strict: mode, pairs: [seen, missed], thresholds: t)
+        XCTAssertTrue(strict.contains { !$0.passed && $0.subject == "b sees a" && $0.name == "detected" })
+        t.detectionPct = 40
+        let lenient = Verdict.checks(strict: mode, pairs: [seen, missed], thresholds: t)
+        XCTAssertTrue(lenient.allSatisfy(\.passed), "\(lenient.filter { !$0.passed }.map(\.message))")
+        t.detectionPct = 60
+        XCTAssertEqual(Verdict.checks(strict: mode, pairs: [seen, missed], thresholds: t).filter { !$0.passed }.map(\.name), ["detection"])
+    }
 }
