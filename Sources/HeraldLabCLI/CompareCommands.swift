@@ -17,6 +17,9 @@ struct CompareCommand: ParsableCommand {
     @Option(help: "Write the effects as JSON to this file (- for standard output).")
     var json: String?
 
+    @Option(help: "Write the study report (forest plot, per-level figures, run order; self-contained HTML) to this file.")
+    var html: String?
+
     @Option(help: "Bootstrap resamples (100 to 100000).")
     var resamples: Int = 2000
 
@@ -26,8 +29,14 @@ struct CompareCommand: ParsableCommand {
     func run() throws {
         guard (100...100_000).contains(resamples) else { log("herald-lab compare: --resamples \(resamples): expected 100 to 100000"); throw ExitCode(2) }
         var design: Comparison.Design
+        var order = [StudyReport.OrderedRun]()
+        var title = "Comparison"
         if bundles.count == 1, let study = try loadStudyFolder(bundles[0], command: "compare") {
             design = study
+            if let index = try? StudyIndex.load(URL(fileURLWithPath: bundles[0])) {
+                title = "Study \(index.study)"
+                order = index.runs.map { StudyReport.OrderedRun(index: $0.index, block: $0.block, level: $0.level, seed: $0.seed, bundle: $0.bundle) }
+            }
         } else {
             guard bundles.count >= 1 else { log("herald-lab compare: give a study folder or at least two bundles"); throw ExitCode(2) }
             var runs = [AnalysisResult]()
@@ -49,6 +58,12 @@ struct CompareCommand: ParsableCommand {
         design.resamples = resamples
         design.seed = seed
         let outcome = Comparison.compare(design)
+        if let html {
+            do { try Data(StudyReport.html(outcome, title: title, order: order).utf8).write(to: URL(fileURLWithPath: html), options: .atomic) } catch {
+                log("herald-lab compare: cannot write \(Format.label(html)): \(error.localizedDescription)")
+                throw ExitCode(2)
+            }
+        }
         if let json {
             do {
                 let data = try Comparison.json(outcome)

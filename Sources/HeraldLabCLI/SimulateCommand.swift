@@ -116,7 +116,10 @@ extension SimulateCommand {
         }
         let outcome = Comparison.compare(design)
         try Durable.write(try Comparison.json(outcome), to: study.folder.appendingPathComponent("compare.json"))
+        let order = runs.map { StudyReport.OrderedRun(index: $0.index, block: $0.block, level: $0.level, seed: $0.seed, bundle: $0.folder) }
+        try Durable.write(Data(StudyReport.html(outcome, title: "Study \(base.study?.name ?? base.name)", order: order).utf8), to: study.folder.appendingPathComponent("study.html"))
         print(Comparison.text(outcome))
+        print("report: \(study.folder.appendingPathComponent("study.html").path)")
     }
 }
 

@@ -61,12 +61,14 @@ final class CommandTests: XCTestCase {
 
     func testCompareNamesTheSettingsThatDifferAndGivesIntervalsAndVerdicts() throws {
         let a = try simulate("a")
-        let b = try simulate("b") { $0.variant = "slow-scan"; $0.sensor.scanOn = 2 }
+        let b = try simulate("b") { $0.variant = "slow-scan\u{1b}[2J"; $0.sensor.scanOn = 2 }
         let json = tmp.appendingPathComponent("effects.json")
         let (code, out, err) = try herald(["compare", a.path, b.path, "--json", json.path])
         XCTAssertEqual(code, 0, err)
         XCTAssertTrue(out.contains("factor: sensor.scanOn × variant"), out)
         XCTAssertFalse(out.contains("advertInterval"), "only the settings that differ are named: \(out)")
+        XCTAssertFalse(out.contains("\u{1b}"), "labels are printed escaped")
+        XCTAssertTrue(out.contains("slow-scan\\u{1b}[2J"), out)
         XCTAssertTrue(out.contains("difference [95 %]"), out)
         XCTAssertTrue(out.contains("check: every arm got its devices"), out)
         let object = try JSONSerialization.jsonObject(with: Data(contentsOf: json)) as! [String: Any]
@@ -76,6 +78,21 @@ final class CommandTests: XCTestCase {
             for key in ["metric", "factor", "baseline", "level", "verdict"] { XCTAssertNotNil(e[key], "\(key) in \(e)") }
             XCTAssertTrue(["better", "worse", "same", "inconclusive", "no data"].contains(e["verdict"] as! String))
             if let ci = e["ci95"] as? [Double] { XCTAssertLessThanOrEqual(ci[0], ci[1]) }
+        }
+        // The report: self-contained, renders in headless Chromium without console errors.
+        let html = tmp.appendingPathComponent("study.html")
+        XCTAssertEqual(try herald(["compare", a.path, b.path, "--html", html.path]).0, 0)
+        let page = try String(contentsOf: html, encoding: .utf8)
+        XCTAssertTrue(page.contains("forest plot") && page.contains("<svg"), "a forest plot")
+        XCTAssertFalse(page.contains("<script") || page.contains("src=\"http"), "self-contained")
+        if let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) {
+            let shot = tmp.appendingPathComponent("study.png")
+            let (code, _, err) = try TestPaths.run(chromium, ["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,1600", "--enable-logging=stderr", "--v=0",
+                                                               "--screenshot=\(shot.path)", html.absoluteString])
+            XCTAssertEqual(code, 0, err)
+            XCTAssertGreaterThan((try FileManager.default.attributesOfItem(atPath: shot.path)[.size] as? NSNumber)?.intValue ?? 0, 20_000)
+            let consoleErrors = err.split(separator: "\n").filter { $0.contains("CONSOLE") || $0.contains("Uncaught") || $0.contains("ERR_FILE_NOT_FOUND") }
+            XCTAssertTrue(consoleErrors.isEmpty, consoleErrors.joined(separator: "\n"))
         }
         XCTAssertEqual(try herald(["compare", a.path]).0, 2, "one bundle is nothing to compare")
         let (same, _, sameErr) = try herald(["compare", a.path, a.path])
@@ -108,5 +125,42 @@ final class CommandTests: XCTestCase {
         XCTAssertTrue(out.contains("verdict: FAIL"), out)
         XCTAssertTrue(out.contains("metric (devices as units)"), out)
         XCTAssertEqual(try herald(["analyse", try simulate("passing").path, "--no-history"]).0, 0)
+    }
+
+    func testSimulateAStudyWritesItsRunsIndexAndReportAndCompareReadsIt() throws {
+        let plan = tmp.appendingPathComponent("study.yaml")
+        try TestPaths.write("""
+        name: tiny-study
+        duration: 20s
+        warmup: 2s
+        nodes: {count: 4, prefix: n}
+        sensor: {advertInterval: 250ms}
+        radio: {kind: sim}
+        study:
+          factors: [{path: sensor.advertInterval, levels: [100ms, 1s]}]
+          repeats: 2
+          margins: {timeToFirstDetection: 20%}
+        """, to: plan)
+        let (check, checkOut, _) = try herald(["plan", "check", plan.path])
+        XCTAssertEqual(check, 0)
+        XCTAssertTrue(checkOut.contains("2 levels × 2 repeats = 4 runs"), checkOut)
+        let out = tmp.appendingPathComponent("studies")
+        let (code, text, err) = try herald(["simulate", plan.path, "--out", out.path, "--quiet"])
+        XCTAssertEqual(code, 0, err)
+        XCTAssertTrue(text.contains("factor: sensor.advertInterval  (baseline 100ms)"), text)
+        let folder = out.appendingPathComponent("tiny-study")
+        let index = try JSONSerialization.jsonObject(with: Data(contentsOf: folder.appendingPathComponent("study.json"))) as! [String: Any]
+        XCTAssertEqual((index["runs"] as! [[String: Any]]).count, 4)
+        XCTAssertEqual(index["levels"] as! [String], ["100ms", "1s"])
+        for name in ["compare.json", "study.html", "run-01-L1", "run-04-L2"] where !FileManager.default.fileExists(atPath: folder.appendingPathComponent(name).path) {
+            // The run folders' level suffix follows the seeded order; look for any four runs.
+            if name.hasPrefix("run-") { continue }
+            XCTFail("\(name) missing")
+        }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasPrefix("run-") }.count, 4)
+        let (again, againOut, _) = try herald(["compare", folder.path])
+        XCTAssertEqual(again, 0)
+        XCTAssertTrue(againOut.contains("level 100ms: 2 runs"), againOut)
+        XCTAssertEqual(try herald(["simulate", plan.path, "--out", out.path, "--quiet"]).0, 2, "a study folder is never overwritten")
     }
 }
