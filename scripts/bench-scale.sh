@@ -11,9 +11,9 @@ DURATION=${DURATION:-1h}
 AGENTS=${AGENTS:-10 100 1000}
 out=.build/bench/scale
 mkdir -p "$out"
-timed() { # timed LOG command...: prints "wall-seconds cpu-seconds peakMB"
+timed() { # timed LOG command...: prints "wall-seconds cpu-seconds peakMB" (exit 1, analyse's FAIL verdict, is a result)
   local log=$1; shift
-  /usr/bin/time -f "%e %U %S %M" -o "$log.time" "$@" > "$log" 2>&1 || { echo "failed: $* (see $log)" >&2; echo "- - -"; return; }
+  /usr/bin/time -f "%e %U %S %M" -o "$log.time" "$@" > "$log" 2>&1 || [ $? -eq 1 ] || { echo "failed: $* (see $log)" >&2; echo "- - -"; return; }
   awk '{printf "%.1f %.1f %.0f", $1, $2 + $3, $4 / 1024}' "$log.time"
 }
 # The machine may be shared: wall times are only comparable at similar load (CPU seconds are

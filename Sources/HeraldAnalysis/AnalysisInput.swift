@@ -101,6 +101,7 @@ struct BundleManifest: Decodable {
         var gaps: JSONValue?
         var message: JSONValue?
         var persona: JSONValue?
+        var recoveries: [JSONValue]?
     }
     struct PlanPart: Decodable {
         var name: String?
@@ -111,7 +112,14 @@ struct BundleManifest: Decodable {
         var sensor: [String: JSONValue]?
         // For the report only, so loose: any JSON.
         var description: JSONValue?
-        var radio: JSONValue?
+        var radio: [String: JSONValue]?
+        var nodes: [PlanNode]?
+    }
+    /// A plan node's group and its own sensor settings (A/B in one run).
+    struct PlanNode: Decodable {
+        var name: String
+        var group: String?
+        var sensor: [String: JSONValue]?
     }
     var runId: String?
     var mode: String?
@@ -172,6 +180,16 @@ public struct InputDescription: Codable, Sendable {
     public var sensor: [String: JSONValue]?
     /// Controller identities by node (bundles from real radios).
     public var controllers: [String: String]?
+    /// The plan's radio settings.
+    public var radio: [String: JSONValue]?
+    /// Node groups of an A/B run: each node's group, and each group's sensor settings.
+    public var nodeGroups: [String: String]?
+    public var groupSensor: [String: [String: JSONValue]]?
+    /// Infrastructure faults the manifest records (a node not complete, gaps, dongle
+    /// recoveries): a run with any is judged `infra`, never a protocol regression.
+    public var infrastructure: [String]?
+    /// The radio kind and the set of controllers (the testbed runs are compared within).
+    public var testbed: String?
 }
 
 public enum AnalysisError: Error, CustomStringConvertible {
@@ -241,9 +259,34 @@ enum InputLoader {
                 description.seed = m.seed
                 description.createdAt = m.createdAt
                 description.sensor = m.plan?.sensor
+                description.radio = m.plan?.radio
+                var groups = [String: String](), groupSensor = [String: [String: JSONValue]]()
+                for n in m.plan?.nodes ?? [] {
+                    guard let g = n.group else { continue }
+                    groups[n.name] = g
+                    if let s = n.sensor { groupSensor[g] = s }
+                }
+                if !groups.isEmpty { description.nodeGroups = groups; description.groupSensor = groupSensor }
                 var controllers = [String: String]()
                 for n in m.nodes ?? [] { if let c = n.controller { controllers[n.name] = c.keys.sorted().map { "\($0)=\(c[$0]!)" }.joined(separator: " ") } }
                 if !controllers.isEmpty { description.controllers = controllers }
+                var infra = [String]()
+                for n in m.nodes ?? [] {
+                    let name = String(n.name.prefix(64))
+                    if let st = n.state, st != "complete" { infra.append("node \(name): state \(String(st.prefix(32)))\(n.message?.text.map { " (\(String($0.prefix(160))))" } ?? "")") }
+                    if case .array(let g)? = n.gaps, !g.isEmpty {
+                        let reasons = Set(g.compactMap { gap -> String? in
+                            guard case .object(let o) = gap else { return nil }
+                            return o["reason"]?.text.map { String($0.prefix(80)) }
+                        })
+                        infra.append("node \(name): \(g.count) gap\(g.count == 1 ? "" : "s") (\(reasons.sorted().joined(separator: ", ")))")
+                    }
+                    if let r = n.recoveries, !r.isEmpty { infra.append("node \(name): \(r.count) dongle recover\(r.count == 1 ? "y" : "ies")") }
+                }
+                if !infra.isEmpty { description.infrastructure = infra }
+                let radioKind: String
+                if case .string(let k)? = m.plan?.radio?["kind"] { radioKind = k } else { radioKind = "sim" }
+                description.testbed = radioKind + (controllers.isEmpty ? "" : " · " + Set(controllers.values).sorted().joined(separator: "; "))
                 if let ce = m.contactEvent {
                     guard let start = LogTime.parse(text: ce.start) else { throw AnalysisError.badManifest("contactEvent.start \"\(ce.start.prefix(64))\" is not a time (YYYY-MM-DD HH:MM:SS, years 1970 to 9999)") }
                     guard let end = LogTime.parse(text: ce.end) else { throw AnalysisError.badManifest("contactEvent.end \"\(ce.end.prefix(64))\" is not a time (YYYY-MM-DD HH:MM:SS, years 1970 to 9999)") }

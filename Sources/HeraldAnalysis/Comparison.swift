@@ -13,100 +13,352 @@ public enum SummaryLoader {
     }
 }
 
-/// Run-to-run regression: which headline figures and pairs fell below the baseline by more
-/// than the tolerance (percentage points).
-public enum Regression {
-    public struct Finding: Codable, Sendable {
-        public var metric: String
-        public var baseline: Double
-        public var current: Double
-        public var delta: Double { current - baseline }
-    }
-
-    public static func compare(current: AnalysisResult, baseline: AnalysisResult, tolerance: Double) -> (regressions: [Finding], compared: [Finding]) {
-        var compared = [Finding]()
-        compared.append(.init(metric: "detection %", baseline: baseline.strict.detectionpct, current: current.strict.detectionpct))
-        compared.append(.init(metric: "continuity % (strict)", baseline: baseline.strict.continuitypct, current: current.strict.continuitypct))
-        compared.append(.init(metric: "continuity % (herald)", baseline: baseline.herald.continuitypct, current: current.herald.continuitypct))
-        let base = Dictionary(baseline.pairs.map { ("\($0.observer) sees \($0.observed)", $0) }, uniquingKeysWith: { a, _ in a })
-        for p in current.pairs {
-            let key = "\(p.observer) sees \(p.observed)"
-            guard let b = base[key] else { continue }
-            compared.append(.init(metric: "continuity % of \(key)", baseline: b.strictScorePct, current: p.strictScorePct))
-        }
-        let regressions = compared.filter { $0.current < $0.baseline - tolerance - 1e-9 }
-        return (regressions, compared)
-    }
-}
-
-/// Side-by-side comparison of runs, grouped by plan variant, sensor settings and controller identity.
+/// Comparison of runs grouped by the settings that differ (or by a study's levels): for each
+/// metric the difference of each level from the baseline with a 95 % interval (cluster
+/// bootstrap over devices, and over runs when a level has several), a verdict (better, worse,
+/// same within the practical margin, inconclusive with the repeats that would resolve it),
+/// the family of metrics held to a 5 % family-wise error with Holm's method, and a check that
+/// each arm got the devices, pairs and windows it should before any verdict.
 public enum Comparison {
-    public struct Group: Sendable {
-        public var key: String
-        public var runs: [AnalysisResult]
+    /// One run (or one node group of a run) in an arm.
+    public struct RunRef: Sendable {
+        public var result: AnalysisResult
+        public var selection: PairSelection
+        /// Run id, with the group for A/B in one run.
+        public var label: String
+        /// Every setting of the run, flattened (`sensor.advertInterval` = `0.1`).
+        public var settings: [String: String]
+        public init(result: AnalysisResult, selection: PairSelection = .all, label: String, settings: [String: String]) {
+            self.result = result
+            self.selection = selection
+            self.label = label
+            self.settings = settings
+        }
     }
 
-    public static func groupKey(_ r: AnalysisResult) -> String {
-        let variant = r.input.variant.flatMap { $0.isEmpty ? nil : $0 } ?? "-"
-        let sensor = r.input.sensor.map { s in s.keys.sorted().map { "\($0)=\(s[$0]!)" }.joined(separator: " ") } ?? "-"
-        let controllers = r.input.controllers.map { c in Set(c.values).sorted().joined(separator: "; ") } ?? "-"
-        return "plan \(r.input.plan ?? "-") · variant \(variant) · sensor \(sensor) · controllers \(controllers)"
+    public struct Level: Sendable {
+        public var name: String
+        public var runs: [RunRef]
+        /// Runs a study planned for this level (nil: unknown, bundles given by hand).
+        public var expectedRuns: Int?
+        public init(name: String, runs: [RunRef], expectedRuns: Int? = nil) {
+            self.name = name
+            self.runs = runs
+            self.expectedRuns = expectedRuns
+        }
     }
 
-    public static func groups(_ runs: [AnalysisResult]) -> [Group] {
+    /// What to compare: a factor, its levels (the first is the baseline), margins.
+    public struct Design: Sendable {
+        public var factor: String
+        public var levels: [Level]
+        public var margins: [Metric: Margin] = [:]
+        public var alpha = 0.05
+        public var resamples = 2000
+        public var seed: UInt64 = 1
+        public var maximumRepeats = 50
+        public init(factor: String, levels: [Level]) { self.factor = factor; self.levels = levels }
+        public func margin(_ m: Metric) -> Margin { margins[m] ?? m.defaultMargin }
+    }
+
+    public enum VerdictKind: String, Codable, Sendable { case better, worse, same, inconclusive, noData = "no data" }
+
+    public struct Effect: Codable, Sendable {
+        public var metric: String
+        public var label: String
+        public var factor: String
+        public var baseline: String
+        public var level: String
+        public var baselineEstimate: Double?
+        public var estimate: Double?
+        public var estimateCI95: [Double]?
+        public var delta: Double?
+        public var ci95: [Double]?
+        /// Bootstrap p-value of the difference, and after Holm's adjustment over the family.
+        public var p: Double?
+        public var pAdjusted: Double?
+        public var margin: Double?
+        public var verdict: VerdictKind
+        /// More runs per level that would likely resolve an inconclusive verdict (power 0.8 at
+        /// the family's alpha, from the variance seen); nil when not inconclusive.
+        public var repeatsAdvised: Int?
+        public var note: String?
+    }
+
+    public struct LevelSummary: Codable, Sendable {
+        public var name: String
+        public var runs: [String]
+        public var devicesPerRun: [Int]
+        /// Each run's own estimate of every metric (run-to-run noise), by metric.
+        public var perRun: [String: [Double?]]
+        public var settings: [String: String]
+    }
+
+    public struct Outcome: Codable, Sendable {
+        public var factor: String
+        public var baseline: String
+        public var levels: [LevelSummary]
+        /// Settings every run shares (not printed; kept for the record).
+        public var sameSettings: [String: String]
+        public var checkPassed: Bool
+        public var check: [String]
+        public var effects: [Effect]
+        /// The baseline's own 95 % interval, by metric.
+        public var baselineCI95: [String: [Double]]
+        public var method: String
+    }
+
+    // MARK: Grouping bundles
+
+    /// Every setting of a run that can tell runs apart (the seed and run id cannot).
+    public static func settings(_ r: AnalysisResult) -> [String: String] {
+        var out = [String: String]()
+        out["plan"] = r.input.plan ?? "-"
+        out["variant"] = (r.input.variant?.isEmpty ?? true) ? "-" : r.input.variant!
+        func flatten(_ prefix: String, _ v: JSONValue) {
+            if case .object(let o) = v { for (k, x) in o { flatten(prefix + "." + k, x) } } else { out[prefix] = v.description }
+        }
+        for (k, v) in r.input.sensor ?? [:] { flatten("sensor." + k, v) }
+        for (k, v) in r.input.radio ?? [:] { flatten("radio." + k, v) }
+        if let c = r.input.controllers { out["controllers"] = Set(c.values).sorted().joined(separator: "; ") }
+        out["devices"] = String(r.devices.count)
+        return out
+    }
+
+    /// A run, or its node groups as separate arms (A/B in one run).
+    public static func refs(_ r: AnalysisResult) -> [RunRef] {
+        let id = r.input.runId ?? URL(fileURLWithPath: r.input.path).lastPathComponent
+        let base = settings(r)
+        guard let groups = r.input.nodeGroups, Set(groups.values).count >= 2 else { return [RunRef(result: r, label: id, settings: base)] }
         var order = [String]()
-        var by = [String: [AnalysisResult]]()
-        for r in runs {
-            let k = groupKey(r)
-            if by[k] == nil { order.append(k) }
-            by[k, default: []].append(r)
+        for d in r.devices { if let g = groups[d.folder], !order.contains(g) { order.append(g) } }
+        return order.map { g in
+            var s = base
+            s["devices"] = String(groups.values.filter { $0 == g }.count)
+            s["group"] = g
+            for (k, v) in r.input.groupSensor?[g] ?? [:] { s["sensor." + k] = v.description }
+            return RunRef(result: r, selection: PairSelection(devices: Set(groups.filter { $0.value == g }.map(\.key))), label: "\(id) [\(g)]", settings: s)
         }
-        return order.map { Group(key: $0, runs: by[$0]!) }
     }
 
-    static let metrics: [(String, @Sendable (AnalysisResult) -> Double?)] = [
-        ("detection %", { $0.strict.detectionpct }),
-        ("continuity % (strict)", { $0.strict.continuitypct }),
-        ("continuity % (herald)", { $0.herald.continuitypct }),
-        ("longevity (strict)", { $0.strict.longevity }),
-        ("median interval s", { r in median(r.pairs.compactMap(\.intervalP50)) }),
-        ("longest gap s", { r in r.pairs.map(\.longestGap).max() }),
-        ("time to first detection s", { r in median(r.pairs.compactMap(\.timeToFirstDetection)) }),
-    ]
-
-    static func median(_ v: [Double]) -> Double? {
-        guard !v.isEmpty else { return nil }
-        let s = v.sorted()
-        return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
+    /// Groups runs by the settings that differ among them; the factor names only those.
+    /// Nil with a reason when all runs share every setting.
+    public static func design(_ runs: [AnalysisResult]) -> Result<Design, ComparisonError> {
+        let all = runs.flatMap(refs)
+        var keys = Set<String>()
+        for r in all { keys.formUnion(r.settings.keys) }
+        let differing = keys.sorted().filter { k in Set(all.map { $0.settings[k] ?? "-" }).count > 1 && k != "devices" }
+        guard !differing.isEmpty else {
+            return .failure(.nothingDiffers("every run has the same settings (plan, variant, sensor, radio, controllers): there is no factor to compare; give runs of different settings, or a study"))
+        }
+        var order = [String]()
+        var by = [String: [RunRef]]()
+        // Node groups are named by their group (the factor says which settings they differ in).
+        let grouped = differing.contains("group")
+        let others = differing.filter { $0 != "group" }
+        for r in all {
+            let name = grouped ? (r.settings["group"] ?? "-")
+                : differing.map { k in differing.count == 1 ? (r.settings[k] ?? "-") : "\(k)=\(r.settings[k] ?? "-")" }.joined(separator: ", ")
+            if by[name] == nil { order.append(name) }
+            by[name, default: []].append(r)
+        }
+        let factor = grouped ? (others.isEmpty ? "group" : "group (\(others.joined(separator: " × ")))") : differing.joined(separator: " × ")
+        return .success(Design(factor: factor, levels: order.map { Level(name: $0, runs: by[$0]!) }))
     }
 
-    /// A text table: one column per group (mean over its runs), deltas against the first group.
-    public static func table(_ runs: [AnalysisResult]) -> String {
-        let gs = groups(runs)
-        var lines = [String]()
-        for (i, g) in gs.enumerated() {
-            lines.append("G\(i + 1): \(g.key) (\(g.runs.count) run\(g.runs.count == 1 ? "" : "s"): \(g.runs.map { $0.input.runId ?? $0.input.path }.joined(separator: ", ")))")
+    public enum ComparisonError: Error, CustomStringConvertible {
+        case nothingDiffers(String)
+        case tooFew(String)
+        public var description: String {
+            switch self { case .nothingDiffers(let s), .tooFew(let s): return s }
         }
-        lines.append("")
-        var header = "metric".padding(toLength: 28, withPad: " ", startingAt: 0)
-        for i in gs.indices { header += "  " + "G\(i + 1)".padding(toLength: 10, withPad: " ", startingAt: 0) + (i > 0 ? "  " + "Δ G1".padding(toLength: 9, withPad: " ", startingAt: 0) : "") }
-        lines.append(header)
-        for (name, value) in metrics {
-            var line = name.padding(toLength: 28, withPad: " ", startingAt: 0)
-            let means: [Double?] = gs.map { g in
-                let vs = g.runs.compactMap(value)
-                return vs.isEmpty ? nil : vs.reduce(0, +) / Double(vs.count)
+    }
+
+    // MARK: The arm check
+
+    /// Whether each arm got the devices, pairs and windows it should: a lost or partial dongle
+    /// biases an arm, so it comes before any verdict.
+    static func armCheck(_ d: Design) -> (Bool, [String]) {
+        var problems = [String]()
+        var cetotals = Set<Int>()
+        var perLevelDevices = [(String, Set<Int>)]()
+        for level in d.levels {
+            var counts = Set<Int>()
+            for ref in level.runs {
+                let r = ref.result
+                cetotals.insert(r.parameters.cetotal)
+                let devices = r.devices.filter { ref.selection.devices?.contains($0.folder) ?? true }
+                counts.insert(devices.count)
+                for dev in devices where dev.flagged {
+                    problems.append("\(Format.label(ref.label)): device \(Format.label(dev.folder)): \(Format.label(dev.problems.joined(separator: "; ")))")
+                }
+                let expected = devices.count * (devices.count - 1)
+                let got = r.pairs.filter { ref.selection.includes($0) }.count
+                if got != expected { problems.append("\(Format.label(ref.label)): \(got) pairs analysed, \(expected) expected") }
             }
-            for (i, m) in means.enumerated() {
-                line += "  " + (m.map { String(format: "%.4f", $0) } ?? "–").padding(toLength: 10, withPad: " ", startingAt: 0)
-                if i > 0 {
-                    let d: String
-                    if let m, let base = means[0] { d = String(format: "%+.4f", m - base) } else { d = "–" }
-                    line += "  " + d.padding(toLength: 9, withPad: " ", startingAt: 0)
+            if let e = level.expectedRuns, level.runs.count != e {
+                problems.append("level \(Format.label(level.name)): \(level.runs.count) of \(e) planned runs")
+            }
+            perLevelDevices.append((level.name, counts))
+        }
+        if cetotals.count > 1 { problems.append("contact events differ in length: \(cetotals.sorted().map(String.init).joined(separator: ", ")) windows") }
+        let sizes = perLevelDevices.flatMap { $0.1 }
+        if let lo = sizes.min(), let hi = sizes.max(), hi - lo > 1 {
+            problems.append("devices per run differ between arms: " + perLevelDevices.map { "\(Format.label($0.0)) \($0.1.sorted().map(String.init).joined(separator: "/"))" }.joined(separator: ", "))
+        }
+        if problems.isEmpty {
+            let counts = d.levels.map { "\(Format.label($0.name)) \($0.runs.count) run\($0.runs.count == 1 ? "" : "s")" }.joined(separator: ", ")
+            return (true, ["every arm got its devices, pairs and \(cetotals.first ?? 0) windows a pair (\(counts))"])
+        }
+        return (false, problems)
+    }
+
+    // MARK: Effects
+
+    public static func compare(_ d: Design) -> Outcome {
+        let (checked, checkLines) = armCheck(d)
+        let bootstrap = ClusterBootstrap(resamples: d.resamples, seed: d.seed)
+        let arms: [[Metric: ClusterBootstrap.Arm]] = d.levels.map { level in
+            var m = [Metric: ClusterBootstrap.Arm]()
+            for metric in Metric.allCases { m[metric] = level.runs.map { RunMetrics.units($0.result, metric, selection: $0.selection) } }
+            return m
+        }
+        var effects = [Effect]()
+        var baselineCI = [String: [Double]]()
+        let baseline = d.levels[0]
+        for (li, level) in d.levels.enumerated().dropFirst() {
+            for metric in Metric.allCases {
+                let a = arms[0][metric]!, b = arms[li][metric]!
+                let scale = RunMetrics.scale(metric)
+                var e = Effect(metric: metric.rawValue, label: metric.label, factor: d.factor, baseline: baseline.name, level: level.name, verdict: .noData)
+                guard let diff = bootstrap.difference(baseline: a, level: b, pooling: metric.pooling, scale: scale, stream: "\(li) \(metric.rawValue)"),
+                      let ea = diff.baseline, let eb = diff.level else {
+                    e.note = "no data in at least one arm"
+                    effects.append(e)
+                    continue
+                }
+                e.baselineEstimate = ea.estimate
+                if baselineCI[metric.rawValue] == nil { baselineCI[metric.rawValue] = [ea.ci.lo, ea.ci.hi] }
+                e.estimate = eb.estimate
+                e.estimateCI95 = [eb.ci.lo, eb.ci.hi]
+                e.delta = diff.delta
+                e.ci95 = [diff.ci.lo, diff.ci.hi]
+                e.p = diff.p
+                e.margin = d.margin(metric).absolute(baseline: ea.estimate)
+                let spread = RunMetrics.spread(a + b, metric)
+                if spread.atCeiling { e.note = "at its ceiling in every pair of both arms: saturated, it cannot show a difference" }
+                else if spread.noVariance { e.note = "no variance: every pair of both arms gives the same value" }
+                effects.append(e)
+            }
+        }
+        // Holm over the family (every metric of every level against the baseline).
+        let tested = effects.indices.filter { effects[$0].p != nil }
+        let adjusted = Stats.holm(tested.map { effects[$0].p! })
+        for (k, i) in tested.enumerated() { effects[i].pAdjusted = adjusted[k] }
+        let familySize = max(1, tested.count)
+        for i in tested {
+            var e = effects[i]
+            let metric = Metric(rawValue: e.metric)!
+            let level = d.levels.first { $0.name == e.level }!
+            let lo = e.ci95![0], hi = e.ci95![1], margin = e.margin!
+            let inside = lo >= -margin - 1e-12 && hi <= margin + 1e-12
+            let significant = e.pAdjusted! < d.alpha && (lo > 0 || hi < 0)
+            if !checked {
+                e.verdict = .inconclusive
+                e.note = [e.note, "no verdict: the arm check failed"].compactMap { $0 }.joined(separator: "; ")
+            } else if significant && !inside {
+                let up = e.delta! > 0
+                e.verdict = up == metric.higherIsBetter ? .better : .worse
+            } else if inside {
+                e.verdict = .same
+                if significant { e.note = [e.note, "a real difference, smaller than the practical margin"].compactMap { $0 }.joined(separator: "; ") }
+            } else {
+                e.verdict = .inconclusive
+                // Run-level SD from the bootstrap's SE of the difference: se^2 = s^2 (1/na + 1/nb).
+                let na = Double(baseline.runs.count), nb = Double(level.runs.count)
+                let se = (hi - lo) / (2 * Stats.normalQuantile(0.975))
+                let s = se / (1 / na + 1 / nb).squareRoot()
+                let alpha = d.alpha / Double(familySize)
+                var needed = [Int]()
+                if let n = Stats.unitsPerArm(sd: s, delta: abs(e.delta!), alpha: alpha, cap: d.maximumRepeats * 10) { needed.append(n) }
+                if margin > abs(e.delta!), let n = Stats.unitsPerArm(sd: s, delta: margin - abs(e.delta!), alpha: alpha, cap: d.maximumRepeats * 10) { needed.append(n) }
+                if let n = needed.min() {
+                    let more = max(1, n - Int(min(na, nb)))
+                    e.repeatsAdvised = min(more, d.maximumRepeats)
+                    if more > d.maximumRepeats {
+                        e.note = [e.note, "more than \(d.maximumRepeats) more runs a level would be needed: below what this design can resolve"].compactMap { $0 }.joined(separator: "; ")
+                    }
                 }
             }
-            lines.append(line)
+            effects[i] = e
         }
+        let levels = d.levels.enumerated().map { (li, level) -> LevelSummary in
+            var perRun = [String: [Double?]]()
+            for metric in Metric.allCases {
+                perRun[metric.rawValue] = arms[li][metric]!.map { metric.pooling.statistic($0, scale: RunMetrics.scale(metric)) }
+            }
+            var common = level.runs.first?.settings ?? [:]
+            for r in level.runs { common = common.filter { r.settings[$0.key] == $0.value } }
+            return LevelSummary(name: level.name, runs: level.runs.map(\.label),
+                                devicesPerRun: level.runs.map { ref in ref.result.devices.filter { ref.selection.devices?.contains($0.folder) ?? true }.count },
+                                perRun: perRun, settings: common)
+        }
+        var shared = levels.first?.settings ?? [:]
+        for l in levels { shared = shared.filter { l.settings[$0.key] == $0.value } }
+        let method = "device bootstrap (\(d.resamples) resamples, seed \(d.seed)): devices drawn with replacement, a pair weighted by how often both its devices were drawn" +
+            (d.levels.contains { $0.runs.count >= 3 } ? ", runs resampled first within each level of 3 runs or more" : "") +
+            (d.levels.contains { $0.runs.count < 3 } ? (d.levels.contains { $0.runs.count >= 3 } ? "; levels of fewer runs" : "; with fewer than 3 runs a level") + " devices are drawn run by run (the interval then holds device-to-device noise only: repeat runs to see run-to-run noise)" : "") +
+            "; percentile 95 % intervals; Holm over \(familySize) comparisons at family-wise \(String(format: "%g", d.alpha)); same = interval inside the practical margin"
+        return Outcome(factor: d.factor, baseline: baseline.name, levels: levels, sameSettings: shared, checkPassed: checked, check: checkLines, effects: effects, baselineCI95: baselineCI, method: method)
+    }
+
+    // MARK: Output
+
+    public static func text(_ o: Outcome) -> String {
+        var lines = [String]()
+        lines.append("factor: \(Format.label(o.factor))  (baseline \(Format.label(o.baseline)))")
+        for l in o.levels {
+            lines.append("  level \(Format.label(l.name)): \(l.runs.count) run\(l.runs.count == 1 ? "" : "s"), devices per run \(Set(l.devicesPerRun).sorted().map(String.init).joined(separator: "/")): \(l.runs.prefix(6).map(Format.label).joined(separator: ", "))\(l.runs.count > 6 ? ", …" : "")")
+        }
+        lines.append((o.checkPassed ? "check: " : "CHECK FAILED (no verdicts): ") + o.check.prefix(20).joined(separator: "\n  "))
+        lines.append("")
+        for level in o.levels.dropFirst() {
+            lines.append(Format.pad("metric", 24) + Format.pad(Format.label(o.baseline), 27) + Format.pad(Format.label(level.name), 27) + Format.pad("difference [95 %]", 28) + "verdict")
+            for e in o.effects where e.level == level.name {
+                func est(_ v: Double?, _ ci: [Double]?) -> String {
+                    guard let v else { return "–" }
+                    return Format.number(v) + (ci.map { " [\(Format.number($0[0])), \(Format.number($0[1]))]" } ?? "")
+                }
+                let baseEffect = o.effects.first { $0.metric == e.metric && $0.level == level.name }
+                let base = est(baseEffect?.baselineEstimate, o.baselineCI95[e.metric])
+                let diff = e.delta.map { Format.signed($0) + (e.ci95.map { " [\(Format.signed($0[0])), \(Format.signed($0[1]))]" } ?? "") } ?? "–"
+                var verdict = e.verdict.rawValue
+                if let r = e.repeatsAdvised { verdict += " (+\(r) run\(r == 1 ? "" : "s") a level)" }
+                lines.append(Format.pad(e.label, 24) + Format.pad(base, 27) + Format.pad(est(e.estimate, e.estimateCI95), 27) + Format.pad(diff, 28) + verdict)
+            }
+            let notes = o.effects.filter { $0.level == level.name && $0.note != nil }
+            for e in notes { lines.append("  note: \(e.label): \(e.note!)") }
+            lines.append("")
+        }
+        if o.levels.contains(where: { $0.runs.count > 1 }) {
+            lines.append("run to run (each run's own figure, lowest–highest):")
+            for metric in Metric.allCases {
+                let cells = o.levels.map { l -> String in
+                    let v = (l.perRun[metric.rawValue] ?? []).compactMap { $0 }
+                    guard let lo = v.min(), let hi = v.max() else { return Format.pad("–", 27) }
+                    return Format.pad("\(Format.number(lo))–\(Format.number(hi))", 27)
+                }
+                lines.append(Format.pad(metric.label, 24) + cells.joined())
+            }
+        }
+        lines.append("method: \(o.method)")
         return lines.joined(separator: "\n")
+    }
+
+    public static func json(_ o: Outcome) throws -> Data {
+        let enc = JSONEncoder()
+        enc.outputFormatting = [.prettyPrinted, .sortedKeys]
+        enc.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
+        return try enc.encode(o)
     }
 }

@@ -81,7 +81,7 @@ public struct ReportContext: Sendable {
         description = m.plan?.description?.text.map { Self.cut($0, 2000) }
         duration = m.plan?.duration
         warmup = m.plan?.warmup
-        if case .object(let r)? = m.plan?.radio { radio = r }
+        if let r = m.plan?.radio { radio = r }
         planText = m.planText?.text
         for n in m.nodes ?? [] {
             var node = Node()

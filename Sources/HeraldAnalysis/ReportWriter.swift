@@ -14,7 +14,8 @@ public enum ReportWriter {
             : input.deletingLastPathComponent().appendingPathComponent(input.lastPathComponent + "-report")
     }
 
-    public static func write(_ report: AnalysisReport, to dir: URL) throws {
+    /// `junitPerPair`: one JUnit test case per pair and metric instead of per node and metric.
+    public static func write(_ report: AnalysisReport, to dir: URL, junitPerPair: Bool = false) throws {
         // Never write through a link: a bundle's report/ that is a symbolic link could send the
         // report anywhere. (Each file is then written atomically, replacing any link in its place.)
         if let kind = try? FileManager.default.attributesOfItem(atPath: dir.path)[.type] as? FileAttributeType, kind != .typeDirectory {
@@ -30,7 +31,7 @@ public enum ReportWriter {
             (0, { try RCSV.discoveryPairs(r).write(to: dir.appendingPathComponent("summary-discovery-pairs.csv"), atomically: true, encoding: .utf8) }),
             (1, { try pairsCSV(r).write(to: dir.appendingPathComponent("pairs.csv"), atomically: true, encoding: .utf8) }),
             (3, { try summaryJSON(r).write(to: dir.appendingPathComponent("summary.json"), options: .atomic) }),
-            (2, { try JUnit.xml(r).write(to: dir.appendingPathComponent("junit.xml"), atomically: true, encoding: .utf8) }),
+            (2, { try JUnit.xml(r, perPair: junitPerPair).write(to: dir.appendingPathComponent("junit.xml"), atomically: true, encoding: .utf8) }),
             (4, { try HTMLReport.render(report).write(to: dir.appendingPathComponent("report.html"), atomically: true, encoding: .utf8) }),
         ]
         let threads = min(8, max(1, ProcessInfo.processInfo.activeProcessorCount))

@@ -7,7 +7,8 @@ import LabHistory
 struct AnalyseCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "analyse",
-        abstract: "Herald-exact and strict efficacy figures, report.html, junit.xml and summary.json for a bundle or a folder of device folders."
+        abstract: "Herald-exact and strict efficacy figures, report.html, junit.xml and summary.json for a bundle or a folder of device folders.",
+        discussion: "Exit 0 when the verdict is PASS, 1 when it is FAIL (the plan's thresholds), 2 on bad input."
     )
 
     @Argument(help: "A results bundle (with manifest.json) or a folder holding one folder per device.")
@@ -33,6 +34,12 @@ struct AnalyseCommand: ParsableCommand {
 
     @Option(help: "Results folder holding history.sqlite (default: $HERALDLAB_RESULTS or results).")
     var results: String?
+
+    @Flag(name: .customLong("junit-pairs"), help: "junit.xml with one test case per pair and metric (default: per node and metric).")
+    var junitPairs = false
+
+    @Flag(help: "Print each metric with the devices as units and its 95 % interval.")
+    var metrics = false
 
     @Flag(help: "Do not record the run in the history database.")
     var noHistory = false
@@ -72,7 +79,7 @@ struct AnalyseCommand: ParsableCommand {
         let analysed = Date()
         let outDir = out.map { URL(fileURLWithPath: $0) } ?? ReportWriter.defaultOutput(for: input, kind: report.result.input.kind)
         do {
-            try ReportWriter.write(report, to: outDir)
+            try ReportWriter.write(report, to: outDir, junitPerPair: junitPairs)
         } catch {
             log("herald-lab analyse: cannot write the report to \(outDir.path): \(error.localizedDescription)")
             throw ExitCode(2)
@@ -88,6 +95,7 @@ struct AnalyseCommand: ParsableCommand {
             }
         }
         print(Summary.text(report.result, mode: mode))
+        if metrics { print(RunMetrics.table(RunMetrics.compute(report.result))) }
         print("report: \(outDir.appendingPathComponent("report.html").path)")
         if timings {
             let r = report.result
@@ -96,5 +104,7 @@ struct AnalyseCommand: ParsableCommand {
                          analysed.timeIntervalSince(started), mb, mb / max(analysed.timeIntervalSince(started), 1e-9),
                          written.timeIntervalSince(analysed), Date().timeIntervalSince(started), peakMemoryMB()))
         }
+        // CI: a FAIL verdict is a failing step.
+        if !report.result.passed { throw ExitCode(1) }
     }
 }

@@ -4,95 +4,195 @@ import HeraldCore
 import HeraldAnalysis
 import LabHistory
 
-/// `herald-lab compare BUNDLE...`
+/// `herald-lab compare BUNDLE... | STUDY`
 struct CompareCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "compare",
-        abstract: "Compare runs side by side, grouped by plan variant, sensor settings and controller identity, with per-metric deltas."
+        abstract: "Compare runs by the settings that differ (or a study's levels): each metric's difference from the baseline with its 95 % interval and a verdict (better, worse, same, inconclusive with repeats advised).",
+        discussion: "Devices are the independent units (cluster bootstrap, seeded); the family of metrics is held to a 5 % family-wise error (Holm). A check that each arm got its devices, pairs and windows comes before any verdict. docs/STATISTICS.md explains the methods."
     )
 
-    @Argument(help: "Bundles (or folders of device folders) to compare; the first group is the reference.")
+    @Argument(help: "A study folder (with study.json), or bundles (two or more; node groups of one bundle are arms too); the first level is the baseline.")
     var bundles: [String]
 
+    @Option(help: "Write the effects as JSON to this file (- for standard output).")
+    var json: String?
+
+    @Option(help: "Write the study report (forest plot, per-level figures, run order; self-contained HTML) to this file.")
+    var html: String?
+
+    @Option(help: "Bootstrap resamples (100 to 100000).")
+    var resamples: Int = 2000
+
+    @Option(help: "Seed of the bootstrap.")
+    var seed: UInt64 = 1
+
     func run() throws {
-        guard bundles.count >= 2 else { log("compare needs at least two bundles"); throw ExitCode(2) }
-        var runs = [AnalysisResult]()
-        for b in bundles {
-            do { runs.append(try SummaryLoader.load(URL(fileURLWithPath: b))) } catch {
-                log("herald-lab compare: \(b): \(error)")
+        guard (100...100_000).contains(resamples) else { log("herald-lab compare: --resamples \(resamples): expected 100 to 100000"); throw ExitCode(2) }
+        var design: Comparison.Design
+        var order = [StudyReport.OrderedRun]()
+        var title = "Comparison"
+        if bundles.count == 1, let study = try loadStudyFolder(bundles[0], command: "compare") {
+            design = study
+            if let index = try? StudyIndex.load(URL(fileURLWithPath: bundles[0])) {
+                title = "Study \(index.study)"
+                order = index.runs.map { StudyReport.OrderedRun(index: $0.index, block: $0.block, level: $0.level, seed: $0.seed, bundle: $0.bundle) }
+            }
+        } else {
+            guard bundles.count >= 1 else { log("herald-lab compare: give a study folder or at least two bundles"); throw ExitCode(2) }
+            var runs = [AnalysisResult]()
+            for b in bundles {
+                do { runs.append(try SummaryLoader.load(URL(fileURLWithPath: b))) } catch {
+                    log("herald-lab compare: \(Format.label(b)): \(error)")
+                    throw ExitCode(2)
+                }
+            }
+            switch Comparison.design(runs) {
+            case .success(let d): design = d
+            case .failure(let e): log("herald-lab compare: \(e)"); throw ExitCode(2)
+            }
+        }
+        guard design.levels.count >= 2 else {
+            log("herald-lab compare: one level only (\(Format.label(design.levels.first?.name ?? "-"))); nothing to compare")
+            throw ExitCode(2)
+        }
+        design.resamples = resamples
+        design.seed = seed
+        let outcome = Comparison.compare(design)
+        if let html {
+            do { try Data(StudyReport.html(outcome, title: title, order: order).utf8).write(to: URL(fileURLWithPath: html), options: .atomic) } catch {
+                log("herald-lab compare: cannot write \(Format.label(html)): \(error.localizedDescription)")
                 throw ExitCode(2)
             }
         }
-        // Labels are the bundles' text (plan and run names): shown, never obeyed.
-        print(Comparison.table(runs).split(separator: "\n", omittingEmptySubsequences: false).map { OutsideText.escaped(String($0)) }.joined(separator: "\n"))
+        if let json {
+            do {
+                let data = try Comparison.json(outcome)
+                if json == "-" { FileHandle.standardOutput.write(data); print("") ; return }
+                try data.write(to: URL(fileURLWithPath: json), options: .atomic)
+            } catch {
+                log("herald-lab compare: cannot write \(Format.label(json)): \(error.localizedDescription)")
+                throw ExitCode(2)
+            }
+        }
+        print(Comparison.text(outcome))
     }
 }
 
-/// `herald-lab regress BUNDLE --baseline BUNDLE|latest`
+/// `herald-lab regress BUNDLE --baseline history|latest|BUNDLE`
 struct RegressCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "regress",
-        abstract: "Compare a run with a baseline; print what regressed; exit 1 on a regression, 0 otherwise (2 on bad input)."
+        abstract: "Judge a run against its history (or one baseline run), knowing the noise: exit 0 no regression, 1 regression, 3 inconclusive or infra (2 on bad input).",
+        discussion: """
+        --baseline history: the last --last runs (default 10) of the same plan, variant, settings and testbed in history.sqlite; \
+        a metric regresses when it is worse than their mean by more than its tolerance and beyond their prediction interval \
+        (Bonferroni over the metrics). Fewer than 3 such runs: inconclusive (exit 3), saying what is missing. \
+        --baseline latest or BUNDLE: one baseline run, with the within-run noise (device bootstrap, Holm over the metrics). \
+        A run with infrastructure faults (nodes not complete, gaps, dongle recoveries) is `infra` (exit 3), never a protocol regression. \
+        A baseline bundle of another plan is refused. docs/STATISTICS.md explains the methods.
+        """
     )
 
     @Argument(help: "The run to judge (bundle).")
     var bundle: String
 
-    @Option(help: "Baseline bundle, or `latest` for the newest earlier run of the same plan in the history.")
+    @Option(help: "history (the last runs like this one), latest (the newest earlier run like this one), or a baseline bundle.")
     var baseline: String
 
-    @Option(help: "Percentage points a metric may fall below the baseline (default: the plan's regressionTolerancePct).")
+    @Option(help: "Runs of history to judge against (2 to 100).")
+    var last: Int = 10
+
+    @Option(help: "Percentage points a percentage may fall (default: the plan's regressionTolerancePct); rates and times may worsen by this many percent, at least 10 %.")
     var tolerance: Double?
 
     @Option(help: "Results folder holding history.sqlite (default: $HERALDLAB_RESULTS or results).")
     var results: String?
+
+    @Option(help: "Write the judgement as JSON to this file.")
+    var json: String?
 
     func run() throws {
         if let t = tolerance, !(t.isFinite && t >= 0 && t <= 100) {
             log("herald-lab regress: --tolerance \(t): expected percentage points from 0 to 100")
             throw ExitCode(2)
         }
+        guard (2...100).contains(last) else { log("herald-lab regress: --last \(last): expected 2 to 100"); throw ExitCode(2) }
         let current: AnalysisResult
         do { current = try SummaryLoader.load(URL(fileURLWithPath: bundle)) } catch {
-            log("herald-lab regress: \(bundle): \(error)")
+            log("herald-lab regress: \(Format.label(bundle)): \(error)")
             throw ExitCode(2)
         }
-        let base: AnalysisResult
-        if baseline == "latest" {
+        let tol = tolerance ?? current.thresholds.regressionTolerancePct
+        guard tol.isFinite, tol >= 0, tol <= 100 else {
+            log("herald-lab regress: regressionTolerancePct of \(Format.label(bundle)) \(tol): expected percentage points from 0 to 100")
+            throw ExitCode(2)
+        }
+        let judgement: Regression.Judgement
+        if baseline == "history" || baseline == "latest" {
             let dir = URL(fileURLWithPath: results ?? ProcessInfo.processInfo.environment["HERALDLAB_RESULTS"] ?? "results")
-            guard let plan = current.input.plan else { log("herald-lab regress: \(bundle) names no plan; give --baseline BUNDLE"); throw ExitCode(2) }
+            guard let plan = current.input.plan else { log("herald-lab regress: \(Format.label(bundle)) names no plan (not a bundle?); give --baseline BUNDLE"); throw ExitCode(2) }
             do {
                 let store = try HistoryStore(url: dir.appendingPathComponent("history.sqlite"))
-                guard let run = try store.latest(plan: plan, excludingPath: current.input.path) else {
-                    log("herald-lab regress: no earlier run of plan \(plan) in \(dir.path)/history.sqlite; analyse a baseline first or give --baseline BUNDLE")
-                    throw ExitCode(2)
+                if baseline == "latest" {
+                    guard let run = try store.latest(like: current) else {
+                        let others = try store.count(plan: plan)
+                        log("herald-lab regress: no earlier run of plan \(Format.label(plan)) with this variant, these settings and this testbed in \(dir.path)/history.sqlite (\(others) run\(others == 1 ? "" : "s") of the plan in all); analyse a baseline first or give --baseline BUNDLE")
+                        throw ExitCode(3)
+                    }
+                    judgement = Regression.judge(current: current, baseline: try store.summary(of: run), tolerancePct: tol)
+                } else {
+                    let runs = try store.baseline(like: current, last: last)
+                    var history = try runs.map { try store.summary(of: $0) }
+                    if history.count < Regression.minimumHistory {
+                        // Say what else the history holds, so the reason is plain.
+                        let others = try store.count(plan: plan)
+                        var j = Regression.judge(current: current, history: history, tolerancePct: tol)
+                        if j.verdict == .inconclusive { j.reasons.append("\(others) run\(others == 1 ? "" : "s") of plan \(plan) in the history in all (other variants, settings or testbeds, faulty runs, or this one)") }
+                        history = []
+                        try emit(j)
+                        return
+                    }
+                    judgement = Regression.judge(current: current, history: history, tolerancePct: tol)
                 }
-                base = try store.summary(of: run)
-                print("baseline: \(run.runId) (\(run.path), recorded \(run.recordedAt))")
             } catch let e as ExitCode { throw e } catch {
                 log("herald-lab regress: history: \(error)")
                 throw ExitCode(2)
             }
         } else {
+            let base: AnalysisResult
             do { base = try SummaryLoader.load(URL(fileURLWithPath: baseline)) } catch {
-                log("herald-lab regress: baseline \(baseline): \(error)")
+                log("herald-lab regress: baseline \(Format.label(baseline)): \(error)")
+                throw ExitCode(2)
+            }
+            guard base.input.plan == current.input.plan else {
+                log("herald-lab regress: baseline \(Format.label(baseline)) is a run of plan \(Format.label(base.input.plan ?? "(none)")), this run is of plan \(Format.label(current.input.plan ?? "(none)")): runs of different plans are not each other's baselines (refused)")
+                throw ExitCode(2)
+            }
+            let a = Comparison.settings(base), b = Comparison.settings(current)
+            let differ = Set(a.keys).union(b.keys).sorted().filter { a[$0] != b[$0] }
+            if !differ.isEmpty { print("warning: the baseline's settings differ in \(differ.map(Format.label).joined(separator: ", ")): a difference may be the settings'") }
+            judgement = Regression.judge(current: current, baseline: base, tolerancePct: tol)
+        }
+        try emit(judgement)
+    }
+
+    func emit(_ j: Regression.Judgement) throws {
+        print(Regression.text(j))
+        if let json {
+            let enc = JSONEncoder()
+            enc.outputFormatting = [.prettyPrinted, .sortedKeys]
+            enc.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
+            do { try enc.encode(j).write(to: URL(fileURLWithPath: json), options: .atomic) } catch {
+                log("herald-lab regress: cannot write \(Format.label(json)): \(error.localizedDescription)")
                 throw ExitCode(2)
             }
         }
-        let tol = tolerance ?? current.thresholds.regressionTolerancePct
-        guard tol.isFinite, tol >= 0, tol <= 100 else {
-            log("herald-lab regress: \(tolerance != nil ? "--tolerance" : "regressionTolerancePct of \(bundle)") \(tol): expected percentage points from 0 to 100")
-            throw ExitCode(2)
+        switch j.verdict {
+        case .none: return
+        case .regression: throw ExitCode(1)
+        case .inconclusive, .infra: throw ExitCode(3)
         }
-        let (regressions, compared) = Regression.compare(current: current, baseline: base, tolerance: tol)
-        for f in compared.prefix(3) { print(String(format: "%@: %.4f -> %.4f (%+.4f)", f.metric, f.baseline, f.current, f.delta)) }
-        if regressions.isEmpty {
-            print(String(format: "no regression (tolerance %.2f points, %d figures compared)", tol, compared.count))
-            return
-        }
-        print(String(format: "REGRESSION: %d of %d figures fell more than %.2f points:", regressions.count, compared.count, tol))
-        for f in regressions { print(String(format: "  %@: %.4f -> %.4f (%+.4f)", f.metric, f.baseline, f.current, f.delta)) }
-        throw ExitCode(1)
     }
 }
 
@@ -131,5 +231,17 @@ struct HistoryCommand: ParsableCommand {
                          r.heraldContinuityPct, arrow(p?.heraldContinuityPct, r.heraldContinuityPct), r.longevity, r.passed ? "pass" : "FAIL"))
             prev = r
         }
+    }
+}
+
+/// A study folder's design, or nil when `path` is not a folder with study.json (exit 2 on a bad one).
+func loadStudyFolder(_ path: String, command: String) throws -> Comparison.Design? {
+    let folder = URL(fileURLWithPath: path)
+    do {
+        guard let index = try StudyIndex.load(folder) else { return nil }
+        return try Comparison.design(study: folder, index: index)
+    } catch {
+        log("herald-lab \(command): \(Format.label(path)): \(error)")
+        throw ExitCode(2)
     }
 }

@@ -17,13 +17,28 @@ struct PlanCommand: ParsableCommand {
         var plan: String
 
         func run() throws {
-            let plan = try loadPlan(self.plan)
+            let (plan, text) = try loadPlanWithText(self.plan)
             print("\(plan.name): \(plan.nodes.count) nodes, \(formatDuration(plan.duration)) (warm-up \(formatDuration(plan.warmup))), radio \(plan.radio.kind.rawValue)")
             for n in plan.nodes {
                 print("  \(n.name)\tidentifier \(n.identifier)\tshortName \(n.shortName)\tat \(n.position)" + (n.persona.map { "\tpersona \($0.rawValue)" } ?? ""))
             }
             let s = plan.sensor
             print("  sensor: scan \(formatDuration(s.scanOn)) on / \(formatDuration(s.scanRest)) rest / \(formatDuration(s.scanOff)) off, advert every \(formatDuration(s.advertInterval)), tx \(s.txPower) dBm, pseudo address \(s.pseudoAddress ? "on" : "off")")
+            for g in plan.groups ?? [] {
+                let set = g.set.keys.sorted().map { "\($0)=\(g.set[$0]!)" }.joined(separator: ", ")
+                print("  group \(g.name) (\(g.nodes.count) nodes: \(g.nodes.prefix(8).joined(separator: ", "))\(g.nodes.count > 8 ? ", …" : "")): \(set.isEmpty ? "the plan's settings" : set)")
+            }
+            guard let study = plan.study else { return }
+            let runs: [StudyRun]
+            do { runs = try Plan.expandStudy(yaml: text, source: self.plan).runs } catch {
+                FileHandle.standardError.write(Data((error.description + "\n").utf8))
+                throw ExitCode(2)
+            }
+            let levels = Set(runs.map(\.level)).count
+            print("study \(study.name): \(study.factors.map { "\($0.path) in [\($0.levels.joined(separator: ", "))]" }.joined(separator: " × ")), \(levels) level\(levels == 1 ? "" : "s") × \(study.repeats) repeats = \(runs.count) runs (\(formatDuration(plan.duration * Double(runs.count))) simulated)")
+            if !study.margins.isEmpty { print("  margins: " + study.margins.keys.sorted().map { "\($0) ±\(study.margins[$0]!)" }.joined(separator: ", ")) }
+            print("  order (seeded, interleaved blocks):")
+            for r in runs { print("    \(r.folder)  block \(r.block + 1)  \(r.level)  seed \(r.seed)") }
         }
     }
 }

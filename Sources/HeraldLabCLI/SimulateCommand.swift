@@ -1,5 +1,7 @@
 import ArgumentParser
 import Foundation
+import HeraldAnalysis
+import HeraldCore
 import LabNode
 import LabPlan
 
@@ -7,7 +9,7 @@ import LabPlan
 struct SimulateCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "simulate",
-        abstract: "Run every node of a plan in one process on virtual time and write a results bundle."
+        abstract: "Run every node of a plan in one process on virtual time and write a results bundle; a study plan runs every level in its seeded interleaved order into OUT/<study>/ and compares the levels."
     )
 
     @Argument(help: "Plan file (YAML).")
@@ -44,6 +46,7 @@ struct SimulateCommand: ParsableCommand {
             log("herald-lab simulate: --threads \(threads): expected 1 to 8")
             throw ExitCode(2)
         }
+        if plan.study != nil { return try runStudy(text: text) }
         let seed = self.seed ?? plan.seed
         let out = URL(fileURLWithPath: self.out ?? "results/\(plan.name)-sim-s\(seed)")
         let sim = Simulation(plan: plan, planText: text, seed: seed, output: out, threads: threads)
@@ -70,6 +73,53 @@ struct SimulateCommand: ParsableCommand {
                      formatDuration(result.simulatedSeconds), plan.nodes.count, result.wallSeconds, rate, rate * Double(plan.nodes.count),
                      result.advertisingEvents, result.reportsDelivered, peakMemoryMB()))
         print("next: herald-lab analyse \(result.bundle.path)")
+    }
+}
+
+extension SimulateCommand {
+    /// A study: each run simulated and analysed in order, study.json beside them, then compare.
+    func runStudy(text: String) throws {
+        let base: Plan, runs: [StudyRun]
+        do { (base, runs) = try Plan.expandStudy(yaml: text, source: self.plan, seed: seed) } catch {
+            log(error.description)
+            throw ExitCode(2)
+        }
+        if maxDuration != nil || threads.map({ !(1...8).contains($0) }) == true {
+            if maxDuration != nil { log("herald-lab simulate: --max-duration does not apply to a study (set duration in the plan)") }
+            else { log("herald-lab simulate: --threads \(threads!): expected 1 to 8") }
+            throw ExitCode(2)
+        }
+        for r in runs { if let problem = r.plan.rangeProblems.first { log("herald-lab simulate: \(self.plan) (\(r.folder)): \(problem)"); throw ExitCode(2) } }
+        let study = StudySimulation(plan: base, planText: text, runs: runs, output: URL(fileURLWithPath: out ?? "results"), threads: threads)
+        if FileManager.default.fileExists(atPath: study.folder.appendingPathComponent("study.json").path) {
+            log("herald-lab simulate: \(study.folder.path) already holds a study; give another --out")
+            throw ExitCode(2)
+        }
+        let started = Date()
+        if !quiet {
+            log("study \(Format.label(base.study?.name ?? base.name)): \(runs.count) runs of \(base.nodes.count) nodes for \(formatDuration(base.duration)) each, into \(study.folder.path)")
+        }
+        do {
+            try study.run { run, result in
+                let report = try Analyser.analyse(result.bundle)
+                try ReportWriter.write(report, to: result.bundle.appendingPathComponent("report"))
+                if !quiet { log(String(format: "  %@  block %d  level %@  seed %llu  (%.1f s)", run.folder, run.block + 1, Format.label(run.level), run.seed, result.wallSeconds)) }
+            }
+        } catch let error as SimulationError {
+            log("herald-lab simulate: \(error)")
+            throw ExitCode(2)
+        }
+        print("study: \(study.folder.path) (\(runs.count) runs in \(String(format: "%.1f", Date().timeIntervalSince(started))) s)")
+        guard let design = try loadStudyFolder(study.folder.path, command: "simulate"), design.levels.count >= 2 else {
+            print("next: herald-lab compare \(study.folder.path)")
+            return
+        }
+        let outcome = Comparison.compare(design)
+        try Durable.write(try Comparison.json(outcome), to: study.folder.appendingPathComponent("compare.json"))
+        let order = runs.map { StudyReport.OrderedRun(index: $0.index, block: $0.block, level: $0.level, seed: $0.seed, bundle: $0.folder) }
+        try Durable.write(Data(StudyReport.html(outcome, title: "Study \(base.study?.name ?? base.name)", order: order).utf8), to: study.folder.appendingPathComponent("study.html"))
+        print(Comparison.text(outcome))
+        print("report: \(study.folder.appendingPathComponent("study.html").path)")
     }
 }
 

@@ -21,6 +21,12 @@ public final class HistoryStore {
         public var passed: Bool
         public var reportPath: String
         public var summaryJSON: String
+        /// Every setting of the run (plan, variant, sensor, radio, controllers), flattened: runs
+        /// are baselines of each other only when these match.
+        public var settingsKey: String = ""
+        public var testbed: String = ""
+        /// Infrastructure faults (partial nodes, gaps, recoveries); empty: none.
+        public var infra: String = ""
 
         public mutating func didInsert(_ inserted: InsertionSuccess) { id = inserted.rowID }
     }
@@ -50,7 +56,23 @@ public final class HistoryStore {
             }
             try db.create(index: "run_plan", on: "run", columns: ["plan", "id"])
         }
+        migrator.registerMigration("v2-settings") { db in
+            try db.alter(table: "run") { t in
+                t.add(column: "settingsKey", .text).notNull().defaults(to: "")
+                t.add(column: "testbed", .text).notNull().defaults(to: "")
+                t.add(column: "infra", .text).notNull().defaults(to: "")
+            }
+            // One row per bundle: keep the newest of any duplicates recorded before.
+            try db.execute(sql: "DELETE FROM run WHERE id NOT IN (SELECT MAX(id) FROM run GROUP BY path, runId)")
+            try db.create(index: "run_bundle", on: "run", columns: ["path", "runId"], unique: true)
+        }
         try migrator.migrate(db)
+    }
+
+    /// The key runs must share to be each other's baseline.
+    public static func settingsKey(_ r: AnalysisResult) -> String {
+        let s = Comparison.settings(r)
+        return s.keys.sorted().map { "\($0)=\(s[$0]!)" }.joined(separator: "\u{1F}")
     }
 
     @discardableResult
@@ -59,8 +81,17 @@ public final class HistoryStore {
                       path: r.input.path, plan: r.input.plan ?? "", variant: r.input.variant ?? "", devices: r.devices.count,
                       detectionPct: r.strict.detectionpct, continuityPct: r.strict.continuitypct, heraldContinuityPct: r.herald.continuitypct,
                       longevity: r.strict.longevity, passed: r.passed, reportPath: reportPath,
-                      summaryJSON: String(decoding: try ReportWriter.summaryJSON(r), as: UTF8.self))
-        try db.write { db in try run.insert(db) }
+                      summaryJSON: String(decoding: try ReportWriter.summaryJSON(r), as: UTF8.self),
+                      settingsKey: Self.settingsKey(r), testbed: r.input.testbed ?? "", infra: Regression.infrastructure(r).joined(separator: "; "))
+        // The same bundle analysed again replaces its row (one row per bundle), keeping its place.
+        try db.write { db in
+            if let old = try Run.filter(Column("path") == run.path && Column("runId") == run.runId).fetchOne(db) {
+                run.id = old.id
+                try run.update(db)
+            } else {
+                try run.insert(db)
+            }
+        }
         return run
     }
 
@@ -73,11 +104,32 @@ public final class HistoryStore {
         }
     }
 
-    /// The newest run of `plan` whose bundle is not `excludingPath`.
-    public func latest(plan: String, excludingPath: String) throws -> Run? {
-        try db.read { db in
-            try Run.filter(Column("plan") == plan && Column("path") != excludingPath).order(Column("id").desc).fetchOne(db)
+    /// The newest earlier run like `r`: the same plan, variant and settings (and testbed), not
+    /// `r`'s bundle, recorded before `r` when `r` is in the history.
+    public func latest(like r: AnalysisResult) throws -> Run? {
+        try baseline(like: r, last: 1, includeInfra: true).last
+    }
+
+    /// The last `last` runs like `r` (same plan, variant, settings, testbed), oldest first,
+    /// recorded before `r` when `r` itself is in the history; runs with infrastructure faults
+    /// only when asked.
+    public func baseline(like r: AnalysisResult, last: Int, includeInfra: Bool = false) throws -> [Run] {
+        let key = Self.settingsKey(r), testbed = r.input.testbed ?? ""
+        let path = r.input.path, runId = r.input.runId ?? URL(fileURLWithPath: r.input.path).lastPathComponent
+        return try db.read { db in
+            var q = Run.filter(Column("plan") == (r.input.plan ?? "") && Column("variant") == (r.input.variant ?? "")
+                               && Column("settingsKey") == key && Column("testbed") == testbed && Column("path") != path)
+            if let own = try Run.filter(Column("path") == path && Column("runId") == runId).fetchOne(db), let id = own.id {
+                q = q.filter(Column("id") < id)
+            }
+            if !includeInfra { q = q.filter(Column("infra") == "") }
+            return try q.order(Column("id").desc).limit(max(1, last)).fetchAll(db).reversed()
         }
+    }
+
+    /// Runs of `plan` whatever their settings (to say why none matched).
+    public func count(plan: String) throws -> Int {
+        try db.read { db in try Run.filter(Column("plan") == plan).fetchCount(db) }
     }
 
     public func summary(of run: Run) throws -> AnalysisResult {

@@ -30,7 +30,7 @@ public struct NodeAssignment: Codable, Sendable, Equatable {
         self.runId = runId
         self.planName = plan.name
         self.node = node
-        self.sensor = plan.sensor
+        self.sensor = node.sensor ?? plan.sensor
         self.radio = plan.radio
         self.seed = seed ?? plan.seed
         self.duration = plan.duration

@@ -20,6 +20,10 @@ public struct Plan: Codable, Sendable, Equatable {
     public var radio: RadioSettings = RadioSettings()
     public var thresholds: Thresholds = Thresholds()
     public var agents: AgentSelection = AgentSelection()
+    /// Node groups with their own sensor settings (A/B in one run); nil: none.
+    public var groups: [NodeGroup]?
+    /// A study: factors, levels, repeats, margins (`herald-lab simulate STUDY` expands it).
+    public var study: Study?
 
     public static let defaultStart = Date(timeIntervalSince1970: 1_767_225_600) // 2026-01-01T00:00:00Z
 
@@ -109,6 +113,9 @@ public struct NodeSpec: Codable, Sendable, Equatable {
     public var power: [PowerInterval] = []
     /// A simulated phone instead of a Linux node (simulations only); nil: a Linux node.
     public var persona: Persona?
+    /// The node group this node belongs to (A/B in one run), and that group's sensor settings.
+    public var group: String?
+    public var sensor: SensorSettings?
 
     public init(name: String, identifier: Int32? = nil, position: Position, tags: [String] = [], power: [PowerInterval] = [], persona: Persona? = nil) {
         self.name = name

@@ -33,11 +33,16 @@ final class BundleReportTests: XCTestCase {
         XCTAssertEqual(r.parameters.ceStart, "2026-01-01 00:00:10")
         XCTAssertEqual(r.strict.achieveddetections, 2)
         XCTAssertTrue(r.passed)
-        // JUnit: one test case per pair and metric plus the headline figures.
+        // JUnit: one test case per node and metric plus the headline figures, with stable names.
         let junit = try String(contentsOf: bundle.appendingPathComponent("report/junit.xml"), encoding: .utf8)
         XCTAssertEqual(junit.components(separatedBy: "<testcase ").count - 1, 2 + 2 * 4)
-        XCTAssertTrue(junit.contains("name=\"alpha sees beta\""))
+        XCTAssertTrue(junit.contains("name=\"smoke/continuity/alpha\""), junit)
+        XCTAssertTrue(junit.contains("name=\"smoke/detection/overall\""), junit)
+        XCTAssertFalse(junit.contains(r.input.runId!), "no run id in test names")
+        XCTAssertTrue(junit.contains(" time=\""))
         XCTAssertFalse(junit.contains("<failure"))
+        let perPair = JUnit.xml(r, perPair: true)
+        XCTAssertTrue(perPair.contains("name=\"smoke/continuity/alpha sees beta\""), perPair)
         let summary = try ReportWriter.readSummary(bundle.appendingPathComponent("report/summary.json"))
         XCTAssertEqual(summary.format, "heraldlab-summary/1")
         XCTAssertEqual(summary.pairs.count, 2)
@@ -50,7 +55,8 @@ final class BundleReportTests: XCTestCase {
         let report = try Analyser.analyse(bundle)
         XCTAssertFalse(report.result.passed)
         let junit = JUnit.xml(report.result)
-        XCTAssertEqual(junit.components(separatedBy: "<failure").count - 1, 2, "time to first detection fails for both pairs")
+        XCTAssertEqual(junit.components(separatedBy: "<failure").count - 1, 2, "time to first detection fails for both nodes")
+        XCTAssertTrue(junit.contains("timeToFirstDetection of alpha: 1 of 1 pairs failed: alpha sees beta"), junit)
     }
 
     func testReportRendersInHeadlessChromiumWithoutConsoleErrors() throws {
@@ -87,7 +93,12 @@ final class BundleReportTests: XCTestCase {
         try store.record(b, reportPath: "b/report")
         XCTAssertEqual(try store.runs(plan: "smoke").map(\.runId), ["a", "b"])
         XCTAssertEqual(try store.runs(plan: "other").count, 0)
-        XCTAssertEqual(try store.latest(plan: "smoke", excludingPath: b.input.path)?.runId, "a")
+        XCTAssertEqual(try store.latest(like: b)?.runId, "a")
+        XCTAssertNil(try store.latest(like: a), "a run recorded after a is not a's baseline")
+        // Another variant is not a baseline of this one.
+        var other = b
+        other.input.variant = "slow"
+        XCTAssertNil(try store.latest(like: other))
         XCTAssertEqual(try store.summary(of: store.runs()[0]).strict.achievedwindows, a.strict.achievedwindows)
     }
 }

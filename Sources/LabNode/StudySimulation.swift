@@ -1,0 +1,74 @@
+import Foundation
+import HeraldCore
+import LabPlan
+
+/// `herald-lab simulate STUDY`: every run of an expanded study in its order, each a bundle in
+/// `<folder>/<run>/`, and `study.json` (factors, levels, order, seeds) beside them, written
+/// durably after each run so an interrupted study still says what ran.
+public final class StudySimulation {
+    public struct Record: Codable, Sendable {
+        public struct Factor: Codable, Sendable { public var path: String; public var levels: [String] }
+        public struct Run: Codable, Sendable {
+            public var index: Int
+            public var block: Int
+            public var level: String
+            public var levelIndex: Int
+            public var seed: UInt64
+            public var bundle: String
+            public var settings: [String: String]
+            /// Which dongles ran it (nil in a simulation: simulated radios).
+            public var dongles: [String: String]?
+        }
+        public var format = "heraldlab-study/1"
+        public var study: String
+        public var plan: String
+        public var seed: UInt64
+        public var mode = "simulate"
+        public var factors: [Factor]
+        public var levels: [String]
+        public var repeats: Int
+        public var margins: [String: String]
+        public var groups: [String]?
+        public var order: [String]
+        public var runs: [Run]
+    }
+
+    public let plan: Plan
+    public let planText: String
+    public let runs: [StudyRun]
+    public let folder: URL
+    public let threads: Int?
+
+    public init(plan: Plan, planText: String, runs: [StudyRun], output: URL, threads: Int? = nil) {
+        self.plan = plan
+        self.planText = planText
+        self.runs = runs
+        self.folder = output.appendingPathComponent(plan.study?.name ?? plan.name)
+        self.threads = threads
+    }
+
+    public func record(done: Int) -> Record {
+        var levels = [String]()
+        for r in runs.sorted(by: { $0.levelIndex < $1.levelIndex }) where !levels.contains(r.level) { levels.append(r.level) }
+        let study = plan.study
+        return Record(study: study?.name ?? plan.name, plan: plan.name, seed: plan.seed,
+                      factors: (study?.factors ?? []).map { .init(path: $0.path, levels: $0.levels) }, levels: levels,
+                      repeats: study?.repeats ?? runs.count, margins: study?.margins ?? [:], groups: plan.groups?.map(\.name),
+                      order: runs.map(\.folder),
+                      runs: runs.prefix(done).map { .init(index: $0.index, block: $0.block, level: $0.level, levelIndex: $0.levelIndex, seed: $0.seed, bundle: $0.folder, settings: $0.settings) })
+    }
+
+    /// Runs every run in order; `each` is called after each run with its result (to analyse it).
+    public func run(each: (StudyRun, Simulation.Result) throws -> Void) throws {
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let enc = JSONEncoder()
+        enc.outputFormatting = [.prettyPrinted, .sortedKeys]
+        for (k, r) in runs.enumerated() {
+            let sim = Simulation(plan: r.plan, planText: planText, seed: r.seed, output: folder.appendingPathComponent(r.folder),
+                                 runId: "\(record(done: 0).study)-\(r.folder)", threads: threads)
+            let result = try sim.run()
+            try each(r, result)
+            try Durable.write(try enc.encode(record(done: k + 1)), to: folder.appendingPathComponent("study.json"))
+        }
+    }
+}

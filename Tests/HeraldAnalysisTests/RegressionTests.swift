@@ -1,0 +1,90 @@
+import XCTest
+import HeraldAnalysis
+import LabHistory
+import LabNode
+import LabPlan
+
+/// Regression against history, on seeded simulated nights of one noisy plan: noise alone is
+/// flagged at most once in 20 nights; a night with a node paused for a quarter of the run is
+/// `infra`; too little history is inconclusive; one bundle is one history row.
+final class RegressionTests: XCTestCase {
+    static let yaml = """
+    name: nightly
+    duration: 40s
+    warmup: 5s
+    nodes: {count: 24, prefix: n, grid: {columns: 6, spacing: 1m}}
+    sensor: {advertInterval: 1s}
+    radio: {kind: sim, crowding: on}
+    thresholds: {regressionTolerancePct: 2}
+    """
+
+    func night(_ plan: Plan, seed: UInt64, in dir: URL, pause: Bool = false) throws -> AnalysisResult {
+        let bundle = dir.appendingPathComponent("night-\(seed)\(pause ? "-paused" : "")")
+        var p = plan
+        if pause { p.nodes[0].power = [PowerInterval(off: 10, on: 20)] }
+        _ = try Simulation(plan: p, planText: Self.yaml, seed: seed, output: bundle, threads: 1).run()
+        if pause {
+            // What a lab's manifest says of an agent paused for 10 s of 40: a gap of its node.
+            let url = bundle.appendingPathComponent("manifest.json")
+            var m = try JSONSerialization.jsonObject(with: Data(contentsOf: url)) as! [String: Any]
+            var nodes = m["nodes"] as! [[String: Any]]
+            nodes[0]["gaps"] = [["from": "2026-01-01T00:00:10Z", "to": "2026-01-01T00:00:20Z", "reason": "agent paused"]]
+            m["nodes"] = nodes
+            try JSONSerialization.data(withJSONObject: m).write(to: url)
+        }
+        return try Analyser.analyse(bundle).result
+    }
+
+    func testTwentyNightsOfNoiseFlagAtMostOneAndAPausedNodeIsInfra() throws {
+        let tmp = TestPaths.temp("nights")
+        defer { try? FileManager.default.removeItem(at: tmp) }
+        let plan = try Plan.parse(yaml: Self.yaml)
+        let store = try HistoryStore(url: tmp.appendingPathComponent("history.sqlite"))
+        var flagged = [UInt64](), judged = 0, inconclusive = 0
+        for seed in UInt64(1)...20 {
+            let r = try night(plan, seed: seed, in: tmp)
+            try store.record(r, reportPath: "")
+            let history = try store.baseline(like: r, last: 10).map { try store.summary(of: $0) }
+            let j = Regression.judge(current: r, history: history, tolerancePct: 2)
+            switch j.verdict {
+            case .regression: flagged.append(seed); judged += 1
+            case .none: judged += 1
+            case .inconclusive: inconclusive += 1; XCTAssertTrue(j.reasons[0].contains("at least 3"), j.reasons[0])
+            case .infra: XCTFail("no faults were made")
+            }
+        }
+        print("regress --baseline history: \(flagged.count) of \(judged) judged nights flagged (seeds \(flagged)); \(inconclusive) inconclusive for want of history")
+        XCTAssertEqual(inconclusive, 3, "the first three nights have fewer than 3 earlier runs")
+        XCTAssertLessThanOrEqual(flagged.count, 1)
+        let paused = try night(plan, seed: 21, in: tmp, pause: true)
+        let history = try store.baseline(like: paused, last: 10).map { try store.summary(of: $0) }
+        XCTAssertEqual(history.count, 10)
+        let j = Regression.judge(current: paused, history: history, tolerancePct: 2)
+        XCTAssertEqual(j.verdict, .infra)
+        XCTAssertTrue(j.reasons.contains { $0.contains("n1") && $0.contains("agent paused") }, "\(j.reasons)")
+        XCTAssertTrue(Regression.text(j).contains("infra:"))
+        // Recorded, a faulty run is never a baseline.
+        try store.record(paused, reportPath: "")
+        let next = try night(plan, seed: 22, in: tmp)
+        XCTAssertFalse(try store.baseline(like: next, last: 10).contains { $0.runId.contains("paused") })
+        // The same bundle recorded twice is one row.
+        let before = try store.runs(plan: "nightly").count
+        try store.record(next, reportPath: "")
+        try store.record(next, reportPath: "")
+        XCTAssertEqual(try store.runs(plan: "nightly").count, before + 1)
+    }
+
+    func testALargeDropBeyondTheNoiseIsARegression() throws {
+        let tmp = TestPaths.temp("drop")
+        defer { try? FileManager.default.removeItem(at: tmp) }
+        let plan = try Plan.parse(yaml: Self.yaml)
+        let history = try (UInt64(1)...5).map { try night(plan, seed: $0, in: tmp) }
+        var worse = plan
+        worse.radio.reportLoss = 0.8
+        let bundle = tmp.appendingPathComponent("worse")
+        _ = try Simulation(plan: worse, planText: "", seed: 9, output: bundle, threads: 1).run()
+        let j = Regression.judge(current: try Analyser.analyse(bundle).result, history: history, tolerancePct: 2)
+        XCTAssertEqual(j.verdict, .regression, Regression.text(j))
+        XCTAssertTrue(j.findings.contains { $0.metric == "samplesPerPairMinute" && $0.regressed }, Regression.text(j))
+    }
+}

@@ -1,0 +1,79 @@
+import XCTest
+@testable import LabPlan
+
+final class StudyPlanTests: XCTestCase {
+    let base = """
+    name: adv
+    duration: 1m
+    nodes: {count: 6, prefix: n}
+    sensor: {advertInterval: 250ms}
+    radio: {kind: sim, crowding: on}
+
+    """
+
+    func testAStudyExpandsIntoSeededInterleavedBlocks() throws {
+        let yaml = base + """
+        study:
+          factors:
+            - {path: sensor.advertInterval, levels: [100ms, 1s]}
+          repeats: 4
+          margins: {detectionPct: 2, timeToFirstDetection: 15%}
+        """
+        let plan = try Plan.parse(yaml: yaml)
+        XCTAssertEqual(plan.study?.factors.first?.levels, ["100ms", "1s"])
+        XCTAssertEqual(plan.study?.margins["timeToFirstDetection"], "15%")
+        let (_, runs) = try Plan.expandStudy(yaml: yaml)
+        XCTAssertEqual(runs.count, 8)
+        for block in 0..<4 {
+            XCTAssertEqual(Set(runs.filter { $0.block == block }.map(\.level)), ["100ms", "1s"], "every block runs every level once")
+        }
+        XCTAssertEqual(Set(runs.map(\.seed)).count, 8, "each run its own seed")
+        for r in runs {
+            XCTAssertEqual(r.plan.sensor.advertInterval, r.level == "100ms" ? 0.1 : 1)
+            XCTAssertNil(r.plan.study)
+            XCTAssertEqual(r.plan.radio.crowding, CrowdingSettings(), "the rest of the plan is kept")
+        }
+        XCTAssertEqual(try Plan.expandStudy(yaml: yaml).runs, runs, "the same seed gives the same order")
+        let reseeded = try Plan.expandStudy(yaml: yaml, seed: 99).runs
+        XCTAssertNotEqual(reseeded.map(\.seed), runs.map(\.seed))
+        // Over many seeds both orders of a block occur (randomised, not alternating by rule).
+        let firsts = Set((0..<20).map { try! Plan.expandStudy(yaml: yaml, seed: UInt64($0)).runs[0].level })
+        XCTAssertEqual(firsts, ["100ms", "1s"])
+    }
+
+    func testBadStudiesAreRefusedWithTheirPath() {
+        func problems(_ study: String) -> [String] {
+            do { _ = try Plan.expandStudy(yaml: base + study); return [] } catch { return error.problems.map(\.description) }
+        }
+        XCTAssertTrue(problems("study: {factors: [{path: name, levels: [a, b]}]}").contains { $0.hasPrefix("study.factors[0].path") })
+        XCTAssertTrue(problems("study: {factors: [{path: sensor.advertInterval, levels: [100ms]}]}").contains { $0.hasPrefix("study.factors[0].levels") })
+        XCTAssertTrue(problems("study: {factors: [{path: sensor.advertInterval, levels: [100ms, 100]}]}").contains { $0.contains("advertInterval") && $0.contains("no unit") })
+        XCTAssertTrue(problems("study: {factors: [{path: sensor.advertInterval, levels: [100ms, 1s]}], repeats: 0}").contains { $0.hasPrefix("study.repeats") })
+        XCTAssertTrue(problems("study: {factors: [{path: sensor.advertInterval, levels: [100ms, 1s]}], margins: {speed: 1}}").contains { $0.hasPrefix("study.margins.speed") })
+        XCTAssertTrue(problems("study: {factors: [{path: sensor.advertInterval, levels: [100ms, 1s]}], margins: {longestGap: lots}}").contains { $0.hasPrefix("study.margins.longestGap") })
+        XCTAssertTrue(problems("study: {factors: [{path: \"sensor.advertInterval\", levels: [\"1s\\u001b[2J\", 2s]}]}").contains { $0.contains("control characters") })
+    }
+
+    func testNodeGroupsCarryTheirOwnSensorSettings() throws {
+        let plan = try Plan.parse(yaml: base + """
+        groups:
+          - {name: fast, set: {sensor.advertInterval: 100ms}}
+          - {name: slow, set: {sensor.advertInterval: 1s, sensor.scan.on: 2s}}
+        """)
+        XCTAssertEqual(plan.groups?.map(\.name), ["fast", "slow"])
+        XCTAssertEqual(plan.nodes.map(\.group), ["fast", "slow", "fast", "slow", "fast", "slow"], "dealt in turn")
+        XCTAssertEqual(plan.nodes[0].sensor?.advertInterval, 0.1)
+        XCTAssertEqual(plan.nodes[1].sensor?.advertInterval, 1)
+        XCTAssertEqual(plan.nodes[1].sensor?.scanOn, 2)
+        XCTAssertEqual(plan.nodes[0].sensor?.scanOn, 4, "unset paths keep the plan's settings")
+        let assignment = NodeAssignment(runId: "r", plan: plan, node: plan.nodes[1])
+        XCTAssertEqual(assignment.sensor.advertInterval, 1, "a node runs its group's settings")
+        func problems(_ groups: String) -> [String] {
+            do { _ = try Plan.parse(yaml: base + groups); return [] } catch { return error.problems.map(\.description) }
+        }
+        XCTAssertTrue(problems("groups: [{name: a, set: {radio.shadowing: 2}}, {name: b}]").contains { $0.hasPrefix("groups[0].set") && $0.contains("sensor settings only") })
+        XCTAssertTrue(problems("groups: [{name: a, set: {sensor.advertInterval: 5ms}}, {name: b}]").contains { $0.hasPrefix("groups[0].set") })
+        XCTAssertTrue(problems("groups: [{name: a, nodes: [n1, n2, n3]}, {name: b, nodes: [n4, n5]}]").contains { $0.contains("n6 is in no group") })
+        XCTAssertTrue(problems("groups: [{name: a}]").contains { $0.hasPrefix("groups") })
+    }
+}
