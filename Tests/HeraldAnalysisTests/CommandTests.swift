@@ -68,7 +68,7 @@ final class CommandTests: XCTestCase {
         XCTAssertTrue(out.contains("factor: sensor.scanOn × variant"), out)
         XCTAssertFalse(out.contains("advertInterval"), "only the settings that differ are named: \(out)")
         XCTAssertFalse(out.contains("\u{1b}"), "labels are printed escaped")
-        XCTAssertTrue(out.contains("slow-scan\\u{1b}[2J"), out)
+        XCTAssertTrue(out.contains("slow-scan\\x1B[2J"), out)
         XCTAssertTrue(out.contains("difference [95 %]"), out)
         XCTAssertTrue(out.contains("check: every arm got its devices"), out)
         let object = try JSONSerialization.jsonObject(with: Data(contentsOf: json)) as! [String: Any]

@@ -103,7 +103,7 @@ final class StatisticsTests: XCTestCase {
     }
 
     func testPrintedLabelsEscapeControlCharacters() {
-        XCTAssertEqual(Format.label("a\u{1b}[31mb\nc"), "a\\u{1b}[31mb\\u{a}c")
+        XCTAssertEqual(Format.label("a\u{1b}[31mb\nc"), "a\\x1B[31mb\\x0Ac")
         XCTAssertEqual(Format.label("100ms"), "100ms")
     }
 
