@@ -35,12 +35,22 @@ struct ServiceOptions: ParsableArguments {
     @Option(name: .customLong("scrape-token-file"), help: "File holding the scrape credential, which reads GET /metrics and nothing else (default: scrape.token in the credentials folder, if there is one).")
     var scrapeTokenFile: String?
 
-    /// The scrape credential, if any (--scrape-token-file, else the credentials folder's scrape.token).
-    func scrapeToken(_ folder: CredentialsFolder?) throws -> String? {
-        do { return try LabToken.load(file: scrapeTokenFile) ?? folder?.secret("scrape.token") } catch {
+    /// The scrape credential, if any: --scrape-token-file, else the credentials folder's
+    /// scrape.token; never $HERALDLAB_TOKEN (the lab's shared token), and never equal to
+    /// `others` (the operator's or the lab's credential, which it would otherwise shadow).
+    func scrapeToken(_ folder: CredentialsFolder?, others: [String?]) throws -> String? {
+        let token: String?
+        do {
+            if let scrapeTokenFile { token = try LabToken.load(file: scrapeTokenFile) } else { token = try folder?.secret("scrape.token") }
+        } catch {
             log("\(error)")
             throw ExitCode(2)
         }
+        if let token, others.contains(token) {
+            log("the scrape credential is the same as the operator's or the lab's token: give the scrape credential a token of its own (herald-lab ca init writes scrape.token)")
+            throw ExitCode(2)
+        }
+        return token
     }
 
     /// The credentials folder, if any; its lab CA is trusted for every connection this process
@@ -223,7 +233,7 @@ struct AgentCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
         config.token = try service.token(hasOther: config.credential != nil)
-        config.scrapeToken = try service.scrapeToken(folder)
+        config.scrapeToken = try service.scrapeToken(folder, others: [config.token, config.credential?.token, config.credential?.coordinatorToken])
         config.tls = tls
         config.insecure = service.insecure
         if let coordinator {
@@ -303,7 +313,7 @@ struct CoordinatorCommand: AsyncParsableCommand {
         config.tls = tls
         do { config.airKey = try folder?.secret("air.key").map { Data($0.utf8) } } catch { log("\(error)"); throw ExitCode(2) }
         config.token = try service.token(fallback: { try folder?.secret("operator.token") })
-        config.scrapeToken = try service.scrapeToken(folder)
+        config.scrapeToken = try service.scrapeToken(folder, others: [config.token])
         config.insecure = service.insecure
         config.inventory = inventory.map { URL(fileURLWithPath: $0) }
         config.gatherPatience = gatherPatience

@@ -68,6 +68,22 @@ final class MetricsScrapeTests: XCTestCase {
         return (p.terminationStatus == 0, said)
     }
 
+    /// The lab token from $HERALDLAB_TOKEN stays the operator's: the scrape credential comes only
+    /// from --scrape-token-file or scrape.token, and one equal to another credential is refused.
+    func testTheScrapeCredentialNeverShadowsTheOperators() throws {
+        guard FileManager.default.isExecutableFile(atPath: LabProcesses.binary.path) else { throw XCTSkip("build herald-lab first") }
+        let lab = try LabProcesses()
+        self.lab = lab
+        setenv("HERALDLAB_TOKEN", lab.token, 1)
+        defer { unsetenv("HERALDLAB_TOKEN") }
+        try lab.start("coordinator", ["coordinator", "--results", lab.results.path])
+        XCTAssertEqual(get("\(lab.coordinatorURL)/v1/runs", token: lab.token).0, 200, "the lab token is the operator's")
+        XCTAssertEqual(get("\(lab.coordinatorURL)/metrics", token: lab.token).0, 200)
+        let (code, said) = try lab.cli(["coordinator", "--token-file", lab.tokenFile.path, "--scrape-token-file", lab.tokenFile.path, "--results", lab.results.path])
+        XCTAssertEqual(code, 2, said)
+        XCTAssertTrue(said.contains("the scrape credential is the same as the operator's or the lab's token"), said)
+    }
+
     func testPrometheusScrapesTheLabDuringARunAndPromQLGivesItsFigures() throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/prometheus"), FileManager.default.isExecutableFile(atPath: "/usr/bin/promtool") else {
             return XCTFail("Debian's prometheus package is needed (make deps installs it)")
