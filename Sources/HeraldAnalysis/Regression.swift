@@ -147,6 +147,8 @@ public enum Regression {
         var ps = [Double]()
         for m in Metric.allCases {
             var f = Finding(metric: m.rawValue, label: m.label, baseline: value(baseline, m), current: value(current, m), regressed: false)
+            // A run with infrastructure faults is not judged: its figures are shown, not weighed.
+            if !infra.isEmpty { f.note = "not judged (infrastructure faults)"; findings.append(f); ps.append(1); continue }
             if let d = bootstrap.difference(baseline: [RunMetrics.units(baseline, m)], level: [RunMetrics.units(current, m)], pooling: m.pooling, scale: RunMetrics.scale(m), stream: m.rawValue) {
                 f.delta = d.delta
                 f.tolerance = tolerance(m, baseline: f.baseline ?? 0, tolerancePct: tolerancePct)

@@ -251,6 +251,16 @@ public struct ClusterBootstrap: Sendable {
         self.seed = seed
     }
 
+    /// Unit visits one bootstrap may make (resamples x units): a run of 150 devices has 22,350
+    /// ordered pairs, and 2,000 resamples of each of 10 metrics would take minutes. Up to 2,500
+    /// units (50 devices) every resample is drawn; beyond, fewer, never under 400 (docs/STATISTICS.md).
+    public static let unitBudget = 5_000_000
+
+    /// The resamples to draw over `units` units: `resamples`, or fewer within `unitBudget`.
+    public func resamples(over units: Int) -> Int {
+        min(resamples, max(400, Self.unitBudget / max(1, units)))
+    }
+
     /// An arm: its runs, each a list of units.
     public typealias Arm = [[StatUnit]]
 
@@ -374,8 +384,9 @@ public struct ClusterBootstrap: Sendable {
         var counts = [Int](repeating: 0, count: prepared.deviceCount)
         var weights = [Double](repeating: 0, count: prepared.hits.count)
         var reps = [Double]()
-        reps.reserveCapacity(resamples)
-        for _ in 0..<resamples {
+        let draws = resamples(over: prepared.hits.count)
+        reps.reserveCapacity(draws)
+        for _ in 0..<draws {
             prepared.draw(&g, counts: &counts, weights: &weights)
             if let v = prepared.statistic(pooling, weights: weights, scale: scale) { reps.append(v) }
         }
@@ -406,8 +417,9 @@ public struct ClusterBootstrap: Sendable {
         var ca = [Int](repeating: 0, count: pa.deviceCount), cb = [Int](repeating: 0, count: pb.deviceCount)
         var wa = [Double](repeating: 0, count: pa.hits.count), wb = [Double](repeating: 0, count: pb.hits.count)
         var reps = [Double](), repsA = [Double](), repsB = [Double]()
-        reps.reserveCapacity(resamples)
-        for _ in 0..<resamples {
+        let draws = resamples(over: pa.hits.count + pb.hits.count)
+        reps.reserveCapacity(draws)
+        for _ in 0..<draws {
             pa.draw(&g, counts: &ca, weights: &wa)
             pb.draw(&g, counts: &cb, weights: &wb)
             if let ra = pa.statistic(pooling, weights: wa, scale: scale), let rb = pb.statistic(pooling, weights: wb, scale: scale) {

@@ -209,6 +209,17 @@ struct HistoryCommand: ParsableCommand {
     @Option(help: "Results folder holding history.sqlite (default: $HERALDLAB_RESULTS or results).")
     var results: String?
 
+    @Flag(help: "Print the runs as JSON (recordedAt, runId, plan, variant, devices, headline figures, passed, report and bundle paths).")
+    var json = false
+
+    /// One history row for --json: the figures and where they came from, not the stored summary.
+    struct Row: Encodable {
+        var recordedAt, runId, plan, variant, path, reportPath: String
+        var devices: Int
+        var detectionPct, continuityPct, heraldContinuityPct, longevity: Double
+        var passed: Bool
+    }
+
     func run() throws {
         let dir = URL(fileURLWithPath: results ?? ProcessInfo.processInfo.environment["HERALDLAB_RESULTS"] ?? "results")
         let runs: [HistoryStore.Run]
@@ -216,7 +227,16 @@ struct HistoryCommand: ParsableCommand {
             log("herald-lab history: \(error)")
             throw ExitCode(2)
         }
-        guard !runs.isEmpty else { print("no runs recorded\(plan.map { " for plan \($0)" } ?? "") in \(dir.path)/history.sqlite"); return }
+        if json {
+            let rows = runs.map { Row(recordedAt: $0.recordedAt, runId: $0.runId, plan: $0.plan, variant: $0.variant, path: $0.path, reportPath: $0.reportPath,
+                                      devices: $0.devices, detectionPct: $0.detectionPct, continuityPct: $0.continuityPct,
+                                      heraldContinuityPct: $0.heraldContinuityPct, longevity: $0.longevity, passed: $0.passed) }
+            let e = JSONEncoder()
+            e.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            print(String(decoding: try e.encode(rows), as: UTF8.self))
+            return
+        }
+        guard !runs.isEmpty else { print("no runs recorded\(plan.map { " for plan \(Format.label($0))" } ?? "") in \(Format.label(dir.path))/history.sqlite"); return }
         func arrow(_ a: Double?, _ b: Double) -> String {
             guard let a else { return " " }
             return b > a + 1e-9 ? "↑" : (b < a - 1e-9 ? "↓" : "=")
@@ -226,7 +246,7 @@ struct HistoryCommand: ParsableCommand {
         for r in runs {
             let p = prev.flatMap { $0.plan == r.plan ? $0 : nil }
             print(String(format: "%@  %@  %@  %8.2f %@   %9.4f %@   %9.4f %@   %7.4f    %@",
-                         r.recordedAt, r.plan.padding(toLength: 14, withPad: " ", startingAt: 0), r.runId.padding(toLength: 27, withPad: " ", startingAt: 0),
+                         Format.label(r.recordedAt), Format.label(r.plan).padding(toLength: 14, withPad: " ", startingAt: 0), Format.label(r.runId).padding(toLength: 27, withPad: " ", startingAt: 0),
                          r.detectionPct, arrow(p?.detectionPct, r.detectionPct), r.continuityPct, arrow(p?.continuityPct, r.continuityPct),
                          r.heraldContinuityPct, arrow(p?.heraldContinuityPct, r.heraldContinuityPct), r.longevity, r.passed ? "pass" : "FAIL"))
             prev = r

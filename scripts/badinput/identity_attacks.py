@@ -189,7 +189,7 @@ def run(binary, seed, sandbox):
         op = lab.secret("operator.token")
         lab.start("air", ["air", "--credentials", lab.cred])
         lab.start("coordinator", ["coordinator", "--credentials", lab.cred, "--results", os.path.join(root, "results"),
-                                  "--air", f"127.0.0.1:{lab.procs['air'].port}", "--gather-patience", "20"])
+                                  "--air", f"127.0.0.1:{lab.procs['air'].port}", "--gather-patience", "20s"])
         for a in ["a1", "a2"]:
             lab.enrol(a)
             lab.start(a, ["agent", "--name", a, "--credentials", os.path.join(root, f"{a}-cred"), "--data", os.path.join(root, f"{a}-data"),
