@@ -61,6 +61,43 @@ final class CalibrationTests: XCTestCase {
         XCTAssertLessThan(detection.max() ?? 100, 90)
     }
 
+    /// An A/A study of separate runs (two levels that differ only in their variant label),
+    /// crowded and not saturated, one run a level (seconds of debug time per seed: the
+    /// known-effect check below has two). With fewer than 3 runs a level devices are drawn
+    /// run by run, so this checks that run-to-run noise does not then pass for an effect.
+    func testAnAAStudyOfSeparateRunsCallsNothingInAtLeast95PercentOfSeeds() throws {
+        let base = try Self.plan("  - {name: x}\n  - {name: y}")
+        var a = base, b = base
+        a.groups = nil
+        b.groups = nil
+        for i in a.nodes.indices { a.nodes[i].group = nil; a.nodes[i].sensor = nil; b.nodes[i].group = nil; b.nodes[i].sensor = nil }
+        a.variant = "A"
+        b.variant = "A2"
+        let tmp = TestPaths.temp("calibration-aa-runs")
+        defer { try? FileManager.default.removeItem(at: tmp) }
+        var falseCalls = 0
+        var perMetric = [String: Int]()
+        for seed in Self.seeds {
+            var results = [AnalysisResult]()
+            for (k, p) in [a, b].enumerated() {
+                let bundle = tmp.appendingPathComponent("s\(seed)-\(k)")
+                _ = try Simulation(plan: p, planText: "", seed: seed * 2 + UInt64(k), output: bundle, threads: 1).run()
+                results.append(try Analyser.analyse(bundle).result)
+                try? FileManager.default.removeItem(at: bundle)
+            }
+            guard case .success(var design) = Comparison.design(results) else { XCTFail("no design"); return }
+            design.resamples = 500
+            design.seed = seed
+            let o = Comparison.compare(design)
+            XCTAssertEqual(o.factor, "variant")
+            let called = o.effects.filter { $0.verdict == .better || $0.verdict == .worse }
+            if !called.isEmpty { falseCalls += 1 }
+            for e in called { perMetric[e.metric, default: 0] += 1 }
+        }
+        print("calibration A/A study, separate runs: \(falseCalls) of \(Self.seeds.count) seeds called a metric better or worse \(perMetric.sorted { $0.key < $1.key })")
+        XCTAssertLessThanOrEqual(falseCalls, 2, "\(perMetric)")
+    }
+
     /// The worked study's effect at a smaller scale: 16 nodes for 15 s, two runs of each level
     /// per seed in blocks A,B / B,A (separate runs, as a study runs them). The crowding model is off here: with it,
     /// reads are the bottleneck and a 15-s run detects too few pairs to time their first
