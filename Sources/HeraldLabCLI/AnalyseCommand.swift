@@ -44,6 +44,9 @@ struct AnalyseCommand: ParsableCommand {
     @Flag(help: "Do not record the run in the history database.")
     var noHistory = false
 
+    @Flag(help: "Print summary.json (the verdict, its checks and every figure) instead of the text summary; the exit code is the same.")
+    var json = false
+
     @Flag(help: "Print how long each step took.")
     var timings = false
 
@@ -93,6 +96,14 @@ struct AnalyseCommand: ParsableCommand {
             } catch {
                 log("warning: run not recorded in history (\(error)); the report is complete")
             }
+        }
+        if json {
+            do { FileHandle.standardOutput.write(try ReportWriter.summaryJSON(report.result)); print("") } catch {
+                log("herald-lab analyse: cannot encode summary.json: \(error)")
+                throw ExitCode(2)
+            }
+            if !report.result.passed { throw ExitCode(1) }
+            return
         }
         print(Summary.text(report.result, mode: mode))
         if metrics { print(RunMetrics.table(RunMetrics.compute(report.result))) }
