@@ -70,6 +70,48 @@ public final class Connection: @unchecked Sendable {
         return c
     }
 
+    /// Whether a server handshake begun with `acceptingTLS` is still to finish (`handshake`).
+    public var isHandshaking: Bool { tlsLock.withLock { handshaking } }
+    private var handshaking = false
+
+    /// Starts a server TLS session on an accepted socket without waiting for the handshake:
+    /// `handshake(waiting:)` moves it on, a little at a time, so that a peer that sends its
+    /// handshake slowly holds no thread between the steps. When it throws, the socket is still
+    /// the caller's to close.
+    public static func acceptingTLS(fd: Int32, name: String, tls: TLSContext) throws -> Connection {
+        let c = Connection(fd: fd, name: name)
+        var err = [CChar](repeating: 0, count: 512)
+        guard let session = ctls_accept_begin(tls.raw, fd, &err, err.count) else {
+            c.lock.withLock { c.closed = true } // the caller closes the descriptor
+            throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
+        }
+        c.tls = session
+        c.isTLS = true
+        c.handshaking = true
+        return c
+    }
+
+    /// Moves a handshake begun with `acceptingTLS` on, waiting at most `seconds` for the peer's
+    /// bytes: true once it is done, false when the peer sent nothing more in that time (call
+    /// again once the socket is readable). Throws when the handshake fails.
+    public func handshake(waiting seconds: Double) throws -> Bool {
+        setTimeouts(seconds: seconds)
+        var err = [CChar](repeating: 0, count: 512)
+        tlsLock.lock()
+        defer { tlsLock.unlock() }
+        guard handshaking else { return true }
+        guard let session = tls else { throw NetError(.closed, "\(name): the connection was closed") }
+        switch ctls_handshake(session, &err, err.count) {
+        case 1:
+            handshaking = false
+            return true
+        case Int32(CTLS_WANT_READ), Int32(CTLS_WANT_WRITE):
+            return false
+        default:
+            throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
+        }
+    }
+
     /// Bytes already received and decrypted, waiting to be read (TLS; 0 for a plain socket):
     /// a reader that waits for the socket to become readable must read these first.
     public var pendingBytes: Int {
@@ -124,9 +166,16 @@ public final class Connection: @unchecked Sendable {
         }
     }
 
+    /// A closed connection's descriptor number may already belong to another socket: nothing is
+    /// read from or written to it.
+    private func ensureOpen() throws {
+        if lock.withLock({ closed }) { throw NetError(.closed, "\(name): the connection was closed") }
+    }
+
     /// Reads at most `buffer.count` bytes; 0 at the end of the stream.
     public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
+        try ensureOpen()
         if isTLS {
             let len = Int32(clamping: buffer.count)
             return try tlsIO(doing: "waiting for data") { ctls_read($0, base, len, $1, $2) }
@@ -151,6 +200,7 @@ public final class Connection: @unchecked Sendable {
     /// Writes every byte.
     public func write(_ bytes: UnsafeRawBufferPointer) throws {
         guard let base = bytes.baseAddress else { return }
+        try ensureOpen()
         var off = 0
         if isTLS {
             while off < bytes.count {
