@@ -8,7 +8,9 @@ file). Then, as a stranger would:
 - HTTP (each coordinator and each agent): connections that send 200 pipelined `GET /health` and
   close without reading a byte, half with a FIN, half with a reset (SO_LINGER 0);
 - the air (TLS and plain): junk senders that send garbage lines and hellos without a token, then
-  vanish with a reset.
+  vanish with a reset;
+- then, on each TLS coordinator and agent, 80 strangers (more than the 64 workers) that send the
+  first bytes of a ClientHello and no more: a real TLS client must still be answered within 2 s.
 
 Each service's CPU time is read from /proc/PID/stat (utime + stime, in clock ticks) over 10 s of
 quiet before the attack and 10 s after it (once it has had 2 s to settle), together with the
@@ -128,6 +130,28 @@ def air_junk(port, tls_context, connections, counts, key):
             counts[key + " refused"] += 1
 
 
+def slow_handshakes(port, tls_context, count, counts, failures, name):
+    """`count` strangers (more than the 64 workers) send the first bytes of a TLS ClientHello and
+    no more; meanwhile a real TLS client must be answered within 2 s. Then they leave."""
+    held = []
+    try:
+        for _ in range(count):
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                s.sendall(b"\x16\x03\x01\x02\x00\x01")
+                held.append(s)
+            except OSError:
+                counts["handshake refused"] += 1
+        counts["slow handshakes"] += len(held)
+        time.sleep(0.5)
+        if not tls_health(port, tls_context):
+            counts["held"] += 1
+            failures.append(f"{name}: no answer within 2 s while {len(held)} strangers held TLS handshakes open")
+    finally:
+        for s in held:
+            leave(s, reset=False)
+
+
 def tls_health(port, tls_context, timeout=2.0):
     try:
         s = connect(port, tls_context)
@@ -222,6 +246,9 @@ def run(binary, sandbox, connections=20, out=print):
         time.sleep(SETTLE)
         after, most_after = window(services, WINDOW)
         for name, s in services.items():
+            if name.startswith("tls") and not name.endswith("air"):
+                slow_handshakes(s.port, tls, 80, counts, failures, name)
+        for name, s in services.items():
             if s.proc.poll() is not None:
                 counts["crash"] += 1
                 failures.append(f"{name} exited with {s.proc.returncode} (log: {s.log_path})")
@@ -252,13 +279,15 @@ def run(binary, sandbox, connections=20, out=print):
     for name in services:
         out(f"  {name:<18} CPU ticks in {WINDOW:.0f} s: {before.get(name)} before, {after.get(name)} after; "
             f"threads running at most {most_before.get(name, 0)} before, {most_after.get(name, 0)} after")
-    out(f"  spins {counts['spin']}, crashes {counts['crash']}, hangs {counts['hang']}, refused connections "
+    out(f"  {counts['slow handshakes']} strangers holding TLS handshakes open: answered while held "
+        f"{'no' if counts['held'] else 'yes'}")
+    out(f"  spins {counts['spin']}, crashes {counts['crash']}, hangs {counts['hang']}, held {counts['held']}, refused connections "
         f"{counts['http refused'] + counts['air refused']}")
     for f in failures[:20]:
         out("  " + f)
-    bad = counts["spin"] + counts["crash"] + counts["hang"]
+    bad = counts["spin"] + counts["crash"] + counts["hang"] + counts["held"]
     out("badinput spin: " + ("FAIL" if bad else "PASS"))
-    return {"bad": bad, "spin": counts["spin"], "crash": counts["crash"], "hang": counts["hang"]}
+    return {"bad": bad, "spin": counts["spin"], "crash": counts["crash"], "hang": counts["hang"], "held": counts["held"]}
 
 
 def main():
