@@ -118,6 +118,7 @@ ctls_conn *ctls_accept_begin(ctls_ctx *ctx, int fd, char *err, size_t errlen) {
     SSL *ssl = SSL_new(ctx->ssl_ctx);
     if (!ssl || SSL_set_fd(ssl, fd) != 1) { set_err(err, errlen, "cannot start TLS"); SSL_free(ssl); return NULL; }
     SSL_set_accept_state(ssl);
+    set_nonblocking(fd); /* each step waits in the caller's poll, for what is left of its slice */
     ctls_conn *c = calloc(1, sizeof *c);
     c->ssl = ssl;
     return c;

@@ -91,24 +91,31 @@ public final class Connection: @unchecked Sendable {
         return c
     }
 
-    /// Moves a handshake begun with `acceptingTLS` on, waiting at most `seconds` for the peer's
-    /// bytes: true once it is done, false when the peer sent nothing more in that time (call
-    /// again once the socket is readable). Throws when the handshake fails.
+    /// Moves a handshake begun with `acceptingTLS` on for at most `seconds` in all (the socket is
+    /// non-blocking and each wait is for what is left, so a peer trickling its bytes cannot
+    /// stretch it): true once it is done, false when the time is up (call again once the socket
+    /// is readable). Throws when the handshake fails.
     public func handshake(waiting seconds: Double) throws -> Bool {
-        setTimeouts(seconds: seconds)
+        let deadline = Date().addingTimeInterval(seconds)
         var err = [CChar](repeating: 0, count: 512)
-        tlsLock.lock()
-        defer { tlsLock.unlock() }
-        guard handshaking else { return true }
-        guard let session = tls else { throw NetError(.closed, "\(name): the connection was closed") }
-        switch ctls_handshake(session, &err, err.count) {
-        case 1:
-            handshaking = false
-            return true
-        case Int32(CTLS_WANT_READ), Int32(CTLS_WANT_WRITE):
-            return false
-        default:
-            throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
+        while true {
+            tlsLock.lock()
+            guard handshaking else { tlsLock.unlock(); return true }
+            guard let session = tls else { tlsLock.unlock(); throw NetError(.closed, "\(name): the connection was closed") }
+            let rc = ctls_handshake(session, &err, err.count)
+            if rc == 1 { handshaking = false }
+            tlsLock.unlock()
+            let events: Int16
+            switch rc {
+            case 1: return true
+            case Int32(CTLS_WANT_READ): events = Int16(POLLIN)
+            case Int32(CTLS_WANT_WRITE): events = Int16(POLLOUT)
+            default: throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
+            }
+            let left = deadline.timeIntervalSinceNow
+            guard left > 0 else { return false }
+            timeout = left
+            do { try wait(events, doing: "the TLS handshake") } catch let e as NetError where e.kind == .timeout { return false }
         }
     }
 

@@ -9,8 +9,9 @@ file). Then, as a stranger would:
   close without reading a byte, half with a FIN, half with a reset (SO_LINGER 0);
 - the air (TLS and plain): junk senders that send garbage lines and hellos without a token, then
   vanish with a reset;
-- then, on each TLS coordinator and agent, 80 strangers (more than the 64 workers) that send the
-  first bytes of a ClientHello and no more: a real TLS client must still be answered within 2 s.
+- then, on each TLS coordinator and agent, 80 strangers (more than the 64 workers) that start a
+  TLS record and send no more, and 80 that trickle it a byte every 40 ms: a real TLS client must
+  still be answered within 2 s.
 
 Each service's CPU time is read from /proc/PID/stat (utime + stime, in clock ticks) over 10 s of
 quiet before the attack and 10 s after it (once it has had 2 s to settle), together with the
@@ -28,6 +29,7 @@ import ssl
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 from hostile_http import REPO, Service, air_hello, http_health
@@ -131,11 +133,23 @@ def air_junk(port, tls_context, connections, counts, key):
 
 
 def slow_handshakes(port, tls_context, count, counts, failures, name):
-    """`count` strangers (more than the 64 workers) send the first bytes of a TLS ClientHello and
-    no more; meanwhile a real TLS client must be answered within 2 s. Then they leave."""
+    """2 x `count` strangers (`count` more than the 64 workers) start a TLS record of 512 bytes:
+    `count` send its first byte and no more, `count` trickle the rest a byte every 40 ms;
+    meanwhile a real TLS client must be answered within 2 s. Then they leave."""
     held = []
+    stop = threading.Event()
+
+    def trickle(sockets):
+        while not stop.is_set():
+            for s in sockets:
+                try:
+                    s.send(b"\x00")
+                except OSError:
+                    pass
+            stop.wait(0.04)
+
     try:
-        for _ in range(count):
+        for _ in range(2 * count):
             try:
                 s = socket.create_connection(("127.0.0.1", port), timeout=5)
                 s.sendall(b"\x16\x03\x01\x02\x00\x01")
@@ -143,11 +157,14 @@ def slow_handshakes(port, tls_context, count, counts, failures, name):
             except OSError:
                 counts["handshake refused"] += 1
         counts["slow handshakes"] += len(held)
+        t = threading.Thread(target=trickle, args=(held[::2],), daemon=True)
+        t.start()
         time.sleep(0.5)
         if not tls_health(port, tls_context):
             counts["held"] += 1
             failures.append(f"{name}: no answer within 2 s while {len(held)} strangers held TLS handshakes open")
     finally:
+        stop.set()
         for s in held:
             leave(s, reset=False)
 

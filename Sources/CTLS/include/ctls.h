@@ -22,9 +22,9 @@ ctls_conn *ctls_connect(ctls_ctx *ctx, int fd, const char *host, char *err, size
 /// A server session on an accepted socket whose handshake is made in steps (`ctls_handshake`),
 /// so that a peer sending its handshake slowly holds no thread.
 ctls_conn *ctls_accept_begin(ctls_ctx *ctx, int fd, char *err, size_t errlen);
-/// Moves a handshake begun with ctls_accept_begin on: 1 once done (the socket is then
-/// non-blocking), CTLS_WANT_READ / CTLS_WANT_WRITE when the socket had nothing more within its
-/// timeouts (call again later), CTLS_ERROR when it failed (the session is dead).
+/// The socket is made non-blocking at once. Moves a handshake begun with ctls_accept_begin on:
+/// 1 once done, CTLS_WANT_READ / CTLS_WANT_WRITE when the socket has nothing more now (wait
+/// for it and call again), CTLS_ERROR when it failed (the session is dead).
 int ctls_handshake(ctls_conn *c, char *err, size_t errlen);
 
 /// Result codes of ctls_read / ctls_write when no bytes moved.
