@@ -103,17 +103,6 @@ static void handshake_err(SSL *ssl, int rc, const char *what, char *err, size_t 
     set_err(err, errlen, line);
 }
 
-ctls_conn *ctls_accept(ctls_ctx *ctx, int fd, char *err, size_t errlen) {
-    SSL *ssl = SSL_new(ctx->ssl_ctx);
-    if (!ssl || SSL_set_fd(ssl, fd) != 1) { set_err(err, errlen, "cannot start TLS"); SSL_free(ssl); return NULL; }
-    int rc = SSL_accept(ssl);
-    if (rc != 1) { handshake_err(ssl, rc, "TLS handshake", err, errlen); SSL_free(ssl); return NULL; }
-    set_nonblocking(fd);
-    ctls_conn *c = calloc(1, sizeof *c);
-    c->ssl = ssl;
-    return c;
-}
-
 ctls_conn *ctls_accept_begin(ctls_ctx *ctx, int fd, char *err, size_t errlen) {
     SSL *ssl = SSL_new(ctx->ssl_ctx);
     if (!ssl || SSL_set_fd(ssl, fd) != 1) { set_err(err, errlen, "cannot start TLS"); SSL_free(ssl); return NULL; }

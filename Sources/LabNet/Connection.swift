@@ -53,21 +53,28 @@ public final class Connection: @unchecked Sendable {
         return c
     }
 
-    /// Takes an accepted socket; with `tls`, handshakes as the server, bounded by `timeout`. When
-    /// it throws, the socket is still the caller's to close.
+    /// Takes an accepted socket; with `tls`, handshakes as the server, bounded by `timeout` in
+    /// all. When it throws, the socket is still the caller's to close.
     public static func accepted(fd: Int32, name: String, tls: TLSContext?, timeout: TimeInterval = 10) throws -> Connection {
-        let c = Connection(fd: fd, name: name)
-        if let tls {
-            c.setTimeouts(seconds: timeout)
-            var err = [CChar](repeating: 0, count: 512)
-            guard let session = ctls_accept(tls.raw, fd, &err, err.count) else {
-                c.lock.withLock { c.closed = true } // the caller closes the descriptor
-                throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
-            }
-            c.tls = session
-            c.isTLS = true
+        guard let tls else { return Connection(fd: fd, name: name) }
+        let c = try acceptingTLS(fd: fd, name: name, tls: tls)
+        c.setTimeouts(seconds: timeout)
+        do {
+            guard try c.handshake(waiting: timeout) else { throw NetError(.tls, "\(name): TLS handshake: timed out") }
+        } catch {
+            c.abandon()
+            throw error
         }
         return c
+    }
+
+    /// Frees the session and leaves the descriptor open (the caller closes it).
+    private func abandon() {
+        lock.withLock { closed = true }
+        tlsLock.withLock {
+            if let session = tls { ctls_free(session) }
+            tls = nil
+        }
     }
 
     /// Whether a server handshake begun with `acceptingTLS` is still to finish (`handshake`).
@@ -82,7 +89,7 @@ public final class Connection: @unchecked Sendable {
         let c = Connection(fd: fd, name: name)
         var err = [CChar](repeating: 0, count: 512)
         guard let session = ctls_accept_begin(tls.raw, fd, &err, err.count) else {
-            c.lock.withLock { c.closed = true } // the caller closes the descriptor
+            c.abandon()
             throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
         }
         c.tls = session

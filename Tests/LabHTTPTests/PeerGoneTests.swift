@@ -24,6 +24,16 @@ func makeTestTLS(in dir: URL) throws -> (server: TLSContext, client: TLSContext)
     return (try TLSContext(certificate: p("cert.pem"), key: p("key.pem")), try TLSContext(trusting: p("ca.pem")))
 }
 
+/// `GET /health` over TLS on a new connection: the start of the answer.
+func healthOverTLS(_ port: UInt16, _ client: TLSContext) throws -> String {
+    let c = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: client)
+    defer { c.close() }
+    try c.write(get("/health", extra: "Connection: close\r\n"))
+    var buf = [UInt8](repeating: 0, count: 4096)
+    let n = try c.read(into: &buf)
+    return String(decoding: buf[0..<n], as: UTF8.self)
+}
+
 /// A client that pipelines requests and closes without reading a byte (issue 19, item 2): the
 /// server must close the connection at its first failed write, drop the answers it still had
 /// to write, and use no CPU afterwards; its workers go back to idle.
@@ -117,12 +127,7 @@ final class PeerGoneTests: XCTestCase {
         let r = try RawClient(port: plainPort)
         r.send(get("/health", extra: "Connection: close\r\n"))
         XCTAssertEqual(r.answer()?.status, 200)
-        let c = try Connection.dial(host: "127.0.0.1", port: tlsPort, timeout: 10, tls: clientTLS)
-        try c.write(get("/health", extra: "Connection: close\r\n"))
-        var buf = [UInt8](repeating: 0, count: 4096)
-        let n = try c.read(into: &buf)
-        XCTAssertTrue(String(decoding: buf[0..<n], as: UTF8.self).hasPrefix("HTTP/1.1 200"))
-        c.close()
+        XCTAssertTrue(try healthOverTLS(tlsPort, clientTLS).hasPrefix("HTTP/1.1 200"))
     }
 }
 
@@ -150,11 +155,6 @@ extension PeerGoneTests {
             try await Task.sleep(nanoseconds: 20_000_000)
         }
         XCTAssertEqual(waiting(), strangers.count, "slow handshakes waiting in the loop, not on workers")
-        let c = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: clientTLS)
-        try c.write(get("/health", extra: "Connection: close\r\n"))
-        var buf = [UInt8](repeating: 0, count: 4096)
-        let n = try c.read(into: &buf)
-        XCTAssertTrue(String(decoding: buf[0..<n], as: UTF8.self).hasPrefix("HTTP/1.1 200"))
-        c.close()
+        XCTAssertTrue(try healthOverTLS(port, clientTLS).hasPrefix("HTTP/1.1 200"))
     }
 }
