@@ -123,6 +123,9 @@ public final class AirServer: @unchecked Sendable {
                 unattached.insert(id)
                 socket.startReading(onMessage: { [weak self] m in
                     self?.scheduler.execute { self?.received(m, connection: id, socket: socket) }
+                }, settle: { [weak self] in
+                    // What was read before the end is handled (and answered) before the close.
+                    self?.scheduler.sync {}
                 }, onClose: { [weak self] in
                     // Every connection's socket is closed when its reader ends, attached or not.
                     socket.close()

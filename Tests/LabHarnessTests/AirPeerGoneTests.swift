@@ -174,6 +174,37 @@ extension AirPeerGoneTests {
     }
 }
 
+extension AirPeerGoneTests {
+    /// A peer that sends a hello and ends its side at once still reads the air's answer: what
+    /// was read before the end is handled before the connection is closed (before, the reader
+    /// closed first and most refusals were dropped).
+    func testAnswersToWhatWasReadBeforeThePeerEndedAreSent() throws {
+        let air = AirServer(token: "secret", log: { _ in })
+        let port = try air.start(host: "127.0.0.1", port: 0)
+        defer { air.stop() }
+        for hello in [#"{"t":"hello","id":1,"node":"x"}"#, #"{"t":"hello","id":1,"node":"n1","token":"secret"}"#] {
+            var answered = 0
+            for _ in 0..<50 {
+                let fd = try Dialer.connect(host: "127.0.0.1", port: port, timeout: 5)
+                defer { close(fd) }
+                Sockets.setTimeouts(fd, seconds: 10)
+                let line = Array((hello + "\n").utf8)
+                XCTAssertEqual(line.withUnsafeBytes { send(fd, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }, line.count)
+                shutdown(fd, Int32(SHUT_WR))
+                var got = [UInt8]()
+                var buf = [UInt8](repeating: 0, count: 4096)
+                while true {
+                    let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
+                    if n <= 0 { break }
+                    got += buf[0..<n]
+                }
+                if String(decoding: got, as: UTF8.self).hasPrefix(#"{""#) { answered += 1 }
+            }
+            XCTAssertEqual(answered, 50, hello)
+        }
+    }
+}
+
 final class ConnectionBox: @unchecked Sendable {
     private let done = DispatchSemaphore(value: 0)
     private var result: Result<Connection, Error>?
