@@ -82,6 +82,11 @@ static void set_nonblocking(int fd) {
     if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
+static int dead_result(char *err, size_t errlen) {
+    if (err && errlen) snprintf(err, errlen, "the connection has failed before");
+    return CTLS_CLOSED;
+}
+
 static void handshake_err(SSL *ssl, int rc, const char *what, char *err, size_t errlen) {
     int e = SSL_get_error(ssl, rc);
     char line[512];
@@ -98,15 +103,30 @@ static void handshake_err(SSL *ssl, int rc, const char *what, char *err, size_t 
     set_err(err, errlen, line);
 }
 
-ctls_conn *ctls_accept(ctls_ctx *ctx, int fd, char *err, size_t errlen) {
+ctls_conn *ctls_accept_begin(ctls_ctx *ctx, int fd, char *err, size_t errlen) {
     SSL *ssl = SSL_new(ctx->ssl_ctx);
     if (!ssl || SSL_set_fd(ssl, fd) != 1) { set_err(err, errlen, "cannot start TLS"); SSL_free(ssl); return NULL; }
-    int rc = SSL_accept(ssl);
-    if (rc != 1) { handshake_err(ssl, rc, "TLS handshake", err, errlen); SSL_free(ssl); return NULL; }
-    set_nonblocking(fd);
+    SSL_set_accept_state(ssl);
+    set_nonblocking(fd); /* each step waits in the caller's poll, for what is left of its slice */
     ctls_conn *c = calloc(1, sizeof *c);
     c->ssl = ssl;
     return c;
+}
+
+int ctls_handshake(ctls_conn *c, char *err, size_t errlen) {
+    if (c->dead) return dead_result(err, errlen);
+    ERR_clear_error();
+    errno = 0;
+    int rc = SSL_do_handshake(c->ssl);
+    if (rc == 1) { set_nonblocking(SSL_get_fd(c->ssl)); return 1; }
+    int e = SSL_get_error(c->ssl, rc);
+    int saved = errno;
+    if (e == SSL_ERROR_WANT_READ) return CTLS_WANT_READ;
+    if (e == SSL_ERROR_WANT_WRITE) return CTLS_WANT_WRITE;
+    if (e == SSL_ERROR_SYSCALL && (saved == EAGAIN || saved == EWOULDBLOCK || saved == EINTR)) return CTLS_WANT_READ;
+    c->dead = 1;
+    handshake_err(c->ssl, rc, "TLS handshake", err, errlen);
+    return CTLS_ERROR;
 }
 
 ctls_conn *ctls_connect(ctls_ctx *ctx, int fd, const char *host, char *err, size_t errlen) {
@@ -172,11 +192,6 @@ static int io_result(ctls_conn *c, int rc, int writing, char *err, size_t errlen
     }
 }
 
-static int dead_result(char *err, size_t errlen) {
-    if (err && errlen) snprintf(err, errlen, "the connection has failed before");
-    return CTLS_CLOSED;
-}
-
 int ctls_read(ctls_conn *c, void *buf, int len, char *err, size_t errlen) {
     if (c->dead) return dead_result(err, errlen);
     ERR_clear_error();
@@ -200,7 +215,7 @@ void ctls_free(ctls_conn *c) {
     if (!c) return;
     /* No close_notify on a dead session (OpenSSL forbids SSL_shutdown after a fatal error, and
        the peer has gone anyway). */
-    if (!c->dead) SSL_shutdown(c->ssl);
+    if (!c->dead && SSL_is_init_finished(c->ssl)) SSL_shutdown(c->ssl);
     SSL_free(c->ssl);
     free(c);
 }

@@ -323,6 +323,16 @@ final class EventLoop: @unchecked Sendable {
         _ = due(deadline)
     }
 
+    /// The connections of `service` waiting in the loop (tests).
+    func parkedConnections(of service: HTTPService) -> [ServerConnection] {
+        lock.withLock {
+            parked.values.compactMap { p in
+                if case .idle(let c, _) = p, c.service === service { return c }
+                return nil
+            }
+        }
+    }
+
     /// Closes every idle and lingering connection of `service` (it is stopping).
     func closeParked(of service: HTTPService) {
         var closing = [() -> Void]()
@@ -379,8 +389,9 @@ final class EventLoop: @unchecked Sendable {
                 case .idle(let c, _):
                     parked[id] = nil
                     c.service.active[c.id] = c
-                    // A new request's head starts now; a head in pieces keeps its start.
-                    if c.input.available == 0 { c.headStarted = now }
+                    // A new request's head starts now; a head in pieces, or a TLS handshake,
+                    // keeps its start.
+                    if c.input.available == 0 && c.connection?.isHandshaking != true { c.headStarted = now }
                     dispatch.append(c)
                 case .linger(let fd, let owner, let service, var drained, let deadline):
                     var done = false

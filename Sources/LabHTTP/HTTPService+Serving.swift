@@ -37,9 +37,22 @@ extension HTTPService {
     func serve(_ c: ServerConnection) {
         let loop = EventLoop.shared
         if c.connection == nil {
-            // The TLS handshake, when there is one, is bounded by the header deadline.
-            Sockets.setTimeouts(c.fd, seconds: max(0.001, c.headStarted + limits.headerTimeout - monotonicNow()))
             do { c.connection = try wrapConnection(c) } catch {
+                log("\(name): connection from \(c.remote) failed: \(Self.escaped("\(error)"))")
+                loop.release(c)
+                return
+            }
+        }
+        if let connection = c.connection, connection.isHandshaking {
+            // The TLS handshake, a slice at a time within the header deadline: a peer that sends
+            // it slowly waits in the loop, holding no worker.
+            let deadline = c.headStarted + limits.headerTimeout
+            do {
+                if try !connection.handshake(waiting: max(0.001, min(Self.headSlice, deadline - monotonicNow()))) {
+                    if monotonicNow() < deadline { loop.park(c, deadline: deadline) } else { loop.release(c) }
+                    return
+                }
+            } catch {
                 log("\(name): connection from \(c.remote) failed: \(Self.escaped("\(error)"))")
                 loop.release(c)
                 return

@@ -164,7 +164,8 @@ public final class HTTPService: @unchecked Sendable {
 
     /// Starts listening on `host:port` (a name, an IPv4 or IPv6 literal, or a wildcard as
     /// `Listener` takes them; port 0: any free port); returns the bound port.
-    /// With `tls`, every connection is TLS (the handshake on a worker, within the header deadline).
+    /// With `tls`, every connection is TLS (the handshake on workers, 50 ms at a time, within the
+    /// header deadline).
     public func start(host: String = "127.0.0.1", port: UInt16, tls: TLSContext? = nil) async throws -> UInt16 {
         tlsLock.withLock { self.tls = tls }
         let fd: Int32, bound: UInt16
@@ -206,19 +207,16 @@ public final class HTTPService: @unchecked Sendable {
         }
     }
 
-    /// Wraps an accepted socket as the connection requests are read from and answered on: the
-    /// one place where a TLS handshake is to happen (on a worker, bounded by the header
-    /// deadline: the socket's timeouts are set before). On a throw the descriptor is still the
-    /// caller's to close.
     /// Whether connections are TLS (the event loop refuses those over the limit with an alert).
     var isTLS: Bool { tlsLock.withLock { tls != nil } }
 
-    private func wrap(fd: Int32, peer: String, timeout: Double) throws -> Connection {
-        try Connection.accepted(fd: fd, name: peer, tls: tlsLock.withLock { tls }, timeout: timeout)
-    }
-
+    /// Wraps an accepted socket as the connection requests are read from and answered on. Over
+    /// TLS the handshake is only begun here: `serve` moves it on a slice at a time and gives the
+    /// connection back to the loop between slices, within the header deadline. On a throw the
+    /// descriptor is still the caller's to close.
     func wrapConnection(_ c: ServerConnection) throws -> Connection {
-        try wrap(fd: c.fd, peer: c.remote, timeout: max(0.001, c.headStarted + limits.headerTimeout - monotonicNow()))
+        guard let tls = tlsLock.withLock({ tls }) else { return Connection(fd: c.fd, name: c.remote) }
+        return try Connection.acceptingTLS(fd: c.fd, name: c.remote, tls: tls)
     }
 
     // MARK: Routing and authentication

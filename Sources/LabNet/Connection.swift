@@ -53,21 +53,77 @@ public final class Connection: @unchecked Sendable {
         return c
     }
 
-    /// Takes an accepted socket; with `tls`, handshakes as the server, bounded by `timeout`. When
-    /// it throws, the socket is still the caller's to close.
+    /// Takes an accepted socket; with `tls`, handshakes as the server, bounded by `timeout` in
+    /// all. When it throws, the socket is still the caller's to close.
     public static func accepted(fd: Int32, name: String, tls: TLSContext?, timeout: TimeInterval = 10) throws -> Connection {
-        let c = Connection(fd: fd, name: name)
-        if let tls {
-            c.setTimeouts(seconds: timeout)
-            var err = [CChar](repeating: 0, count: 512)
-            guard let session = ctls_accept(tls.raw, fd, &err, err.count) else {
-                c.lock.withLock { c.closed = true } // the caller closes the descriptor
-                throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
-            }
-            c.tls = session
-            c.isTLS = true
+        guard let tls else { return Connection(fd: fd, name: name) }
+        let c = try acceptingTLS(fd: fd, name: name, tls: tls)
+        c.setTimeouts(seconds: timeout)
+        do {
+            guard try c.handshake(waiting: timeout) else { throw NetError(.tls, "\(name): TLS handshake: timed out") }
+        } catch {
+            c.abandon()
+            throw error
         }
         return c
+    }
+
+    /// Frees the session and leaves the descriptor open (the caller closes it).
+    private func abandon() {
+        lock.withLock { closed = true }
+        tlsLock.withLock {
+            if let session = tls { ctls_free(session) }
+            tls = nil
+        }
+    }
+
+    /// Whether a server handshake begun with `acceptingTLS` is still to finish (`handshake`).
+    public var isHandshaking: Bool { tlsLock.withLock { handshaking } }
+    private var handshaking = false
+
+    /// Starts a server TLS session on an accepted socket without waiting for the handshake:
+    /// `handshake(waiting:)` moves it on, a little at a time, so that a peer that sends its
+    /// handshake slowly holds no thread between the steps. When it throws, the socket is still
+    /// the caller's to close.
+    public static func acceptingTLS(fd: Int32, name: String, tls: TLSContext) throws -> Connection {
+        let c = Connection(fd: fd, name: name)
+        var err = [CChar](repeating: 0, count: 512)
+        guard let session = ctls_accept_begin(tls.raw, fd, &err, err.count) else {
+            c.abandon()
+            throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
+        }
+        c.tls = session
+        c.isTLS = true
+        c.handshaking = true
+        return c
+    }
+
+    /// Moves a handshake begun with `acceptingTLS` on for at most `seconds` in all (the socket is
+    /// non-blocking and each wait is for what is left, so a peer trickling its bytes cannot
+    /// stretch it): true once it is done, false when the time is up (call again once the socket
+    /// is readable). Throws when the handshake fails.
+    public func handshake(waiting seconds: Double) throws -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        var err = [CChar](repeating: 0, count: 512)
+        while true {
+            tlsLock.lock()
+            guard handshaking else { tlsLock.unlock(); return true }
+            guard let session = tls else { tlsLock.unlock(); throw NetError(.closed, "\(name): the connection was closed") }
+            let rc = ctls_handshake(session, &err, err.count)
+            if rc == 1 { handshaking = false }
+            tlsLock.unlock()
+            let events: Int16
+            switch rc {
+            case 1: return true
+            case Int32(CTLS_WANT_READ): events = Int16(POLLIN)
+            case Int32(CTLS_WANT_WRITE): events = Int16(POLLOUT)
+            default: throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
+            }
+            let left = deadline.timeIntervalSinceNow
+            guard left > 0 else { return false }
+            timeout = left
+            do { try wait(events, doing: "the TLS handshake") } catch let e as NetError where e.kind == .timeout { return false }
+        }
     }
 
     /// Bytes already received and decrypted, waiting to be read (TLS; 0 for a plain socket):
@@ -124,9 +180,16 @@ public final class Connection: @unchecked Sendable {
         }
     }
 
+    /// A closed connection's descriptor number may already belong to another socket: nothing is
+    /// read from or written to it.
+    private func ensureOpen() throws {
+        if lock.withLock({ closed }) { throw NetError(.closed, "\(name): the connection was closed") }
+    }
+
     /// Reads at most `buffer.count` bytes; 0 at the end of the stream.
     public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
+        try ensureOpen()
         if isTLS {
             let len = Int32(clamping: buffer.count)
             return try tlsIO(doing: "waiting for data") { ctls_read($0, base, len, $1, $2) }
@@ -151,6 +214,7 @@ public final class Connection: @unchecked Sendable {
     /// Writes every byte.
     public func write(_ bytes: UnsafeRawBufferPointer) throws {
         guard let base = bytes.baseAddress else { return }
+        try ensureOpen()
         var off = 0
         if isTLS {
             while off < bytes.count {

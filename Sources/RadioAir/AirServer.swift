@@ -18,6 +18,8 @@ public final class AirServer: @unchecked Sendable {
     private var medium: SimMedium?
     private var listenFD: Int32 = -1
     private var nodes: [Int: AttachedNode] = [:]   // by connection id, on the scheduler queue
+    /// Connections that have not attached (no admitted hello yet), on the scheduler queue.
+    private var unattached = Set<Int>()
     private var nextConnection = 0
     public let log: @Sendable (String) -> Void
 
@@ -48,6 +50,30 @@ public final class AirServer: @unchecked Sendable {
 
     private var ticks: ScheduledTask?
 
+    /// A connection must say hello within this many seconds, or it is closed: a stranger that
+    /// connects and says nothing holds no thread for long.
+    public var helloTimeout: TimeInterval = 10
+    /// At most this many connections at once that have not attached yet (their TLS handshake
+    /// or their hello still to come); beyond, a new one is closed at once. Attached nodes do
+    /// not count.
+    public var maxPending = 256
+    private var pending = 0
+    private let pendingLock = NSLock()
+
+    /// Takes a place among the pending connections, if there is one.
+    private func takePending() -> Bool {
+        pendingLock.withLock {
+            guard pending < maxPending else { return false }
+            pending += 1
+            return true
+        }
+    }
+
+    private func releasePending() { pendingLock.withLock { pending -= 1 } }
+
+    /// Connections not attached yet (tests).
+    var pendingCount: Int { pendingLock.withLock { pending } }
+
     /// Listens on `host:port` (a name, IPv4 or IPv6 literal, or a wildcard; port 0: any free port)
     /// and returns the bound port.
     /// With `tls`, nodes must speak TLS (the air's certificate, checked against the lab CA).
@@ -73,6 +99,8 @@ public final class AirServer: @unchecked Sendable {
     private func acceptLoop(_ fd: Int32, tls: TLSContext?) {
         while true {
             guard let c = Listener.accept(fd) else { return }
+            // Too many connections not attached yet: this one is closed at once.
+            guard takePending() else { Glibc.close(c); continue }
             // The TLS handshake on a thread of its own: a peer that never finishes it holds
             // nobody else up (the handshake is bounded by the socket's 10 s timeouts).
             let peer = Sockets.peerHost(c) ?? "?"
@@ -82,6 +110,7 @@ public final class AirServer: @unchecked Sendable {
                 do { connection = try Connection.accepted(fd: c, name: peer, tls: tls) } catch {
                     self.log("air: refused a connection from \(peer): \(error)")
                     Glibc.close(c)
+                    self.releasePending()
                     return
                 }
                 connection.setTimeouts(seconds: 30)
@@ -96,13 +125,21 @@ public final class AirServer: @unchecked Sendable {
             scheduler.execute { [self] in
                 nextConnection += 1
                 let id = nextConnection
+                unattached.insert(id)
                 socket.startReading(onMessage: { [weak self] m in
                     self?.scheduler.execute { self?.received(m, connection: id, socket: socket) }
+                }, settle: { [weak self] in
+                    // What was read before the end is handled (and answered) before the close.
+                    self?.scheduler.sync {}
                 }, onClose: { [weak self] in
                     // Every connection's socket is closed when its reader ends, attached or not.
                     socket.close()
                     self?.scheduler.execute { self?.closed(id) }
                 })
+                // No hello in time: closed (its reader then ends, and `closed` frees its place).
+                _ = scheduler.schedule(after: helloTimeout) { [weak self] in
+                    if self?.unattached.contains(id) == true { socket.close() }
+                }
             }
     }
 
@@ -162,6 +199,7 @@ public final class AirServer: @unchecked Sendable {
     static func escaped(_ text: String) -> String { OutsideText.escaped(text, limit: 200) }
 
     private func closed(_ id: Int) {
+        if unattached.remove(id) != nil { releasePending() }
         guard let node = nodes.removeValue(forKey: id) else { return }
         log("air: \(Self.escaped(node.name)) left")
         node.detach()
@@ -199,6 +237,7 @@ public final class AirServer: @unchecked Sendable {
                 n.detach()
                 n.socket.close()
             }
+            if unattached.remove(id) != nil { releasePending() }
             let transport = medium!.addNode(name: "\(name)#\(id)", x: m.x ?? 0, y: m.y ?? 0)
             let node = AttachedNode(name: name, transport: transport, socket: socket)
             node.claims = claims

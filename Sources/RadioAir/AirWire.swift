@@ -182,7 +182,11 @@ final class LineSocket: @unchecked Sendable {
     /// Reads lines until EOF on a thread of its own; `onMessage` gets each decoded message. A
     /// line over `maxLine` bytes ends the connection (nothing unbounded is buffered), and only
     /// new bytes are searched for a line end (a long line costs linear time, not quadratic).
-    func startReading(onMessage: @escaping @Sendable (AirMessage) -> Void, onClose: @escaping @Sendable () -> Void) {
+    /// `settle`, when given, runs after the last message and before the socket is closed (the
+    /// air waits there until the messages read so far are handled, so that the answers to them,
+    /// a refusal included, go out before the close).
+    func startReading(onMessage: @escaping @Sendable (AirMessage) -> Void, settle: (@Sendable () -> Void)? = nil,
+                      onClose: @escaping @Sendable () -> Void) {
         let connection = self.connection
         let thread = Thread { [self] in
             var pending = [UInt8]()
@@ -204,6 +208,7 @@ final class LineSocket: @unchecked Sendable {
                 pending.removeFirst(start)
                 if pending.count > Self.maxLine { break reading }
             }
+            settle?()
             close()
             onClose()
         }

@@ -24,6 +24,16 @@ func makeTestTLS(in dir: URL) throws -> (server: TLSContext, client: TLSContext)
     return (try TLSContext(certificate: p("cert.pem"), key: p("key.pem")), try TLSContext(trusting: p("ca.pem")))
 }
 
+/// `GET /health` over TLS on a new connection: the start of the answer.
+func healthOverTLS(_ port: UInt16, _ client: TLSContext) throws -> String {
+    let c = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: client)
+    defer { c.close() }
+    try c.write(get("/health", extra: "Connection: close\r\n"))
+    var buf = [UInt8](repeating: 0, count: 4096)
+    let n = try c.read(into: &buf)
+    return String(decoding: buf[0..<n], as: UTF8.self)
+}
+
 /// A client that pipelines requests and closes without reading a byte (issue 19, item 2): the
 /// server must close the connection at its first failed write, drop the answers it still had
 /// to write, and use no CPU afterwards; its workers go back to idle.
@@ -117,11 +127,34 @@ final class PeerGoneTests: XCTestCase {
         let r = try RawClient(port: plainPort)
         r.send(get("/health", extra: "Connection: close\r\n"))
         XCTAssertEqual(r.answer()?.status, 200)
-        let c = try Connection.dial(host: "127.0.0.1", port: tlsPort, timeout: 10, tls: clientTLS)
-        try c.write(get("/health", extra: "Connection: close\r\n"))
-        var buf = [UInt8](repeating: 0, count: 4096)
-        let n = try c.read(into: &buf)
-        XCTAssertTrue(String(decoding: buf[0..<n], as: UTF8.self).hasPrefix("HTTP/1.1 200"))
-        c.close()
+        XCTAssertTrue(try healthOverTLS(tlsPort, clientTLS).hasPrefix("HTTP/1.1 200"))
+    }
+}
+
+extension PeerGoneTests {
+    /// Strangers that start a TLS handshake and send no more hold no worker (issue 19, item 2):
+    /// each is given back to the event loop after a slice, with its header deadline, and a
+    /// client that completes its handshake is answered meanwhile.
+    func testSlowTLSHandshakesHoldNoWorker() async throws {
+        let (serverTLS, clientTLS) = try makeTestTLS(in: dir)
+        let service = HTTPService(name: "tls", token: nil, limits: .init(headerTimeout: 120, idleTimeout: 120), log: { _ in })
+        let port = try await service.start(host: "127.0.0.1", port: 0, tls: serverTLS)
+        services.append(service)
+        // The first bytes of a ClientHello record, then nothing.
+        let strangers = try (0..<20).map { _ -> RawClient in
+            let r = try RawClient(port: port)
+            XCTAssertTrue(r.send([0x16, 0x03, 0x01, 0x02, 0x00, 0x01]))
+            return r
+        }
+        defer { for s in strangers { s.close() } }
+        // Every one is back in the loop, its handshake begun (bounded wait: far below the
+        // 120 s a worker would otherwise wait).
+        let deadline = monotonicNow() + 30
+        func waiting() -> Int { EventLoop.shared.parkedConnections(of: service).filter { $0.connection?.isHandshaking == true }.count }
+        while waiting() < strangers.count && monotonicNow() < deadline {
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        XCTAssertEqual(waiting(), strangers.count, "slow handshakes waiting in the loop, not on workers")
+        XCTAssertTrue(try healthOverTLS(port, clientTLS).hasPrefix("HTTP/1.1 200"))
     }
 }

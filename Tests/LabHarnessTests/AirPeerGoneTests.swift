@@ -60,16 +60,18 @@ final class AirPeerGoneTests: XCTestCase {
         for tls in [true, false] {
             let (server, client) = try pair(tls: tls)
             let socket = LineSocket(server)
-            let ended = DispatchSemaphore(value: 0)
-            socket.startReading(onMessage: { _ in }, onClose: { ended.signal() })
             Self.resetOnClose(client.fd)
             client.close()
+            // Queued before anyone reads: only a failed write can end the connection here.
             for i in 0..<1000 { socket.send(AirMessage("tick", id: i)) }
             // The queue drains (a write that retried for ever would hold it): bounded wait.
             let drained = DispatchSemaphore(value: 0)
             Thread { socket.drain(); drained.signal() }.start()
             XCTAssertEqual(drained.wait(timeout: .now() + 30), .success, "tls \(tls): the write queue never drained")
             XCTAssertTrue(socket.hasFailed, "tls \(tls)")
+            // A reader started now ends at once: the socket was shut down and closed.
+            let ended = DispatchSemaphore(value: 0)
+            socket.startReading(onMessage: { _ in }, onClose: { ended.signal() })
             XCTAssertEqual(ended.wait(timeout: .now() + 30), .success, "tls \(tls): the reader did not end")
         }
     }
@@ -111,6 +113,95 @@ final class AirPeerGoneTests: XCTestCase {
         let used = Self.cpuSeconds() - before
         print("AirPeerGoneTests: \(String(format: "%.3f", used)) s of CPU in the 10 s after 8 peers left")
         XCTAssertLessThan(used, 0.1, "the air used CPU after its peers left")
+    }
+}
+
+extension AirPeerGoneTests {
+    /// Strangers that connect to the air and say nothing hold nothing for long (issue 19,
+    /// item 2): each is closed once the hello timeout has passed, and beyond `maxPending`
+    /// connections not yet attached a new one is closed at once; a node then attaches.
+    func testSilentStrangersAreClosedAndBounded() throws {
+        /// Whether the air ends the connection (EOF or reset) within `seconds` (a bound, not a timing).
+        func closedByAir(_ fd: Int32, within seconds: Double) -> Bool {
+            Sockets.setTimeouts(fd, seconds: seconds)
+            var buf = [UInt8](repeating: 0, count: 256)
+            while true {
+                let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
+                if n > 0 { continue }
+                if n == 0 { return true }
+                return errno == ECONNRESET
+            }
+        }
+        func hello(_ port: UInt16) throws -> String {
+            let node = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10)
+            defer { node.close() }
+            node.setTimeouts(seconds: 10)
+            try node.write(String(decoding: try JSONSerialization.data(withJSONObject: ["t": "hello", "id": 1, "node": "n1", "token": "secret"]), as: UTF8.self) + "\n")
+            var buf = [UInt8](repeating: 0, count: 4096)
+            let n = try node.read(into: &buf)
+            return String(decoding: buf[0..<max(0, n)], as: UTF8.self)
+        }
+
+        // Silent connections are closed at the hello timeout, and their places come back.
+        let air = AirServer(token: "secret", log: { _ in })
+        air.helloTimeout = 0.5
+        air.maxPending = 4
+        let port = try air.start(host: "127.0.0.1", port: 0)
+        defer { air.stop() }
+        let silent = try (0..<4).map { _ in try Dialer.connect(host: "127.0.0.1", port: port, timeout: 5) }
+        for fd in silent {
+            XCTAssertTrue(closedByAir(fd, within: 20), "a silent connection was left open")
+            close(fd)
+        }
+        let deadline = Date().addingTimeInterval(20)
+        while air.pendingCount > 0 && Date() < deadline { usleep(20_000) }
+        XCTAssertEqual(air.pendingCount, 0)
+        XCTAssertTrue(try hello(port).contains("\"ok\":true"))
+
+        // Beyond `maxPending` connections that have not attached, a new one is closed at once.
+        let bounded = AirServer(token: "secret", log: { _ in })
+        bounded.helloTimeout = 120
+        bounded.maxPending = 4
+        let port2 = try bounded.start(host: "127.0.0.1", port: 0)
+        defer { bounded.stop() }
+        let holders = try (0..<4).map { _ in try Dialer.connect(host: "127.0.0.1", port: port2, timeout: 5) }
+        defer { for fd in holders { close(fd) } }
+        while bounded.pendingCount < 4 && Date() < deadline { usleep(20_000) }
+        XCTAssertEqual(bounded.pendingCount, 4)
+        let fifth = try Dialer.connect(host: "127.0.0.1", port: port2, timeout: 5)
+        XCTAssertTrue(closedByAir(fifth, within: 20), "a fifth pending connection was kept")
+        close(fifth)
+    }
+}
+
+extension AirPeerGoneTests {
+    /// A peer that sends a hello and ends its side at once still reads the air's answer: what
+    /// was read before the end is handled before the connection is closed (before, the reader
+    /// closed first and most refusals were dropped).
+    func testAnswersToWhatWasReadBeforeThePeerEndedAreSent() throws {
+        let air = AirServer(token: "secret", log: { _ in })
+        let port = try air.start(host: "127.0.0.1", port: 0)
+        defer { air.stop() }
+        for hello in [#"{"t":"hello","id":1,"node":"x"}"#, #"{"t":"hello","id":1,"node":"n1","token":"secret"}"#] {
+            var answered = 0
+            for _ in 0..<50 {
+                let fd = try Dialer.connect(host: "127.0.0.1", port: port, timeout: 5)
+                defer { close(fd) }
+                Sockets.setTimeouts(fd, seconds: 10)
+                let line = Array((hello + "\n").utf8)
+                XCTAssertEqual(line.withUnsafeBytes { send(fd, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }, line.count)
+                shutdown(fd, Int32(SHUT_WR))
+                var got = [UInt8]()
+                var buf = [UInt8](repeating: 0, count: 4096)
+                while true {
+                    let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
+                    if n <= 0 { break }
+                    got += buf[0..<n]
+                }
+                if String(decoding: got, as: UTF8.self).hasPrefix(#"{""#) { answered += 1 }
+            }
+            XCTAssertEqual(answered, 50, hello)
+        }
     }
 }
 

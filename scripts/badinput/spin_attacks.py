@@ -8,7 +8,10 @@ file). Then, as a stranger would:
 - HTTP (each coordinator and each agent): connections that send 200 pipelined `GET /health` and
   close without reading a byte, half with a FIN, half with a reset (SO_LINGER 0);
 - the air (TLS and plain): junk senders that send garbage lines and hellos without a token, then
-  vanish with a reset.
+  vanish with a reset;
+- then, on each TLS coordinator and agent, 80 strangers (more than the 64 workers) that start a
+  TLS record and send no more, and 80 that trickle it a byte every 40 ms: a real TLS client must
+  still be answered within 2 s.
 
 Each service's CPU time is read from /proc/PID/stat (utime + stime, in clock ticks) over 10 s of
 quiet before the attack and 10 s after it (once it has had 2 s to settle), together with the
@@ -26,6 +29,7 @@ import ssl
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 from hostile_http import REPO, Service, air_hello, http_health
@@ -128,6 +132,43 @@ def air_junk(port, tls_context, connections, counts, key):
             counts[key + " refused"] += 1
 
 
+def slow_handshakes(port, tls_context, count, counts, failures, name):
+    """2 x `count` strangers (`count` more than the 64 workers) start a TLS record of 512 bytes:
+    `count` send its first byte and no more, `count` trickle the rest a byte every 40 ms;
+    meanwhile a real TLS client must be answered within 2 s. Then they leave."""
+    held = []
+    stop = threading.Event()
+
+    def trickle(sockets):
+        while not stop.is_set():
+            for s in sockets:
+                try:
+                    s.send(b"\x00")
+                except OSError:
+                    pass
+            stop.wait(0.04)
+
+    try:
+        for _ in range(2 * count):
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                s.sendall(b"\x16\x03\x01\x02\x00\x01")
+                held.append(s)
+            except OSError:
+                counts["handshake refused"] += 1
+        counts["slow handshakes"] += len(held)
+        t = threading.Thread(target=trickle, args=(held[::2],), daemon=True)
+        t.start()
+        time.sleep(0.5)
+        if not tls_health(port, tls_context):
+            counts["held"] += 1
+            failures.append(f"{name}: no answer within 2 s while {len(held)} strangers held TLS handshakes open")
+    finally:
+        stop.set()
+        for s in held:
+            leave(s, reset=False)
+
+
 def tls_health(port, tls_context, timeout=2.0):
     try:
         s = connect(port, tls_context)
@@ -222,6 +263,9 @@ def run(binary, sandbox, connections=20, out=print):
         time.sleep(SETTLE)
         after, most_after = window(services, WINDOW)
         for name, s in services.items():
+            if name.startswith("tls") and not name.endswith("air"):
+                slow_handshakes(s.port, tls, 80, counts, failures, name)
+        for name, s in services.items():
             if s.proc.poll() is not None:
                 counts["crash"] += 1
                 failures.append(f"{name} exited with {s.proc.returncode} (log: {s.log_path})")
@@ -252,13 +296,15 @@ def run(binary, sandbox, connections=20, out=print):
     for name in services:
         out(f"  {name:<18} CPU ticks in {WINDOW:.0f} s: {before.get(name)} before, {after.get(name)} after; "
             f"threads running at most {most_before.get(name, 0)} before, {most_after.get(name, 0)} after")
-    out(f"  spins {counts['spin']}, crashes {counts['crash']}, hangs {counts['hang']}, refused connections "
+    out(f"  {counts['slow handshakes']} strangers holding TLS handshakes open: answered while held "
+        f"{'no' if counts['held'] else 'yes'}")
+    out(f"  spins {counts['spin']}, crashes {counts['crash']}, hangs {counts['hang']}, held {counts['held']}, refused connections "
         f"{counts['http refused'] + counts['air refused']}")
     for f in failures[:20]:
         out("  " + f)
-    bad = counts["spin"] + counts["crash"] + counts["hang"]
+    bad = counts["spin"] + counts["crash"] + counts["hang"] + counts["held"]
     out("badinput spin: " + ("FAIL" if bad else "PASS"))
-    return {"bad": bad, "spin": counts["spin"], "crash": counts["crash"], "hang": counts["hang"]}
+    return {"bad": bad, "spin": counts["spin"], "crash": counts["crash"], "hang": counts["hang"], "held": counts["held"]}
 
 
 def main():

@@ -15,10 +15,16 @@ ctls_ctx *ctls_server_ctx(const char *cert_path, const char *key_path, char *err
 ctls_ctx *ctls_client_ctx(const char *ca_path, char *err, size_t errlen);
 void ctls_ctx_free(ctls_ctx *ctx);
 
-/// Handshakes on a connected, blocking socket (its timeouts bound the handshake). `host` (client
-/// only) is checked against the certificate: a DNS name or an IP literal.
-ctls_conn *ctls_accept(ctls_ctx *ctx, int fd, char *err, size_t errlen);
+/// Handshakes as a client on a connected, blocking socket (its timeouts bound the handshake).
+/// `host` is checked against the certificate: a DNS name or an IP literal.
 ctls_conn *ctls_connect(ctls_ctx *ctx, int fd, const char *host, char *err, size_t errlen);
+/// A server session on an accepted socket whose handshake is made in steps (`ctls_handshake`),
+/// so that a peer sending its handshake slowly holds no thread.
+ctls_conn *ctls_accept_begin(ctls_ctx *ctx, int fd, char *err, size_t errlen);
+/// The socket is made non-blocking at once. Moves a handshake begun with ctls_accept_begin on:
+/// 1 once done, CTLS_WANT_READ / CTLS_WANT_WRITE when the socket has nothing more now (wait
+/// for it and call again), CTLS_ERROR when it failed (the session is dead).
+int ctls_handshake(ctls_conn *c, char *err, size_t errlen);
 
 /// Result codes of ctls_read / ctls_write when no bytes moved.
 enum { CTLS_WANT_READ = -1, CTLS_WANT_WRITE = -2, CTLS_CLOSED = -3, CTLS_ERROR = -4 };
