@@ -21,6 +21,9 @@ START = re.compile(r'kernel BUG at|\bBUG: |\bOops: |general protection fault|Ker
 END = re.compile(r'---\[ end (trace|Kernel panic)')
 FRAME = re.compile(r'^\s*(\? )?([A-Za-z0-9_.]+)\+0x[0-9a-f]+/0x[0-9a-f]+(?: \[([A-Za-z0-9_]+)\])?')
 STAMP = re.compile(r'^\[\s*\d+\.\d+\]\s?')
+# The firmware's and the terminal's escape sequences (SeaBIOS clears the screen on line 1) and
+# other control characters: never part of what the kernel said.
+CONTROL = re.compile(r'\x1b(\[[0-9;?]*[A-Za-z]|.)|[\x00-\x08\x0b-\x1f\x7f]')
 BLUETOOTH_MODULES = {'bluetooth', 'hci_vhci', 'btusb', 'rfcomm', 'bnep'}
 DIED_FILE = 'guest-died.txt'
 
@@ -30,7 +33,7 @@ def oopses(text):
     complete, bluetooth (its call trace runs through the Bluetooth stack) and panic."""
     found, current, in_trace = [], None, False
     for raw in text.splitlines():
-        line = STAMP.sub('', raw.rstrip())
+        line = STAMP.sub('', CONTROL.sub('', raw).rstrip())
         if START.search(line) and (current is None or current['complete']):
             # A new oops; marker lines inside one still open (list_del corruption, then its
             # kernel BUG) belong to it.
