@@ -110,10 +110,11 @@ run() {
     rm -f "$out/heartbeat" "$out/$DIED"
     set +e
     # The emulated radios' timing is the guest's CPU time (TCG): on a machine busy with other work
-    # the guest runs ahead of it (BLUEZ_GUEST_NICE, default -10; 0 to leave it be). no_timer_check:
+    # the guest runs ahead of it (BLUEZ_GUEST_NICE, default -10; 0 to leave it be; a user who is
+    # not root cannot go below 0, and QEMU then runs at 0). no_timer_check:
     # on a loaded host TCG is too slow for the kernel's boot-time check of the IO-APIC timer, and
     # the guest panicked at 0.06 s ("IO-APIC + timer doesn't work!", issue 20's first loop run).
-    nice -n "$NICE" qemu-system-x86_64 -accel tcg -cpu max -m "$MEMORY" -smp "$CPUS" \
+    setsid nice -n "$NICE" qemu-system-x86_64 -accel tcg -cpu max -m "$MEMORY" -smp "$CPUS" \
         -nographic -no-reboot -nic none \
         -kernel "$CACHE/root/boot/vmlinuz-$kver" -initrd "$CACHE/initramfs.gz" \
         -append "console=ttyS0 panic=-1 no_timer_check quiet loglevel=3 hl_out=$out hl_script=$script hl_repo=$REPO hl_bin=$BIN" \
@@ -121,6 +122,10 @@ run() {
         -virtfs local,path="$out",mount_tag=out,security_model=none \
         </dev/null >"$out/console.log" 2>&1 &
     local qemu=$!
+    # With autogroups (sched_autogroup_enabled) nice weighs only within a session, and every
+    # other session on the machine gets as much CPU as QEMU's: QEMU has a session of its own
+    # (setsid) whose autogroup gets the same nice.
+    [ -w "/proc/$qemu/autogroup" ] && echo "$NICE" > "/proc/$qemu/autogroup" 2>/dev/null
     watch_guest "$qemu" "$out" "$started"
     local died=$?
     wait "$qemu"
