@@ -125,7 +125,14 @@ run() {
     # With autogroups (sched_autogroup_enabled) nice weighs only within a session, and every
     # other session on the machine gets as much CPU as QEMU's: QEMU has a session of its own
     # (setsid) whose autogroup gets the same nice.
-    [ -w "/proc/$qemu/autogroup" ] && echo "$NICE" > "/proc/$qemu/autogroup" 2>/dev/null
+    # (setsid runs in the child: wait until it has its own group, or this session's would change.)
+    local ours group
+    ours=$(cut -d' ' -f1 "/proc/$$/autogroup" 2>/dev/null)
+    for _ in $(seq 1 50); do
+        group=$(cut -d' ' -f1 "/proc/$qemu/autogroup" 2>/dev/null) || break
+        if [ -n "$group" ] && [ "$group" != "$ours" ]; then echo "$NICE" > "/proc/$qemu/autogroup" 2>/dev/null; break; fi
+        sleep 0.1
+    done
     watch_guest "$qemu" "$out" "$started"
     local died=$?
     wait "$qemu"
