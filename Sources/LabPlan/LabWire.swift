@@ -81,6 +81,9 @@ public enum LabWire {
         /// The dongle (radio bluez) as last looked at, and what the running node did to recover it.
         public var dongle: DongleInfo?
         public var recoveries: [Recovery]?
+        /// What the node's radio copes with now (bluetoothd answering slowly, discovery retried,
+        /// an outage): `NodeStatus.radio`; absent when all is well.
+        public var radio: String?
         public init(name: String, state: AgentState) {
             self.name = name; self.state = state; resumed = false; peersDetected = 0; payloadsRead = 0; rssiLastMinute = 0; rssiTotal = 0
         }
