@@ -22,7 +22,7 @@
 # Emulation is TCG (KVM is present on these machines but does not work).
 set -euo pipefail
 
-HERE=$(cd "$(dirname "$0")" && pwd)
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 STACK=${BLUEZ_STACK:-bookworm}
 case "$STACK" in bookworm|trixie) ;; *) echo "bluez-guest: BLUEZ_STACK=$STACK: must be bookworm or trixie" >&2; exit 2 ;; esac
@@ -202,6 +202,8 @@ watch_guest() {
     return "$code"
 }
 
+# Sourced (test_checks.py tests watch_guest): the functions only.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 case "${1:-}" in
     prepare) prepare ;;
     run) [ $# -eq 3 ] || { echo "usage: $0 run OUTDIR SCRIPT" >&2; exit 2; }; run "$2" "$3" ;;

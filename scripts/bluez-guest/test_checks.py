@@ -1,6 +1,6 @@
 """Host-side self-test of what a dead or half-finished guest run leaves to the checks, no QEMU:
 made-up output folders through check.py, check-dongles.py, why-failed.sh and guest_console.py, as
-processes (what CI prints). About 2 s.
+processes (what CI prints), and guest.sh's watch over a stand-in for QEMU.
 
     python3 scripts/bluez-guest/test_checks.py [-v]
 
@@ -11,8 +11,10 @@ processes (what CI prints). About 2 s.
   first health check failed (no check1.txt: the traceback of issue 20) and over a guest that died
   of that BUG end in FAIL lines naming the file or the BUG and print the kernel's trace, exit 1,
   never a Python traceback;
-- why-failed.sh prints guest.sh's reason and the trace.
-Exits 1 on the first failure.
+- why-failed.sh prints guest.sh's reason and the trace;
+- guest.sh's watch stops a stand-in for QEMU whose heartbeat stops (97) or whose console shows
+  the 9p BUG (98), and lets one whose console shows the Bluetooth stack's BUG run to its end.
+Exits 1 on the first failure. About 15 s.
 """
 import json, os, subprocess, sys, tempfile
 
@@ -154,11 +156,45 @@ def checks_on_made_up_outputs(base):
     expect(guest_console.failures(bt) == [], 'the Bluetooth stack\'s BUG alone fails nothing by itself')
 
 
+WATCH = r"""
+. "$HERE/guest.sh"
+set +e
+out=$1; mkdir -p "$out"; : > "$out/console.log"; date +%s > "$out/heartbeat"
+( while [ ! -e "$out/stop-beating" ]; do date +%s > "$out/heartbeat"; sleep 1; done ) & beat=$!
+sleep "$2" & qemu=$!
+( sleep 2; case "$3" in stall) touch "$out/stop-beating" ;; *) cat "$3" >> "$out/console.log" ;; esac ) &
+watch_guest "$qemu" "$out" "$SECONDS"; code=$?
+kill "$beat" "$qemu" 2>/dev/null
+echo "exit $code: $(cat "$out/guest-died.txt" 2>/dev/null)"
+"""
+
+
+def watch_stops_a_dying_guest(base):
+    env = dict(os.environ, HERE=HERE, BLUEZ_GUEST_STALL='3', BLUEZ_GUEST_BOOT_LIMIT='30', BLUEZ_GUEST_TIMEOUT='60')
+    oops = {}
+    for name, text in (('9p', OOPS_9P), ('bt', OOPS_BT)):
+        oops[name] = os.path.join(base, f'{name}.txt')
+        open(oops[name], 'w').write(text)
+
+    def watch(name, lifetime, event):
+        p = subprocess.run(['bash', '-c', WATCH, 'watch', os.path.join(base, 'watch-' + name), str(lifetime), event],
+                           capture_output=True, text=True, timeout=90, env=env)
+        return p.stdout.strip().splitlines()[-1] if p.stdout.strip() else p.stderr
+    said = watch('stall', 60, 'stall')
+    expect(said.startswith('exit 97: the guest stopped answering: no heartbeat for'), f'a guest whose heartbeat stops is stopped ({said})')
+    said = watch('9p', 60, oops['9p'])
+    expect(said.startswith('exit 98: kernel: kernel BUG at lib/list_debug.c:35! in kfree <- p9_client_clunk'),
+           f'a guest whose console shows the 9p BUG is stopped ({said})')
+    said = watch('bt', 6, oops['bt'])
+    expect(said == 'exit 0:', f"a guest with the Bluetooth stack's BUG runs to its end ({said})")
+
+
 def main():
     with tempfile.TemporaryDirectory() as base:
         try:
             console_classification(base)
             checks_on_made_up_outputs(base)
+            watch_stops_a_dying_guest(base)
         except AssertionError as e:
             print(f'FAIL {e}')
             return 1
