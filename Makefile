@@ -84,6 +84,7 @@ test-bluez: deps
 	@python3 -c "import bumble, bleak" 2>/dev/null || python3 -m pip install -q bumble==0.0.236 bleak
 	$(SWIFT) build -c release --product herald-lab
 	python3 scripts/bluez-guest/test_personas.py
+	python3 scripts/bluez-guest/test_checks.py
 	@for stack in $(BLUEZ_STACKS); do BLUEZ_STACK=$$stack scripts/bluez-guest/guest.sh prepare || exit 1; done
 	@rm -rf $(BLUEZ_OUT); failed=""; \
 	 for stack in $(BLUEZ_STACKS); do \
@@ -118,12 +119,14 @@ test-dongles: deps
 	fi
 	@python3 -c "import bumble" 2>/dev/null || python3 -m pip install -q bumble==0.0.236
 	$(SWIFT) build -c release --product herald-lab
+	python3 scripts/bluez-guest/test_checks.py
 	BLUEZ_STACK=$(DONGLES_STACK) scripts/bluez-guest/guest.sh prepare
 	@rm -rf $(DONGLES_OUT); started=$$(date +%s); \
 	 BLUEZ_STACK=$(DONGLES_STACK) BLUEZ_GUEST_TIMEOUT=$(DONGLES_TIMEOUT) scripts/bluez-guest/guest.sh run $(DONGLES_OUT) scripts/bluez-guest/run-dongles-in-guest.sh; guest=$$?; \
-	 python3 scripts/bluez-guest/check-dongles.py $(DONGLES_OUT) scripts/bluez-guest/model-dongles.json; check=$$?; \
+	 python3 scripts/bluez-guest/check-dongles.py $(DONGLES_OUT) scripts/bluez-guest/model-dongles.json > $(DONGLES_OUT)/check.txt 2>&1; check=$$?; \
+	 cat $(DONGLES_OUT)/check.txt; \
 	 echo "test-dongles: $$(( $$(date +%s) - started )) s wall, one run; guest exit $$guest, check exit $$check; outputs in $(DONGLES_OUT)"; \
-	 [ $$check -eq 0 ] && [ $$guest -le 1 ]
+	 [ $$check -eq 0 ] && [ $$guest -le 1 ] || { scripts/bluez-guest/why-failed.sh $(DONGLES_OUT); echo "test-dongles: FAILED"; exit 1; }
 
 # A multi-host lab in network namespaces (root): coordinator+air, three agents and a client, each
 # its own host on a bridge, one agent behind a user-space delay/loss relay; the real herald-lab

@@ -7,7 +7,7 @@ import HeraldRadio
 
 extension BlueZTransport {
     public func startScanning(filter: ScanFilter, completion: @escaping (Result<Void, TransportError>) -> Void) {
-        guard let adapter = adapterPath else { completion(.failure(.adapterUnavailable("no adapter"))); return }
+        guard adapterPath != nil else { completion(.failure(.adapterUnavailable("no adapter"))); return }
         if connectionAttempts > 0 {
             // Starting discovery makes the kernel abort an LE connection attempt in progress
             // (and bluetoothd 5.66 then removes the temporary device under its own feet):
@@ -16,14 +16,62 @@ extension BlueZTransport {
             completion(.success(()))
             return
         }
+        // A start still being retried is superseded: it ends as failed, this one goes on.
+        endDiscoveryAttempts(discoveryLastError ?? .failed("StartDiscovery: superseded by a new start"))
+        discoveryToken &+= 1
+        scanning = true
+        startDiscovery(filter, token: discoveryToken, completion)
+    }
+
+    /// One attempt to start discovery. A start that times out or fails (bluetoothd busy or slow,
+    /// the kernel's scan not yet stopped) is tried again after a backoff (1, 2, 4, ... 16 s) for
+    /// as long as the sensor wants to scan; each retry is in log.txt and the node's status, and
+    /// the sensor hears of it only once: success when discovery runs, or the last failure when
+    /// it stops scanning before discovery ever ran.
+    private func startDiscovery(_ filter: ScanFilter, token: Int, _ completion: @escaping (Result<Void, TransportError>) -> Void) {
+        guard let adapter = adapterPath else { completion(.failure(.adapterUnavailable("no adapter"))); return }
         var f: [String: DBusValue] = ["DuplicateData": .bool(filter.duplicateData)]
         if filter.lowEnergyOnly { f["Transport"] = .string("le") }
         if let rssi = filter.rssiThreshold { f["RSSI"] = .int16(Int16(clamping: rssi)) }
         let discoveryFilter = DBusValue.variantDictionary(f)
-        scanning = true
         perform("StartDiscovery", adapterCall: .probe, { [weak self] (result: Result<Void, TransportError>) in
-            if case .failure = result { self?.scanning = false }
-            completion(result)
+            guard let self else { return }
+            guard self.discoveryToken == token, self.scanning else {
+                // Stopped (or started anew) while this attempt was under way.
+                completion(result)
+                return
+            }
+            switch result {
+            case .success:
+                if self.discoveryFailures > 0 {
+                    self.note("discovery started after \(self.discoveryFailures) failed attempt(s)")
+                }
+                self.discoveryFailures = 0
+                self.discoveryLastError = nil
+                completion(result)
+            case .failure(let error):
+                self.discoveryFailures += 1
+                self.discoveryLastError = error
+                switch error {
+                case .timeout, .failed:
+                    let wait = CallLatency.discoveryBackoff(afterFailures: self.discoveryFailures)
+                    let slow = self.latency(of: "StartDiscovery").summary(of: "StartDiscovery").map { "; \($0)" } ?? ""
+                    self.note(String(format: "discovery did not start (%@)%@; trying again in %.0f s (attempt %d)",
+                                     "\(error)", slow, wait, self.discoveryFailures + 1))
+                    self.discoveryPending = completion
+                    self.discoveryRetry = self.dispatch.schedule(after: wait) { [weak self] in
+                        guard let self, self.discoveryToken == token, self.scanning, self.state == .poweredOn else { return }
+                        self.discoveryRetry = nil
+                        let pending = self.discoveryPending ?? completion
+                        self.discoveryPending = nil
+                        self.startDiscovery(filter, token: token, pending)
+                    }
+                default:
+                    // The adapter is gone or refuses: not something waiting cures.
+                    self.scanning = false
+                    completion(result)
+                }
+            }
         }) { bus in
             _ = try await self.call(bus, adapter, BlueZ.adapter, "SetDiscoveryFilter", [discoveryFilter])
             do {
@@ -34,10 +82,28 @@ extension BlueZTransport {
         }
     }
 
+    /// Ends a start that is waiting to be retried, with `error` (the sensor stopped scanning, a
+    /// new start superseded it, or the radio was lost).
+    func endDiscoveryAttempts(_ error: TransportError) {
+        discoveryRetry?.cancel()
+        discoveryRetry = nil
+        guard let pending = discoveryPending else { return }
+        discoveryPending = nil
+        pending(.failure(error))
+    }
+
     public func stopScanning(completion: @escaping (Result<Void, TransportError>) -> Void) {
         guard let adapter = adapterPath else { completion(.success(())); return }
         if deferredScan != nil, !scanning {
             deferredScan = nil
+            completion(.success(()))
+            return
+        }
+        discoveryToken &+= 1
+        if discoveryRetry != nil {
+            // Discovery never started in this scan window: nothing to stop.
+            scanning = false
+            endDiscoveryAttempts(discoveryLastError ?? .failed("StartDiscovery: not started"))
             completion(.success(()))
             return
         }

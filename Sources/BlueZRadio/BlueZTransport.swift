@@ -20,7 +20,8 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         public var busAddress: String?
         /// Where this process exports its GATT application and advertisements.
         public var objectRoot: String
-        /// Timeout of GATT reads and writes and of other calls to bluetoothd.
+        /// Timeout of GATT reads and writes and of other calls to bluetoothd while it answers
+        /// promptly; a slow bluetoothd is allowed more (CallLatency).
         public var callTimeout: TimeInterval
         /// Pause between attempts to come back after bluetoothd or the adapter went away.
         public var recoveryInterval: TimeInterval
@@ -105,10 +106,67 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     var ladder = 0
     var pendingRecovery: PendingRecovery?
     var establishFailuresDuringRecovery = 0
+    // Discovery attempts (BlueZTransport+Central): failed starts in a row, the retry waiting, the
+    // completion of the start it retries, and a token that a stop or a new start changes.
+    var discoveryFailures = 0
+    var discoveryRetry: ScheduledTask?
+    var discoveryPending: ((Result<Void, TransportError>) -> Void)?
+    var discoveryLastError: TransportError?
+    var discoveryToken = 0
+    /// How slow bluetoothd answers each kind of call (CallLatency, by D-Bus member); calls run
+    /// off the scheduler, so it is locked.
+    private let latencyLock = NSLock()
+    private var latencyState: [String: CallLatency] = [:]
+    /// The allowance last written to log.txt for each kind of call, to log changes only.
+    var latencyLogged: [String: TimeInterval] = [:]
 
     public init(options: Options = Options(), scheduler: DispatchScheduler) {
         self.options = options
         self.dispatch = scheduler
+    }
+
+    /// How slow bluetoothd has been seen to answer `member`, and what such a call is allowed now.
+    public func latency(of member: String) -> CallLatency {
+        latencyLock.lock()
+        defer { latencyLock.unlock() }
+        return latencyState[member] ?? CallLatency(base: options.callTimeout)
+    }
+
+    /// The kind of call bluetoothd is slowest to answer now, and its latency.
+    public var slowest: (call: String, latency: CallLatency)? {
+        latencyLock.lock()
+        defer { latencyLock.unlock() }
+        return latencyState.max { a, b in (a.value.timeout, b.key) < (b.value.timeout, a.key) }.map { ($0.key, $0.value) }
+    }
+
+    /// Time allowed beyond the sensor's own deadlines while bluetoothd answers slowly.
+    public var callAllowance: TimeInterval { slowest?.latency.extraTime ?? 0 }
+
+    /// What the radio is coping with, for the node's status; nil when all is well.
+    public var condition: String? {
+        var parts: [String] = []
+        if let s = slowest, let slow = s.latency.summary(of: s.call) { parts.append(slow) }
+        if discoveryFailures > 0 {
+            parts.append("discovery failed to start \(discoveryFailures) time(s) in a row" + (discoveryRetry != nil ? ", retrying" : ""))
+        }
+        if let o = outage { parts.append(o.reason) }
+        return parts.isEmpty ? nil : parts.joined(separator: "; ")
+    }
+
+    private func updateLatency(_ member: String, _ change: (inout CallLatency) -> Void) {
+        latencyLock.lock()
+        var l = latencyState[member] ?? CallLatency(base: options.callTimeout)
+        change(&l)
+        latencyState[member] = l
+        latencyLock.unlock()
+        // log.txt says when what a kind of call is allowed changes by a quarter or more.
+        dispatch.execute { [weak self] in
+            guard let self else { return }
+            let allowed = l.timeout, before = self.latencyLogged[member] ?? self.options.callTimeout
+            guard abs(allowed - before) >= 0.25 * before else { return }
+            self.latencyLogged[member] = allowed
+            self.note(l.summary(of: member) ?? String(format: "bluetoothd answers %@ promptly again: allowed %.0f s", member, allowed))
+        }
     }
 
     /// Closes the bus connection (exported objects vanish, bluetoothd drops the registrations).
@@ -154,10 +212,27 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         }
     }
 
+    /// A call to bluetoothd. Without an explicit `timeout` it is allowed what bluetoothd's
+    /// measured answers say (CallLatency), and its own answer time is measured.
     func call(_ bus: DBusConnection, _ path: String, _ interface: String, _ member: String, _ arguments: [DBusValue] = [],
               timeout: TimeInterval? = nil) async throws -> [DBusValue] {
-        try await bus.call(destination: BlueZ.service, path: path, interface: interface, member: member, arguments: arguments,
-                           timeout: .milliseconds(Int((timeout ?? options.callTimeout) * 1000)))
+        let allowed = timeout ?? latency(of: member).timeout
+        let started = ContinuousClock.now
+        let seconds = { let d = ContinuousClock.now - started; return Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18 }
+        do {
+            let reply = try await bus.call(destination: BlueZ.service, path: path, interface: interface, member: member, arguments: arguments,
+                                           timeout: .milliseconds(Int(allowed * 1000)))
+            if timeout == nil { let s = seconds(); updateLatency(member) { $0.answered(after: s) } }
+            return reply
+        } catch {
+            if timeout == nil {
+                if case .timeout = BlueZError.transportError(error, operation: member) { updateLatency(member) { $0.timedOut() } } else if error is DBusMethodError {
+                    let s = seconds()
+                    updateLatency(member) { $0.answered(after: s) }  // an error reply is an answer too
+                }
+            }
+            throw error
+        }
     }
 
     // MARK: - Power and recovery
@@ -286,6 +361,7 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         notAnswering = nil
         scanning = false
         deferredScan = nil
+        endDiscoveryAttempts(.adapterUnavailable(reason))
         connectionAttempts = 0
         applicationRegistered = false
         advertisementRegistered = false

@@ -73,7 +73,8 @@ struct NodeCommand: AsyncParsableCommand {
                 let s = scheduler.sync { boxed.value.status }
                 log(String(format: "node %@ %5.0fs: radio %@, peers %d [%@], payload reads %d, RSSI %d (%d in the last minute)",
                            spec.name, Date().timeIntervalSince(started), scheduler.sync { transport.state.rawValue },
-                           s.peersDetected, s.peers.joined(separator: " "), s.payloadsRead, s.rssiTotal, s.rssiLastMinute))
+                           s.peersDetected, s.peers.joined(separator: " "), s.payloadsRead, s.rssiTotal, s.rssiLastMinute)
+                    + (s.radio.map { "; \($0)" } ?? ""))
             }
         }
         if await waitForTermination(timeout: assignment.duration) { log("node \(node): stopping early on a signal") }

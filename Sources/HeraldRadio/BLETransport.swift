@@ -199,4 +199,15 @@ public protocol BLETransport: AnyObject {
     func read(_ address: RadioAddress, service: BluetoothUUID, characteristic: BluetoothUUID, completion: @escaping (Result<Data, TransportError>) -> Void)
     func write(_ address: RadioAddress, service: BluetoothUUID, characteristic: BluetoothUUID, value: Data, withResponse: Bool, completion: @escaping (Result<Void, TransportError>) -> Void)
     func disconnect(_ address: RadioAddress, completion: @escaping (Result<Void, TransportError>) -> Void)
+    /// Time to allow beyond the sensor's own deadlines because the radio has been answering
+    /// slowly (bluetoothd on a busy host); 0 for a radio that answers on time.
+    var callAllowance: TimeInterval { get }
+    /// What the radio is coping with (slow answers, retried discovery, an outage), for the
+    /// node's status; nil when all is well.
+    var condition: String? { get }
+}
+
+extension BLETransport {
+    public var callAllowance: TimeInterval { 0 }
+    public var condition: String? { nil }
 }

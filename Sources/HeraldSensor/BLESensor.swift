@@ -397,11 +397,14 @@ public final class BLESensor: Sensor {
         guard let address = device.address else { return }
         let token = beginOperation()
         debug("\(action) \(device.identifier) at \(address)")
-        let deadline = scheduler.schedule(after: settings.connectionTimeout) { [weak self] in
+        // A radio that has been answering slowly (bluetoothd on a busy host) is given that much
+        // longer: giving up on a read about to succeed only queues the next behind it.
+        let allowed = settings.connectionTimeout + max(0, transport.callAllowance)
+        let deadline = scheduler.schedule(after: allowed) { [weak self] in
             guard let self, self.operationToken == token else { return }
-            self.finish(device, action, address: address, token: token, error: .timeout("\(action) within \(self.settings.connectionTimeout)s"))
+            self.finish(device, action, address: address, token: token, error: .timeout("\(action) within \(allowed)s"))
         }
-        transport.connect(address, timeout: settings.connectionTimeout) { [weak self] result in
+        transport.connect(address, timeout: allowed) { [weak self] result in
             guard let self, self.operationToken == token else { return }
             if case .failure(let error) = result {
                 deadline.cancel()

@@ -223,6 +223,7 @@ public final class Agent: @unchecked Sendable {
             s.payloadsRead = st.payloadsRead
             s.rssiLastMinute = st.rssiLastMinute
             s.rssiTotal = st.rssiTotal
+            s.radio = st.radio
         }
         return s
     }

@@ -20,6 +20,7 @@ public final class NodeRunner {
     public let array: SensorArray
     public let logs: NodeLogs
     private let counters: NodeCounters
+    private let transport: any BLETransport
     public private(set) var state: NodeStatus.State = .idle
     /// What detection.csv and the status say the node runs.
     public let os: String
@@ -39,6 +40,7 @@ public final class NodeRunner {
         self.os = os
         self.osVersion = osVersion ?? assignment.osVersion ?? HostSystem.kernelRelease() ?? "unknown"
         let scheduler = transport.scheduler
+        self.transport = transport
         payload = FixedPayloadSupplier(identifier: assignment.node.identifier)
         logs = NodeLogs(directory: directory, deviceName: assignment.node.name, os: os, osVersion: self.osVersion,
                         ownShortName: payload.shortName, scheduler: scheduler,
@@ -84,7 +86,7 @@ public final class NodeRunner {
     public var status: NodeStatus {
         NodeStatus(state: state, peersDetected: counters.peers.count, payloadsRead: counters.payloadsRead,
                    rssiLastMinute: counters.rssiLastMinute, rssiTotal: counters.rssiTotal, peers: counters.peers.sorted(),
-                   osVersion: osVersion)
+                   osVersion: osVersion, radio: transport.condition)
     }
 }
 

@@ -18,7 +18,11 @@ public struct NodeStatus: Codable, Sendable, Equatable {
     /// The OS version the node writes to detection.csv: its kernel release (`uname -r`) on a
     /// Linux node. The coordinator copies it into the manifest's node entry.
     public var osVersion: String?
-    public init(state: State, peersDetected: Int = 0, payloadsRead: Int = 0, rssiLastMinute: Int = 0, rssiTotal: Int = 0, peers: [String] = [], osVersion: String? = nil) {
+    /// What the node's radio is coping with (bluetoothd answering slowly, discovery retried, an
+    /// outage); absent when all is well.
+    public var radio: String?
+    public init(state: State, peersDetected: Int = 0, payloadsRead: Int = 0, rssiLastMinute: Int = 0, rssiTotal: Int = 0, peers: [String] = [],
+                osVersion: String? = nil, radio: String? = nil) {
         self.state = state
         self.peersDetected = peersDetected
         self.payloadsRead = payloadsRead
@@ -26,6 +30,7 @@ public struct NodeStatus: Codable, Sendable, Equatable {
         self.rssiTotal = rssiTotal
         self.peers = peers
         self.osVersion = osVersion
+        self.radio = radio
     }
 }
 

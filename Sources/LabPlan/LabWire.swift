@@ -89,6 +89,9 @@ public enum LabWire {
         /// Freshness, as in `AgentInfo` (heartbeats only).
         public var boot: String?
         public var sequence: UInt64?
+        /// What the node's radio copes with now (bluetoothd answering slowly, discovery retried,
+        /// an outage): `NodeStatus.radio`; absent when all is well.
+        public var radio: String?
         public init(name: String, state: AgentState) {
             self.name = name; self.state = state; resumed = false; peersDetected = 0; payloadsRead = 0; rssiLastMinute = 0; rssiTotal = 0
         }

@@ -69,7 +69,8 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         }
     }
 
-    func makeNode(_ scheduler: DispatchScheduler, _ transport: BlueZTransport, scan: String = "{on: 4s, rest: 1s, off: 2s}") throws -> UncheckedBox<NodeRunner> {
+    func makeNode(_ scheduler: DispatchScheduler, _ transport: BlueZTransport, scan: String = "{on: 4s, rest: 1s, off: 2s}",
+                  connectionTimeout: String = "8s") throws -> UncheckedBox<NodeRunner> {
         let plan = try Plan.parse(yaml: """
         name: bluez-unit
         duration: 1m
@@ -84,6 +85,7 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
           advertInterval: 250ms
           txPower: -4
           scan: \(scan)
+          connectionTimeout: \(connectionTimeout)
         radio:
           kind: bluez
         """)
@@ -345,6 +347,61 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         XCTAssertEqual(usb.action, "usb-reset")
         XCTAssertFalse(usb.ok)
         XCTAssertTrue(usb.detail.contains("hci0 is not in"), usb.detail)
+    }
+
+    /// bluetoothd answers StartDiscovery late, later than the configured timeout (a busy
+    /// bluetoothd with many adapters on a loaded host: issue 20, every node's "scan failed to
+    /// start: timed out: StartDiscovery"). The node tries again with a backoff, allows each try
+    /// twice as long as the one that timed out, and discovery starts within the scan window; the
+    /// sensor never hears of a failed scan, and log.txt and the status say what happened.
+    func testDiscoveryBluetoothdAnswersLateIsRetriedWithLongerTimeouts() async throws {
+        _ = try await fakeCall("Slow", [.string("StartDiscovery"), .double(1.5)])
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        var options = BlueZTransport.Options(adapter: "hci0", busAddress: bus.address, callTimeout: 1, recoveryInterval: 0.3)
+        options.unresponsiveAfter = 20  // slow is not dead: no recovery here
+        let transport = BlueZTransport(options: options, scheduler: scheduler)
+        let conditions = Locked([String]())
+        let node = try makeNode(scheduler, transport, scan: "{on: 30s, rest: 1s, off: 1s}")
+        try await eventually("discovery started after failed attempts", seconds: 60) {
+            if let c = scheduler.sync { node.value.status.radio } { conditions.mutate { $0.append(c) } }
+            let log = (try? String(contentsOf: self.directory.appendingPathComponent("log.txt"), encoding: .utf8)) ?? ""
+            return log.contains("BlueZ: discovery started after")
+        }
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+        let log = try String(contentsOf: directory.appendingPathComponent("log.txt"), encoding: .utf8)
+        XCTAssertTrue(log.contains("BlueZ: discovery did not start (timed out: StartDiscovery); bluetoothd slow to answer StartDiscovery (1 in a row timed out): allowed 2 s; trying again in 1 s (attempt 2)"), log)
+        XCTAssertFalse(log.contains("scan failed to start"), "the sensor's scan went on: \(log)")
+        XCTAssertTrue(conditions.value.contains { $0.contains("discovery failed to start") && $0.contains("retrying") }, "\(conditions.value)")
+        let latency = scheduler.sync { transport.latency(of: "StartDiscovery") }
+        XCTAssertGreaterThan(latency.timeout, 1, "StartDiscovery is now allowed more than the configured second")
+        XCTAssertEqual(latency.timeoutsInRow, 0)
+        XCTAssertEqual(scheduler.sync { transport.latency(of: "SetDiscoveryFilter") }.timeout, 1, "the prompt call before it keeps the configured second")
+        XCTAssertTrue(scheduler.sync { transport.recoveries.isEmpty }, "no power-cycle for a slow bluetoothd")
+    }
+
+    /// bluetoothd answers ReadValue later than the configured timeout and later than the
+    /// sensor's own deadline (connect, services, read): the sensor's deadline grows by what
+    /// the transport allows a slow bluetoothd, and the payload is read.
+    func testAReadBluetoothdAnswersLateIsGivenTimeAndSucceeds() async throws {
+        _ = try await fakeCall("Slow", [.string("ReadValue"), .double(2.5)])
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        var options = BlueZTransport.Options(adapter: "hci0", busAddress: bus.address, callTimeout: 1, recoveryInterval: 0.3)
+        options.unresponsiveAfter = 20
+        let transport = BlueZTransport(options: options, scheduler: scheduler)
+        let node = try makeNode(scheduler, transport, scan: "{on: 1s, rest: 0s, off: 1s}", connectionTimeout: "2s")
+        try await eventually("the payload read", seconds: 90) { scheduler.sync { node.value.status.payloadsRead } >= 1 }
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+        let log = try String(contentsOf: directory.appendingPathComponent("log.txt"), encoding: .utf8)
+        XCTAssertTrue(log.contains("timed out: ReadValue"), "the first reads timed out: \(log)")
+        XCTAssertTrue(log.contains("BlueZ: bluetoothd slow to answer ReadValue"), log)
+        let slow = try await fakeState()["slowCalls"] as? [String: Int]
+        XCTAssertGreaterThanOrEqual(slow?["ReadValue"] ?? 0, 2, "read again after a timeout")
     }
 
     /// A dongle missing when the node starts: nothing is logged as if it worked, and the time

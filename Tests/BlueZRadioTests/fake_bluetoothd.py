@@ -21,6 +21,8 @@ Test control at /org/heraldlab/fake (org.heraldlab.Fake):
   Replug()                the adapter goes away and comes back 0.5 s later, powered off, with the
                           same address (what a USB reset does); a wedge is cleared
   Beacon(ay)              the remote device also advertises manufacturer data 0xFFFF with these bytes
+  Slow(s, d)              every call of a member is answered d seconds late (0: on time again), as
+                          a bluetoothd busy with many adapters on a loaded host answers
 State() includes 'power' (every Powered value set), 'wedgedCalls' and 'replugs'.
 
 Usage: fake_bluetoothd.py BUS_ADDRESS PAYLOAD_HEX RSSI_LIST(comma separated)
@@ -52,6 +54,8 @@ class Fake:
         self.beacon = None  # extra manufacturer data 0xFFFF of the remote
         self.fail = {}
         self.hang = set()   # methods whose next call is never answered (a controller that hangs)
+        self.slow = {}      # member -> seconds every call of it is answered late
+        self.delayed = set()  # (sender, serial) of the calls being handled late
         self.discovering = False
         self.advertiser = None
         self.app = None  # (sender, root, tree)
@@ -209,6 +213,15 @@ class Fake:
         await asyncio.sleep(0.5)
         await self.bus.request_name('org.bluez')
 
+    async def late(self, msg, seconds):
+        """Handles a call `seconds` late, as it would have been handled at once."""
+        await asyncio.sleep(seconds)
+        self.delayed.add((msg.sender, msg.serial))
+        reply = self.handler(msg)
+        self.delayed.discard((msg.sender, msg.serial))
+        if isinstance(reply, Message):
+            self.bus.send(reply)
+
     # --- dispatch
     def handler(self, msg):
         if msg.message_type != MessageType.METHOD_CALL:
@@ -217,6 +230,10 @@ class Fake:
         if m in self.fail:
             name = self.fail.pop(m)
             return Message.new_error(msg, 'org.bluez.Error.' + name, 'injected by the test')
+        if m in self.slow and iface != 'org.heraldlab.Fake' and (msg.sender, msg.serial) not in self.delayed:
+            self.state.setdefault('slowCalls', {}).setdefault(m, 0)
+            self.state['slowCalls'][m] += 1
+            asyncio.ensure_future(self.late(msg, self.slow[m])); return True
         if m in self.hang and iface != 'org.heraldlab.Fake':
             self.hang.discard(m)
             self.state.setdefault('hung', []).append(m)
@@ -238,6 +255,12 @@ class Fake:
                 self.wedge = (msg.body[0], msg.body[1]); return Message.new_method_return(msg)
             if m == 'Replug':
                 asyncio.ensure_future(self.replug()); return Message.new_method_return(msg)
+            if m == 'Slow':
+                if msg.body[1] > 0:
+                    self.slow[msg.body[0]] = msg.body[1]
+                else:
+                    self.slow.pop(msg.body[0], None)
+                return Message.new_method_return(msg)
             if m == 'Beacon':
                 self.beacon = bytes(msg.body[0]); return Message.new_method_return(msg)
             if m == 'RemoveAdapter':

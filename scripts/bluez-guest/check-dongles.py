@@ -11,23 +11,68 @@
 - the coordinator's `herald-lab dongles` (dongles.json): six dongles with identity and history,
   d3 bad (quarantined automatically after two failed checks, with the evidence), the others good.
 Prints the figures (pre-flight time per dongle, the quarantined dongle's record) and exits 1 on
-any failure.
+any failure. A guest that died (guest-died.txt, a kernel BUG outside the Bluetooth stack on the
+console) or outputs that are missing or unreadable end in FAIL lines and the kernel's trace.
 """
 import glob, json, os, sys, time
 
+import guest_console
+
+
+def outputs(out, fail):
+    """Readers of OUTDIR's files that fail (once per file) with the file and the problem when
+    it is missing or unreadable, and give `default` instead."""
+    def text(name, default=''):
+        path = os.path.join(out, name)
+        try:
+            with open(path, errors='replace') as f:
+                return f.read()
+        except OSError as e:
+            fail(f'{path}: {e.strerror or e} (the guest run did not get that far; see {out}/console.log)')
+            return default
+
+    def data(name, default):
+        raw = text(name, None)
+        if raw is None:
+            return default
+        try:
+            return json.loads(raw)
+        except ValueError as e:
+            fail(f'{os.path.join(out, name)}: not JSON ({e})')
+            return default
+    return text, data
+
 
 def main(out, model_path):
-    failures = []
+    failures = guest_console.failures(out)
     fail = failures.append
+    try:
+        check(out, model_path, fail)
+    except (KeyError, TypeError, ValueError, AttributeError, OSError) as e:
+        # Outputs of an unexpected shape: say which, never a traceback.
+        fail(f'the outputs in {out} are not what a finished run leaves ({type(e).__name__}: {e})')
+    for f in failures:
+        print('FAIL:', f)
+    if failures:
+        print(f'logs: {out}/lab/logs, bluetoothd: {out}/bluetoothd.log, controllers: {out}/controllers.log, console: {out}/console.log')
+    guest_console.print_traces(out)
+    return 1 if failures else 0
+
+
+def check(out, model_path, fail):
+    text, data = outputs(out, fail)
     model = json.load(open(model_path))
-    controllers = json.load(open(os.path.join(out, 'controllers.json')))
-    address = {n: controllers[n]['address'] for n in model['nodes']}
+    controllers = data('controllers.json', {})
+    address = {n: controllers[n]['address'] for n in model['nodes'] if n in controllers}
+    if sorted(address) != sorted(model['nodes']):
+        fail(f"controllers.json names {sorted(address)}, the model {sorted(model['nodes'])}: the controllers never all started")
+        return
     faulty = address['d3']
-    exits = json.load(open(os.path.join(out, 'exits.json'))) if os.path.exists(os.path.join(out, 'exits.json')) else {}
+    exits = data('exits.json', {})
     print(f'exits: {exits}')
 
     # This host's listing.
-    local = json.load(open(os.path.join(out, 'dongles-local.json'))) if os.path.exists(os.path.join(out, 'dongles-local.json')) else []
+    local = data('dongles-local.json', [])
     by_address = {d.get('id'): d for d in local}
     for n in model['nodes']:
         d = by_address.get(address[n])
@@ -43,11 +88,11 @@ def main(out, model_path):
             fail(f'{n}: listed as make/subversion/version {got}, the controller says {want}')
 
     # The health checks.
+    check1, check2 = text('check1.txt'), text('check2.txt')
     if exits.get('check1') != 0:
-        fail(f"health check 1 (all dongles working) exited {exits.get('check1')}: {open(os.path.join(out, 'check1.txt')).read()[-400:]}")
+        fail(f"health check 1 (all dongles working) exited {exits.get('check1')}: {check1[-400:]}")
     if exits.get('check2') != 1:
         fail(f"health check 2 (d3 mute) exited {exits.get('check2')}, expected 1")
-    check2 = open(os.path.join(out, 'check2.txt')).read() if os.path.exists(os.path.join(out, 'check2.txt')) else ''
     if 'hostA-d3' not in check2 or 'FAILED' not in check2:
         fail('health check 2 does not fail d3')
 
@@ -56,8 +101,8 @@ def main(out, model_path):
     if not bundles:
         fail(f'no bundle of dongles-5 under {out}/results (see {out}/run.txt and {out}/lab/logs)')
     else:
-        manifest = json.load(open(bundles[-1]))
         bundle = os.path.dirname(bundles[-1])
+        manifest = data(os.path.relpath(bundles[-1], out), {})
         print(f'bundle {bundle}')
         pf = manifest.get('preflight') or []
         for v in pf:
@@ -97,15 +142,15 @@ def main(out, model_path):
         # controllers on two emulated cores): the figures are printed, the radios must work.
         detected = {}
         for rx in nodes:
-            text = open(os.path.join(bundle, 'nodes', rx['name'], 'detection.csv')).read()
-            detected[rx['name']] = {tx['name'] for tx in nodes if tx is not rx and tx['shortName'] in text}
+            found = text(os.path.relpath(os.path.join(bundle, 'nodes', rx['name'], 'detection.csv'), out))
+            detected[rx['name']] = {tx['name'] for tx in nodes if tx is not rx and tx['shortName'] in found}
         pairs = sum(len(v) for v in detected.values())
         print(f"  detections: {pairs} of {len(nodes) * (len(nodes) - 1)} ordered pairs; " + ', '.join(f"{n} detected {sorted(v)}" for n, v in detected.items()))
         if pairs < len(nodes):
             fail(f'only {pairs} detections: the radios hardly worked (see the nodes\' log.txt)')
 
     # The coordinator's dongles.
-    lab = json.load(open(os.path.join(out, 'dongles.json'))) if os.path.exists(os.path.join(out, 'dongles.json')) else []
+    lab = data('dongles.json', [])
     print(f'the coordinator knows {len(lab)} dongles:')
     for d in lab:
         info = d['info']
@@ -134,12 +179,7 @@ def main(out, model_path):
                 fail(f"{d['info']['name']}: no registration in its history")
     restarts = os.path.join(out, 'bluetoothd-restarts.log')
     if os.path.exists(restarts):
-        print(f"bluetoothd was restarted {len(open(restarts).read().splitlines())} time(s) in the guest (see {out}/console.log for the kernel's oops)")
-    for f in failures:
-        print('FAIL:', f)
-    if failures:
-        print(f'logs: {out}/lab/logs, bluetoothd: {out}/bluetoothd.log, controllers: {out}/controllers.log, console: {out}/console.log')
-    return 1 if failures else 0
+        print(f"bluetoothd was restarted {len(text('bluetoothd-restarts.log').splitlines())} time(s) in the guest (see {out}/console.log for the kernel's oops)")
 
 
 if __name__ == '__main__':

@@ -16,8 +16,13 @@ each of them (its contacts.csv: rows whose id is the persona's address or an id 
 persona's fixed payload from), and each iPhone persona's log (OUTDIR/persona-<name>.jsonl) must
 show a node writing its payload to it and a payload-sharing write carrying another device's
 payload. One line per node and persona, with the persona's own counts of what that node did.
+
+A guest that died (guest-died.txt, a kernel BUG outside the Bluetooth stack on the console) or
+outputs that are missing or unreadable end in FAIL lines and the kernel's trace, never a traceback.
 """
 import base64, csv, datetime, glob, json, os, struct, sys
+
+import guest_console
 
 
 def fixed_payload(identifier):
@@ -50,6 +55,12 @@ def contact_rows(bundle, node):
     return [r for r in list(csv.reader(open(path)))[1:] if len(r) >= 11]
 
 
+def detection_text(bundle, node):
+    """A node's detection.csv as text; empty when the node wrote none (its checks then fail)."""
+    path = os.path.join(bundle, 'nodes', node, 'detection.csv')
+    return open(path, errors='replace').read() if os.path.exists(path) else ''
+
+
 def node_log(bundle, node):
     """A node's sensor log (log.txt) as lines; none when the node wrote none."""
     path = os.path.join(bundle, 'nodes', node, 'log.txt')
@@ -69,9 +80,7 @@ def check_personas(out, bundle, nodes, model, controllers, fail):
     print(f"{'receiver':9} {'persona':9} {'kind':14} {'detected':>8} {'reads':>5} {'RSSI rows':>9}  values seen (scripted); "
           f"the persona logged: reads, payload writes, sharing writes [shared]")
     for rx in nodes:
-        folder = os.path.join(bundle, 'nodes', rx['name'])
-        detection_path = os.path.join(folder, 'detection.csv')
-        detection = open(detection_path).read() if os.path.exists(detection_path) else ''
+        detection = detection_text(bundle, rx['name'])
         rows = contact_rows(bundle, rx['name'])
         for name, spec in personas.items():
             kind = spec['kind']
@@ -134,8 +143,7 @@ def check_pairs(bundle, nodes, model, controllers, fail):
     advertising_failed = {name: any('advertising failed' in l for l in lines) for name, lines in logs.items()}
     receive_only = {name: [l for l in lines if ' is receive-only' in l] for name, lines in logs.items()}
     for rx in nodes:
-        folder = os.path.join(bundle, 'nodes', rx['name'])
-        detection = open(os.path.join(folder, 'detection.csv')).read()
+        detection = detection_text(bundle, rx['name'])
         rows = contact_rows(bundle, rx['name'])
         for tx in nodes:
             if tx is rx:
@@ -185,19 +193,54 @@ def plan_nodes(path):
 
 
 def main(out, plan_path, model_path):
-    failures = []
+    failures = guest_console.failures(out)
     fail = failures.append
+    bundle, nodes, controllers = None, [], {}
+    try:
+        bundle, nodes, controllers = check(out, plan_path, model_path, fail)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OSError) as e:
+        # Outputs of an unexpected shape: say which, never a traceback.
+        fail(f'the outputs in {out} are not what a finished run leaves ({type(e).__name__}: {e})')
+    for f in failures:
+        print('FAIL:', f)
+    if failures:
+        if bundle:
+            diagnose(out, bundle, nodes, controllers, failures)
+        print(f'bluetoothd log: {out}/bluetoothd.log; node logs: {bundle or out + "/results/*"}/nodes/*/log.txt; lab logs: {out}/lab/logs')
+    guest_console.print_traces(out)
+    return 1 if failures else 0
+
+
+def read_json(path, fail, default):
+    """A JSON output of the guest run, or `default` and a FAIL line naming the file and the problem."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError as e:
+        fail(f'{path}: {e.strerror or e} (the guest run did not get that far; see the console)')
+    except ValueError as e:
+        fail(f'{path}: not JSON ({e})')
+    return default
+
+
+def check(out, plan_path, model_path, fail):
+    """Every check of the module's description; returns the bundle, the plan's nodes and the
+    controllers for the diagnosis (bundle None when there is none)."""
     model = json.load(open(model_path))
     nodes = plan_nodes(plan_path)
     for n in nodes:
         n['short'] = short_name(fixed_payload(n['identifier']))
+    controllers = read_json(os.path.join(out, 'controllers.json'), fail, {})
     bundles = sorted(glob.glob(os.path.join(out, 'results', '*', 'manifest.json')))
     if not bundles:
-        print(f'FAIL: no bundle under {out}/results (see {out}/lab/logs and {out}/console.log)')
-        return 1
+        fail(f'no bundle under {out}/results (see {out}/lab/logs and {out}/console.log)')
+        return None, nodes, controllers
+    missing = [n['name'] for n in nodes if n['name'] not in controllers]
+    if missing:
+        fail(f'{out}/controllers.json has no controller for {missing}')
+        return None, nodes, controllers
     bundle = os.path.dirname(bundles[-1])
-    manifest = json.load(open(bundles[-1]))
-    controllers = json.load(open(os.path.join(out, 'controllers.json')))
+    manifest = read_json(bundles[-1], fail, {})
     print(f'bundle {bundle}')
     manifest_nodes = {n['name']: n for n in manifest.get('nodes', [])}
     for n in nodes:
@@ -207,8 +250,7 @@ def main(out, plan_path, model_path):
             fail(f"{n['name']}: manifest controller {c} is not the adapter {want}")
         else:
             print(f"{n['name']}: controller {c.get('address')} HCI {c.get('hciVersion')} LMP {c.get('lmpVersion')}.{c.get('lmpSubversion')} manufacturer {c.get('manufacturer')}")
-    stack_path = os.path.join(out, 'stack.json')
-    stack = json.load(open(stack_path)) if os.path.exists(stack_path) else {}
+    stack = read_json(os.path.join(out, 'stack.json'), fail, {})
     print(f"stack {stack.get('stack')}: kernel {stack.get('kernel')}, BlueZ {stack.get('bluez')}")
     for n in nodes:
         m = manifest_nodes.get(n['name']) or {}
@@ -220,18 +262,13 @@ def main(out, plan_path, model_path):
     check_personas(out, bundle, nodes, model, controllers, fail)
     check_restart(out, bundle, nodes, controllers, fail)
     bleak_path = os.path.join(out, 'bleak.json')
-    payloads = json.load(open(bleak_path)) if os.path.exists(bleak_path) else {}
+    payloads = read_json(bleak_path, fail, {}) if os.path.exists(bleak_path) else {}
     expected = {fixed_payload(n['identifier']).hex(): n['name'] for n in nodes}
     good = {a: expected[p] for a, p in payloads.items() if p in expected}
     print(f"bleak read the payload characteristic of {len(good)} node(s): {good}")
     if not good:
         fail(f'bleak read no node payload (see {out}/bleak.log)')
-    for f in failures:
-        print('FAIL:', f)
-    if failures:
-        diagnose(out, bundle, nodes, controllers, failures)
-        print(f'bluetoothd log: {out}/bluetoothd.log; node logs: {bundle}/nodes/*/log.txt; lab logs: {out}/lab/logs')
-    return 1 if failures else 0
+    return bundle, nodes, controllers
 
 
 def diagnose(out, bundle, nodes, controllers, failures):
