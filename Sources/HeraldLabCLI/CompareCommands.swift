@@ -68,7 +68,7 @@ struct CompareCommand: ParsableCommand {
         if let json {
             do {
                 let data = try Comparison.json(outcome)
-                if json == "-" { FileHandle.standardOutput.write(data); print("") ; return }
+                if json == "-" { print(String(decoding: data, as: UTF8.self)); return }
                 try data.write(to: URL(fileURLWithPath: json), options: .atomic)
             } catch {
                 log("herald-lab compare: cannot write \(Format.label(json)): \(error.localizedDescription)")
@@ -109,7 +109,7 @@ struct RegressCommand: ParsableCommand {
     @Option(help: "Results folder holding history.sqlite (default: $HERALDLAB_RESULTS or results).")
     var results: String?
 
-    @Option(help: "Write the judgement as JSON to this file.")
+    @Option(help: "Write the judgement as JSON to this file (- : to standard output, instead of the text).")
     var json: String?
 
     func run() throws {
@@ -171,19 +171,25 @@ struct RegressCommand: ParsableCommand {
             }
             let a = Comparison.settings(base), b = Comparison.settings(current)
             let differ = Set(a.keys).union(b.keys).sorted().filter { a[$0] != b[$0] }
-            if !differ.isEmpty { print("warning: the baseline's settings differ in \(differ.map(Format.label).joined(separator: ", ")): a difference may be the settings'") }
+            if !differ.isEmpty {
+                let warning = "warning: the baseline's settings differ in \(differ.map(Format.label).joined(separator: ", ")): a difference may be the settings'"
+                if json == "-" { log(warning) } else { print(warning) } // standard output holds the JSON alone
+            }
             judgement = Regression.judge(current: current, baseline: base, tolerancePct: tol)
         }
         try emit(judgement)
     }
 
     func emit(_ j: Regression.Judgement) throws {
-        print(Regression.text(j))
+        if json != "-" { print(Regression.text(j)) }
         if let json {
             let enc = JSONEncoder()
             enc.outputFormatting = [.prettyPrinted, .sortedKeys]
             enc.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
-            do { try enc.encode(j).write(to: URL(fileURLWithPath: json), options: .atomic) } catch {
+            do {
+                let data = try enc.encode(j)
+                if json == "-" { print(String(decoding: data, as: UTF8.self)) } else { try data.write(to: URL(fileURLWithPath: json), options: .atomic) }
+            } catch {
                 log("herald-lab regress: cannot write \(Format.label(json)): \(error.localizedDescription)")
                 throw ExitCode(2)
             }
