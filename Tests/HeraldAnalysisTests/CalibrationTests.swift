@@ -42,6 +42,22 @@ final class CalibrationTests: XCTestCase {
         return out
     }
 
+    /// Runs `plans` in order as separate runs (seeds `seed * plans.count + k`), analyses each and
+    /// compares them as a study does (500 resamples, seeded by `seed`); nil when no design.
+    func study(_ plans: [Plan], seed: UInt64, in tmp: URL) throws -> Comparison.Outcome? {
+        var results = [AnalysisResult]()
+        for (k, p) in plans.enumerated() {
+            let bundle = tmp.appendingPathComponent("s\(seed)-\(k)")
+            _ = try Simulation(plan: p, planText: "", seed: seed * UInt64(plans.count) + UInt64(k), output: bundle, threads: 1).run()
+            results.append(try Analyser.analyse(bundle).result)
+            try? FileManager.default.removeItem(at: bundle)
+        }
+        guard case .success(var design) = Comparison.design(results) else { return nil }
+        design.resamples = 500
+        design.seed = seed
+        return Comparison.compare(design)
+    }
+
     func testAnAAComparisonCallsNothingInAtLeast95PercentOfSeeds() throws {
         let outcomes = try outcomes(try Self.plan("  - {name: A}\n  - {name: A2}"), name: "aa")
         XCTAssertEqual(outcomes.count, 40)
@@ -78,17 +94,7 @@ final class CalibrationTests: XCTestCase {
         var falseCalls = 0
         var perMetric = [String: Int]()
         for seed in Self.seeds {
-            var results = [AnalysisResult]()
-            for (k, p) in [a, b].enumerated() {
-                let bundle = tmp.appendingPathComponent("s\(seed)-\(k)")
-                _ = try Simulation(plan: p, planText: "", seed: seed * 2 + UInt64(k), output: bundle, threads: 1).run()
-                results.append(try Analyser.analyse(bundle).result)
-                try? FileManager.default.removeItem(at: bundle)
-            }
-            guard case .success(var design) = Comparison.design(results) else { XCTFail("no design"); return }
-            design.resamples = 500
-            design.seed = seed
-            let o = Comparison.compare(design)
+            guard let o = try study([a, b], seed: seed, in: tmp) else { return XCTFail("no design") }
             XCTAssertEqual(o.factor, "variant")
             let called = o.effects.filter { $0.verdict == .better || $0.verdict == .worse }
             if !called.isEmpty { falseCalls += 1 }
@@ -118,17 +124,7 @@ final class CalibrationTests: XCTestCase {
         defer { try? FileManager.default.removeItem(at: tmp) }
         var found = [String: Int]()
         for seed in Self.seeds {
-            var results = [AnalysisResult]()
-            for (k, p) in [slow, fast, fast, slow].enumerated() {
-                let bundle = tmp.appendingPathComponent("s\(seed)-\(k)")
-                _ = try Simulation(plan: p, planText: "", seed: seed * 4 + UInt64(k), output: bundle, threads: 1).run()
-                results.append(try Analyser.analyse(bundle).result)
-                try? FileManager.default.removeItem(at: bundle)
-            }
-            guard case .success(var design) = Comparison.design(results) else { XCTFail("no design"); return }
-            design.resamples = 500
-            design.seed = seed
-            let o = Comparison.compare(design)
+            guard let o = try study([slow, fast, fast, slow], seed: seed, in: tmp) else { return XCTFail("no design") }
             XCTAssertEqual(o.factor, "sensor.advertInterval")
             XCTAssertEqual(o.baseline, "1")
             for e in o.effects where ["intervalMedian", "timeToFirstDetection"].contains(e.metric) {

@@ -8,6 +8,18 @@ import LabPlan
 /// file names that try to leave the bundle. Nothing may be written outside the node's folder.
 final class ImpostorTests: XCTestCase {
     var lab: LabProcesses?
+
+    /// The air, a coordinator and agent1, real processes; the impostor joins them.
+    func labWithOneAgent() throws -> LabProcesses {
+        guard FileManager.default.isExecutableFile(atPath: LabProcesses.binary.path) else { throw XCTSkip("build herald-lab first") }
+        let lab = try LabProcesses()
+        self.lab = lab
+        try lab.startAir()
+        try lab.startCoordinator()
+        try lab.startAgent(1)
+        return lab
+    }
+
     override func tearDown() { lab?.stopAll(); lab = nil }
 
     final class Impostor: @unchecked Sendable {
@@ -99,12 +111,7 @@ final class ImpostorTests: XCTestCase {
     }
 
     func testTraversalNamesInAFileListWriteNothingOutsideTheBundle() async throws {
-        guard FileManager.default.isExecutableFile(atPath: LabProcesses.binary.path) else { throw XCTSkip("build herald-lab first") }
-        let lab = try LabProcesses()
-        self.lab = lab
-        try lab.startAir()
-        try lab.startCoordinator()
-        try lab.startAgent(1)
+        let lab = try labWithOneAgent()
         let impostor = Impostor(token: lab.token, fileNames: ["contacts.csv", "../../../../x", "/../../.."])
         let (coordinator, beats) = try await impostor.join(lab, tags: [])
         defer { beats.cancel() }
@@ -136,12 +143,7 @@ final class ImpostorTests: XCTestCase {
     /// operator's terminal (`run`, `agents`, `runs`) only as visible escapes: no cleared screen,
     /// no forged line.
     func testAnAgentsTextReachesTheLogAndTheTerminalOnlyEscaped() async throws {
-        guard FileManager.default.isExecutableFile(atPath: LabProcesses.binary.path) else { throw XCTSkip("build herald-lab first") }
-        let lab = try LabProcesses()
-        self.lab = lab
-        try lab.startAir()
-        try lab.startCoordinator()
-        try lab.startAgent(1)
+        let lab = try labWithOneAgent()
         let hostile = "x\u{1B}[2J\u{1B}[H\rcoordinator: run forged-1 complete\ncoordinator: run forged-2 complete\u{202E}txt.exe\u{2066}\u{200F}\u{200E}\u{9B}"
         let impostor = Impostor(token: lab.token, fileNames: ["contacts.csv"])
         impostor.hostile = hostile

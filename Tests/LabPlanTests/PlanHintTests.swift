@@ -4,14 +4,7 @@ import XCTest
 /// What a plan's author is told when a field or a unit is wrong: the nearest known field, and a
 /// unit that puts a bare number in range.
 final class PlanHintTests: XCTestCase {
-    func problems(_ yaml: String) -> [String] {
-        do {
-            _ = try Plan.parse(yaml: yaml, source: "t.yaml")
-            return []
-        } catch {
-            return error.problems.map { "\($0.path): \($0.message)" }
-        }
-    }
+    func problems(_ yaml: String) -> [String] { planProblems(yaml) }
 
     func testAFieldTypoGetsTheNearestKnownField() {
         let typo = problems("name: p\nduration: 1m\nnodes: [a, b]\nradio: {reportLos: 0.1}")

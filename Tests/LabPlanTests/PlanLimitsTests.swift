@@ -4,14 +4,7 @@ import XCTest
 /// Every numeric field of a plan has a sane upper bound, and bad documents (alias bombs, deep
 /// nesting, huge or non-UTF-8 files, FIFOs) are refused with a field path, never a crash.
 final class PlanLimitsTests: XCTestCase {
-    func problems(_ yaml: String) -> [String] {
-        do {
-            _ = try Plan.parse(yaml: yaml, source: "t.yaml")
-            return []
-        } catch {
-            return error.problems.map { "\($0.path): \($0.message)" }
-        }
-    }
+    func problems(_ yaml: String) -> [String] { planProblems(yaml) }
     let nodes = "nodes: [a, b]\n"
 
     func testHugeDurationsAreFieldErrors() {
