@@ -58,7 +58,7 @@ let package = Package(
         .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim", "LabNet"]),
         // MARK: Agent (runs a node on a Linux machine) and coordinator (plans, barrier, gather).
         .target(name: "LabAgent", dependencies: ["LabMetrics", "HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "LabNet", "RadioAir", "RadioSim", "BlueZRadio"]),
-        .target(name: "LabCoordinator", dependencies: ["LabMetrics", "HeraldCore", "LabPlan", "LabHTTP", "LabNet", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams")]),
+        .target(name: "LabCoordinator", dependencies: ["LabMetrics", "HeraldCore", "LabPlan", "LabHTTP", "LabNet", "RadioAir", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams")]),
         // MARK: BlueZ over D-Bus (libdbus) and controller identity (libbluetooth).
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .target(name: "DBus", dependencies: ["CDBus"]),
@@ -85,7 +85,7 @@ let package = Package(
         .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabPlan", "LabHTTP", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore"]),
         .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet"]),
-        .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore"]),
+        .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim"]),
         .testTarget(name: "EndToEndTests", dependencies: ["LabPlan"]),
     ]
 )

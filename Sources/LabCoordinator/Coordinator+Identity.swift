@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import LabHTTP
 import LabNet
+import RadioAir
 import LabPlan
 #if canImport(Glibc)
 import Glibc
@@ -212,26 +213,13 @@ extension Coordinator {
     /// is logged: the tickets still expire at their run's latest end.
     func tellAir(_ notice: NodeTicket.Notice) async {
         guard let key = config.airKey, let air = config.air else { return }
-        let line = (try? JSONSerialization.data(withJSONObject: ["t": "notice", "id": 1, "notice": notice.signed(key: key)])) ?? Data()
-        let answer: String = await withCheckedContinuation { done in
-            DispatchQueue.global().async {
-                do {
-                    let c = try Connection.dial(host: air.host, port: air.port, timeout: 5, tls: LabTrust.client)
-                    defer { c.close() }
-                    c.setTimeouts(seconds: 5)
-                    try c.write(line + Data([10]))
-                    var got = [UInt8](), buf = [UInt8](repeating: 0, count: 1024)
-                    while !got.contains(10) && got.count < 4096 {
-                        let n = try c.read(into: &buf)
-                        if n == 0 { break }
-                        got += buf[0..<n]
-                    }
-                    done.resume(returning: String(decoding: got, as: UTF8.self))
-                } catch { done.resume(returning: "\(error)") }
-            }
+        let signed = notice.signed(key: key)
+        let problem: String? = await withCheckedContinuation { done in
+            // Connecting blocks (name lookup, handshake): off the cooperative pool.
+            DispatchQueue.global().async { done.resume(returning: AirNotices.tell(signed, host: air.host, port: air.port, tls: LabTrust.client)) }
         }
-        if !answer.contains("\"ok\":true") {
-            log("coordinator: the air at \(air.host):\(air.port) did not take the notice \(notice): \(HTTPService.escaped(answer)); the tickets concerned still expire at their run's latest end")
+        if let problem {
+            log("coordinator: the air at \(air.host):\(air.port) did not take the notice \(notice): \(HTTPService.escaped(problem)); the tickets concerned still expire at their run's latest end")
         }
     }
 }

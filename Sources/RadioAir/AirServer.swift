@@ -43,7 +43,7 @@ public final class AirServer: @unchecked Sendable {
         // A tick a second to every node: lets a node tell a silent air from a dead link.
         ticks = scheduler.scheduleRepeating(every: 1) { [weak self] in
             guard let self else { return }
-            for n in self.nodes.values { n.send(AirMessage("tick")) }
+            for n in self.nodes.values { n.send(AirAnswer(.tick)) }
             self.dropLapsed()
         }
     }
@@ -126,7 +126,7 @@ public final class AirServer: @unchecked Sendable {
                 nextConnection += 1
                 let id = nextConnection
                 unattached.insert(id)
-                socket.startReading(onMessage: { [weak self] m in
+                socket.startReading(AirRequest.self, onMessage: { [weak self] m in
                     self?.scheduler.execute { self?.received(m, connection: id, socket: socket) }
                 }, settle: { [weak self] in
                     // What was read before the end is handled (and answered) before the close.
@@ -145,7 +145,7 @@ public final class AirServer: @unchecked Sendable {
 
     /// Whether a hello is admitted: a valid ticket for the node's name (its claims), or the
     /// token (no claims); else why not.
-    private func admit(_ m: AirMessage) -> Result<NodeTicket.Claims?, NodeTicket.Refusal> {
+    private func admit(_ m: AirHello) -> Result<NodeTicket.Claims?, NodeTicket.Refusal> {
         if token == nil && ticketKey == nil { return .success(nil) }
         if let gate, let ticket = m.ticket {
             return gate.admit(ticket, node: m.node ?? "", now: Date().timeIntervalSince1970).map { $0 }
@@ -175,22 +175,22 @@ public final class AirServer: @unchecked Sendable {
 
     /// A notice from the coordinator (signed with the air key): a run ended or an agent was
     /// revoked. Answered, then the connection is closed.
-    private func notice(_ m: AirMessage, socket: LineSocket) {
-        var r = AirMessage("notice", id: m.id)
-        if var g = gate, let text = m.notice, let n = g.take(text) {
+    private func notice(_ text: String, id: Int?, socket: LineSocket) {
+        let r: AirNews
+        if var g = gate, let n = g.take(text) {
             gate = g
-            r.ok = true
+            r = .noticeTaken
             switch n {
             case .ended(let run, _): log("air: run \(Self.escaped(run)) ended: its tickets attach nothing more")
             case .revoked(let agent, _): log("air: agent \(Self.escaped(agent)) revoked: its tickets attach nothing more")
             }
             dropLapsed()
         } else {
-            r.ok = false
-            r.error = gate == nil ? "this air checks no tickets" : "notice not signed by this lab's air key"
-            log("air: refused a notice: \(r.error!)")
+            let why = gate == nil ? "this air checks no tickets" : "notice not signed by this lab's air key"
+            r = .noticeRefused(why)
+            log("air: refused a notice: \(why)")
         }
-        socket.send(r)
+        socket.send(AirAnswer(id: id, r))
         socket.close()
     }
 
@@ -206,16 +206,13 @@ public final class AirServer: @unchecked Sendable {
         if nodes.isEmpty { medium = nil }
     }
 
-    private func received(_ m: AirMessage, connection id: Int, socket: LineSocket) {
-        if m.t == "notice", nodes[id] == nil { return notice(m, socket: socket) }
-        if m.t == "hello" {
+    private func received(_ request: AirRequest, connection id: Int, socket: LineSocket) {
+        if case .notice(let text) = request.call, nodes[id] == nil { return notice(text, id: request.id, socket: socket) }
+        if case .hello(let m) = request.call {
             let name = m.node ?? "node\(id)"
             func refuse(_ refusal: String) {
                 log("air: refused a hello from connection \(id) as \(Self.escaped(m.node ?? "?")): \(refusal)")
-                var r = AirMessage("hello", id: m.id)
-                r.ok = false
-                r.error = refusal
-                socket.send(r)
+                socket.send(AirAnswer(id: request.id, .refused(refusal)))
                 socket.close()
             }
             let claims: NodeTicket.Claims?
@@ -243,13 +240,10 @@ public final class AirServer: @unchecked Sendable {
             node.claims = claims
             nodes[id] = node
             log("air: \(Self.escaped(name)) attached at (\(m.x ?? 0), \(m.y ?? 0)) as \(transport.address)")
-            var r = AirMessage("hello", id: m.id)
-            r.ok = true
-            r.address = transport.address.value
-            node.send(r)
+            node.send(AirAnswer(id: request.id, .attached(transport.address)))
             return
         }
-        nodes[id]?.handle(m)
+        nodes[id]?.handle(request)
     }
 }
 
@@ -271,11 +265,13 @@ final class AttachedNode: BLETransportDelegate, GATTServerDelegate {
     }
 
     /// Every message carries the air's clock, so the node can drop what reaches it late.
-    func send(_ message: AirMessage) {
+    func send(_ message: AirAnswer) {
         var m = message
         m.at = Date().timeIntervalSince1970
         socket.send(m)
     }
+
+    private func send(_ news: AirNews) { send(AirAnswer(news)) }
 
     func detach() {
         transport.delegate = nil
@@ -283,107 +279,66 @@ final class AttachedNode: BLETransportDelegate, GATTServerDelegate {
         transport.stopScanning { _ in }
     }
 
+    private func reply(_ id: Int?, _ outcome: AirOutcome) { send(AirAnswer(id: id, .reply(outcome))) }
+
     private func reply(_ id: Int?, _ result: Result<Void, TransportError>) {
-        var r = AirMessage("reply", id: id)
         switch result {
-        case .success: r.ok = true
-        case .failure(let e): r.ok = false; (r.errorKind, r.error) = AirMessage.errorFields(e)
+        case .success: reply(id, .done)
+        case .failure(let e): reply(id, .failed(e))
         }
-        send(r)
     }
 
-    func handle(_ m: AirMessage) {
-        let id = m.id
-        switch m.t {
-        case "powerOn": transport.powerOn { self.reply(id, $0) }
-        case "register":
-            guard let w = m.services?.first, let s = AirMessage.service(w) else { reply(id, .failure(.failed("no service"))); return }
-            for (k, v) in m.values ?? [:] { if let u = BluetoothUUID(k), let d = Data(base64Encoded: v) { values[u] = d } }
+    func handle(_ request: AirRequest) {
+        let id = request.id
+        switch request.call {
+        case .hello, .notice: break // handled by the server before a node is attached
+        case .malformed(_, let problem): reply(id, .failed(.failed(problem)))
+        case .powerOn: transport.powerOn { self.reply(id, $0) }
+        case .register(let s, let v):
+            values.merge(v) { $1 }
             transport.register(service: s, server: self) { self.reply(id, $0) }
-        case "values":
-            for (k, v) in m.values ?? [:] { if let u = BluetoothUUID(k), let d = Data(base64Encoded: v) { values[u] = d } }
-        case "startAdvertising":
-            let ad = Advertisement(serviceUUIDs: (m.uuids ?? []).compactMap(BluetoothUUID.init), manufacturerData: AirMessage.mfr(m.mfr),
-                                   txPower: m.txPower, includeTxPower: m.includeTxPower ?? false, interval: m.interval)
-            transport.startAdvertising(ad) { self.reply(id, $0) }
-        case "stopAdvertising": transport.stopAdvertising { self.reply(id, $0) }
-        case "startScanning": transport.startScanning(filter: ScanFilter()) { self.reply(id, $0) }
-        case "stopScanning": transport.stopScanning { self.reply(id, $0) }
-        case "connect": transport.connect(RadioAddress(m.address ?? ""), timeout: m.timeout ?? 8) { self.reply(id, $0) }
-        case "disconnect": transport.disconnect(RadioAddress(m.address ?? "")) { self.reply(id, $0) }
-        case "discover":
-            transport.discoverServices(RadioAddress(m.address ?? "")) { result in
-                var r = AirMessage("reply", id: id)
+        case .values(let v): values.merge(v) { $1 }
+        case .startAdvertising(let ad): transport.startAdvertising(ad) { self.reply(id, $0) }
+        case .stopAdvertising: transport.stopAdvertising { self.reply(id, $0) }
+        case .startScanning: transport.startScanning(filter: ScanFilter()) { self.reply(id, $0) }
+        case .stopScanning: transport.stopScanning { self.reply(id, $0) }
+        case .connect(let a, let timeout): transport.connect(a, timeout: timeout) { self.reply(id, $0) }
+        case .disconnect(let a): transport.disconnect(a) { self.reply(id, $0) }
+        case .discover(let a):
+            transport.discoverServices(a) { result in
                 switch result {
-                case .success(let s): r.ok = true; r.services = s.map(AirMessage.wire)
-                case .failure(let e): r.ok = false; (r.errorKind, r.error) = AirMessage.errorFields(e)
+                case .success(let s): self.reply(id, .services(s))
+                case .failure(let e): self.reply(id, .failed(e))
                 }
-                self.send(r)
             }
-        case "read":
-            guard let s = m.service.flatMap(BluetoothUUID.init), let c = m.characteristic.flatMap(BluetoothUUID.init) else { reply(id, .failure(.failed("bad read"))); return }
-            transport.read(RadioAddress(m.address ?? ""), service: s, characteristic: c) { result in
-                var r = AirMessage("reply", id: id)
+        case .read(let a, let s, let c):
+            transport.read(a, service: s, characteristic: c) { result in
                 switch result {
-                case .success(let d): r.ok = true; r.value = d.base64EncodedString()
-                case .failure(let e): r.ok = false; (r.errorKind, r.error) = AirMessage.errorFields(e)
+                case .success(let d): self.reply(id, .value(d))
+                case .failure(let e): self.reply(id, .failed(e))
                 }
-                self.send(r)
             }
-        case "write":
-            guard let s = m.service.flatMap(BluetoothUUID.init), let c = m.characteristic.flatMap(BluetoothUUID.init),
-                  let v = m.value.flatMap({ Data(base64Encoded: $0) }) else { reply(id, .failure(.failed("bad write"))); return }
-            transport.write(RadioAddress(m.address ?? ""), service: s, characteristic: c, value: v, withResponse: m.withResponse ?? true) { self.reply(id, $0) }
-        default:
-            break
+        case .write(let a, let s, let c, let v, let withResponse):
+            transport.write(a, service: s, characteristic: c, value: v, withResponse: withResponse) { self.reply(id, $0) }
         }
     }
 
     // BLETransportDelegate: relay the medium's events to the node's process.
-    func transport(didUpdateState state: RadioState) {
-        var m = AirMessage("state")
-        m.state = state.rawValue
-        send(m)
-    }
-    func transport(didReceive report: ScanReport) {
-        var m = AirMessage("report")
-        m.address = report.address.value
-        m.rssi = report.rssi
-        m.txPower = report.txPower
-        m.mfr = AirMessage.mfrWire(report.manufacturerData)
-        m.uuids = report.serviceUUIDs.map(\.uuidString)
-        send(m)
-    }
-    func transport(didDisconnect address: RadioAddress) {
-        var m = AirMessage("disconnected")
-        m.address = address.value
-        send(m)
-    }
+    func transport(didUpdateState state: RadioState) { send(.state(state)) }
+    func transport(didReceive report: ScanReport) { send(.report(report)) }
+    func transport(didDisconnect address: RadioAddress) { send(.disconnected(address)) }
 
     // GATTServerDelegate: reads come from the node's last value (the medium needs them at once);
     // every read and write is also relayed so the node's own GATT server sees it.
     func gattRead(characteristic: BluetoothUUID, offset: Int, central: RadioAddress) -> Result<Data, ATTError> {
-        var m = AirMessage("gattRead")
-        m.characteristic = characteristic.uuidString
-        m.offset = offset
-        m.central = central.value
-        send(m)
+        send(.gattRead(characteristic: characteristic, offset: offset, central: central))
         guard let v = values[characteristic] else { return .failure(.notSupported) }
         guard offset <= v.count else { return .failure(.invalidOffset) }
         return .success(Data(v.dropFirst(offset)))
     }
     func gattWrite(characteristic: BluetoothUUID, value: Data, offset: Int, central: RadioAddress) -> Result<Void, ATTError> {
-        var m = AirMessage("gattWrite")
-        m.characteristic = characteristic.uuidString
-        m.value = value.base64EncodedString()
-        m.offset = offset
-        m.central = central.value
-        send(m)
+        send(.gattWrite(characteristic: characteristic, value: value, offset: offset, central: central))
         return .success(())
     }
-    func gattCentralDisconnected(_ central: RadioAddress) {
-        var m = AirMessage("centralDisconnected")
-        m.central = central.value
-        send(m)
-    }
+    func gattCentralDisconnected(_ central: RadioAddress) { send(.centralDisconnected(central)) }
 }

@@ -13,7 +13,7 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
     private let dispatch: DispatchScheduler
     private var socket: LineSocket
     private var nextID = 0
-    private var pending: [Int: (AirMessage) -> Void] = [:]
+    private var pending: [Int: (AirOutcome) -> Void] = [:]
     private weak var server: (any GATTServerDelegate)?
     private var readable: [BluetoothUUID] = []
     private var refresh: ScheduledTask?
@@ -24,7 +24,7 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
     private let host: String
     private let port: UInt16
     private let tls: TLSContext?
-    private let hello: AirMessage
+    private let hello: AirRequest
     /// Whether the link to the air is up (hello answered); false while reconnecting.
     private var attached = true
     private var closed = false
@@ -55,14 +55,7 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
         self.host = host
         self.port = port
         self.tls = tls
-        var hello = AirMessage("hello", id: 0)
-        hello.node = node
-        hello.x = x
-        hello.y = y
-        hello.parameters = parameters
-        hello.token = token
-        hello.ticket = ticket
-        self.hello = hello
+        hello = AirRequest(id: 0, .hello(AirHello(node: node, x: x, y: y, parameters: parameters, token: token, ticket: ticket)))
         socket = try LineSocket.connect(host: host, port: port, tls: tls)
         lastHeard = Date().timeIntervalSince1970
         attach(socket)
@@ -88,7 +81,7 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
 
     private func attach(_ s: LineSocket) {
         socket = s
-        s.startReading(onMessage: { [weak self] m in
+        s.startReading(AirAnswer.self, onMessage: { [weak self] m in
             guard let self else { return }
             self.dispatch.execute { if self.socket === s { self.received(m) } }
         }, onClose: { [weak self] in
@@ -112,10 +105,7 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
         state = .unavailable
         let waiting = pending
         pending.removeAll()
-        var failure = AirMessage("reply")
-        failure.ok = false
-        failure.errorKind = "adapterUnavailable"
-        failure.error = "lost the air: \(reason)"
+        let failure = AirOutcome.failed(.adapterUnavailable("lost the air: \(reason)"))
         for (_, c) in waiting.sorted(by: { $0.key < $1.key }) { c(failure) }
         log?("radio lost: \(reason); reattaching every 2 s")
         delegate?.transport(didUpdateState: .unavailable)
@@ -137,7 +127,7 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
                         self.bestDelta = nil
                         self.lastHeard = self.now
                         self.attach(s)
-                        self.simple(AirMessage("powerOn"), whileDetached: true) { [weak self] r in
+                        self.simple(.powerOn, whileDetached: true) { [weak self] r in
                             guard let self, !self.closed else { return }
                             guard case .success = r else { self.scheduleReattach(); return }
                             self.attached = true
@@ -172,18 +162,18 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
         return false
     }
 
-    private func received(_ m: AirMessage) {
+    private func received(_ m: AirAnswer) {
         lastHeard = now
         let fresh = isFresh(m.at)
-        switch m.t {
-        case "tick": break
-        case "hello":
-            if m.ok == false { log?("radio: the air refused this node: \(m.error ?? "no reason given")") }
-            address = m.address.map { RadioAddress($0) }
-        case "reply":
-            if let id = m.id, let c = pending.removeValue(forKey: id) { c(m) }
-        case "report":
-            guard let a = m.address, let rssi = m.rssi else { return }
+        switch m.news {
+        case .tick, .noticeTaken, .noticeRefused: break
+        case .refused(let why):
+            log?("radio: the air refused this node: \(why)")
+            address = nil
+        case .attached(let a): address = a
+        case .reply(let outcome):
+            if let id = m.id, let c = pending.removeValue(forKey: id) { c(outcome) }
+        case .report(let report):
             guard fresh else {
                 staleDropped += 1
                 if staleDropped == 1 || staleDropped.isMultiple(of: 100) {
@@ -191,57 +181,44 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
                 }
                 return
             }
-            delegate?.transport(didReceive: ScanReport(address: RadioAddress(a), rssi: rssi, txPower: m.txPower,
-                                                      manufacturerData: AirMessage.mfr(m.mfr), serviceUUIDs: (m.uuids ?? []).compactMap(BluetoothUUID.init)))
-        case "state":
-            if let s = m.state.flatMap(RadioState.init) { state = s; delegate?.transport(didUpdateState: s) }
-        case "disconnected":
-            if let a = m.address { delegate?.transport(didDisconnect: RadioAddress(a)) }
-        case "gattRead":
-            if let c = m.characteristic.flatMap(BluetoothUUID.init) { _ = server?.gattRead(characteristic: c, offset: m.offset ?? 0, central: RadioAddress(m.central ?? "")) }
-        case "gattWrite":
-            if let c = m.characteristic.flatMap(BluetoothUUID.init), let v = m.value.flatMap({ Data(base64Encoded: $0) }) {
-                _ = server?.gattWrite(characteristic: c, value: v, offset: m.offset ?? 0, central: RadioAddress(m.central ?? ""))
-            }
-        case "centralDisconnected":
-            if let c = m.central { server?.gattCentralDisconnected(RadioAddress(c)) }
-        default: break
+            delegate?.transport(didReceive: report)
+        case .state(let s):
+            state = s
+            delegate?.transport(didUpdateState: s)
+        case .disconnected(let a): delegate?.transport(didDisconnect: a)
+        case .gattRead(let c, let offset, let central): _ = server?.gattRead(characteristic: c, offset: offset, central: central)
+        case .gattWrite(let c, let v, let offset, let central): _ = server?.gattWrite(characteristic: c, value: v, offset: offset, central: central)
+        case .centralDisconnected(let c): server?.gattCentralDisconnected(c)
         }
     }
 
     /// Sends a request; while the link is down it fails at once, except for the reattaching
     /// handshake itself (`whileDetached`).
-    private func call(_ m: AirMessage, whileDetached: Bool = false, _ done: @escaping (AirMessage) -> Void) {
+    private func call(_ c: AirCall, whileDetached: Bool = false, _ done: @escaping (AirOutcome) -> Void) {
         guard attached || whileDetached else {
-            var failure = AirMessage("reply")
-            failure.ok = false
-            failure.errorKind = "adapterUnavailable"
-            failure.error = "the link to the air is down"
-            dispatch.execute { done(failure) }
+            dispatch.execute { done(.failed(.adapterUnavailable("the link to the air is down"))) }
             return
         }
         nextID += 1
-        var msg = m
-        msg.id = nextID
         pending[nextID] = done
-        socket.send(msg)
+        socket.send(AirRequest(id: nextID, c))
     }
 
-    private func simple(_ m: AirMessage, whileDetached: Bool = false, _ completion: @escaping (Result<Void, TransportError>) -> Void) {
-        call(m, whileDetached: whileDetached) { r in completion(r.ok == true ? .success(()) : .failure(AirMessage.transportError(kind: r.errorKind, r.error))) }
+    private func simple(_ c: AirCall, whileDetached: Bool = false, _ completion: @escaping (Result<Void, TransportError>) -> Void) {
+        call(c, whileDetached: whileDetached) { completion($0.voidResult) }
     }
 
     /// The current full value of each readable characteristic, from this node's GATT server.
-    private func currentValues() -> [String: String] {
-        var out = [String: String]()
+    private func currentValues() -> [BluetoothUUID: Data] {
+        var out = [BluetoothUUID: Data]()
         for c in readable {
-            if case .success(let d)? = server?.gattRead(characteristic: c, offset: 0, central: RadioAddress("00:00:00:00:00:00")) { out[c.uuidString] = d.base64EncodedString() }
+            if case .success(let d)? = server?.gattRead(characteristic: c, offset: 0, central: RadioAddress("00:00:00:00:00:00")) { out[c] = d }
         }
         return out
     }
 
     public func powerOn(completion: @escaping (Result<Void, TransportError>) -> Void) {
-        simple(AirMessage("powerOn")) { [weak self] r in
+        simple(.powerOn) { [weak self] r in
             if case .success = r { self?.state = .poweredOn }
             completion(r)
         }
@@ -250,37 +227,23 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
     public func register(service: GATTService, server: any GATTServerDelegate, completion: @escaping (Result<Void, TransportError>) -> Void) {
         self.server = server
         readable = service.characteristics.filter { $0.properties.contains(.read) }.map(\.uuid)
-        var m = AirMessage("register")
-        m.services = [AirMessage.wire(service)]
-        m.values = currentValues()
-        simple(m, completion)
+        simple(.register(service, values: currentValues()), completion)
         refresh?.cancel()
         refresh = dispatch.scheduleRepeating(every: 10) { [weak self] in
             guard let self else { return }
-            var v = AirMessage("values")
-            v.values = self.currentValues()
-            self.socket.send(v)
+            self.socket.send(AirRequest(.values(self.currentValues())))
         }
     }
 
     public func startAdvertising(_ advertisement: Advertisement, completion: @escaping (Result<Void, TransportError>) -> Void) {
-        var m = AirMessage("startAdvertising")
-        m.uuids = advertisement.serviceUUIDs.map(\.uuidString)
-        m.mfr = AirMessage.mfrWire(advertisement.manufacturerData)
-        m.txPower = advertisement.txPower
-        m.includeTxPower = advertisement.includeTxPower
-        m.interval = advertisement.interval
-        simple(m, completion)
+        simple(.startAdvertising(advertisement), completion)
     }
 
-    public func stopAdvertising(completion: @escaping (Result<Void, TransportError>) -> Void) { simple(AirMessage("stopAdvertising"), completion) }
-    public func startScanning(filter: ScanFilter, completion: @escaping (Result<Void, TransportError>) -> Void) { simple(AirMessage("startScanning"), completion) }
-    public func stopScanning(completion: @escaping (Result<Void, TransportError>) -> Void) { simple(AirMessage("stopScanning"), completion) }
+    public func stopAdvertising(completion: @escaping (Result<Void, TransportError>) -> Void) { simple(.stopAdvertising, completion) }
+    public func startScanning(filter: ScanFilter, completion: @escaping (Result<Void, TransportError>) -> Void) { simple(.startScanning, completion) }
+    public func stopScanning(completion: @escaping (Result<Void, TransportError>) -> Void) { simple(.stopScanning, completion) }
 
     public func connect(_ address: RadioAddress, timeout: TimeInterval, completion: @escaping (Result<Void, TransportError>) -> Void) {
-        var m = AirMessage("connect")
-        m.address = address.value
-        m.timeout = timeout
         // The air bounds the attempt by `timeout`; this bounds it again should the air fall silent.
         var done = false
         let guardTask = dispatch.schedule(after: timeout + 2) {
@@ -288,7 +251,7 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
             done = true
             completion(.failure(.timeout("connect to \(address) (no answer from the air)")))
         }
-        simple(m) { r in
+        simple(.connect(address, timeout: timeout)) { r in
             guard !done else { return }
             done = true
             guardTask.cancel()
@@ -297,38 +260,31 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
     }
 
     public func discoverServices(_ address: RadioAddress, completion: @escaping (Result<[GATTService], TransportError>) -> Void) {
-        var m = AirMessage("discover")
-        m.address = address.value
-        call(m) { r in
-            completion(r.ok == true ? .success((r.services ?? []).compactMap(AirMessage.service)) : .failure(AirMessage.transportError(kind: r.errorKind, r.error)))
+        call(.discover(address)) { r in
+            switch r {
+            case .services(let s): completion(.success(s))
+            case .done: completion(.success([]))
+            case .value: completion(.failure(.failed("the air answered a discovery with a value")))
+            case .failed(let e): completion(.failure(e))
+            }
         }
     }
 
     public func read(_ address: RadioAddress, service: BluetoothUUID, characteristic: BluetoothUUID, completion: @escaping (Result<Data, TransportError>) -> Void) {
-        var m = AirMessage("read")
-        m.address = address.value
-        m.service = service.uuidString
-        m.characteristic = characteristic.uuidString
-        call(m) { r in
-            if r.ok == true, let v = r.value.flatMap({ Data(base64Encoded: $0) }) { completion(.success(v)) } else {
-                completion(.failure(AirMessage.transportError(kind: r.errorKind, r.error)))
+        call(.read(address, service: service, characteristic: characteristic)) { r in
+            switch r {
+            case .value(let v): completion(.success(v))
+            case .done, .services: completion(.failure(.failed("the air answered a read without a value")))
+            case .failed(let e): completion(.failure(e))
             }
         }
     }
 
     public func write(_ address: RadioAddress, service: BluetoothUUID, characteristic: BluetoothUUID, value: Data, withResponse: Bool, completion: @escaping (Result<Void, TransportError>) -> Void) {
-        var m = AirMessage("write")
-        m.address = address.value
-        m.service = service.uuidString
-        m.characteristic = characteristic.uuidString
-        m.value = value.base64EncodedString()
-        m.withResponse = withResponse
-        simple(m, completion)
+        simple(.write(address, service: service, characteristic: characteristic, value: value, withResponse: withResponse), completion)
     }
 
     public func disconnect(_ address: RadioAddress, completion: @escaping (Result<Void, TransportError>) -> Void) {
-        var m = AirMessage("disconnect")
-        m.address = address.value
-        simple(m, completion)
+        simple(.disconnect(address), completion)
     }
 }

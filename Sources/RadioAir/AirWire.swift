@@ -7,123 +7,6 @@ import LabNet
 import Glibc
 #endif
 
-/// One message between an AirTransport and the air, a JSON object per line.
-struct AirMessage: Codable {
-    var t: String
-    var id: Int?
-    var node: String?
-    var x: Double?
-    var y: Double?
-    var parameters: RadioParameters?
-    var ok: Bool?
-    var error: String?
-    var errorKind: String?
-    var address: String?
-    var rssi: Int?
-    var txPower: Int?
-    var includeTxPower: Bool?
-    var interval: Double?
-    var mfr: [String: String]?
-    var uuids: [String]?
-    var services: [ServiceWire]?
-    var service: String?
-    var characteristic: String?
-    var value: String?
-    var withResponse: Bool?
-    var offset: Int?
-    var central: String?
-    var state: String?
-    var timeout: Double?
-    var values: [String: String]?
-    /// When the air sent the message (its wall clock): lets a node tell a fresh report from one
-    /// that waited in a buffer while the node was paused or its link was down.
-    var at: Double?
-    /// The lab's token, in a node's hello (an air started with a token refuses a hello without it).
-    var token: String?
-    /// A node's ticket (`NodeTicket`): lets it attach under its name only.
-    var ticket: String?
-    /// A coordinator's notice to the air (`NodeTicket.Notice`, signed): a run ended, an agent revoked.
-    var notice: String?
-
-    init(_ t: String, id: Int? = nil) { self.t = t; self.id = id }
-
-    struct ServiceWire: Codable {
-        var uuid: String
-        var characteristics: [[String]] // [uuid, flags...]
-    }
-
-    static func wire(_ s: GATTService) -> ServiceWire {
-        ServiceWire(uuid: s.uuid.uuidString, characteristics: s.characteristics.map { [$0.uuid.uuidString] + $0.properties.bluezFlags })
-    }
-
-    static func service(_ w: ServiceWire) -> GATTService? {
-        guard let u = BluetoothUUID(w.uuid) else { return nil }
-        return GATTService(uuid: u, characteristics: w.characteristics.compactMap { c in
-            guard let first = c.first, let cu = BluetoothUUID(first) else { return nil }
-            var p = CharacteristicProperties()
-            for f in c.dropFirst() {
-                switch f {
-                case "read": p.insert(.read)
-                case "write": p.insert(.write)
-                case "write-without-response": p.insert(.writeWithoutResponse)
-                case "notify": p.insert(.notify)
-                default: break
-                }
-            }
-            return GATTCharacteristic(uuid: cu, properties: p)
-        })
-    }
-
-    static func mfrWire(_ m: [UInt16: Data]) -> [String: String] {
-        var out = [String: String]()
-        for (k, v) in m { out[String(k)] = v.base64EncodedString() }
-        return out
-    }
-
-    static func mfr(_ w: [String: String]?) -> [UInt16: Data] {
-        var out = [UInt16: Data]()
-        for (k, v) in w ?? [:] { if let id = UInt16(k), let d = Data(base64Encoded: v) { out[id] = d } }
-        return out
-    }
-
-    static func errorFields(_ e: TransportError) -> (String, String) {
-        switch e {
-        case .adapterUnavailable(let s): return ("adapterUnavailable", s)
-        case .timeout(let s): return ("timeout", s)
-        case .notConnected: return ("notConnected", "")
-        case .connectionFailed(let s): return ("connectionFailed", s)
-        case .inProgress: return ("inProgress", "")
-        case .notPermitted: return ("notPermitted", "")
-        case .notSupported(let s): return ("notSupported", s)
-        case .invalidOffset: return ("invalidOffset", "")
-        case .invalidValueLength: return ("invalidValueLength", "")
-        case .deviceNotFound(let a): return ("deviceNotFound", a.value)
-        case .serviceNotFound(let u): return ("serviceNotFound", u.uuidString)
-        case .characteristicNotFound(let u): return ("characteristicNotFound", u.uuidString)
-        case .failed(let s): return ("failed", s)
-        }
-    }
-
-    static func transportError(kind: String?, _ message: String?) -> TransportError {
-        let m = message ?? ""
-        switch kind {
-        case "adapterUnavailable": return .adapterUnavailable(m)
-        case "timeout": return .timeout(m)
-        case "notConnected": return .notConnected
-        case "connectionFailed": return .connectionFailed(m)
-        case "inProgress": return .inProgress
-        case "notPermitted": return .notPermitted
-        case "notSupported": return .notSupported(m)
-        case "invalidOffset": return .invalidOffset
-        case "invalidValueLength": return .invalidValueLength
-        case "deviceNotFound": return .deviceNotFound(RadioAddress(m))
-        case "serviceNotFound": return BluetoothUUID(m).map { .serviceNotFound($0) } ?? .failed(m)
-        case "characteristicNotFound": return BluetoothUUID(m).map { .characteristicNotFound($0) } ?? .failed(m)
-        default: return .failed(m)
-        }
-    }
-}
-
 /// A connection (plain or TLS) carrying newline-delimited JSON, with a reader thread.
 final class LineSocket: @unchecked Sendable {
     let connection: Connection
@@ -152,10 +35,18 @@ final class LineSocket: @unchecked Sendable {
         }
     }
 
-    func send(_ message: AirMessage) {
-        guard var encoded = try? JSONEncoder().encode(message) else { return }
-        encoded.append(10)
-        let data = encoded
+    /// Queues one message (an `AirRequest` or an `AirAnswer`) as a line.
+    func send<Message: Encodable>(_ message: Message) {
+        let encoded: Data
+        do { encoded = try JSONEncoder().encode(message) } catch {
+            // Every field of the contract encodes; a value that does not (a NaN position) ends
+            // the connection rather than leaving the peer waiting for a message that never comes.
+            fail()
+            return
+        }
+        var line = encoded
+        line.append(10)
+        let data = line
         lock.lock(); let isClosed = closed || broken; lock.unlock()
         guard !isClosed else { return }
         writeQueue.async { [self] in
@@ -185,7 +76,7 @@ final class LineSocket: @unchecked Sendable {
     /// `settle`, when given, runs after the last message and before the socket is closed (the
     /// air waits there until the messages read so far are handled, so that the answers to them,
     /// a refusal included, go out before the close).
-    func startReading(onMessage: @escaping @Sendable (AirMessage) -> Void, settle: (@Sendable () -> Void)? = nil,
+    func startReading<Message: Decodable>(_ kind: Message.Type, onMessage: @escaping @Sendable (Message) -> Void, settle: (@Sendable () -> Void)? = nil,
                       onClose: @escaping @Sendable () -> Void) {
         let connection = self.connection
         let thread = Thread { [self] in
@@ -203,7 +94,9 @@ final class LineSocket: @unchecked Sendable {
                     let line = Data(pending[start..<nl])
                     start = nl + 1
                     scan = start
-                    if let m = try? decoder.decode(AirMessage.self, from: line) { onMessage(m) }
+                    // A line that is not a message of the contract (junk, an unknown kind) is
+                    // dropped: the peer gets no answer to it, and nothing else changes.
+                    if let m = try? decoder.decode(Message.self, from: line) { onMessage(m) }
                 }
                 pending.removeFirst(start)
                 if pending.count > Self.maxLine { break reading }
@@ -227,6 +120,36 @@ final class LineSocket: @unchecked Sendable {
                 self.connection.shutdown()
                 self.connection.close()
             }
+        }
+    }
+}
+
+/// The coordinator's side of the air's contract: a signed notice (`NodeTicket.Notice`) on a
+/// connection of its own, and the air's answer.
+public enum AirNotices {
+    /// Sends `signed` to the air at `host:port` (TLS checked against the lab CA when `tls` is
+    /// given) and waits at most `timeout` seconds for the answer: nil when the air took it, else
+    /// why not (the air's refusal or the connection's error).
+    public static func tell(_ signed: String, host: String, port: UInt16, tls: TLSContext?, timeout: TimeInterval = 5) -> String? {
+        do {
+            let c = try Connection.dial(host: host, port: port, timeout: timeout, tls: tls)
+            defer { c.close() }
+            c.setTimeouts(seconds: timeout)
+            try c.write(try JSONEncoder().encode(AirRequest(id: 1, .notice(signed))) + Data([10]))
+            var got = [UInt8](), buf = [UInt8](repeating: 0, count: 1024)
+            while !got.contains(10) && got.count < 4096 {
+                let n = try c.read(into: &buf)
+                if n == 0 { break }
+                got += buf[0..<n]
+            }
+            guard let end = got.firstIndex(of: 10) else { return "no answer from the air" }
+            switch try JSONDecoder().decode(AirAnswer.self, from: Data(got[..<end])).news {
+            case .noticeTaken: return nil
+            case .noticeRefused(let why): return "the air refused it: \(why)"
+            default: return "the air answered with something else than a notice's answer"
+            }
+        } catch {
+            return "\(error)"
         }
     }
 }

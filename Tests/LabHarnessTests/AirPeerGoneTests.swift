@@ -63,7 +63,7 @@ final class AirPeerGoneTests: XCTestCase {
             Self.resetOnClose(client.fd)
             client.close()
             // Queued before anyone reads: only a failed write can end the connection here.
-            for i in 0..<1000 { socket.send(AirMessage("tick", id: i)) }
+            for i in 0..<1000 { socket.send(AirAnswer(id: i, .tick)) }
             // The queue drains (a write that retried for ever would hold it): bounded wait.
             let drained = DispatchSemaphore(value: 0)
             Thread { socket.drain(); drained.signal() }.start()
@@ -71,7 +71,7 @@ final class AirPeerGoneTests: XCTestCase {
             XCTAssertTrue(socket.hasFailed, "tls \(tls)")
             // A reader started now ends at once: the socket was shut down and closed.
             let ended = DispatchSemaphore(value: 0)
-            socket.startReading(onMessage: { _ in }, onClose: { ended.signal() })
+            socket.startReading(AirAnswer.self, onMessage: { _ in }, onClose: { ended.signal() })
             XCTAssertEqual(ended.wait(timeout: .now() + 30), .success, "tls \(tls): the reader did not end")
         }
     }
