@@ -3,10 +3,15 @@
 # dongle, each an instance of the systemd template herald-lab-agent@.service with its own name,
 # port, data folder and adapter (chosen by its address, which survives reboots and re-plugging).
 #
+# The software comes from the package (`make deb` builds it; it needs no Swift on the node):
+# --deb herald-lab_VERSION_ARCH.deb installs it with apt (binary, units, udev rule, user), then this
+# script writes each agent's settings and credentials and starts it. --binary PATH (or a name on
+# PATH) installs a bare binary instead, for development machines that have the Swift runtime.
+#
 # A host with a hub of dongles (dongles.conf: one line "NAME ADDRESS [TAGS]" per dongle; make it
 # with `herald-lab dongles --conf PREFIX` and edit the names to match the labels on the dongles):
 #
-#   sudo agents/install.sh --binary .build/release/herald-lab --dongles dongles.conf \
+#   sudo agents/install.sh --deb herald-lab_*.deb --dongles dongles.conf \
 #        --enrolments enrol/ [--coordinator https://coord.lab:8700] [--port 8701] [--tags pi4]
 #
 # --enrolments is a folder holding NAME.enrol for every dongle's agent, each made on the
@@ -15,8 +20,14 @@
 #
 # One dongle, as before:
 #
-#   sudo agents/install.sh --binary herald-lab --name node1 --enrolment node1.enrol \
+#   sudo agents/install.sh --deb herald-lab_*.deb --name node1 --enrolment node1.enrol \
 #        [--adapter 00:1A:7D:DA:71:13] [--tags pi4] [--port 8701]
+#
+# --radio bluez (the default) drives a dongle through BlueZ; --radio sim attaches the agent to the
+# lab's simulated air instead (no dongle; --name, and --adapter is ignored): a simulated lab's
+# agents must be installed with --radio sim, or plans with radio sim will not get them.
+# --host ADDRESS is where the agent listens (default 0.0.0.0: the coordinator calls it at the
+# address its registration came from).
 #
 # Installs the runtime packages (BlueZ, D-Bus, libbluetooth, libssl), the binary, one
 # /etc/herald-lab/agents/NAME.env and credentials folder /etc/herald-lab/agents/NAME/ per agent
@@ -29,10 +40,13 @@
 # with --node-host HOST); otherwise nothing installed is touched.
 set -euo pipefail
 
-binary="" name="" coordinator="" token_file="" enrolment="" enrolments="" dongles="" adapter="" tags="" port="8701" host="0.0.0.0" radio="bluez" stage="" node_hosts=""
+binary="" deb="" name="" coordinator="" token_file="" enrolment="" enrolments="" dongles="" adapter="" tags="" port="8701" host="0.0.0.0" radio="bluez" stage="" node_hosts=""
+fail() { echo "install.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
+  case "$1" in -h|--help|--no-air) ;; -*) [ $# -ge 2 ] || fail "$1 needs a value (see --help)" ;; esac
   case "$1" in
     --binary) binary=$2; shift 2 ;;
+    --deb) deb=$2; shift 2 ;;
     --name) name=$2; shift 2 ;;
     --coordinator) coordinator=$2; shift 2 ;;
     --token-file) token_file=$2; shift 2 ;;
@@ -46,14 +60,23 @@ while [ $# -gt 0 ]; do
     --radio) radio=$2; shift 2 ;;
     --stage) stage=$2; shift 2 ;;
     --node-host) node_hosts="$node_hosts $2"; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-fail() { echo "install.sh: $*" >&2; exit 2; }
 [ -n "$stage" ] || [ "$(id -u)" = 0 ] || fail "run as root (sudo), or give --stage DIR"
-[ -n "$binary" ] || fail "--binary is required (see --help)"
-[ -x "$binary" ] || fail "$binary is not an executable; build it with make release"
+if [ -n "$deb" ]; then
+  [ -z "$binary" ] || fail "give --deb FILE or --binary PATH, not both"
+  [ -z "$stage" ] || fail "--stage writes files only; it cannot install a package (give --binary PATH with --stage)"
+  [ -f "$deb" ] || fail "package $deb is missing (make deb builds dist/herald-lab_VERSION_ARCH.deb)"
+  case "$deb" in *.deb) ;; *) fail "--deb $deb: expected a .deb file" ;; esac
+else
+  [ -n "$binary" ] || fail "--deb FILE (the herald-lab package) or --binary PATH is required (see --help)"
+  # A bare name is looked up on PATH, as a shell would (the systemd unit needs a path).
+  case "$binary" in */*) ;; *) found=$(command -v "$binary" 2>/dev/null) || fail "--binary $binary: no such program on PATH; give its path, or --deb FILE"; binary=$found ;; esac
+  [ -f "$binary" ] && [ -x "$binary" ] || fail "--binary $binary is not an executable file; build it with make release, or give --deb FILE"
+fi
+case "$radio" in bluez|sim) ;; *) fail "--radio must be bluez or sim, not \"$radio\"" ;; esac
 case "$port" in ''|*[!0-9]*) fail "--port must be a number" ;; esac
 valid_name() { case "$1" in *[!A-Za-z0-9._-]*|.*|"") return 1 ;; esac; [ ${#1} -le 64 ]; }
 valid_address() { [[ "$1" =~ ^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$ ]]; }
@@ -128,10 +151,18 @@ if [ -z "$stage" ]; then
   . /etc/os-release
   case "${ID:-}" in debian|raspbian) ;; *) echo "install.sh: warning: tested on Debian and Raspberry Pi OS, this is ${ID:-unknown}" >&2 ;; esac
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bluez dbus libbluetooth3 libcurl4 libsqlite3-0 libssl3 ca-certificates
-  id heraldlab >/dev/null 2>&1 || useradd --system --home /var/lib/herald-lab --shell /usr/sbin/nologin heraldlab
-  getent group bluetooth >/dev/null && usermod -aG bluetooth heraldlab
-  install -m 0755 "$binary" /usr/local/bin/herald-lab
+  if [ -n "$deb" ]; then
+    # The package brings the binary (/usr/bin/herald-lab), the units, the udev rule, the user and
+    # its dependencies (bluez, dbus, the libraries the binary links).
+    case "$deb" in /*) ;; *) deb=$PWD/$deb ;; esac
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$deb"
+    binary=/usr/bin/herald-lab
+  else
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bluez dbus libbluetooth3 libcurl4 libsqlite3-0 libssl3 ca-certificates
+    id heraldlab >/dev/null 2>&1 || useradd --system --home /var/lib/herald-lab --shell /usr/sbin/nologin heraldlab
+    getent group bluetooth >/dev/null && usermod -aG bluetooth heraldlab
+    install -m 0755 "$binary" /usr/local/bin/herald-lab
+  fi
   install -d -m 0750 -o root -g heraldlab "$etc" "$etc/agents"
   install -d -m 0750 -o heraldlab -g heraldlab /var/lib/herald-lab
   owner() { chgrp heraldlab "$@"; }
@@ -176,14 +207,17 @@ ENV
   installed+=("$n")
 done
 
-unit_dir=$root/etc/systemd/system
-install -m 0644 "$here/herald-lab-agent@.service" "$unit_dir/herald-lab-agent@.service"
-# The agents may reset their own dongles at USB level (sysfs authorized of a Bluetooth USB device).
-cat > "$root/etc/udev/rules.d/90-herald-lab.rules" <<'RULES'
+if [ -z "$deb" ]; then
+  # Without the package: the template unit and the udev rule it would have brought.
+  unit_dir=$root/etc/systemd/system
+  install -m 0644 "$here/herald-lab-agent@.service" "$unit_dir/herald-lab-agent@.service"
+  # The agents may reset their own dongles at USB level (sysfs authorized of a Bluetooth USB device).
+  cat > "$root/etc/udev/rules.d/90-herald-lab.rules" <<'RULES'
 # HeraldLab: agents (group heraldlab) may reset a Bluetooth USB dongle that stops answering by
 # writing 0 then 1 to its sysfs `authorized` (interface class e0 is "wireless controller").
 ACTION=="add", SUBSYSTEM=="usb", ENV{DEVTYPE}=="usb_interface", ATTR{bInterfaceClass}=="e0", RUN+="/bin/sh -c 'chgrp heraldlab /sys%p/../authorized && chmod g+w /sys%p/../authorized'"
 RULES
+fi
 
 if [ -n "$stage" ]; then
   echo "install.sh: staged ${#installed[@]} agent(s) under $root: ${installed[*]}"

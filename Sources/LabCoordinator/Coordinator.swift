@@ -294,6 +294,11 @@ public final class Coordinator: @unchecked Sendable {
             var out = [LabWire.AgentInfo]()
             for n in names {
                 guard let v = views.first(where: { $0.info.name == n }) else { throw HTTPError(.conflict, "plan \(plan.name) names agent \(n), which is not alive (alive: \(views.map(\.info.name).joined(separator: ", ")))") }
+                // A named agent must have the plan's radio too: a bluez agent given a simulated
+                // plan would run its whole duration for nothing.
+                guard v.info.radio == plan.radio.kind else {
+                    throw HTTPError(.conflict, "plan \(plan.name) has radio \(plan.radio.kind.rawValue), but agent \(n) was installed with radio \(v.info.radio.rawValue) (agents/install.sh --radio \(plan.radio.kind.rawValue) installs it for this plan)")
+                }
                 guard !busy(v.info) else { throw HTTPError(.conflict, "agent \(n) (\(v.info.url)) is busy with another run") }
                 if let why = unusable(v.info) { throw HTTPError(.conflict, "agent \(n): \(why); release it with herald-lab dongles release when it is fixed") }
                 if let same = out.first(where: { $0.url == v.info.url }) {

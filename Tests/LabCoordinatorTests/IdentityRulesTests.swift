@@ -219,6 +219,22 @@ final class IdentityRulesTests: XCTestCase {
         try c.register(info("n1", "http://10.77.0.13:8701", boot: "boot-0000-cccc", 2), principal: agent("n1"), peerHost: "10.77.0.13")
     }
 
+    /// A plan naming its agents is refused at submission when one of them has another radio
+    /// (issue 22: a simulated plan named bluez agents and ran its whole duration for nothing).
+    func testAPlanNamingAnAgentWithAnotherRadioIsRefusedAtSubmission() throws {
+        let c = try coordinator()
+        try c.register(info("s1", "http://192.0.2.61:8701", boot: "boot-s1-0000", 1), principal: op, peerHost: nil)
+        var b = info("b1", "http://192.0.2.62:8701", boot: "boot-b1-0000", 1)
+        b.radio = .bluez
+        try c.register(b, principal: op, peerHost: nil)
+        let plan = "name: mixed\nduration: 5s\nwarmup: 1s\nagents: {names: [s1, b1]}\nnodes:\n  - {name: n1, position: [0, 0]}\n  - {name: n2, position: [1, 0]}\n"
+        XCTAssertThrowsError(try c.submit(planText: plan, source: "mixed")) { e in
+            XCTAssertEqual(status(e), 409)
+            XCTAssertTrue("\(e)".contains("agent b1 was installed with radio bluez"), "\(e)")
+        }
+        XCTAssertTrue(c.withLock { c.runs.isEmpty }, "nothing was armed")
+    }
+
     func testTwentyPairsOfSimultaneousSubmissionsNeverBothTakeAnAgent() async throws {
         let c = try coordinator()
         for i in 1...40 {

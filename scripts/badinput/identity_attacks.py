@@ -169,9 +169,43 @@ def install_checks(lab, root, bad):
     untouched = sorted(os.listdir(n3)) == before and open(os.path.join(n3, "agent.json")).read().startswith('{"name":"n3"')
     refused = sum(code == 2 and "nothing was installed" in out for code, out in results)
     ok_code, ok_out = install("a1", "127.0.0.1")
-    if refused != 2 or not untouched or ok_code != 0:
+    # Flags: a bare --binary name is looked up on PATH (it failed with 127 under --stage); a name
+    # not on PATH, a radio that does not exist, a package with --stage, a package that is not
+    # there: each a clear error, exit 2, before anything is written.
+    def flags(args, path=None):
+        env = dict(os.environ)
+        if path:
+            env["PATH"] = path + os.pathsep + env.get("PATH", "")
+        p = subprocess.run(["bash", script, "--name", "a1", "--enrolment", enrol, "--stage", os.path.join(root, "stage-flags"), "--node-host", "127.0.0.1", *args],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60, env=env)
+        return p.returncode, p.stdout.decode("utf-8", "replace")
+    on_path = flags(["--binary", os.path.basename(lab.binary), "--radio", "sim"], path=os.path.dirname(os.path.abspath(lab.binary)))
+    env_file = os.path.join(root, "stage-flags", "etc", "herald-lab", "agents", "a1.env")
+    sim = os.path.exists(env_file) and "AGENT_RADIO=sim" in open(env_file).read()
+    wrong = [flags(["--binary", "herald-lab-not-installed-anywhere"]), flags(["--binary", lab.binary, "--radio", "wifi"]),
+             flags(["--deb", os.path.join(root, "none.deb")]), flags(["--deb", os.path.join(root, "none.deb"), "--binary", lab.binary])]
+    clear = sum(code == 2 and "install.sh: " in out and "Traceback" not in out for code, out in wrong)
+    # The coordinator host's installer, staged: the CA and both env files, the coordinator given
+    # the air; bad flags refused with exit 2.
+    coord_script = os.path.join(os.path.dirname(script), "install-coordinator.sh")
+    cstage = os.path.join(root, "stage-coordinator")
+
+    def coord(args):
+        p = subprocess.run(["bash", coord_script, "--stage", cstage, "--binary", lab.binary, *args],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+        return p.returncode, p.stdout.decode("utf-8", "replace")
+    c_code, c_out = coord(["--host", "coord.lab", "--host", "10.77.0.1"])
+    cetc = os.path.join(cstage, "etc", "herald-lab")
+    c_env = open(os.path.join(cetc, "coordinator.env")).read() if os.path.exists(os.path.join(cetc, "coordinator.env")) else ""
+    staged = (c_code == 0 and "COORDINATOR_AIR=coord.lab:8702" in c_env and os.path.exists(os.path.join(cetc, "air.env"))
+              and all(os.path.exists(os.path.join(cetc, "coordinator", f)) for f in ["ca.pem", "operator.token", "air.key"]))
+    c_wrong = [coord([]), coord(["--host", "-x"]), coord(["--host", "a", "--port", "70000"]), coord(["--host"])]
+    clear += sum(code == 2 and "install-coordinator.sh: " in out and "Traceback" not in out for code, out in c_wrong)
+    wrong += c_wrong
+    if refused != 2 or not untouched or ok_code != 0 or on_path[0] != 0 or not sim or clear != len(wrong) or not staged:
         bad.append("install.sh")
-    return f"{refused} of 2 wrong enrolments (another name, another host) refused before touching anything; n3's credentials {'untouched' if untouched else 'OVERWRITTEN'}; the right one installs: exit {ok_code}"
+    return (f"{refused} of 2 wrong enrolments (another name, another host) refused before touching anything; n3's credentials {'untouched' if untouched else 'OVERWRITTEN'}; "
+            f"the right one installs: exit {ok_code}; --binary by name on PATH: exit {on_path[0]}, --radio sim written: {sim}; install-coordinator.sh staged CA and env: {staged}; {clear} of {len(wrong)} bad flags refused with exit 2")
 
 
 def run(binary, seed, sandbox):
