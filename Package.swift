@@ -20,6 +20,7 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
     ],
     targets: [
         // MARK: The release and the commit a binary was built from (a build-time plugin writes the commit).
@@ -29,9 +30,8 @@ let package = Package(
         .target(name: "LabMetrics", dependencies: ["LabBuildInfo", .product(name: "CoreMetrics", package: "swift-metrics"),
                                                    .product(name: "Prometheus", package: "swift-prometheus")]),
         // MARK: Herald protocol: types, payloads, codecs (no dependencies).
-        .target(name: "HeraldCore", dependencies: ["CSHA256"]),
+        .target(name: "HeraldCore", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         // SHA-256's compression function in C: SHA-NI where the CPU has it, portable C otherwise.
-        .target(name: "CSHA256"),
         // MARK: Radio abstraction: the one transport protocol the sensor uses, clocks, schedulers.
         .target(name: "HeraldRadio", dependencies: ["HeraldCore"]),
         // MARK: Herald-format log files.
