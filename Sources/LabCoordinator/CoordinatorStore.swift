@@ -51,103 +51,129 @@ final class CoordinatorStore: @unchecked Sendable {
         try m.migrate(db)
     }
 
+    // The tables' rows as GRDB records. Each holds the wire type as JSON (`info`, `record`,
+    // `event`) beside the columns that are queried; decoding that JSON is the one place a damaged
+    // row shows, and it is a `StoreError` naming the row, never a row silently skipped.
+
+    private struct AgentRow: Codable, FetchableRecord, PersistableRecord {
+        static let databaseTableName = "agent"
+        var name: String
+        var info: String
+        var lastSeen: Double
+        var lastError: String?
+        var lastErrorAt: Double?
+    }
+
+    private struct RunRow: Codable, FetchableRecord, PersistableRecord {
+        static let databaseTableName = "run"
+        var id: String
+        var state: String
+        var created: Double
+        var record: String
+    }
+
+    private struct DongleRow: Codable, FetchableRecord, PersistableRecord {
+        static let databaseTableName = "dongle"
+        var id: String
+        var name: String
+        var health: String
+        var record: String
+    }
+
+    private struct DongleEventRow: Codable, FetchableRecord, PersistableRecord {
+        static let databaseTableName = "dongle_event"
+        var seq: Int64?
+        var dongle: String
+        var at: Double
+        var kind: String
+        var ok: Bool
+        var run: String?
+        var event: String
+    }
+
+    private static func json<T: Encodable>(_ value: T) throws -> String { String(decoding: try JSONEncoder().encode(value), as: UTF8.self) }
+
+    private static func decode<T: Decodable>(_ type: T.Type, _ json: String, what: @autoclosure () -> String) throws -> T {
+        do { return try JSONDecoder().decode(type, from: Data(json.utf8)) } catch {
+            throw StoreError("coordinator.sqlite: \(what()) does not decode (\(error)); the store is damaged")
+        }
+    }
+
     /// A dongle's record and new history events, in one transaction.
     func saveDongle(_ d: DongleRecord, events: [LabWire.DongleEvent] = []) throws {
-        let json = String(decoding: try JSONEncoder().encode(d), as: UTF8.self)
-        let rows = try events.map { (e: LabWire.DongleEvent) in (e, String(decoding: try JSONEncoder().encode(e), as: UTF8.self)) }
+        let row = DongleRow(id: d.id, name: d.info.name, health: d.health.rawValue, record: try Self.json(d))
+        let rows = try events.map { DongleEventRow(seq: nil, dongle: d.id, at: $0.at, kind: $0.kind, ok: $0.ok, run: $0.run, event: try Self.json($0)) }
         try db.write { db in
-            try db.execute(sql: "INSERT INTO dongle(id, name, health, record) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET name = excluded.name, health = excluded.health, record = excluded.record",
-                           arguments: [d.id, d.info.name, d.health.rawValue, json])
-            for (e, text) in rows {
-                try db.execute(sql: "INSERT INTO dongle_event(dongle, at, kind, ok, run, event) VALUES (?, ?, ?, ?, ?, ?)",
-                               arguments: [d.id, e.at, e.kind, e.ok, e.run, text])
-            }
+            try row.upsert(db)
+            for r in rows { try r.insert(db) }
         }
     }
 
     func dongles() throws -> [DongleRecord] {
-        try db.read { db in
-            try Row.fetchAll(db, sql: "SELECT record FROM dongle ORDER BY id").compactMap { row in
-                let json: String = row["record"]
-                do { return try JSONDecoder().decode(DongleRecord.self, from: Data(json.utf8)) } catch {
-                    throw StoreError("coordinator.sqlite: a dongle record does not decode (\(error)); the store is damaged")
-                }
-            }
+        try db.read { db in try DongleRow.order(Column("id")).fetchAll(db) }.map {
+            try Self.decode(DongleRecord.self, $0.record, what: "dongle \($0.id.debugDescription)")
         }
     }
 
     /// A dongle's history, newest first.
     func dongleEvents(_ id: String, limit: Int) throws -> [LabWire.DongleEvent] {
-        try db.read { db in
-            try Row.fetchAll(db, sql: "SELECT event FROM dongle_event WHERE dongle = ? ORDER BY seq DESC LIMIT ?", arguments: [id, limit]).compactMap { row in
-                let json: String = row["event"]
-                do { return try JSONDecoder().decode(LabWire.DongleEvent.self, from: Data(json.utf8)) } catch {
-                    throw StoreError("coordinator.sqlite: an event of dongle \(id) does not decode (\(error)); the store is damaged")
-                }
-            }
+        try db.read { db in try DongleEventRow.filter(Column("dongle") == id).order(Column("seq").desc).limit(limit).fetchAll(db) }.map {
+            try Self.decode(LabWire.DongleEvent.self, $0.event, what: "an event of dongle \(id.debugDescription)")
         }
     }
 
     /// The last heartbeat, kept so that a restarted coordinator knows how long ago it was.
     func saveSeen(_ name: String, at t: Double) throws {
-        try db.write { db in try db.execute(sql: "UPDATE agent SET lastSeen = ? WHERE name = ?", arguments: [t, name]) }
+        try saveSeen([name: t])
     }
 
     /// Several agents' last heartbeats in one transaction (one commit, not one per agent).
     func saveSeen(_ seen: [String: Double]) throws {
         try db.write { db in
-            for (name, t) in seen { try db.execute(sql: "UPDATE agent SET lastSeen = ? WHERE name = ?", arguments: [t, name]) }
+            for (name, t) in seen { try AgentRow.filter(key: name).updateAll(db, Column("lastSeen").set(to: t)) }
         }
     }
 
     /// Drops an agent from the list (a revoked one).
     func forgetAgent(_ name: String) throws {
-        try db.write { db in try db.execute(sql: "DELETE FROM agent WHERE name = ?", arguments: [name]) }
+        _ = try db.write { db in try AgentRow.deleteOne(db, key: name) }
     }
 
     func saveError(_ name: String, _ message: String, at t: Double) throws {
-        try db.write { db in try db.execute(sql: "UPDATE agent SET lastError = ?, lastErrorAt = ? WHERE name = ?", arguments: [message, t, name]) }
+        _ = try db.write { db in
+            try AgentRow.filter(key: name).updateAll(db, Column("lastError").set(to: message), Column("lastErrorAt").set(to: t))
+        }
     }
 
+    /// An agent's registration; its last error, if any, stays.
     func saveAgent(_ info: LabWire.AgentInfo, lastSeen: Double) throws {
-        let json = String(decoding: try JSONEncoder().encode(info), as: UTF8.self)
+        let json = try Self.json(info)
         try db.write { db in
-            try db.execute(sql: "INSERT INTO agent(name, info, lastSeen) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET info = excluded.info, lastSeen = excluded.lastSeen",
-                           arguments: [info.name, json, lastSeen])
+            if try AgentRow.filter(key: info.name).updateAll(db, Column("info").set(to: json), Column("lastSeen").set(to: lastSeen)) == 0 {
+                try AgentRow(name: info.name, info: json, lastSeen: lastSeen, lastError: nil, lastErrorAt: nil).insert(db)
+            }
         }
     }
 
     func agents() throws -> [(info: LabWire.AgentInfo, lastSeen: Double, lastError: String?, lastErrorAt: Double?)] {
-        try db.read { db in
-            try Row.fetchAll(db, sql: "SELECT name, info, lastSeen, lastError, lastErrorAt FROM agent ORDER BY name").compactMap { row in
-                let info: String = row["info"]
-                let a: LabWire.AgentInfo
-                do { a = try JSONDecoder().decode(LabWire.AgentInfo.self, from: Data(info.utf8)) } catch {
-                    let name: String = row["name"] ?? "?"
-                    throw StoreError("coordinator.sqlite: agent \(name.debugDescription) does not decode (\(error)); the store is damaged")
-                }
-                return (a, row["lastSeen"], row["lastError"], row["lastErrorAt"])
-            }
+        try db.read { db in try AgentRow.order(Column("name")).fetchAll(db) }.map { row in
+            (try Self.decode(LabWire.AgentInfo.self, row.info, what: "agent \(row.name.debugDescription)"), row.lastSeen, row.lastError, row.lastErrorAt)
         }
     }
 
+    /// A run's record; its creation time never changes.
     func saveRun(_ r: RunRecord) throws {
-        let json = String(decoding: try JSONEncoder().encode(r), as: UTF8.self)
+        let row = RunRow(id: r.id, state: r.state.rawValue, created: r.created, record: try Self.json(r))
         try db.write { db in
-            try db.execute(sql: "INSERT INTO run(id, state, created, record) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET state = excluded.state, record = excluded.record",
-                           arguments: [r.id, r.state.rawValue, r.created, json])
+            if try RunRow.filter(key: r.id).updateAll(db, Column("state").set(to: row.state), Column("record").set(to: row.record)) == 0 {
+                try row.insert(db)
+            }
         }
     }
 
     func runs() throws -> [RunRecord] {
-        try db.read { db in
-            try Row.fetchAll(db, sql: "SELECT id, record FROM run ORDER BY created").map { row in
-                let json: String = row["record"]
-                do { return try JSONDecoder().decode(RunRecord.self, from: Data(json.utf8)) } catch {
-                    let id: String = row["id"] ?? "?"
-                    throw StoreError("coordinator.sqlite: run \(id.debugDescription) does not decode (\(error)); the store is damaged")
-                }
-            }
+        try db.read { db in try RunRow.order(Column("created")).fetchAll(db) }.map {
+            try Self.decode(RunRecord.self, $0.record, what: "run \($0.id.debugDescription)")
         }
     }
 }

@@ -47,29 +47,46 @@ final class IdentityStore: @unchecked Sendable {
         var hosts: [String] = []
     }
 
+    /// A row of table `credential` (GRDB record; the hosts joined by commas).
+    private struct CredentialRow: Codable, FetchableRecord, PersistableRecord {
+        static let databaseTableName = "credential"
+        var name: String
+        var tokenHash: String
+        var coordinatorToken: String
+        var issuedAt: Double
+        var revokedAt: Double?
+        var hosts: String
+
+        init(_ c: Credential) {
+            name = c.name; tokenHash = c.tokenHash; coordinatorToken = c.coordinatorToken
+            issuedAt = c.issuedAt; revokedAt = c.revokedAt; hosts = c.hosts.joined(separator: ",")
+        }
+
+        var credential: Credential {
+            Credential(name: name, tokenHash: tokenHash, coordinatorToken: coordinatorToken, issuedAt: issuedAt, revokedAt: revokedAt,
+                       hosts: hosts.split(separator: ",").map(String.init))
+        }
+    }
+
+    /// Every credential, by name. A row that does not decode is an error naming the store, never
+    /// a credential that silently goes missing.
     func credentials() throws -> [Credential] {
-        try db.read { db in
-            try Row.fetchAll(db, sql: "SELECT name, tokenHash, coordinatorToken, issuedAt, revokedAt, hosts FROM credential ORDER BY name").map { row in
-                let hosts: String = row["hosts"]
-                return Credential(name: row["name"], tokenHash: row["tokenHash"], coordinatorToken: row["coordinatorToken"], issuedAt: row["issuedAt"], revokedAt: row["revokedAt"],
-                                  hosts: hosts.split(separator: ",").map(String.init))
-            }
+        do {
+            return try db.read { db in try CredentialRow.order(Column("name")).fetchAll(db).map(\.credential) }
+        } catch let e as DatabaseError {
+            throw e
+        } catch {
+            throw StoreError("agents.sqlite: a credential does not decode (\(error)); the store is damaged")
         }
     }
 
     /// Enrols (or re-enrols, replacing the old credential) an agent name.
     func saveCredential(_ c: Credential) throws {
-        try db.write { db in
-            try db.execute(sql: "INSERT INTO credential(name, tokenHash, coordinatorToken, issuedAt, revokedAt, hosts) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET tokenHash = excluded.tokenHash, coordinatorToken = excluded.coordinatorToken, issuedAt = excluded.issuedAt, revokedAt = excluded.revokedAt, hosts = excluded.hosts",
-                           arguments: [c.name, c.tokenHash, c.coordinatorToken, c.issuedAt, c.revokedAt, c.hosts.joined(separator: ",")])
-        }
+        try db.write { db in try CredentialRow(c).upsert(db) }
     }
 
     /// Revokes an agent: its credential is refused from now on and it is no longer listed.
     func revoke(_ name: String, at t: Double) throws {
-        try db.write { db in
-            try db.execute(sql: "UPDATE credential SET revokedAt = ? WHERE name = ?", arguments: [t, name])
-        }
+        _ = try db.write { db in try CredentialRow.filter(key: name).updateAll(db, Column("revokedAt").set(to: t)) }
     }
-
 }
