@@ -96,10 +96,14 @@ if [ -z "$stage" ]; then
   chgrp heraldlab "$etc/coordinator.env"
   [ -z "$air" ] || { chgrp heraldlab "$etc/air.env"; chmod 0640 "$etc/air.env"; }
   chmod 0640 "$etc/coordinator.env"
+  if [ ! -d /run/systemd/system ]; then
+    echo "install-coordinator.sh: systemd is not running here: herald-lab-air and herald-lab-coordinator were installed, not started"
+  else
   systemctl daemon-reload
   if [ -n "$air" ]; then systemctl enable herald-lab-air; systemctl restart herald-lab-air; fi
   systemctl enable herald-lab-coordinator
   systemctl restart herald-lab-coordinator
+  fi
 fi
 echo "install-coordinator.sh: coordinator at $url${air:+, air at $air_address}"
 echo "install-coordinator.sh: the operator's machine needs a folder holding copies of $cred/ca.pem and $cred/operator.token:"

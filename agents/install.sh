@@ -185,7 +185,8 @@ for l in "${list[@]}"; do
     [ "$enrolled" = "$n" ] || fail "the enrolment $(enrolment_of "$n") is for agent $enrolled, not $n"
     owner "$dir" "$dir/agent.json" "$dir/key.pem" "$dir/cert.pem" "$dir/ca.pem"
     chmod 0750 "$dir"
-    chmod 0640 "$dir/agent.json" "$dir/key.pem"
+    # herald-lab enrol writes them 0600 (root): the agent (group heraldlab) must read all four.
+    chmod 0640 "$dir/agent.json" "$dir/key.pem" "$dir/cert.pem" "$dir/ca.pem"
     auth="--credentials /etc/herald-lab/agents/$n"
   else
     install -m 0640 "$token_file" "$etc/token"
@@ -224,6 +225,12 @@ if [ -n "$stage" ]; then
   exit 0
 fi
 
+for n in "${installed[@]}"; do install -d -m 0750 -o heraldlab -g heraldlab "/var/lib/herald-lab/$n"; done
+if [ ! -d /run/systemd/system ]; then
+  # A container or chroot without systemd: everything is installed; the units are not started.
+  echo "install.sh: ${#installed[@]} agent(s) installed: ${installed[*]}; systemd is not running here, so none was started (start herald-lab-agent@NAME as its unit does)"
+  exit 0
+fi
 udevadm control --reload && udevadm trigger --subsystem-match=usb --action=add || true
 # Advertising interval and TX power need bluetoothd's experimental interfaces on BlueZ 5.66.
 if ! grep -q -- "-E" /lib/systemd/system/bluetooth.service 2>/dev/null; then
@@ -250,7 +257,6 @@ for f in /etc/herald-lab/agents/*.env; do
   esac
 done
 for n in "${installed[@]}"; do
-  install -d -m 0750 -o heraldlab -g heraldlab "/var/lib/herald-lab/$n"
   systemctl enable "herald-lab-agent@$n"
   systemctl restart "herald-lab-agent@$n"
 done

@@ -6,11 +6,15 @@
 #   - ldd finds every library the binary needs;
 #   - the package made the heraldlab user, and installed the units and the udev rule;
 #   - an agent started from the root as user heraldlab (as herald-lab-agent@.service starts it)
-#     registers with a coordinator running on this host and is listed alive.
+#     registers with a coordinator running on this host and is listed alive;
+#   - agents/README.md's deployment from the package (deploy_in_root.py): install-coordinator.sh,
+#     agents enrol, install.sh --deb --radio sim for two agents, every service started as its
+#     unit starts it, and a run over TLS from this host that ends with both nodes complete.
 # Prints one PASS/FAIL line per check and suite; exit 1 on any FAIL.
 #
 #   scripts/deb/test.sh DEB HOST_BINARY [SUITE...]    (root; default suites: bookworm trixie)
 set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 deb=$(readlink -f "${1:?usage: test.sh DEB HOST_BINARY [SUITE...]}")
 host_bin=$(readlink -f "${2:?usage: test.sh DEB HOST_BINARY [SUITE...]}")
 shift 2
@@ -84,6 +88,11 @@ sys.exit(0 if any(a['info']['name'] == '$name' and a['state'] == 'alive' for a i
   check "$suite" "an agent from the package registered and is alive" $alive "$(tail -5 "$work/$suite-agent.log")"
   kill "$agent" 2>/dev/null; wait "$agent" 2>/dev/null
   pkill -f "herald-lab agent --insecure --name $name" 2>/dev/null
+  # agents/README.md's steps from the package: coordinator and air by install-coordinator.sh,
+  # two agents by install.sh --deb --radio sim, each started as its unit starts it, and a run
+  # from this host as the operator's machine (scripts/deb/deploy_in_root.py).
+  cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null
+  python3 "$here/deploy_in_root.py" "$root" "$deb" "$host_bin" "$work" "$suite" || failed=1
   for m in proc sys dev; do umount -l "$root/$m"; done
 done
 echo "test-deb: package $(basename "$deb"), $(du -k "$deb" | cut -f1) KB; binary $(( $(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/bin/herald-lab | wc -c) / 1024 )) KB"
