@@ -29,7 +29,7 @@ extension Coordinator {
     .lost,.bad,.fail,.failed,.aborted,.retired,.stale{color:#cf222e;font-weight:bold}
     .small{font-size:12px;color:#555}button{cursor:pointer}pre{white-space:pre-wrap;max-width:60em}
     .m td{width:16px;height:16px;padding:0;text-align:center}.m td.y{background:#2ca02c}.m td.n{background:#eee}.m td.s{background:#555}
-    .strip td{width:6px;height:12px;padding:0}.strip td.y{background:#2ca02c}.strip td.n{background:#f3d0d0}.strip td.f{background:#fff}
+    .strip td{width:6px;height:12px;padding:0}.strip td:first-child{width:auto;white-space:nowrap;padding:0 6px;font-size:12px}.strip td.y{background:#2ca02c}.strip td.n{background:#f3d0d0}.strip td.f{background:#fff}
     .legend .sw{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}
     """
 
@@ -41,7 +41,7 @@ extension Coordinator {
             "<a href=\"\(href)\"\(name == active ? " class=\"on\"" : "")>\(name)</a>"
         }.joined()
         let html = """
-        <!doctype html><html lang="en"><head><meta charset="utf-8"><title>\(Self.h(title)) · HeraldLab</title>
+        <!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>\(Self.h(title)) · HeraldLab</title>
         <meta name="viewport" content="width=device-width, initial-scale=1"><style>\(Self.css)</style></head>
         <body><header><strong>HeraldLab</strong>\(nav)<form method="post" action="/signout"><input type="hidden" name="csrf" value="\(s.csrf)"><button id="signout">Sign out</button></form></header>
         <main><h1>\(Self.h(title))</h1>\(body)</main>\(script.map { "<script nonce=\"\(nonce)\">\($0)</script>" } ?? "")</body></html>
@@ -53,13 +53,13 @@ extension Coordinator {
         HTTPResponse(status, headers: [
             "Content-Type": "text/html; charset=utf-8",
             "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'" + (nonce.map { "; script-src 'nonce-\($0)'" } ?? ""),
-            "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store", "X-Frame-Options": "DENY",
+            "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", "Cache-Control": "no-store", "X-Frame-Options": "DENY",
         ], body: Data(text.utf8))
     }
 
     func signInPage(message: String?, status: HTTPStatusCode) -> HTTPResponse {
         Self.html("""
-        <!doctype html><html lang="en"><head><meta charset="utf-8"><title>Sign in · HeraldLab</title><style>\(Self.css)</style></head>
+        <!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>Sign in · HeraldLab</title><style>\(Self.css)</style></head>
         <body><header><strong>HeraldLab</strong></header><main><h1>Sign in</h1>
         \(message.map { "<p class=\"fail\" id=\"error\">\(Self.h($0))</p>" } ?? "")
         <form method="post" action="/signin"><label>Operator credential <input type="password" name="credential" id="credential" autocomplete="current-password" autofocus></label>

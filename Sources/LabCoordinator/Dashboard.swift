@@ -20,7 +20,7 @@ extension Coordinator {
     public static let dashboardRouteList: [(String, String)] = [
         ("GET", "/"), ("POST", "/signin"), ("POST", "/signout"), ("GET", "/lab"), ("GET", "/runs"), ("GET", "/trends"),
         ("GET", "/runs/:id"), ("GET", "/runs/:id/events"), ("GET", "/runs/:id/files/:name"),
-        ("POST", "/runs/:id/abort"), ("POST", "/dongles/:dongle/health"),
+        ("POST", "/runs/:id/abort"), ("POST", "/dongles/:dongle/health"), ("GET", "/favicon.ico"),
     ]
 
     /// Where the dashboard shows a run (printed by `herald-lab run`).
@@ -54,6 +54,8 @@ extension Coordinator {
             r.headers["Set-Cookie"] = DashboardSessions.setCookie(nil, secure: self.sessionSecure, now: self.now)
             return r
         }
+        // Browsers ask for it on every page (the pages name an empty icon; error pages do not).
+        http.route("GET", "/favicon.ico", public: true) { _ in HTTPResponse(.noContent, headers: ["Cache-Control": "max-age=86400"]) }
         http.route("GET", "/lab", public: true) { [unowned self] req in
             guard let s = self.session(req) else { return Self.redirect("/") }
             return self.labPage(s)
@@ -122,7 +124,8 @@ extension Coordinator {
         return s
     }
 
-    /// A form posted from another site is refused when the browser says so (Origin).
+    /// A form posted from another site is refused when the browser says so (Origin; the pages'
+    /// Referrer-Policy same-origin makes browsers send it, "null" from a sandboxed page is refused).
     func sameOrigin(_ req: HTTPService.Request) throws {
         guard let origin = req.headers["origin"] else { return }
         let host = URLComponents(string: origin).map { c in c.port.map { "\(c.host ?? ""):\($0)" } ?? (c.host ?? "") }

@@ -138,7 +138,7 @@ final class DashboardTests: XCTestCase {
         // credentials (the dashboard takes its cookie only).
         let strangers: [[String: String]] = [[:], ["Cookie": "heraldlab_session=" + String(repeating: "ab", count: 32)],
                                              ["Authorization": "Bearer \(operatorToken)"], ["Authorization": "Bearer \(scrapeToken)"]]
-        XCTAssertGreaterThanOrEqual(Coordinator.dashboardRouteList.count, 11)
+        XCTAssertGreaterThanOrEqual(Coordinator.dashboardRouteList.count, 12)
         for (method, pattern) in Coordinator.dashboardRouteList {
             let path = pattern.replacingOccurrences(of: ":id", with: runId).replacingOccurrences(of: ":name", with: "report.html")
                 .replacingOccurrences(of: ":dongle", with: "F0:00:00:00:00:01")
@@ -152,6 +152,7 @@ final class DashboardTests: XCTestCase {
                 XCTAssertNil(answerHeaders["set-cookie"], "\(method) \(path) gives a stranger a session")
                 switch (method, pattern) {
                 case ("GET", "/"): XCTAssertEqual(status, 200, "the sign-in page")
+                case ("GET", "/favicon.ico"): XCTAssertEqual(status, 204)
                 case ("POST", "/signin"): XCTAssertEqual(status, 401)
                 case ("GET", "/runs/:id/events"), ("GET", "/runs/:id/files/:name"), ("POST", _): XCTAssertEqual(status, 401, "\(method) \(path)")
                 default:
