@@ -101,7 +101,7 @@ extension Coordinator {
 
     /// A heartbeat's peers for the strip (from `heartbeat`).
     func noteLive(_ agent: String, _ status: LabWire.AgentStatus, at t: Double) {
-        guard let id = status.runId, let recent = status.recentPeers, let r = run(id), r.state == .running,
+        guard let id = status.runId, let recent = status.recentPeers, let r = run(id), r.state == .running, r.nodes.count <= LiveStrips.maxNodes,
               let node = r.nodes.first(where: { $0.agent == agent })?.name else { return }
         dashboard.strips.note(r, node: node, recent: recent, at: t)
     }

@@ -239,4 +239,47 @@ final class DashboardTests: XCTestCase {
         XCTAssertTrue(snapshot.final)
         XCTAssertEqual(snapshot.nodes.map(\.name), ["n1"])
     }
+
+    func testANodeIsMarkedStaleAfterMissedHeartbeats() async throws {
+        let (c, _) = try await start()
+        let live = "liveplan-20260101-000000-abcd"
+        XCTAssertEqual(try XCTUnwrap(c.run(live)).state, .running)
+        XCTAssertEqual(c.liveSnapshot(try XCTUnwrap(c.run(live))).nodes.map(\.stale), [true], "no heartbeat at all")
+        var info = LabWire.AgentInfo(name: "secretagent", url: "http://127.0.0.1:9", tags: [], radio: .sim, adapter: nil, controller: nil)
+        info.boot = "boot-secret"
+        info.sequence = 1
+        try c.register(info, principal: HTTPService.Principal(role: .operator, name: "operator"), peerHost: "127.0.0.1")
+        XCTAssertEqual(c.liveSnapshot(try XCTUnwrap(c.run(live))).nodes.map(\.stale), [false], "a heartbeat just now")
+        c.withLock { c.agents["secretagent"]?.lastSeen = c.now - 3.5 }
+        let node = try XCTUnwrap(c.liveSnapshot(try XCTUnwrap(c.run(live))).nodes.first)
+        XCTAssertTrue(node.stale, "three heartbeats missed")
+        XCTAssertEqual(node.state, "complete", "the state it last had is kept, with the marker beside it")
+    }
+
+    func testTheStripKeepsTheWindowsEachPairWasHeardInForTheLast30Minutes() throws {
+        func record(_ duration: String) throws -> (RunRecord, [String: String]) {
+            let text = "name: strip\nduration: \(duration)\nwarmup: 2s\nnodes:\n  - {name: n1, position: [0, 0]}\n  - {name: n2, position: [1, 0]}\n  - {name: n3, position: [2, 0]}\n"
+            let plan = try Plan.parse(yaml: text, source: "strip.yaml")
+            var r = RunRecord(id: "strip-\(duration)", plan: "strip", planText: text, state: .running, created: 0, duration: plan.duration, warmup: 2, air: nil,
+                              nodes: plan.nodes.map { RunRecord.Node(name: $0.name, agent: "a-\($0.name)", agentURL: "http://127.0.0.1:1", state: "running", files: []) })
+            r.startAt = 1000
+            return (r, Dictionary(uniqueKeysWithValues: plan.nodes.map { ($0.name, $0.shortName) }))
+        }
+        let strips = LiveStrips()
+        let (short, names) = try record("10m")
+        strips.note(short, node: "n1", recent: [names["n2"]!, names["n1"]!, "ZZZZ"], at: 1005) // window 0; itself and a stranger ignored
+        strips.note(short, node: "n1", recent: [names["n2"]!, names["n3"]!], at: 1025)         // window 2
+        strips.note(short, node: "n2", recent: [], at: 1035)
+        strips.note(short, node: "n2", recent: [names["n1"]!], at: 990)                       // before the start: nothing
+        let t = try XCTUnwrap(strips.track(short.id))
+        XCTAssertEqual(t.window, 10)
+        XCTAssertEqual(t.hits, ["n1\u{1F}n2": [0, 2], "n1\u{1F}n3": [2]])
+        // A long run: minutes, and only the last 30 of them kept.
+        let (long, longNames) = try record("2h")
+        strips.note(long, node: "n3", recent: [longNames["n1"]!], at: 1010)
+        strips.note(long, node: "n3", recent: [longNames["n1"]!], at: 1000 + 45 * 60 + 5)
+        let l = try XCTUnwrap(strips.track(long.id))
+        XCTAssertEqual(l.window, 60)
+        XCTAssertEqual(l.hits, ["n3\u{1F}n1": [45]], "minute 0 rolled out of the last 30 minutes")
+    }
 }
