@@ -51,6 +51,21 @@ final class LiveStrips: @unchecked Sendable {
     }
 
     func track(_ id: String) -> Track? { lock.withLock { tracks[id] } }
+
+    private var shortNames: [String: [String: String]] = [:]
+
+    /// Each node's payload shortName, by node name, parsed from the run's plan once (the live
+    /// page asks every second; the last 16 runs are kept).
+    func shortNames(_ r: RunRecord) -> [String: String] {
+        if let known = lock.withLock({ shortNames[r.id] }) { return known }
+        var names = [String: String]()
+        if let plan = try? Plan.parse(yaml: r.planText, source: r.plan) { for n in plan.nodes { names[n.name] = n.shortName } }
+        lock.withLock {
+            if shortNames.count >= 16 { shortNames.removeAll() }
+            shortNames[r.id] = names
+        }
+        return names
+    }
 }
 
 /// What the live page shows of a run, sent as one server-sent event a second.
@@ -109,8 +124,7 @@ extension Coordinator {
     func liveSnapshot(_ r: RunRecord) -> LiveSnapshot {
         let t = now
         let seen = withLock { Dictionary(agents.map { ($0.key, ($0.value.lastSeen, $0.value.status)) }, uniquingKeysWith: { a, _ in a }) }
-        var shortOf = [String: String]()
-        if let plan = try? Plan.parse(yaml: r.planText, source: r.plan) { for n in plan.nodes { shortOf[n.name] = n.shortName } }
+        let shortOf = r.nodes.count <= LiveStrips.maxNodes ? dashboard.strips.shortNames(r) : [:]
         var peersOf = [String: Set<String>]()
         let nodes = r.nodes.map { n -> LiveSnapshot.Node in
             // The newest heartbeat of this run, else what the run recorded.
@@ -187,6 +201,7 @@ extension Coordinator {
         <span id="left"></span> · reads in all: <b id="totalreads">–</b> · <span id="conn" class="small">connecting…</span></p>
         <p id="message" class="small"></p><p id="verdict"></p>\(abort)
         <h2>Nodes</h2><table id="nodes"><thead><tr><th>node</th><th>agent</th><th>state</th><th>peers</th><th>reads</th><th>RSSI/min</th><th>RSSI rows</th><th>gaps</th><th>last heartbeat</th></tr></thead><tbody></tbody></table>
+        \(r.nodes.count > LiveStrips.maxNodes ? "<p class=\"small\">The matrix and the strip are drawn for runs of up to \(LiveStrips.maxNodes) nodes; the report has every pair.</p>" : "")
         <h2>Detection matrix</h2><p class="small">Row: the node that detects; column: the node detected. Green: detected so far.</p><table class="m" id="matrix"></table>
         <h2>Pairs × time</h2><p class="small" id="stripinfo">Windows in which each pair was heard (rolling, last 30 min).</p><table class="strip" id="strip"></table>
         <p class="small"><a href="/runs">All runs</a></p>
