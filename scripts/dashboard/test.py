@@ -15,6 +15,7 @@ Usage: scripts/dashboard/test.py [BIN] [OUT]
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -265,6 +266,10 @@ def main():
     with open(os.path.join(OUT, "summary.json"), "w") as f:
         json.dump({"passed": len(checks) - len(failed), "failed": failed, "figures": figures,
                    "screenshots": sorted(p for p in os.listdir(OUT) if p.endswith(".png"))}, f, indent=2)
+    if failed:
+        print(f"test-dashboard: the lab's logs are kept in {work}/logs")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     print(f"test-dashboard: {len(checks) - len(failed)} of {len(checks)} checks passed; screenshots in {OUT}")
     return 1 if failed else 0
 
