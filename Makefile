@@ -1,9 +1,9 @@
 # HeraldLab. `make test` is the test command; `make demo` the main job on the simulated lab.
 SWIFT ?= swift
-APT_PACKAGES := pkg-config libssl-dev libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus xz-utils chromium prometheus
+APT_PACKAGES := pkg-config libssl-dev libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus xz-utils chromium chromium-driver prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release lab deb test-deb test test-ci test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
+.PHONY: all deps build release lab deb test-deb test test-ci test-dashboard test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
 
 all: build
 
@@ -15,6 +15,7 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 	@python3 -c "import dbus_fast" 2>/dev/null || python3 -m pip install -q dbus-fast
+	@python3 -c "import selenium" 2>/dev/null || python3 -m pip install -q selenium==4.51.0
 
 build: deps
 	$(SWIFT) build
@@ -45,6 +46,12 @@ test: deps
 # (scripts/ci/test_recipes.py): run, regress against the history, the bundle kept, junit.xml there.
 test-ci: build
 	python3 scripts/ci/test_recipes.py .build/debug/herald-lab 4
+
+# The coordinator's dashboard in headless Chromium (Selenium, chromium-driver) against the lab of
+# `make lab`: sign-in, every page without console errors, a live run's numbers changing on screen,
+# a stranger getting nothing, a CSRF-protected button; screenshots in results/test-dashboard/.
+test-dashboard: build
+	python3 scripts/dashboard/test.py .build/debug/herald-lab results/test-dashboard
 
 # Bad-input suite: 1,000 mutated plans (plan check, then a short simulate) and 300 mutated log
 # folders (analyse, compare, regress) through the built herald-lab; counts crashes, hangs, escapes.

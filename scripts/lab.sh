@@ -58,6 +58,7 @@ if [ "$plan" = --serve ]; then
   cat <<SERVE
 lab: up until Ctrl-C (logs in $work/logs)
   coordinator:  $coordinator   operator credential: $token
+  dashboard:    $coordinator/   sign in with the operator credential: $(cat "$token")
   run a plan:   $bin run plans/smoke.yaml --coordinator $coordinator --token-file $token
   follow:       $bin runs list --coordinator $coordinator --token-file $token
   metrics:      curl -H "Authorization: Bearer \$(cat $token)" $coordinator/metrics

@@ -1,14 +1,12 @@
 import Foundation
+import HeraldCore
 
 /// report.html: one self-contained page (inline CSS, SVG and one small script; no network).
 /// It scales with the number of devices: a heatmap of one table cell per ordered pair, charts
 /// only for the worst pairs, and the full per-pair detail as compact data paged by the script
 /// (HTMLReport+Heatmap, +Pairs, +Tables). Devices appear in natural order (NaturalOrder).
 enum HTMLReport {
-    static func esc(_ s: String) -> String {
-        s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
-            .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
-    }
+    static func esc(_ s: String) -> String { OutsideText.html(s) }
     static func f(_ v: Double?, _ digits: Int = 2) -> String { v.map { String(format: "%.\(digits)f", $0) } ?? "–" }
 
     static func render(_ report: AnalysisReport) -> String {

@@ -41,6 +41,25 @@ public enum OutsideText {
     /// (coordinator, agent, air) pass every line through this at their log sink.
     public static func line(_ text: String) -> String { escaped(text, backslashes: false) }
 
+    /// Text for an HTML page (element content or a quoted attribute value): `&`, `<`, `>`, `"`
+    /// and `'` as character references, so no outside text ever becomes markup. Pages build
+    /// every piece of outside text through this (report.html, the coordinator's dashboard).
+    public static func html(_ text: String) -> String {
+        var out = ""
+        out.reserveCapacity(text.utf8.count)
+        for u in text.unicodeScalars {
+            switch u {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            case "'": out += "&#39;"
+            default: out.unicodeScalars.append(u)
+            }
+        }
+        return out
+    }
+
     private static func hex(_ v: UInt32, width: Int) -> String {
         let s = String(v, radix: 16, uppercase: true)
         return String(repeating: "0", count: max(0, width - s.count)) + s

@@ -106,6 +106,7 @@ struct RunCommand: AsyncParsableCommand {
     private func submitAndWatch() async throws {
         let client = try options.client()
         let record = try await startOrAttach(client)
+        print("dashboard: \(client.base.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")))\(Coordinator.dashboardPath(run: record.id))"); fflush(nil)
         let interrupt = Self.detachOnInterrupt(record.id, coordinator: coordinator)
         let live = isatty(STDOUT_FILENO) == 1
         var drawnLines = 0

@@ -224,6 +224,12 @@ public final class Agent: @unchecked Sendable {
             s.rssiLastMinute = st.rssiLastMinute
             s.rssiTotal = st.rssiTotal
             s.radio = st.radio
+            // The peer lists feed the dashboard's matrix, drawn for runs of up to 64 nodes: a
+            // crowd's heartbeats do not carry them.
+            if st.peers.count <= 128 {
+                s.peers = st.peers
+                s.recentPeers = st.recentPeers
+            }
         }
         return s
     }

@@ -109,6 +109,7 @@ extension Coordinator {
         case .taken(let persist):
             if persist { persistSeen(name, at: t) }
             if let d = status.dongle { noteDongle(d, agent: name) }
+            noteLive(name, status, at: t)
         }
     }
 

@@ -58,20 +58,7 @@ extension Coordinator {
             return .json(cancelled)
         }
         http.route("POST", "/v1/runs/:id/abort", allow: [.operator]) { [unowned self] req in
-            let id = try Self.runId(req)
-            guard var r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
-            switch r.state {
-            case .arming where r.startAt == nil:
-                self.withLock { self.tasks[id]?.cancel() }
-                return .json(await self.endBeforeStart(r, state: .cancelled, message: "aborted before the start"))
-            case .arming, .running:
-                r.abortRequested = true
-                try self.save(r)
-                self.log("coordinator: run \(id): abort requested; nodes stop, what exists is gathered")
-                return .json(r)
-            default:
-                throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue): nothing to abort")
-            }
+            .json(try await self.abort(try Self.runId(req)))
         }
         http.route("POST", "/v1/runs/:id/gather", allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
@@ -90,6 +77,24 @@ extension Coordinator {
             guard let r = self.run(id), r.bundle != nil, [.complete, .aborted].contains(r.state) else { throw HTTPError(.conflict, "run \(id) has no bundle") }
             let tar = self.config.results.appendingPathComponent("\(id).tar.gz")
             return try .file(tar, contentType: "application/gzip", range: req.headers["range"], missing: "bundle archive missing")
+        }
+    }
+
+    /// Stops a run: one not yet started is cancelled; a running one stops its nodes and what
+    /// exists is gathered (POST /v1/runs/:id/abort, the dashboard's abort button).
+    func abort(_ id: String) async throws -> RunRecord {
+        guard var r = run(id) else { throw HTTPError(.notFound, "no run \(id)") }
+        switch r.state {
+        case .arming where r.startAt == nil:
+            withLock { tasks[id]?.cancel() }
+            return await endBeforeStart(r, state: .cancelled, message: "aborted before the start")
+        case .arming, .running:
+            r.abortRequested = true
+            try save(r)
+            log("coordinator: run \(id): abort requested; nodes stop, what exists is gathered")
+            return r
+        default:
+            throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue): nothing to abort")
         }
     }
 

@@ -88,6 +88,8 @@ public final class Coordinator: @unchecked Sendable {
     let seenQueue = DispatchQueue(label: "heraldlab.coordinator.seen")
     /// GET /metrics (Coordinator+Metrics).
     let metrics = CoordinatorMetrics()
+    /// The dashboard's sessions and live strips (Dashboard*.swift).
+    let dashboard = DashboardState()
     public let log: @Sendable (String) -> Void
     public private(set) var url = ""
 
@@ -109,6 +111,7 @@ public final class Coordinator: @unchecked Sendable {
         if let inv = config.inventory { inventory = try Self.loadInventory(inv) }
         routes()
         metricsRoute()
+        dashboardRoutes()
     }
 
     var now: Double { Date().timeIntervalSince1970 }

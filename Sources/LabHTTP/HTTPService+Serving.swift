@@ -126,6 +126,10 @@ extension HTTPService {
 
     /// Writes a handler's answer, then serves the next request or parks the connection.
     private func finish(_ c: ServerConnection, _ head: RequestHead, _ response: HTTPResponse) {
+        if case .stream(let produce) = response.body {
+            stream(c, head, response, produce)
+            return
+        }
         answer(c, response, head: head, keepAlive: head.keepAlive, onClose: { EventLoop.shared.release($0) })
     }
 
@@ -389,7 +393,11 @@ extension HTTPService {
                   k.utf8.allSatisfy(RequestHead.isTokenByte), !v.utf8.contains(where: { $0 < 0x20 && $0 != 0x09 || $0 == 0x7F }) else { continue }
             text += "\(k): \(v)\r\n"
         }
-        text += "Content-Length: \(response.body.count)\r\n"
+        if case .stream = response.body {
+            text += "Transfer-Encoding: chunked\r\n"
+        } else {
+            text += "Content-Length: \(response.body.count)\r\n"
+        }
         if close {
             text += "Connection: close\r\n"
         } else if head?.http10 == true {
@@ -402,6 +410,9 @@ extension HTTPService {
             var out = Data(text.utf8)
             if withBody { out.append(data) }
             try connection.write(out)
+        case .stream:
+            // Only the head: `stream` writes the chunks.
+            try connection.write(text)
         case .file(let file, let range):
             try connection.write(text)
             guard withBody else { return }

@@ -51,11 +51,15 @@ public struct HTTPResponse: Sendable {
         /// `range` of an open regular file, streamed when the answer is written: by sendfile on a
         /// plain connection, read 256 KiB at a time over TLS.
         case file(OpenFile, Range<Int>)
+        /// A body written over time (server-sent events): the closure writes chunks with `write` until it returns; `write` throws once the peer has gone. Sent chunked, never buffered whole.
+        case stream(@Sendable (_ write: @Sendable (Data) async throws -> Void) async throws -> Void)
 
+        /// Bytes of a body whose length is known; 0 for a stream (sent chunked).
         public var count: Int {
             switch self {
             case .data(let d): return d.count
             case .file(_, let r): return r.count
+            case .stream: return 0
             }
         }
     }

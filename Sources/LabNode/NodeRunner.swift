@@ -84,9 +84,11 @@ public final class NodeRunner {
     public func flush() { logs.flush() }
 
     public var status: NodeStatus {
-        NodeStatus(state: state, peersDetected: counters.peers.count, payloadsRead: counters.payloadsRead,
-                   rssiLastMinute: counters.rssiLastMinute, rssiTotal: counters.rssiTotal, peers: counters.peers.sorted(),
-                   osVersion: osVersion, radio: transport.condition)
+        var s = NodeStatus(state: state, peersDetected: counters.peers.count, payloadsRead: counters.payloadsRead,
+                           rssiLastMinute: counters.rssiLastMinute, rssiTotal: counters.rssiTotal, peers: counters.peers.sorted(),
+                           osVersion: osVersion, radio: transport.condition)
+        s.recentPeers = counters.recentPeers
+        return s
     }
 }
 

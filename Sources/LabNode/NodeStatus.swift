@@ -15,6 +15,9 @@ public struct NodeStatus: Codable, Sendable, Equatable {
     public var rssiTotal: Int
     /// ShortNames of the peers detected, sorted.
     public var peers: [String]
+    /// ShortNames of the peers read or measured in the last `NodeCounters.recentSeconds` (the
+    /// dashboard's pairs x time strip), sorted.
+    public var recentPeers: [String]?
     /// The OS version the node writes to detection.csv: its kernel release (`uname -r`) on a
     /// Linux node. The coordinator copies it into the manifest's node entry.
     public var osVersion: String?
@@ -45,6 +48,10 @@ final class NodeCounters: SensorDelegate {
     /// RSSI counts per whole second, for the last minute (a ring of 60 buckets).
     @exclusivity(unchecked) private var buckets = [Int](repeating: 0, count: 60)
     @exclusivity(unchecked) private var bucketSecond = [Int64](repeating: -1, count: 60)
+    /// The peer each target's payload named, and the last second each peer was read or measured.
+    @exclusivity(unchecked) private var targets = [TargetIdentifier: String]()
+    @exclusivity(unchecked) private var lastHeard = [String: Int64]()
+    static let recentSeconds: Int64 = 10
 
     init(scheduler: any Scheduler, ownShortName: String) {
         self.scheduler = scheduler
@@ -54,7 +61,19 @@ final class NodeCounters: SensorDelegate {
     func sensor(_ sensor: SensorType, didRead: PayloadData, fromTarget: TargetIdentifier) {
         payloadsRead += 1
         let name = didRead.shortName
-        if name != ownShortName { peers.insert(name) }
+        if name != ownShortName {
+            peers.insert(name)
+            targets[fromTarget] = name
+            lastHeard[name] = second
+        }
+    }
+
+    private var second: Int64 { Int64(scheduler.now.timeIntervalSince1970.rounded(.down)) }
+
+    /// Peers heard in the last `recentSeconds`, sorted.
+    var recentPeers: [String] {
+        let now = second
+        return lastHeard.filter { $0.value > now - Self.recentSeconds }.keys.sorted()
     }
 
     func sensor(_ sensor: SensorType, didShare: [PayloadData], fromTarget: TargetIdentifier) {
@@ -63,7 +82,8 @@ final class NodeCounters: SensorDelegate {
 
     func sensor(_ sensor: SensorType, didMeasure: Proximity, fromTarget: TargetIdentifier) {
         rssiTotal += 1
-        let second = Int64(scheduler.now.timeIntervalSince1970.rounded(.down))
+        let second = self.second
+        if let name = targets[fromTarget] { lastHeard[name] = second }
         let i = Int(second % 60)
         if bucketSecond[i] != second { bucketSecond[i] = second; buckets[i] = 0 }
         buckets[i] += 1

@@ -92,6 +92,10 @@ public enum LabWire {
         /// What the node's radio copes with now (bluetoothd answering slowly, discovery retried,
         /// an outage): `NodeStatus.radio`; absent when all is well.
         public var radio: String?
+        /// The node's peers (Herald shortNames): all detected so far, and those heard in the last
+        /// 10 s (the dashboard's detection matrix and pairs x time strip).
+        public var peers: [String]?
+        public var recentPeers: [String]?
         public init(name: String, state: AgentState) {
             self.name = name; self.state = state; resumed = false; peersDetected = 0; payloadsRead = 0; rssiLastMinute = 0; rssiTotal = 0
         }

@@ -1,0 +1,197 @@
+import Foundation
+import HeraldAnalysis
+import HeraldCore
+import LabHistory
+import LabHTTP
+import LabPlan
+
+/// The dashboard's pages: server-rendered HTML with inline CSS and (on the live page) one inline
+/// script; no external asset, so it works offline. Every piece of outside text (agents' names,
+/// URLs, tags, messages, plans, dongles' evidence) goes through `OutsideText.html`.
+extension Coordinator {
+    static func h(_ s: String) -> String { OutsideText.html(s) }
+
+    /// A path segment for a link (names are checked where used, and still encoded here).
+    static func segment(_ s: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return s.addingPercentEncoding(withAllowedCharacters: allowed) ?? ""
+    }
+
+    static let css = """
+    body{font-family:system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
+    header{background:#23395d;color:#fff;padding:8px 16px;display:flex;gap:16px;align-items:center}
+    header a{color:#fff;text-decoration:none;padding:4px 8px;border-radius:4px}header a.on{background:#3d5a80}
+    header form{margin-left:auto}main{padding:12px 16px}
+    table{border-collapse:collapse;margin:8px 0;background:#fff}td,th{border:1px solid #ddd;padding:3px 7px;font-size:13px;text-align:left;vertical-align:top}
+    th{background:#f0f0f0}.num{text-align:right;font-variant-numeric:tabular-nums}
+    .alive,.good,.pass,.complete{color:#1a7f37}.missing,.unknown,.maintenance,.gathering,.arming,.running{color:#9a6700}
+    .lost,.bad,.fail,.failed,.aborted,.retired,.stale{color:#cf222e;font-weight:bold}
+    .small{font-size:12px;color:#555}button{cursor:pointer}pre{white-space:pre-wrap;max-width:60em}
+    .m td{width:16px;height:16px;padding:0;text-align:center}.m td.y{background:#2ca02c}.m td.n{background:#eee}.m td.s{background:#555}
+    .strip td{width:6px;height:12px;padding:0}.strip td:first-child{width:auto;white-space:nowrap;padding:0 6px;font-size:12px}.strip td.y{background:#2ca02c}.strip td.n{background:#f3d0d0}.strip td.f{background:#fff}
+    .legend .sw{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}
+    """
+
+    /// A whole page: the header with the navigation and sign-out, then `body`. `script` runs with
+    /// the page's nonce (the Content-Security-Policy allows no other script).
+    func page(_ title: String, _ s: DashboardSession, active: String, body: String, script: String? = nil, status: HTTPStatusCode = .ok) -> HTTPResponse {
+        let nonce = DashboardSessions.randomToken().prefix(32)
+        let nav = [("Lab", "/lab"), ("Runs", "/runs"), ("Trends", "/trends")].map { name, href in
+            "<a href=\"\(href)\"\(name == active ? " class=\"on\"" : "")>\(name)</a>"
+        }.joined()
+        let html = """
+        <!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>\(Self.h(title)) · HeraldLab</title>
+        <meta name="viewport" content="width=device-width, initial-scale=1"><style>\(Self.css)</style></head>
+        <body><header><strong>HeraldLab</strong>\(nav)<form method="post" action="/signout"><input type="hidden" name="csrf" value="\(s.csrf)"><button id="signout">Sign out</button></form></header>
+        <main><h1>\(Self.h(title))</h1>\(body)</main>\(script.map { "<script nonce=\"\(nonce)\">\($0)</script>" } ?? "")</body></html>
+        """
+        return Self.html(html, status: status, nonce: String(nonce))
+    }
+
+    static func html(_ text: String, status: HTTPStatusCode = .ok, nonce: String? = nil) -> HTTPResponse {
+        HTTPResponse(status, headers: [
+            "Content-Type": "text/html; charset=utf-8",
+            "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'" + (nonce.map { "; script-src 'nonce-\($0)'" } ?? ""),
+            "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", "Cache-Control": "no-store", "X-Frame-Options": "DENY",
+        ], body: Data(text.utf8))
+    }
+
+    func signInPage(message: String?, status: HTTPStatusCode) -> HTTPResponse {
+        Self.html("""
+        <!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>Sign in · HeraldLab</title><style>\(Self.css)</style></head>
+        <body><header><strong>HeraldLab</strong></header><main><h1>Sign in</h1>
+        \(message.map { "<p class=\"fail\" id=\"error\">\(Self.h($0))</p>" } ?? "")
+        <form method="post" action="/signin"><label>Operator credential <input type="password" name="credential" id="credential" autocomplete="current-password" autofocus></label>
+        <button type="submit" id="signin">Sign in</button></form>
+        <p class="small">The operator's token (the coordinator's --token-file). Agents' and scrape credentials do not sign in.</p></main></body></html>
+        """, status: status)
+    }
+
+    static func age(_ seconds: Double?) -> String {
+        guard let s = seconds, s.isFinite else { return "–" }
+        if s < 120 { return String(format: "%.0f s", max(0, s)) }
+        if s < 7200 { return String(format: "%.0f min", s / 60) }
+        if s < 172_800 { return String(format: "%.1f h", s / 3600) }
+        return String(format: "%.0f d", s / 86400)
+    }
+
+    static func time(_ t: Double?) -> String {
+        guard let t else { return "–" }
+        return h(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: t)))
+    }
+
+    // MARK: Lab
+
+    func labPage(_ s: DashboardSession) -> HTTPResponse {
+        let t = now
+        var body = "<h2>Agents</h2><table id=\"agents\"><tr><th>agent</th><th>liveness</th><th>URL</th><th>radio</th><th>last heartbeat</th><th>run</th><th>runs held</th><th>last error</th><th>version, tags</th></tr>"
+        let views = agentViews
+        for a in views {
+            let held = a.status?.held ?? []
+            body += "<tr><td>\(Self.h(a.info.name))</td><td class=\"\(a.state.rawValue)\">\(a.state.rawValue)</td><td>\(Self.h(a.info.url))</td><td>\(a.info.radio.rawValue)\(a.info.dongle.map { " · " + Self.h($0.name) } ?? "")</td>"
+            body += "<td class=\"num\">\(Self.age(a.lastSeen.map { t - $0 }))</td><td>\(a.status?.runId.map { "<a href=\"/runs/\(Self.segment($0))\">\(Self.h($0))</a>" } ?? "–")</td>"
+            body += "<td>\(held.count)\(held.isEmpty ? "" : ": " + held.prefix(5).map(Self.h).joined(separator: ", ") + (held.count > 5 ? ", …" : ""))</td>"
+            body += "<td>\(a.lastError.map { "\(Self.h($0)) <span class=\"small\">(\(Self.age(a.lastErrorAt.map { t - $0 })) ago)</span>" } ?? "–")</td>"
+            body += "<td class=\"small\">\(Self.h(a.info.version)) \(a.info.tags.map(Self.h).joined(separator: ", "))</td></tr>"
+        }
+        if views.isEmpty { body += "<tr><td colspan=\"9\">No agent has registered.</td></tr>" }
+        body += "</table>"
+        let dongles = dongleViews(history: 10)
+        body += "<h2>Dongles</h2>"
+        if dongles.isEmpty { body += "<p id=\"nodongles\">No dongles (agents with a simulated radio have none).</p>" }
+        let order: [LabWire.DongleHealth] = [.bad, .maintenance, .unknown, .good, .retired]
+        for health in order {
+            let group = dongles.filter { $0.health == health }
+            guard !group.isEmpty else { continue }
+            body += "<h3 class=\"\(health.rawValue)\">\(health.rawValue) (\(group.count))</h3><table class=\"dongles\"><tr><th>dongle</th><th>host · agent</th><th>since</th><th>why</th><th>failures, outliers</th><th>history (newest first)</th><th>operator</th></tr>"
+            for d in group {
+                body += "<tr><td>\(Self.h(d.info.name))<br><span class=\"small\">\(Self.h(d.id))</span></td><td>\(Self.h(d.info.host ?? "–")) · \(Self.h(d.info.agent ?? "–")) <span class=\"small\">\(Self.h(d.agentState ?? ""))\(d.busyWith.map { ", busy with " + Self.h($0) } ?? "")</span></td>"
+                body += "<td class=\"small\">\(Self.time(d.healthSince))</td><td>\(Self.h(d.healthReason ?? "–"))</td><td class=\"num\">\(d.failures), \(d.outliers)</td><td><details><summary>\(d.history.count) events</summary><table>"
+                for e in d.history {
+                    body += "<tr><td class=\"small\">\(Self.time(e.at))</td><td>\(Self.h(e.kind))</td><td class=\"\(e.ok ? "pass" : "fail")\">\(e.ok ? "ok" : "failed")</td><td>\(Self.h(e.message))\(e.run.map { " (run \(Self.h($0)))" } ?? "")\(e.evidence.map { "<details><summary>evidence</summary><pre>\(Self.h($0))</pre></details>" } ?? "")</td></tr>"
+                }
+                body += "</table></details></td><td>\(dongleButtons(d, s))</td></tr>"
+            }
+            body += "</table>"
+        }
+        return page("Lab", s, active: "Lab", body: body)
+    }
+
+    func dongleButtons(_ d: LabWire.DongleView, _ s: DashboardSession) -> String {
+        let actions: [(LabWire.DongleHealth, String)] = [(.bad, "Quarantine"), (.unknown, "Release"), (.maintenance, "Maintenance")]
+        return actions.filter { $0.0 != d.health }.map { health, label in
+            "<form method=\"post\" action=\"/dongles/\(Self.h(Self.segment(d.id)))/health\"><input type=\"hidden\" name=\"csrf\" value=\"\(s.csrf)\"><input type=\"hidden\" name=\"health\" value=\"\(health.rawValue)\"><input name=\"reason\" placeholder=\"reason\" size=\"12\"> <button>\(label)</button></form>"
+        }.joined()
+    }
+
+    // MARK: Runs
+
+    func runsPage(_ s: DashboardSession) -> HTTPResponse {
+        let all = withLock { runs.values.sorted { $0.created > $1.created } }
+        var body = "<table id=\"runs\"><tr><th>run</th><th>plan</th><th>created</th><th>state</th><th>verdict</th><th>headline</th><th>files</th></tr>"
+        for r in all.prefix(500) {
+            let link = "<a href=\"\(Self.dashboardPath(run: Self.segment(r.id)))\">\(Self.h(r.id))</a>"
+            let verdict = r.passed.map { $0 ? "<span class=\"pass\">PASS</span>" : "<span class=\"fail\">FAIL</span>" } ?? "–"
+            var files = [String]()
+            let report = config.results.appendingPathComponent(r.id).appendingPathComponent("report")
+            for name in ["report.html", "junit.xml", "summary.json"] where FileManager.default.fileExists(atPath: report.appendingPathComponent(name).path) {
+                files.append("<a href=\"/runs/\(Self.segment(r.id))/files/\(name)\">\(name)</a>")
+            }
+            if r.bundle != nil, [.complete, .aborted].contains(r.state) { files.append("<a href=\"/runs/\(Self.segment(r.id))/files/bundle.tar.gz\">bundle</a>") }
+            body += "<tr><td>\(link)</td><td>\(Self.h(r.plan))</td><td class=\"small\">\(Self.time(r.created))</td><td class=\"\(r.state.rawValue)\">\(r.state.rawValue)</td><td>\(verdict)</td>"
+            body += "<td class=\"small\">\(Self.h(r.headline ?? r.message ?? ""))</td><td>\(files.joined(separator: " · "))</td></tr>"
+        }
+        if all.isEmpty { body += "<tr><td colspan=\"7\">No runs yet.</td></tr>" }
+        return page("Runs", s, active: "Runs", body: body + "</table>")
+    }
+
+    // MARK: Trends
+
+    func trendsPage(_ s: DashboardSession) -> HTTPResponse {
+        let url = config.results.appendingPathComponent("history.sqlite")
+        guard FileManager.default.fileExists(atPath: url.path) else {
+            return page("Trends", s, active: "Trends", body: "<p id=\"nohistory\">No history yet: each analysed run adds to results/history.sqlite.</p>")
+        }
+        let history: [HistoryStore.Run]
+        let store: HistoryStore
+        do {
+            store = try HistoryStore(url: url)
+            history = try store.runs()
+        } catch {
+            return page("Trends", s, active: "Trends", body: "<p class=\"fail\">The history cannot be read: \(Self.h("\(error)"))</p>", status: .internalServerError)
+        }
+        var body = "<p class=\"small\">Each headline metric per plan, variant and testbed, oldest run first. The band is the noise the regression check allows (the prediction bound from the runs before, as <code>herald-lab regress</code> judges); red points are regressions.</p>"
+        let groups = Dictionary(grouping: history) { "\($0.plan)\u{1F}\($0.variant)\u{1F}\($0.testbed)\u{1F}\($0.settingsKey)" }
+        let newestFirst = groups.values.sorted { ($0.last?.id ?? 0) > ($1.last?.id ?? 0) }
+        for runs in newestFirst.prefix(12) {
+            let recent = Array(runs.suffix(30))
+            guard let first = recent.first else { continue }
+            var results = [AnalysisResult?]()
+            for r in recent { results.append(try? store.summary(of: r)) }
+            // Each run judged against up to 10 runs before it, as `regress --baseline history` would.
+            var judgements = [Regression.Judgement?]()
+            for i in recent.indices {
+                guard let current = results[i] else { judgements.append(nil); continue }
+                let before = results[max(0, i - 10)..<i].compactMap { $0 }
+                judgements.append(before.isEmpty ? nil : Regression.judge(current: current, history: before, tolerancePct: current.thresholds.regressionTolerancePct))
+            }
+            body += "<h2>\(Self.h(first.plan))\(first.variant.isEmpty ? "" : " · " + Self.h(first.variant))\(first.testbed.isEmpty ? "" : " · testbed " + Self.h(first.testbed)) <span class=\"small\">(\(runs.count) runs)</span></h2><div class=\"trend\">"
+            for m in Metric.allCases {
+                let points = recent.indices.map { i -> TrendChart.Point in
+                    let finding = judgements[i]?.findings.first { $0.metric == m.rawValue }
+                    let value = results[i].flatMap { Regression.value($0, m) }
+                    var lo: Double?, hi: Double?
+                    if let b = finding?.baseline, let bound = finding?.bound, b.isFinite, bound.isFinite { lo = min(bound, 2 * b - bound); hi = max(bound, 2 * b - bound) }
+                    return TrendChart.Point(label: recent[i].runId, value: value, bandLow: lo, bandHigh: hi, regressed: finding?.regressed ?? false)
+                }
+                guard points.contains(where: { $0.value != nil }) else { continue }
+                body += TrendChart.svg(title: m.label, points: points)
+            }
+            let regressed = recent.indices.filter { judgements[$0]?.verdict == .regression }.map { Self.h(recent[$0].runId) }
+            body += "</div><p>Regressions: \(regressed.isEmpty ? "none" : "<span class=\"fail\">" + regressed.joined(separator: ", ") + "</span>")</p>"
+        }
+        if groups.isEmpty { body += "<p id=\"nohistory\">No runs in the history yet.</p>" }
+        return page("Trends", s, active: "Trends", body: body)
+    }
+}

@@ -1,0 +1,166 @@
+import Foundation
+import HeraldCore
+import LabHTTP
+import LabPlan
+
+/// What the dashboard keeps: the signed-in browsers and the live runs' pairs x time strips.
+final class DashboardState: @unchecked Sendable {
+    let sessions = DashboardSessions()
+    let strips = LiveStrips()
+}
+
+/// The dashboard (docs/API.md, "Dashboard"): pages for the operator's browser on the
+/// coordinator's own port. Its routes are public to `HTTPService` (a browser sends no bearer
+/// token) and every handler checks the session cookie itself: a stranger gets a redirect to the
+/// sign-in page from a page and 401 from a data, event or download route, never lab data. Forms
+/// that change state carry the session's CSRF token (403 without it) and are refused from
+/// another origin.
+extension Coordinator {
+    /// The dashboard's routes as (method, pattern), for tests that try each one as a stranger.
+    public static let dashboardRouteList: [(String, String)] = [
+        ("GET", "/"), ("POST", "/signin"), ("POST", "/signout"), ("GET", "/lab"), ("GET", "/runs"), ("GET", "/trends"),
+        ("GET", "/runs/:id"), ("GET", "/runs/:id/events"), ("GET", "/runs/:id/files/:name"),
+        ("POST", "/runs/:id/abort"), ("POST", "/dongles/:dongle/health"), ("GET", "/favicon.ico"),
+    ]
+
+    /// Where the dashboard shows a run (printed by `herald-lab run`).
+    public static func dashboardPath(run id: String) -> String { "/runs/\(id)" }
+
+    var sessionSecure: Bool { config.tls != nil }
+
+    func dashboardRoutes() {
+        let form = 16 * 1024
+        http.route("GET", "/", public: true) { [unowned self] req in
+            if self.session(req) != nil { return Self.redirect("/lab") }
+            return self.signInPage(message: nil, status: .ok)
+        }
+        http.route("POST", "/signin", public: true, bodyLimit: form) { [unowned self] req in
+            try self.sameOrigin(req)
+            let given = DashboardSessions.form(req.body)["credential"] ?? ""
+            guard self.isOperator(given) else {
+                self.log("coordinator: dashboard sign-in refused from \(req.remote)")
+                return self.signInPage(message: "That is not the operator's credential.", status: .unauthorized)
+            }
+            let s = self.dashboard.sessions.create(now: self.now)
+            var r = Self.redirect("/lab")
+            r.headers["Set-Cookie"] = DashboardSessions.setCookie(s, secure: self.sessionSecure, now: self.now)
+            self.log("coordinator: dashboard sign-in from \(req.remote)")
+            return r
+        }
+        http.route("POST", "/signout", public: true, bodyLimit: form) { [unowned self] req in
+            let s = try self.changing(req)
+            self.dashboard.sessions.end(s.id)
+            var r = Self.redirect("/")
+            r.headers["Set-Cookie"] = DashboardSessions.setCookie(nil, secure: self.sessionSecure, now: self.now)
+            return r
+        }
+        // Browsers ask for it on every page (the pages name an empty icon; error pages do not).
+        http.route("GET", "/favicon.ico", public: true) { _ in HTTPResponse(.noContent, headers: ["Cache-Control": "max-age=86400"]) }
+        http.route("GET", "/lab", public: true) { [unowned self] req in
+            guard let s = self.session(req) else { return Self.redirect("/") }
+            return self.labPage(s)
+        }
+        http.route("GET", "/runs", public: true) { [unowned self] req in
+            guard let s = self.session(req) else { return Self.redirect("/") }
+            return self.runsPage(s)
+        }
+        http.route("GET", "/trends", public: true) { [unowned self] req in
+            guard let s = self.session(req) else { return Self.redirect("/") }
+            return self.trendsPage(s)
+        }
+        http.route("GET", "/runs/:id", public: true) { [unowned self] req in
+            guard let s = self.session(req) else { return Self.redirect("/") }
+            return try self.livePage(s, id: try Self.runId(req))
+        }
+        http.route("GET", "/runs/:id/events", public: true) { [unowned self] req in
+            guard let s = self.session(req) else { throw Self.signInRequired }
+            return try self.events(s, id: try Self.runId(req))
+        }
+        http.route("GET", "/runs/:id/files/:name", public: true) { [unowned self] req in
+            guard self.session(req) != nil else { throw Self.signInRequired }
+            return try self.runFile(try Self.runId(req), req.parameters["name"] ?? "", range: req.headers["range"])
+        }
+        http.route("POST", "/runs/:id/abort", public: true, bodyLimit: form) { [unowned self] req in
+            _ = try self.changing(req)
+            let id = try Self.runId(req)
+            _ = try await self.abort(id)
+            return Self.redirect(Self.dashboardPath(run: id))
+        }
+        http.route("POST", "/dongles/:dongle/health", public: true, bodyLimit: form) { [unowned self] req in
+            _ = try self.changing(req)
+            let fields = DashboardSessions.form(req.body)
+            guard let h = fields["health"], let health = LabWire.DongleHealth(rawValue: h), [.bad, .unknown, .maintenance].contains(health) else {
+                throw HTTPError(.badRequest, "health: expected bad (quarantine), unknown (release) or maintenance")
+            }
+            let reason = fields["reason"].flatMap { $0.trimmingCharacters(in: .whitespaces).isEmpty ? nil : $0 }
+            _ = try self.setHealth(req.parameters["dongle"] ?? "", LabWire.HealthRequest(health: health, reason: reason ?? "from the dashboard"))
+            return Self.redirect("/lab")
+        }
+    }
+
+    static let signInRequired = HTTPError(.unauthorized, "sign in to the dashboard first")
+
+    /// The session a request's cookie names, if it is live.
+    func session(_ req: HTTPService.Request) -> DashboardSession? {
+        dashboard.sessions.find(cookieHeader: req.headers["cookie"], now: now)
+    }
+
+    /// Only the operator's credential signs in: an agent's or the scrape credential does not
+    /// (the same check as a bearer token, `authenticator`, and then the role).
+    func isOperator(_ given: String) -> Bool {
+        guard !given.isEmpty, let token = config.token else { return false }
+        let authenticate = HTTPService.withScraper(config.scrapeToken, Self.authenticator(operatorToken: token, identities: identities))
+        return authenticate!(given)?.role == .operator
+    }
+
+    /// A state-changing form: a live session, the same origin, and the session's CSRF token.
+    func changing(_ req: HTTPService.Request) throws -> DashboardSession {
+        guard let s = session(req) else { throw Self.signInRequired }
+        try sameOrigin(req)
+        guard DashboardSessions.csrfMatches(s, DashboardSessions.form(req.body)["csrf"]) else {
+            log("coordinator: dashboard: \(req.method) \(HTTPService.escaped(req.path)) from \(req.remote) refused: CSRF token missing or wrong")
+            throw HTTPError(.forbidden, "the form's CSRF token is missing or wrong; reload the page")
+        }
+        return s
+    }
+
+    /// A form posted from another site is refused when the browser says so (Origin; the pages'
+    /// Referrer-Policy same-origin makes browsers send it, "null" from a sandboxed page is refused).
+    func sameOrigin(_ req: HTTPService.Request) throws {
+        guard let origin = req.headers["origin"] else { return }
+        let host = URLComponents(string: origin).map { c in c.port.map { "\(c.host ?? ""):\($0)" } ?? (c.host ?? "") }
+        guard let host, let own = req.headers["host"], host.lowercased() == own.lowercased() else {
+            throw HTTPError(.forbidden, "a form from another origin is refused")
+        }
+    }
+
+    static func redirect(_ to: String) -> HTTPResponse {
+        HTTPResponse(.init(303, phrase: "See Other"), headers: ["Location": to, "Cache-Control": "no-store", "Content-Type": "text/plain"], body: Data())
+    }
+
+    /// A finished run's report, JUnit, summary or bundle.
+    func runFile(_ id: String, _ name: String, range: String?) throws -> HTTPResponse {
+        guard let r = run(id) else { throw HTTPError(.notFound, "no run \(id)") }
+        let report = config.results.appendingPathComponent(id).appendingPathComponent("report")
+        var response: HTTPResponse
+        switch name {
+        case "report.html":
+            response = try .file(report.appendingPathComponent("report.html"), contentType: "text/html; charset=utf-8", range: range, missing: "run \(id) has no report")
+            // The report runs in an origin of its own: nothing in it can act as the operator here.
+            response.headers["Content-Security-Policy"] = "sandbox allow-scripts; default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
+        case "junit.xml":
+            response = try .file(report.appendingPathComponent("junit.xml"), contentType: "application/xml", range: range, missing: "run \(id) has no junit.xml")
+        case "summary.json":
+            response = try .file(report.appendingPathComponent("summary.json"), contentType: "application/json", range: range, missing: "run \(id) has no summary.json")
+        case "bundle.tar.gz":
+            guard r.bundle != nil, [.complete, .aborted].contains(r.state) else { throw HTTPError(.conflict, "run \(id) has no bundle") }
+            response = try .file(config.results.appendingPathComponent("\(id).tar.gz"), contentType: "application/gzip", range: range, missing: "bundle archive missing")
+        default:
+            throw HTTPError(.notFound, "no file \(HTTPService.escaped(name)) of a run (report.html, junit.xml, summary.json, bundle.tar.gz)")
+        }
+        if name != "report.html" { response.headers["Content-Disposition"] = "attachment; filename=\"\(id)-\(name)\"" }
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Cache-Control"] = "no-store"
+        return response
+    }
+}

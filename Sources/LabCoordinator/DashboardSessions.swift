@@ -1,0 +1,90 @@
+import Foundation
+import LabHTTP
+
+/// The dashboard's signed-in browsers (ARCHITECTURE.md, "The dashboard"): a session is a random
+/// id in a cookie (HttpOnly, SameSite=Strict, Secure under TLS, an expiry) and a CSRF token of its
+/// own that every state-changing form carries. Kept in memory only: a restarted coordinator signs
+/// everybody out. Time is passed in, so expiry is tested without waiting.
+public struct DashboardSession: Sendable, Equatable {
+    public let id: String
+    public let csrf: String
+    public let expires: Double
+}
+
+public final class DashboardSessions: @unchecked Sendable {
+    public static let cookieName = "heraldlab_session"
+    /// A session ends this long after sign-in (seconds).
+    public let lifetime: Double
+    /// Sessions kept at once; the oldest goes first past it.
+    public let capacity: Int
+    private let lock = NSLock()
+    private var sessions: [String: DashboardSession] = [:]
+
+    public init(lifetime: Double = 8 * 3600, capacity: Int = 64) {
+        self.lifetime = lifetime
+        self.capacity = max(1, capacity)
+    }
+
+    /// 32 random bytes from the system's generator, in hex.
+    static func randomToken() -> String {
+        var g = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &g)) }.joined()
+    }
+
+    public func create(now: Double) -> DashboardSession {
+        let s = DashboardSession(id: Self.randomToken(), csrf: Self.randomToken(), expires: now + lifetime)
+        lock.withLock {
+            sessions = sessions.filter { $0.value.expires > now }
+            while sessions.count >= capacity, let oldest = sessions.min(by: { $0.value.expires < $1.value.expires }) { sessions[oldest.key] = nil }
+            sessions[s.id] = s
+        }
+        return s
+    }
+
+    /// The live session a request's `Cookie` header names, if any.
+    public func find(cookieHeader: String?, now: Double) -> DashboardSession? {
+        guard let id = Self.cookieValue(cookieHeader), id.utf8.count == 64 else { return nil }
+        return lock.withLock {
+            guard let s = sessions[id] else { return nil }
+            guard s.expires > now else { sessions[id] = nil; return nil }
+            return s
+        }
+    }
+
+    public func end(_ id: String) { lock.withLock { sessions[id] = nil } }
+
+    /// Whether a form's CSRF token is the session's (constant time).
+    public static func csrfMatches(_ session: DashboardSession, _ given: String?) -> Bool {
+        guard let given else { return false }
+        return HTTPService.constantTimeEqual(given, session.csrf)
+    }
+
+    /// `Set-Cookie` for a session (or, with nil, one that removes it).
+    public static func setCookie(_ session: DashboardSession?, secure: Bool, now: Double) -> String {
+        let value = session?.id ?? ""
+        let age = session.map { max(0, Int($0.expires - now)) } ?? 0
+        return "\(cookieName)=\(value); Path=/; Max-Age=\(age); HttpOnly; SameSite=Strict\(secure ? "; Secure" : "")"
+    }
+
+    /// The session cookie's value in a `Cookie` header.
+    static func cookieValue(_ header: String?) -> String? {
+        guard let header else { return nil }
+        for part in header.split(separator: ";") {
+            let kv = part.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            if kv.count == 2, kv[0] == cookieName { return kv[1] }
+        }
+        return nil
+    }
+
+    /// An `application/x-www-form-urlencoded` body as fields (the last of a repeated name wins).
+    public static func form(_ body: Data) -> [String: String] {
+        var out = [String: String]()
+        for pair in String(decoding: body, as: UTF8.self).split(separator: "&") {
+            let kv = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            func decode(_ s: Substring) -> String? { String(s).replacingOccurrences(of: "+", with: " ").removingPercentEncoding }
+            guard let k = decode(kv[0]), let v = kv.count > 1 ? decode(kv[1]) : "" else { continue }
+            out[k] = v
+        }
+        return out
+    }
+}

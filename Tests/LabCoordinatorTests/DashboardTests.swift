@@ -1,0 +1,285 @@
+import XCTest
+import HeraldCore
+import LabHTTP
+import LabNet
+import LabPlan
+@testable import LabCoordinator
+
+/// The dashboard as a browser and as a stranger meet it, over HTTP to an in-process coordinator:
+/// sign-in with the operator's credential only, the session cookie's flags, CSRF on every
+/// state-changing form, nothing of the lab for a request without a session, escaped outside text.
+final class DashboardTests: XCTestCase {
+    var dirs: [URL] = []
+    var coordinators: [Coordinator] = []
+    override func tearDown() async throws {
+        for c in coordinators { await c.stop() }
+        for d in dirs { try? FileManager.default.removeItem(at: d) }
+        LabTrust.client = nil
+    }
+
+    let operatorToken = "operator-token-0123456789abcdef"
+    let scrapeToken = "scrape-token-0123456789abcdef"
+    let runId = "secretplan-20260101-000000-abcd"
+
+    /// A coordinator with a credentials folder (enrolled agents), a finished run with its report
+    /// files and a dongle, listening on loopback; with `tls`, over TLS with a lab CA the client trusts.
+    func start(tls: Bool = false) async throws -> (Coordinator, LabClient) {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("dash-\(UUID().uuidString)")
+        let cred = dir.appendingPathComponent("cred")
+        try FileManager.default.createDirectory(at: cred, withIntermediateDirectories: true)
+        dirs.append(dir)
+        var config = Coordinator.Config(results: dir.appendingPathComponent("results"))
+        config.token = operatorToken
+        config.scrapeToken = scrapeToken
+        config.credentials = CredentialsFolder(url: cred)
+        if tls {
+            let p = { (n: String) in cred.appendingPathComponent(n).path }
+            try LabCA.create(commonName: "dash CA", days: 1, certificate: p("ca.pem"), key: p("ca-key.pem"))
+            try LabCA.issue(caCertificate: p("ca.pem"), caKey: p("ca-key.pem"), commonName: "coordinator", names: ["127.0.0.1"], days: 1,
+                            certificate: p("cert.pem"), key: p("key.pem"))
+            config.tls = try TLSContext(certificate: p("cert.pem"), key: p("key.pem"))
+            LabTrust.client = try TLSContext(trusting: p("ca.pem"))
+        }
+        let c = try Coordinator(config: config, log: { _ in })
+        coordinators.append(c)
+        // A finished run whose files exist, and a dongle: what a stranger must not see.
+        let report = config.results.appendingPathComponent("\(runId)/report")
+        try FileManager.default.createDirectory(at: report, withIntermediateDirectories: true)
+        for name in ["report.html", "junit.xml", "summary.json"] { try Data("secret \(name) of \(runId)".utf8).write(to: report.appendingPathComponent(name)) }
+        try Data("secret bundle".utf8).write(to: config.results.appendingPathComponent("\(runId).tar.gz"))
+        var done = RunRecord(id: runId, plan: "secretplan", planText: "name: secretplan", state: .complete, created: 1_700_000_000, duration: 60, warmup: 0,
+                             air: nil, nodes: [RunRecord.Node(name: "n1", agent: "secretagent", agentURL: "http://127.0.0.1:1", state: "complete", files: [])])
+        done.bundle = runId
+        done.passed = true
+        try c.save(done)
+        var dongle = DongleRecord(id: "F0:00:00:00:00:01", info: LabWire.DongleInfo(id: "F0:00:00:00:00:01", name: "secretdongle", present: true), at: c.now)
+        dongle.info.agent = "secretagent"
+        c.withLock { c.dongles[dongle.id] = dongle }
+        let port = try await c.start()
+        // A running run, recorded after the start (so no drive task takes it over).
+        var running = done
+        running.id = "liveplan-20260101-000000-abcd"
+        running.state = .running
+        running.startAt = c.now
+        running.bundle = nil
+        running.passed = nil
+        try c.save(running)
+        let client = LabClient(base: URL(string: "\(tls ? "https" : "http")://127.0.0.1:\(port)")!, token: nil)
+        return (c, client)
+    }
+
+    func form(_ fields: [String: String]) -> Data {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return Data(fields.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value.addingPercentEncoding(withAllowedCharacters: allowed)!)" }.joined(separator: "&").utf8)
+    }
+
+    let formType = ["Content-Type": "application/x-www-form-urlencoded"]
+
+    func signIn(_ client: LabClient, _ credential: String) async throws -> (status: Int, setCookie: String?) {
+        let (status, _, headers) = try await client.request("POST", "/signin", body: form(["credential": credential]), headers: formType)
+        return (status, headers["set-cookie"])
+    }
+
+    /// The cookie a browser would send back, and the CSRF token the Lab page's forms carry.
+    func session(_ client: LabClient) async throws -> (cookie: String, csrf: String) {
+        let (status, setCookie) = try await signIn(client, operatorToken)
+        XCTAssertEqual(status, 303)
+        let cookie = String(try XCTUnwrap(setCookie).split(separator: ";")[0])
+        let (_, body, _) = try await client.request("GET", "/lab", headers: ["Cookie": cookie])
+        let html = String(decoding: body, as: UTF8.self)
+        let range = try XCTUnwrap(html.range(of: "name=\"csrf\" value=\""))
+        return (cookie, String(html[range.upperBound...].prefix(64)))
+    }
+
+    func testOnlyTheOperatorsCredentialSignsIn() async throws {
+        let (c, client) = try await start()
+        let agentSecret = "agent-secretagent-credential-1"
+        let rec = IdentityStore.Credential(name: "secretagent", tokenHash: CredentialHash.of(agentSecret), coordinatorToken: "calls-secretagent",
+                                           issuedAt: c.now, revokedAt: nil, hosts: ["127.0.0.1"])
+        try XCTUnwrap(c.identityStore).saveCredential(rec)
+        c.identities.add(rec)
+        // The sign-in page itself is open, and shows nothing of the lab.
+        let (status, page, _) = try await client.request("GET", "/")
+        XCTAssertEqual(status, 200)
+        XCTAssertTrue(String(decoding: page, as: UTF8.self).contains("name=\"credential\""))
+        for wrong in ["", "wrong-credential-0123456789", scrapeToken, agentSecret, operatorToken + "x", String(operatorToken.dropLast())] {
+            let (status, setCookie) = try await signIn(client, wrong)
+            XCTAssertEqual(status, 401, "credential \(wrong.prefix(12))… must not sign in")
+            XCTAssertNil(setCookie, "no session for \(wrong.prefix(12))…")
+        }
+        let (ok, setCookie) = try await signIn(client, operatorToken)
+        XCTAssertEqual(ok, 303)
+        let cookie = try XCTUnwrap(setCookie)
+        XCTAssertTrue(cookie.hasPrefix("heraldlab_session="), cookie)
+        XCTAssertEqual(String(cookie.split(separator: ";")[0]).count, "heraldlab_session=".count + 64, "a 32-byte random id")
+        for flag in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age="] { XCTAssertTrue(cookie.contains(flag), "\(flag) in \(cookie)") }
+        XCTAssertFalse(cookie.contains("Secure"), "plain HTTP: a Secure cookie would never come back")
+        let (labStatus, lab, _) = try await client.request("GET", "/lab", headers: ["Cookie": String(cookie.split(separator: ";")[0])])
+        XCTAssertEqual(labStatus, 200)
+        XCTAssertTrue(String(decoding: lab, as: UTF8.self).contains("secretdongle"))
+        // Two sign-ins are two sessions.
+        let (_, second) = try await signIn(client, operatorToken)
+        XCTAssertNotEqual(second?.split(separator: ";")[0], cookie.split(separator: ";")[0])
+    }
+
+    func testTheCookieIsSecureUnderTLS() async throws {
+        let (_, client) = try await start(tls: true)
+        let (status, setCookie) = try await signIn(client, operatorToken)
+        XCTAssertEqual(status, 303)
+        let cookie = try XCTUnwrap(setCookie)
+        for flag in ["HttpOnly", "SameSite=Strict", "Secure"] { XCTAssertTrue(cookie.contains(flag), "\(flag) in \(cookie)") }
+    }
+
+    func testAStrangerGetsNothingFromAnyDashboardRoute() async throws {
+        let (c, client) = try await start()
+        let secrets = [runId, "secretagent", "secretdongle", "secretplan", "secret report", "secret bundle", "liveplan"]
+        // Every dashboard route, each without a session, with a made-up one, and with bearer
+        // credentials (the dashboard takes its cookie only).
+        let strangers: [[String: String]] = [[:], ["Cookie": "heraldlab_session=" + String(repeating: "ab", count: 32)],
+                                             ["Authorization": "Bearer \(operatorToken)"], ["Authorization": "Bearer \(scrapeToken)"]]
+        XCTAssertGreaterThanOrEqual(Coordinator.dashboardRouteList.count, 12)
+        for (method, pattern) in Coordinator.dashboardRouteList {
+            let path = pattern.replacingOccurrences(of: ":id", with: runId).replacingOccurrences(of: ":name", with: "report.html")
+                .replacingOccurrences(of: ":dongle", with: "F0:00:00:00:00:01")
+            for headers in strangers {
+                var h = headers
+                var body: Data?
+                if method == "POST" { h.merge(formType) { a, _ in a }; body = form(["csrf": "guess", "health": "bad"]) }
+                let (status, answer, answerHeaders) = try await client.request(method, path, body: body, headers: h)
+                let text = String(decoding: answer, as: UTF8.self)
+                for s in secrets { XCTAssertFalse(text.contains(s), "\(method) \(path) with \(h.keys.sorted()) leaks \(s): \(text.prefix(300))") }
+                XCTAssertNil(answerHeaders["set-cookie"], "\(method) \(path) gives a stranger a session")
+                switch (method, pattern) {
+                case ("GET", "/"): XCTAssertEqual(status, 200, "the sign-in page")
+                case ("GET", "/favicon.ico"): XCTAssertEqual(status, 204)
+                case ("POST", "/signin"): XCTAssertEqual(status, 401)
+                case ("GET", "/runs/:id/events"), ("GET", "/runs/:id/files/:name"), ("POST", _): XCTAssertEqual(status, 401, "\(method) \(path)")
+                default:
+                    XCTAssertEqual(status, 303, "\(method) \(path)")
+                    XCTAssertEqual(answerHeaders["location"], "/")
+                }
+            }
+        }
+        // Nothing changed.
+        XCTAssertEqual(c.run("liveplan-20260101-000000-abcd")?.abortRequested, nil)
+        XCTAssertEqual(c.dongleViews(history: 0).first?.health, .unknown)
+    }
+
+    func testStateChangesNeedTheSessionsCSRFToken() async throws {
+        let (c, client) = try await start()
+        let (cookie, csrf) = try await session(client)
+        let live = "liveplan-20260101-000000-abcd"
+        let (_, other) = try await session(client) // another session's token is wrong here
+        for bad in [[:], ["csrf": ""], ["csrf": String(repeating: "0", count: 64)], ["csrf": other]] {
+            var fields = bad
+            fields["health"] = "bad"
+            let (a, _, _) = try await client.request("POST", "/runs/\(live)/abort", body: form(fields), headers: formType.merging(["Cookie": cookie]) { a, _ in a })
+            XCTAssertEqual(a, 403, "abort with \(bad)")
+            let (d, _, _) = try await client.request("POST", "/dongles/F0%3A00%3A00%3A00%3A00%3A01/health", body: form(fields), headers: formType.merging(["Cookie": cookie]) { a, _ in a })
+            XCTAssertEqual(d, 403, "quarantine with \(bad)")
+        }
+        XCTAssertNil(c.run(live)?.abortRequested, "no abort without the token")
+        XCTAssertEqual(c.dongleViews(history: 0).first?.health, .unknown, "no quarantine without the token")
+        // From another site, even with the token (a browser says where a form comes from).
+        let (o, _, _) = try await client.request("POST", "/runs/\(live)/abort", body: form(["csrf": csrf]),
+                                                 headers: formType.merging(["Cookie": cookie, "Origin": "http://evil.example"]) { a, _ in a })
+        XCTAssertEqual(o, 403)
+        XCTAssertNil(c.run(live)?.abortRequested)
+        // With it: done.
+        let (q, _, qh) = try await client.request("POST", "/dongles/F0%3A00%3A00%3A00%3A00%3A01/health", body: form(["csrf": csrf, "health": "bad", "reason": "flaky"]),
+                                                  headers: formType.merging(["Cookie": cookie]) { a, _ in a })
+        XCTAssertEqual(q, 303)
+        XCTAssertEqual(qh["location"], "/lab")
+        XCTAssertEqual(c.dongleViews(history: 0).first?.health, .bad)
+        let (a, _, ah) = try await client.request("POST", "/runs/\(live)/abort", body: form(["csrf": csrf]), headers: formType.merging(["Cookie": cookie]) { a, _ in a })
+        XCTAssertEqual(a, 303)
+        XCTAssertEqual(ah["location"], "/runs/\(live)")
+        XCTAssertEqual(c.run(live)?.abortRequested, true)
+        // Signed out, the cookie opens nothing.
+        let (s, _, _) = try await client.request("POST", "/signout", body: form(["csrf": csrf]), headers: formType.merging(["Cookie": cookie]) { a, _ in a })
+        XCTAssertEqual(s, 303)
+        let (after, _, afterHeaders) = try await client.request("GET", "/lab", headers: ["Cookie": cookie])
+        XCTAssertEqual(after, 303)
+        XCTAssertEqual(afterHeaders["location"], "/")
+    }
+
+    func testOutsideTextIsEscaped() async throws {
+        let (c, client) = try await start()
+        var info = LabWire.AgentInfo(name: "hostile", url: "http://127.0.0.1:9/<script>alert(3)</script>", tags: ["<img src=x onerror=alert(2)>"], radio: .sim,
+                                     adapter: nil, controller: nil, version: "<script>alert(1)</script>")
+        info.boot = "boot-hostile"
+        info.sequence = 1
+        try c.register(info, principal: HTTPService.Principal(role: .operator, name: "operator"), peerHost: "127.0.0.1")
+        c.agentError("hostile", "<b onmouseover=alert(4)>boom</b>\"'")
+        let (cookie, _) = try await session(client)
+        let (status, body, headers) = try await client.request("GET", "/lab", headers: ["Cookie": cookie])
+        XCTAssertEqual(status, 200)
+        XCTAssertTrue(headers["content-security-policy"]?.contains("default-src 'none'") == true)
+        let html = String(decoding: body, as: UTF8.self)
+        for raw in ["<script>alert(1)", "<img src=x", "<script>alert(3)", "<b onmouseover"] { XCTAssertFalse(html.contains(raw), "\(raw) reached the page raw") }
+        for escaped in ["&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;img src=x onerror=alert(2)&gt;", "&lt;b onmouseover=alert(4)&gt;boom&lt;/b&gt;&quot;&#39;"] {
+            XCTAssertTrue(html.contains(escaped), "\(escaped) missing")
+        }
+    }
+
+    func testTheLiveEventsOfAFinishedRunEndTheStream() async throws {
+        let (_, client) = try await start()
+        let (cookie, _) = try await session(client)
+        let (status, body, headers) = try await client.request("GET", "/runs/\(runId)/events", headers: ["Cookie": cookie])
+        XCTAssertEqual(status, 200)
+        XCTAssertEqual(headers["content-type"], "text/event-stream")
+        XCTAssertEqual(headers["transfer-encoding"], "chunked")
+        let text = String(decoding: body, as: UTF8.self)
+        XCTAssertTrue(text.hasPrefix("retry: 2000\n\nevent: snapshot\ndata: {"), text)
+        XCTAssertTrue(text.hasSuffix("event: end\ndata: {}\n\n"), text)
+        let json = try XCTUnwrap(text.split(separator: "\n").first { $0.hasPrefix("data: {\"final\"") || $0.hasPrefix("data: {") })
+        let snapshot = try JSONDecoder().decode(LiveSnapshot.self, from: Data(json.dropFirst(6).utf8))
+        XCTAssertEqual(snapshot.id, runId)
+        XCTAssertTrue(snapshot.final)
+        XCTAssertEqual(snapshot.nodes.map(\.name), ["n1"])
+    }
+
+    func testANodeIsMarkedStaleAfterMissedHeartbeats() async throws {
+        let (c, _) = try await start()
+        let live = "liveplan-20260101-000000-abcd"
+        XCTAssertEqual(try XCTUnwrap(c.run(live)).state, .running)
+        XCTAssertEqual(c.liveSnapshot(try XCTUnwrap(c.run(live))).nodes.map(\.stale), [true], "no heartbeat at all")
+        var info = LabWire.AgentInfo(name: "secretagent", url: "http://127.0.0.1:9", tags: [], radio: .sim, adapter: nil, controller: nil)
+        info.boot = "boot-secret"
+        info.sequence = 1
+        try c.register(info, principal: HTTPService.Principal(role: .operator, name: "operator"), peerHost: "127.0.0.1")
+        XCTAssertEqual(c.liveSnapshot(try XCTUnwrap(c.run(live))).nodes.map(\.stale), [false], "a heartbeat just now")
+        c.withLock { c.agents["secretagent"]?.lastSeen = c.now - 3.5 }
+        let node = try XCTUnwrap(c.liveSnapshot(try XCTUnwrap(c.run(live))).nodes.first)
+        XCTAssertTrue(node.stale, "three heartbeats missed")
+        XCTAssertEqual(node.state, "complete", "the state it last had is kept, with the marker beside it")
+    }
+
+    func testTheStripKeepsTheWindowsEachPairWasHeardInForTheLast30Minutes() throws {
+        func record(_ duration: String) throws -> (RunRecord, [String: String]) {
+            let text = "name: strip\nduration: \(duration)\nwarmup: 2s\nnodes:\n  - {name: n1, position: [0, 0]}\n  - {name: n2, position: [1, 0]}\n  - {name: n3, position: [2, 0]}\n"
+            let plan = try Plan.parse(yaml: text, source: "strip.yaml")
+            var r = RunRecord(id: "strip-\(duration)", plan: "strip", planText: text, state: .running, created: 0, duration: plan.duration, warmup: 2, air: nil,
+                              nodes: plan.nodes.map { RunRecord.Node(name: $0.name, agent: "a-\($0.name)", agentURL: "http://127.0.0.1:1", state: "running", files: []) })
+            r.startAt = 1000
+            return (r, Dictionary(uniqueKeysWithValues: plan.nodes.map { ($0.name, $0.shortName) }))
+        }
+        let strips = LiveStrips()
+        let (short, names) = try record("10m")
+        strips.note(short, node: "n1", recent: [names["n2"]!, names["n1"]!, "ZZZZ"], at: 1005) // window 0; itself and a stranger ignored
+        strips.note(short, node: "n1", recent: [names["n2"]!, names["n3"]!], at: 1025)         // window 2
+        strips.note(short, node: "n2", recent: [], at: 1035)
+        strips.note(short, node: "n2", recent: [names["n1"]!], at: 990)                       // before the start: nothing
+        let t = try XCTUnwrap(strips.track(short.id))
+        XCTAssertEqual(t.window, 10)
+        XCTAssertEqual(t.hits, ["n1\u{1F}n2": [0, 2], "n1\u{1F}n3": [2]])
+        // A long run: minutes, and only the last 30 of them kept.
+        let (long, longNames) = try record("2h")
+        strips.note(long, node: "n3", recent: [longNames["n1"]!], at: 1010)
+        strips.note(long, node: "n3", recent: [longNames["n1"]!], at: 1000 + 45 * 60 + 5)
+        let l = try XCTUnwrap(strips.track(long.id))
+        XCTAssertEqual(l.window, 60)
+        XCTAssertEqual(l.hits, ["n3\u{1F}n1": [45]], "minute 0 rolled out of the last 30 minutes")
+    }
+}

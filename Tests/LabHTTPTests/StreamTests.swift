@@ -1,0 +1,75 @@
+import Foundation
+import XCTest
+import LabNet
+@testable import LabHTTP
+
+/// Streamed answers (`HTTPResponse.Body.stream`, the dashboard's server-sent events): sent
+/// chunked, the connection closed at the end, and the producer told when the peer has gone.
+final class StreamTests: XCTestCase {
+    var services: [HTTPService] = []
+
+    override func tearDown() async throws {
+        for s in services { await s.stop() }
+        services = []
+    }
+
+    final class Flag: @unchecked Sendable {
+        private let lock = NSLock()
+        private var value = false
+        private var writes = 0
+        func set() { lock.withLock { value = true } }
+        var isSet: Bool { lock.withLock { value } }
+        func wrote() { lock.withLock { writes += 1 } }
+        var count: Int { lock.withLock { writes } }
+    }
+
+    func testAStreamIsSentChunkedAndEnds() async throws {
+        let service = HTTPService(name: "t", token: nil, log: { _ in })
+        service.route("GET", "/events") { _ in
+            var r = HTTPResponse(.ok, headers: ["Content-Type": "text/event-stream"])
+            r.body = .stream { write in
+                for piece in ["data: a\n\n", "", "data: bb\n\n", "data: ccc\n\n"] { try await write(Data(piece.utf8)) }
+            }
+            return r
+        }
+        let port = try await service.start(host: "127.0.0.1", port: 0)
+        services.append(service)
+        let url = URL(string: "http://127.0.0.1:\(port)/events")!
+        let answer = try await withCheckedThrowingContinuation { c in
+            DispatchQueue.global().async { c.resume(with: Result { try HTTPExchange.perform("GET", url, headers: [:], body: nil, timeout: 10) }) }
+        }
+        XCTAssertEqual(answer.status, 200)
+        XCTAssertEqual(answer.headers["transfer-encoding"], "chunked")
+        XCTAssertNil(answer.headers["content-length"])
+        XCTAssertEqual(answer.headers["connection"], "close")
+        XCTAssertEqual(String(decoding: answer.body, as: UTF8.self), "data: a\n\ndata: bb\n\ndata: ccc\n\n")
+    }
+
+    func testAStreamLearnsThatThePeerHasGone() async throws {
+        let service = HTTPService(name: "t", token: nil, log: { _ in })
+        let ended = Flag()
+        service.route("GET", "/forever") { _ in
+            var r = HTTPResponse(.ok, headers: ["Content-Type": "text/event-stream"])
+            r.body = .stream { write in
+                defer { ended.set() }
+                while true {
+                    try await write(Data("data: tick\n\n".utf8))
+                    ended.wrote()
+                    try await Task.sleep(nanoseconds: 10_000_000)
+                }
+            }
+            return r
+        }
+        let port = try await service.start(host: "127.0.0.1", port: 0)
+        services.append(service)
+        let c = try RawClient(port: port)
+        XCTAssertTrue(c.send(get("/forever")))
+        let head = try XCTUnwrap(c.answer(head: true))
+        XCTAssertEqual(head.status, 200)
+        XCTAssertEqual(head.headers["transfer-encoding"], "chunked")
+        c.close()
+        let deadline = Date().addingTimeInterval(10)
+        while !ended.isSet && Date() < deadline { try await Task.sleep(nanoseconds: 20_000_000) }
+        XCTAssertTrue(ended.isSet, "the producer's write threw once the peer had gone (\(ended.count) writes)")
+    }
+}
