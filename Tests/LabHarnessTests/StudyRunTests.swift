@@ -86,6 +86,47 @@ final class StudyRunTests: XCTestCase {
         XCTAssertTrue(text.contains("pairing: paired per dongle (4 dongles ran every level)"), text)
     }
 
+    /// A pinned agent lost in the first run: that run fails, and the next is refused with the
+    /// reason rather than run on the free agent the coordinator has (agent5, which an unpinned
+    /// plan would get); the study goes on, records both and exits 2.
+    func testALostPinnedAgentFailsItsRunsInsteadOfUsingAnother() throws {
+        let lab = try LabProcesses.make(agents: 5)
+        self.lab = lab
+        let planFile = lab.dir.appendingPathComponent("lab-study.yaml")
+        try Self.study.replacingOccurrences(of: "repeats: 3", with: "repeats: 1").write(to: planFile, atomically: true, encoding: .utf8)
+        let out = lab.dir.appendingPathComponent("studies")
+        let index = out.appendingPathComponent("lab-study/study.json")
+        let study = Process()
+        study.executableURL = LabProcesses.binary
+        study.arguments = ["run", planFile.path, "--coordinator", lab.coordinatorURL, "--token-file", lab.tokenFile.path, "--out", out.path]
+        let log = lab.dir.appendingPathComponent("study.log")
+        FileManager.default.createFile(atPath: log.path, contents: nil)
+        let handle = try FileHandle(forWritingTo: log)
+        study.standardOutput = handle
+        study.standardError = handle
+        try study.run()
+        // Once the first run is running, its first node's agent goes away.
+        var firstAgent: String?
+        try lab.waitUntil(timeout: 60, "the first run running") {
+            let (status, data) = lab.call("GET", "/v1/runs")
+            guard status == 200, let list = try? JSONSerialization.jsonObject(with: data) as? [[String: Any]],
+                  let run = list.first(where: { $0["state"] as? String == "running" }), let nodes = run["nodes"] as? [[String: Any]] else { return false }
+            firstAgent = nodes.first?["agent"] as? String
+            return firstAgent != nil
+        }
+        lab.kill9(try XCTUnwrap(firstAgent))
+        study.waitUntilExit()
+        let output = try String(contentsOf: log, encoding: .utf8)
+        XCTAssertEqual(study.terminationStatus, 2, output)
+        XCTAssertTrue(output.contains("2 of 2 runs did not complete"), output)
+        XCTAssertTrue(output.contains("names agent \(firstAgent!), which is not alive"), output)
+        let obj = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: index)) as? [String: Any])
+        let runs = try XCTUnwrap(obj["runs"] as? [[String: Any]])
+        XCTAssertEqual(runs.map { $0["state"] as? String }, ["failed", "failed"])
+        XCTAssertTrue((runs[1]["message"] as? String ?? "").contains("not alive"), "the reason is recorded: \(runs[1])")
+        XCTAssertNil(runs[1]["runId"], "the second run was never run")
+    }
+
     func testAStudyWithoutACoordinatorOrFileIsAClearError() throws {
         guard FileManager.default.isExecutableFile(atPath: LabProcesses.binary.path) else { throw XCTSkip("build herald-lab first") }
         let lab = try LabProcesses()
