@@ -28,6 +28,8 @@ public enum Comparison {
         public var label: String
         /// Every setting of the run, flattened (`sensor.advertInterval` = `0.1`).
         public var settings: [String: String]
+        /// A crossover: each device folder's unit (the dongle that ran it), the same across levels.
+        public var units: [String: String]?
         public init(result: AnalysisResult, selection: PairSelection = .all, label: String, settings: [String: String]) {
             self.result = result
             self.selection = selection
@@ -57,7 +59,19 @@ public enum Comparison {
         public var resamples = 2000
         public var seed: UInt64 = 1
         public var maximumRepeats = 50
+        /// A crossover: every level ran on the same dongles, compared paired per dongle (each
+        /// dongle's figure under a level minus under the baseline, bootstrapped over dongles).
+        public var paired = false
         public init(factor: String, levels: [Level]) { self.factor = factor; self.levels = levels }
+
+        /// Pairs by device folder (the node): for simulated runs, where a node is the same
+        /// simulated device in every run, and for tests.
+        public mutating func pairByNode() {
+            paired = true
+            for l in levels.indices {
+                for r in levels[l].runs.indices { levels[l].runs[r].units = Dictionary(uniqueKeysWithValues: levels[l].runs[r].result.devices.map { ($0.folder, $0.folder) }) }
+            }
+        }
         public func margin(_ m: Metric) -> Margin { margins[m] ?? m.defaultMargin }
     }
 
@@ -83,6 +97,9 @@ public enum Comparison {
         /// the family's alpha, from the variance seen); nil when not inconclusive.
         public var repeatsAdvised: Int?
         public var note: String?
+        /// How the difference was estimated: "paired per dongle" (a crossover, n dongles) or "unpaired".
+        public var pairing: String?
+        public var pairedUnits: Int?
     }
 
     public struct LevelSummary: Codable, Sendable {
@@ -106,6 +123,25 @@ public enum Comparison {
         /// The baseline's own 95 % interval, by metric.
         public var baselineCI95: [String: [Double]]
         public var method: String
+        /// "paired per dongle" (a crossover) or "unpaired".
+        public var pairing: String
+    }
+
+    /// Paired differences need at least this many dongles that ran both levels.
+    public static let minimumPairedUnits = 3
+
+    /// Each run's figure per unit (dongle) under a level: the pairs the unit observed in that run.
+    static func perUnit(_ level: Level, _ metric: Metric) -> [[String: Double]] {
+        level.runs.compactMap { ref -> [String: Double]? in
+            guard let keys = ref.units else { return nil }
+            var units = [String: [StatUnit]]()
+            let folders = ref.result.devices.map(\.folder)
+            for u in RunMetrics.units(ref.result, metric, selection: ref.selection) where u.device >= 0 && u.device < folders.count {
+                guard let key = keys[folders[u.device]] else { continue }
+                units[key, default: []].append(u)
+            }
+            return units.compactMapValues { metric.pooling.statistic($0, scale: RunMetrics.scale(metric)) }
+        }
     }
 
     // MARK: Grouping bundles
@@ -244,6 +280,24 @@ public enum Comparison {
                 e.delta = diff.delta
                 e.ci95 = [diff.ci.lo, diff.ci.hi]
                 e.p = diff.p
+                e.pairing = "unpaired"
+                if d.paired {
+                    // Paired only with runs enough to see run-to-run noise: every dongle of a
+                    // run shares it, so pairing cannot remove it (docs/STATISTICS.md).
+                    let runsNeeded = ClusterBootstrap.minimumRunsToResample
+                    if baseline.runs.count < runsNeeded || level.runs.count < runsNeeded {
+                        e.note = "unpaired: a paired comparison needs \(runsNeeded) runs a level (to see run-to-run noise); this level has \(min(baseline.runs.count, level.runs.count))"
+                    } else if let (pd, units) = bootstrap.crossoverDifference(baseline: perUnit(baseline, metric), level: perUnit(level, metric), stream: "\(li) \(metric.rawValue)"),
+                              units >= minimumPairedUnits {
+                        e.delta = pd.delta
+                        e.ci95 = [pd.ci.lo, pd.ci.hi]
+                        e.p = pd.p
+                        e.pairing = "paired per dongle"
+                        e.pairedUnits = units
+                    } else {
+                        e.note = "unpaired: fewer than \(minimumPairedUnits) dongles gave this figure under both levels"
+                    }
+                }
                 e.margin = d.margin(metric).absolute(baseline: ea.estimate)
                 let spread = RunMetrics.spread(a + b, metric)
                 if spread.atCeiling { e.note = "at its ceiling in every pair of both arms: saturated, it cannot show a difference" }
@@ -305,11 +359,16 @@ public enum Comparison {
         }
         var shared = levels.first?.settings ?? [:]
         for l in levels { shared = shared.filter { l.settings[$0.key] == $0.value } }
-        let method = "device bootstrap (\(d.resamples) resamples, seed \(d.seed)): devices drawn with replacement, a pair weighted by how often both its devices were drawn" +
+        let pairedEffects = effects.filter { $0.pairing == "paired per dongle" }
+        let pairing = d.paired && !pairedEffects.isEmpty ? "paired per dongle" : "unpaired"
+        let pairedText = pairing == "paired per dongle"
+            ? "paired per dongle (a crossover: every level ran on the same dongles; the difference is the mean over dongles of each dongle's figure under the level minus under the baseline, \(d.resamples) resamples of the runs of each level and of the dongles, seed \(d.seed)\(pairedEffects.count < effects.filter { $0.p != nil }.count ? "; metrics with fewer than \(minimumPairedUnits) dongles in both levels unpaired" : "")); arm estimates by "
+            : "unpaired; "
+        let method = pairedText + "device bootstrap (\(d.resamples) resamples, seed \(d.seed)): devices drawn with replacement, a pair weighted by how often both its devices were drawn" +
             (d.levels.contains { $0.runs.count >= 3 } ? ", runs resampled first within each level of 3 runs or more" : "") +
             (d.levels.contains { $0.runs.count < 3 } ? (d.levels.contains { $0.runs.count >= 3 } ? "; levels of fewer runs" : "; with fewer than 3 runs a level") + " devices are drawn run by run (the interval then holds device-to-device noise only: repeat runs to see run-to-run noise)" : "") +
             "; percentile 95 % intervals; Holm over \(familySize) comparisons at family-wise \(String(format: "%g", d.alpha)); same = interval inside the practical margin"
-        return Outcome(factor: d.factor, baseline: baseline.name, levels: levels, sameSettings: shared, checkPassed: checked, check: checkLines, effects: effects, baselineCI95: baselineCI, method: method)
+        return Outcome(factor: d.factor, baseline: baseline.name, levels: levels, sameSettings: shared, checkPassed: checked, check: checkLines, effects: effects, baselineCI95: baselineCI, method: method, pairing: pairing)
     }
 
     // MARK: Output
@@ -321,6 +380,8 @@ public enum Comparison {
             lines.append("  level \(Format.label(l.name)): \(l.runs.count) run\(l.runs.count == 1 ? "" : "s"), devices per run \(Set(l.devicesPerRun).sorted().map(String.init).joined(separator: "/")): \(l.runs.prefix(6).map(Format.label).joined(separator: ", "))\(l.runs.count > 6 ? ", …" : "")")
         }
         lines.append((o.checkPassed ? "check: " : "CHECK FAILED (no verdicts): ") + o.check.prefix(20).joined(separator: "\n  "))
+        let units = Set(o.effects.compactMap(\.pairedUnits))
+        lines.append("pairing: \(o.pairing)" + (units.isEmpty ? "" : " (\(units.sorted().map(String.init).joined(separator: "/")) dongles ran every level)"))
         lines.append("")
         for level in o.levels.dropFirst() {
             lines.append(Format.pad("metric", 24) + Format.pad(Format.label(o.baseline), 27) + Format.pad(Format.label(level.name), 27) + Format.pad("difference [95 %]", 28) + "verdict")

@@ -182,7 +182,8 @@ public enum Stats {
         if sd == 0 { return 2 }
         let z = normalQuantile(1 - alpha / 2) + normalQuantile(power)
         let n = 2 * z * z * sd * sd / (delta * delta)
-        guard n.isFinite else { return cap }
+        // Range-checked before the conversion: a difference of nearly 0 asks for more than Int holds.
+        guard n.isFinite, n < Double(cap) else { return cap }
         return min(cap, max(2, Int(n.rounded(.up))))
     }
 
@@ -194,7 +195,8 @@ public enum Stats {
         let h = abs(cohenH(p1, p2))
         guard h > 0 else { return nil }
         let z = normalQuantile(1 - alpha / 2) + normalQuantile(power)
-        return Int((z / h * z / h).rounded(.up))
+        let n = (z / h * z / h).rounded(.up)
+        return n.isFinite && n < Double(Int32.max) ? Int(n) : Int(Int32.max)
     }
 }
 
@@ -255,6 +257,9 @@ public struct ClusterBootstrap: Sendable {
     /// ordered pairs, and 2,000 resamples of each of 10 metrics would take minutes. Up to 2,500
     /// units (50 devices) every resample is drawn; beyond, fewer, never under 400 (docs/STATISTICS.md).
     public static let unitBudget = 5_000_000
+
+    /// Runs a level needs before its runs are resampled (and before a crossover is paired).
+    public static let minimumRunsToResample = Prepared.minimumRunsToResample
 
     /// The resamples to draw over `units` units: `resamples`, or fewer within `unitBudget`.
     public func resamples(over units: Int) -> Int {
@@ -452,6 +457,49 @@ public struct ClusterBootstrap: Sendable {
             reps.append(s / Double(n))
         }
         return Self.summarise(point: point, reps: reps, confidence: confidence)
+    }
+
+    /// A crossover's paired difference: each unit's (dongle's) mean figure over the level's runs
+    /// minus its mean over the baseline's runs, averaged over the units that ran both. A
+    /// resample draws the runs of each level (with replacement) and the units (the same draw in
+    /// every run, so the pairing holds): run-to-run noise, which every dongle of a run shares,
+    /// stays in the interval. `baseline` and `level` hold each run's figure by unit.
+    public func crossoverDifference(baseline: [[String: Double]], level: [[String: Double]], confidence: Double = 0.95, stream: String = "") -> (difference: Difference, units: Int)? {
+        var keys = Set<String>()
+        for r in baseline { keys.formUnion(r.keys) }
+        var inLevel = Set<String>()
+        for r in level { inLevel.formUnion(r.keys) }
+        let units = keys.intersection(inLevel).sorted()
+        guard !units.isEmpty, !baseline.isEmpty, !level.isEmpty else { return nil }
+        // Figures as [run][unit] (nan: the unit gave none in that run).
+        func table(_ runs: [[String: Double]]) -> [[Double]] { runs.map { r in units.map { r[$0] ?? .nan } } }
+        let a = table(baseline), b = table(level)
+        func mean(_ t: [[Double]], runs: [Int], unit: Int) -> Double? {
+            var s = 0.0, n = 0
+            for r in runs where !t[r][unit].isNaN { s += t[r][unit]; n += 1 }
+            return n > 0 ? s / Double(n) : nil
+        }
+        func statistic(runsA: [Int], runsB: [Int], draw: [Int]) -> Double? {
+            var s = 0.0, n = 0
+            for u in draw {
+                guard let ma = mean(a, runs: runsA, unit: u), let mb = mean(b, runs: runsB, unit: u) else { continue }
+                s += mb - ma
+                n += 1
+            }
+            return n > 0 ? s / Double(n) : nil
+        }
+        guard let point = statistic(runsA: Array(a.indices), runsB: Array(b.indices), draw: Array(units.indices)) else { return nil }
+        var g = SeededGenerator(seed: seed, stream: "bootstrap-crossover " + stream)
+        var reps = [Double]()
+        reps.reserveCapacity(resamples)
+        for _ in 0..<resamples {
+            let ra = a.indices.map { _ in Int(g.next() % UInt64(a.count)) }
+            let rb = b.indices.map { _ in Int(g.next() % UInt64(b.count)) }
+            let draw = units.indices.map { _ in Int(g.next() % UInt64(units.count)) }
+            if let v = statistic(runsA: ra, runsB: rb, draw: draw) { reps.append(v) }
+        }
+        guard let d = Self.summarise(point: point, reps: reps, confidence: confidence) else { return nil }
+        return (d, units.count)
     }
 
     static func summarise(point: Double, reps: [Double], confidence: Double) -> Difference? {

@@ -12,7 +12,23 @@ public struct StudyIndex: Decodable, Sendable {
         public var level: String
         public var seed: UInt64
         public var bundle: String
+        /// On a lab: how the run ended (complete, aborted, failed: a failed run has no bundle)
+        /// and which agent and dongle ran each node.
+        public var state: String?
+        public var nodes: [NodeRun]?
+        /// Whether a bundle was fetched for the run (a lab run that failed has none).
+        public var hasBundle: Bool { state.map { $0 == "complete" || $0 == "aborted" } ?? true }
     }
+    public struct NodeRun: Decodable, Sendable {
+        public struct Dongle: Decodable, Sendable { public var id: String?; public var name: String? }
+        public var node: String
+        public var agent: String
+        public var dongle: Dongle?
+        /// What stands for the device across runs: its dongle's address, else its agent.
+        public var unit: String { dongle?.id.map { "dongle \($0)" } ?? "agent \(agent)" }
+    }
+    /// On a lab: every level ran on the same dongles in turn (compared paired per dongle).
+    public var crossover: Bool?
     public var format: String
     public var study: String
     public var plan: String
@@ -41,6 +57,7 @@ public struct StudyIndex: Decodable, Sendable {
             guard !parts.isEmpty, parts.count <= 2, parts.allSatisfy({ SafeName.isValid($0) }) else {
                 throw AnalysisError.badFlag("\(url.path): run \(r.index): bundle \"\(Format.label(String(r.bundle.prefix(64))))\" is not a folder inside the study")
             }
+            guard (r.nodes?.count ?? 0) <= 10_000 else { throw AnalysisError.badFlag("\(url.path): run \(r.index): too many nodes") }
             guard index.levels.contains(r.level) else { throw AnalysisError.badFlag("\(url.path): run \(r.index): level \"\(Format.label(String(r.level.prefix(64))))\" is not among the study's levels") }
         }
         return index
@@ -63,9 +80,14 @@ extension Comparison {
         var byLevel = [String: [RunRef]]()
         var order = [String]()
         let grouped = (index.groups?.count ?? 0) >= 2
-        for run in index.runs.sorted(by: { $0.index < $1.index }) {
+        // A crossover (same dongles for every level) is compared paired per dongle; node groups
+        // put different dongles in each arm, so they are not.
+        let paired = index.crossover == true && !grouped
+        for run in index.runs.sorted(by: { $0.index < $1.index }) where run.hasBundle {
             let result = try SummaryLoader.load(folder.appendingPathComponent(run.bundle))
-            for ref in (grouped ? refs(result) : [RunRef(result: result, label: result.input.runId ?? run.bundle, settings: settings(result))]) {
+            var single = RunRef(result: result, label: result.input.runId ?? run.bundle, settings: settings(result))
+            if paired { single.units = Dictionary((run.nodes ?? []).map { ($0.node, $0.unit) }, uniquingKeysWith: { a, _ in a }) }
+            for ref in (grouped ? refs(result) : [single]) {
                 let group = ref.settings["group"]
                 let name = grouped ? (index.levels.count > 1 ? "\(run.level) [\(group ?? "-")]" : (group ?? "-")) : run.level
                 if byLevel[name] == nil { order.append(name) }
@@ -76,6 +98,7 @@ extension Comparison {
         let expected = grouped ? nil : Optional(index.repeats)
         let factor = grouped ? "group" + (index.factors.isEmpty ? "" : " × " + index.factors.map(\.path).joined(separator: " × ")) : index.factors.map(\.path).joined(separator: " × ")
         var d = Design(factor: factor, levels: order.map { Level(name: $0, runs: byLevel[$0] ?? [], expectedRuns: expected) })
+        d.paired = paired
         for (k, v) in index.margins ?? [:] {
             guard let metric = Metric(rawValue: k) else { throw AnalysisError.badFlag("study.json: margins: \"\(Format.label(String(k.prefix(64))))\" is not a metric (\(Metric.allCases.map(\.rawValue).joined(separator: ", ")))") }
             guard let m = StudyIndex.margin(v) else { throw AnalysisError.badFlag("study.json: margins.\(k): \"\(Format.label(String(v.prefix(64))))\" is not a margin (a number, or a percentage such as 10%)") }

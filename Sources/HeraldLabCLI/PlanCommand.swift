@@ -36,6 +36,7 @@ struct PlanCommand: ParsableCommand {
             }
             let levels = Set(runs.map(\.level)).count
             print("study \(study.name): \(study.factors.map { "\($0.path) in [\($0.levels.joined(separator: ", "))]" }.joined(separator: " × ")), \(levels) level\(levels == 1 ? "" : "s") × \(study.repeats) repeats = \(runs.count) runs (\(formatDuration(plan.duration * Double(runs.count))) simulated)")
+            print("  on a lab (herald-lab run): \(study.labDesign.description)")
             if !study.margins.isEmpty { print("  margins: " + study.margins.keys.sorted().map { "\($0) ±\(study.margins[$0]!)" }.joined(separator: ", ")) }
             print("  order (seeded, interleaved blocks):")
             for r in runs { print("    \(r.folder)  block \(r.block + 1)  \(r.level)  seed \(r.seed)") }

@@ -59,20 +59,46 @@ struct RunCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
         let text = try String(contentsOfFile: plan, encoding: .utf8)
-        let status: Int, body: Data
+        if parsed.study != nil { throw StudyPlanGiven(text: text) }
         do {
-            (status, body, _) = try await client.request("POST", "/v1/runs?name=\(URL(fileURLWithPath: plan).lastPathComponent)", body: Data(text.utf8))
+            let record = try await Self.submit(client, text: text, name: URL(fileURLWithPath: plan).lastPathComponent)
+            print("run \(record.id) submitted: \(record.nodes.count) nodes for \(formatDuration(record.duration))")
+            return record
+        } catch let e as SubmitFailure {
+            log("herald-lab run: \(e)")
+            throw ExitCode(2)
+        }
+    }
+
+    /// A plan with a `study:` block: run as a study (RunStudy.swift).
+    struct StudyPlanGiven: Error { var text: String }
+
+    /// Why a plan was not submitted: the coordinator could not be reached, or it refused the plan.
+    enum SubmitFailure: Error, CustomStringConvertible {
+        case unreachable(coordinator: String, error: String)
+        case refused(status: Int, message: String)
+        var description: String {
+            switch self {
+            case .unreachable(let c, let e): return "cannot submit the plan to \(c): \(e)"
+            case .refused(let status, let message): return "the coordinator refused the plan (HTTP \(status)):\n\(OutsideText.escaped(message))"
+            }
+        }
+    }
+
+    /// Submits plan text; the run's record as the coordinator made it.
+    static func submit(_ client: LabClient, text: String, name: String) async throws -> RunRecord {
+        let status: Int, body: Data
+        let query = name.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._"))) ?? "plan"
+        do {
+            (status, body, _) = try await client.request("POST", "/v1/runs?name=\(query)", body: Data(text.utf8))
         } catch {
             // Refused, unresolvable, another CA, http against https, TLS failures: all errors.
-            log("herald-lab run: cannot submit the plan to \(coordinator): \(error)")
-            throw ExitCode(2)
+            throw SubmitFailure.unreachable(coordinator: client.base.absoluteString, error: "\(error)")
         }
         guard status == 201, let record = try? JSONDecoder().decode(RunRecord.self, from: body) else {
             let message = (try? JSONDecoder().decode([String: String].self, from: body))?["error"] ?? String(decoding: body, as: UTF8.self)
-            log("herald-lab run: the coordinator refused the plan (HTTP \(status)):\n\(OutsideText.escaped(message))")
-            throw ExitCode(2)
+            throw SubmitFailure.refused(status: status, message: message)
         }
-        print("run \(record.id) submitted: \(record.nodes.count) nodes for \(formatDuration(record.duration))")
         return record
     }
 
@@ -97,7 +123,9 @@ struct RunCommand: AsyncParsableCommand {
     /// Exit 1 means only that the plan's verdict failed: every error (the plan, reaching the
     /// coordinator, TLS, the bundle, the disk) is exit 2, with its reason.
     func run() async throws {
-        do { try await submitAndWatch() } catch let e as ExitCode { throw e } catch {
+        do { try await submitAndWatch() } catch let e as ExitCode { throw e } catch let study as StudyPlanGiven {
+            try await runStudy(text: study.text)
+        } catch {
             log("herald-lab run: \(error)")
             throw ExitCode(2)
         }
@@ -107,6 +135,45 @@ struct RunCommand: AsyncParsableCommand {
         let client = try options.client()
         let record = try await startOrAttach(client)
         print("dashboard: \(client.base.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")))\(Coordinator.dashboardPath(run: record.id))"); fflush(nil)
+        let current = try await follow(client, record)
+        guard current.state == .complete || current.state == .aborted else {
+            log("herald-lab run: run \(current.id) \(current.state.rawValue): \(OutsideText.escaped(current.message ?? ""))")
+            for n in current.nodes where n.message != nil { log("  \(n.name) (agent \(n.agent), \(OutsideText.escaped(n.agentURL))): \(OutsideText.escaped(n.state)): \(OutsideText.escaped(n.message!))") }
+            throw ExitCode(2)
+        }
+        let outDir = URL(fileURLWithPath: out)
+        do { try Self.fetchBundle(client, current, into: outDir) } catch {
+            log("herald-lab run: \(error)")
+            throw ExitCode(2)
+        }
+        let bundle = outDir.appendingPathComponent(current.id)
+        print("bundle: \(bundle.path)")
+        if let m = try? Manifest.read(from: bundle.appendingPathComponent("manifest.json")) {
+            let offsets = m.nodes.map { String(format: "%@ %+.2f ms", $0.name, $0.clockOffset * 1000) }.joined(separator: ", ")
+            if let s = m.startSkew { print(String(format: "start skew: p50 %.3f ms, p99 %.3f ms, max %.3f ms; clock offsets: %@", s.p50Ms, s.p99Ms, s.maxMs, offsets)) }
+            if let pf = m.preflight {
+                let left = pf.filter { !$0.ok }
+                print("pre-flight: \(pf.count - left.count) of \(pf.count) dongles passed" + (left.isEmpty ? "" : "; left out: " + left.map { OutsideText.escaped("\($0.dongle) (\($0.reason ?? "failed"))") }.joined(separator: ", ")))
+            }
+            let partial = m.nodes.filter { $0.state != .complete }
+            if !partial.isEmpty { print("nodes not complete: " + partial.map { OutsideText.escaped("\($0.name) \($0.state.rawValue)\($0.message.map { " (\($0))" } ?? "")") }.joined(separator: ", ")) }
+        }
+        if current.state == .aborted { log("herald-lab run: run \(current.id) was aborted; its bundle holds what the nodes logged until then") }
+        if let summary = try? ReportWriter.readSummary(bundle.appendingPathComponent("report/summary.json")) {
+            print(Summary.text(summary, mode: "strict"))
+            print("report: \(bundle.appendingPathComponent("report/report.html").path)")
+            try copyForCI(from: bundle.appendingPathComponent("report"))
+            if !summary.passed { throw ExitCode(1) }
+            if current.state == .aborted { throw ExitCode(2) }
+        } else {
+            log("herald-lab run: the bundle has no report (\(OutsideText.escaped(current.message ?? "analysis failed")))")
+            throw ExitCode(2)
+        }
+    }
+
+    /// Follows a run to its end, showing the nodes live (a table redrawn on a terminal, else
+    /// every 10 s); Ctrl-C detaches (the run goes on). The run's final record.
+    func follow(_ client: LabClient, _ record: RunRecord) async throws -> RunRecord {
         let interrupt = Self.detachOnInterrupt(record.id, coordinator: coordinator)
         let live = isatty(STDOUT_FILENO) == 1
         var drawnLines = 0
@@ -142,16 +209,20 @@ struct RunCommand: AsyncParsableCommand {
         // The run has ended: Ctrl-C from here on stops the fetch, as any command's would.
         interrupt.cancel()
         signal(SIGINT, SIG_DFL)
-        guard current.state == .complete || current.state == .aborted else {
-            log("herald-lab run: run \(current.id) \(current.state.rawValue): \(OutsideText.escaped(current.message ?? ""))")
-            for n in current.nodes where n.message != nil { log("  \(n.name) (agent \(n.agent), \(OutsideText.escaped(n.agentURL))): \(OutsideText.escaped(n.state)): \(OutsideText.escaped(n.message!))") }
-            throw ExitCode(2)
-        }
-        // Fetch the bundle to disk (streamed, hashed on the way), check it, unpack it.
-        let outDir = URL(fileURLWithPath: out)
+        return current
+    }
+
+    struct BundleFailure: Error, CustomStringConvertible { var description: String }
+
+    /// Fetches a run's bundle to disk (streamed, hashed on the way), checks it against the
+    /// coordinator's hash and unpacks it: into `dir/<run id>`, or `dir/<folder>` when given.
+    /// Returns the bundle folder.
+    @discardableResult
+    static func fetchBundle(_ client: LabClient, _ current: RunRecord, into outDir: URL, folder: String? = nil) throws -> URL {
         try FileManager.default.createDirectory(at: outDir, withIntermediateDirectories: true)
-        let tarURL = outDir.appendingPathComponent("\(current.id).tar.gz")
-        let part = outDir.appendingPathComponent(".\(current.id).tar.gz.part")
+        let name = folder ?? current.id
+        let tarURL = outDir.appendingPathComponent("\(name).tar.gz")
+        let part = outDir.appendingPathComponent(".\(name).tar.gz.part")
         FileManager.default.createFile(atPath: part.path, contents: nil)
         var hasher = SHA256()
         do {
@@ -160,49 +231,31 @@ struct RunCommand: AsyncParsableCommand {
             guard result.status == 200 else { throw LabClient.Failure(status: result.status, message: "unexpected status") }
         } catch {
             try? FileManager.default.removeItem(at: part)
-            log("herald-lab run: cannot fetch the bundle of \(current.id): \(error)")
-            throw ExitCode(2)
+            throw BundleFailure(description: "cannot fetch the bundle of \(current.id): \(error)")
         }
         let sha = hasher.finalizeHex()
         if let expected = current.bundleSha256, expected != sha {
             try? FileManager.default.removeItem(at: part)
-            log("herald-lab run: the bundle of \(current.id) arrived damaged (SHA-256 \(sha), the coordinator says \(expected)); fetch it again with `herald-lab run` or from \(coordinator)/v1/runs/\(current.id)/bundle")
-            throw ExitCode(2)
+            throw BundleFailure(description: "the bundle of \(current.id) arrived damaged (SHA-256 \(sha), the coordinator says \(expected)); fetch it again with `herald-lab run` or from \(client.base.absoluteString)/v1/runs/\(current.id)/bundle")
         }
         _ = try? FileManager.default.removeItem(at: tarURL)
         try FileManager.default.moveItem(at: part, to: tarURL)
+        let bundle = outDir.appendingPathComponent(name)
+        var arguments = ["-xzf", tarURL.path, "--no-same-owner", "--no-same-permissions"]
+        if folder != nil {
+            // The archive holds `<run id>/...`: unpacked under the study's own name for the run.
+            try FileManager.default.createDirectory(at: bundle, withIntermediateDirectories: true)
+            arguments += ["-C", bundle.path, "--strip-components=1", current.id]
+        } else {
+            arguments += ["-C", outDir.path]
+        }
         let tar = Process()
         tar.executableURL = URL(fileURLWithPath: "/bin/tar")
-        tar.arguments = ["-xzf", tarURL.path, "-C", outDir.path, "--no-same-owner", "--no-same-permissions"]
+        tar.arguments = arguments
         try tar.run()
         tar.waitUntilExit()
-        guard tar.terminationStatus == 0 else {
-            log("herald-lab run: tar could not unpack \(tarURL.path) (exit \(tar.terminationStatus))")
-            throw ExitCode(2)
-        }
-        let bundle = outDir.appendingPathComponent(current.id)
-        print("bundle: \(bundle.path)")
-        if let m = try? Manifest.read(from: bundle.appendingPathComponent("manifest.json")) {
-            let offsets = m.nodes.map { String(format: "%@ %+.2f ms", $0.name, $0.clockOffset * 1000) }.joined(separator: ", ")
-            if let s = m.startSkew { print(String(format: "start skew: p50 %.3f ms, p99 %.3f ms, max %.3f ms; clock offsets: %@", s.p50Ms, s.p99Ms, s.maxMs, offsets)) }
-            if let pf = m.preflight {
-                let left = pf.filter { !$0.ok }
-                print("pre-flight: \(pf.count - left.count) of \(pf.count) dongles passed" + (left.isEmpty ? "" : "; left out: " + left.map { OutsideText.escaped("\($0.dongle) (\($0.reason ?? "failed"))") }.joined(separator: ", ")))
-            }
-            let partial = m.nodes.filter { $0.state != .complete }
-            if !partial.isEmpty { print("nodes not complete: " + partial.map { OutsideText.escaped("\($0.name) \($0.state.rawValue)\($0.message.map { " (\($0))" } ?? "")") }.joined(separator: ", ")) }
-        }
-        if current.state == .aborted { log("herald-lab run: run \(current.id) was aborted; its bundle holds what the nodes logged until then") }
-        if let summary = try? ReportWriter.readSummary(bundle.appendingPathComponent("report/summary.json")) {
-            print(Summary.text(summary, mode: "strict"))
-            print("report: \(bundle.appendingPathComponent("report/report.html").path)")
-            try copyForCI(from: bundle.appendingPathComponent("report"))
-            if !summary.passed { throw ExitCode(1) }
-            if current.state == .aborted { throw ExitCode(2) }
-        } else {
-            log("herald-lab run: the bundle has no report (\(OutsideText.escaped(current.message ?? "analysis failed")))")
-            throw ExitCode(2)
-        }
+        guard tar.terminationStatus == 0 else { throw BundleFailure(description: "tar could not unpack \(tarURL.path) (exit \(tar.terminationStatus))") }
+        return bundle
     }
 
     /// --junit and --summary: the report's files where the CI system looks for them.

@@ -110,17 +110,23 @@ extension SimulateCommand {
             throw ExitCode(2)
         }
         print("study: \(study.folder.path) (\(runs.count) runs in \(String(format: "%.1f", Date().timeIntervalSince(started))) s)")
-        guard let design = try loadStudyFolder(study.folder.path, command: "simulate"), design.levels.count >= 2 else {
-            print("next: herald-lab compare \(study.folder.path)")
-            return
-        }
-        let outcome = Comparison.compare(design)
-        try Durable.write(try Comparison.json(outcome), to: study.folder.appendingPathComponent("compare.json"))
-        let order = runs.map { StudyReport.OrderedRun(index: $0.index, block: $0.block, level: $0.level, seed: $0.seed, bundle: $0.folder) }
-        try Durable.write(Data(StudyReport.html(outcome, title: "Study \(base.study?.name ?? base.name)", order: order).utf8), to: study.folder.appendingPathComponent("study.html"))
-        print(Comparison.text(outcome))
-        print("report: \(study.folder.appendingPathComponent("study.html").path)")
+        try compareStudy(study.folder, runs: runs, title: "Study \(base.study?.name ?? base.name)", command: "simulate")
     }
+}
+
+/// The end of a study (simulate STUDY, run STUDY): its levels compared, compare.json and
+/// study.html written durably beside study.json, the comparison printed.
+func compareStudy(_ folder: URL, runs: [StudyRun], title: String, command: String) throws {
+    guard let design = try loadStudyFolder(folder.path, command: command), design.levels.count >= 2 else {
+        print("next: herald-lab compare \(folder.path)")
+        return
+    }
+    let outcome = Comparison.compare(design)
+    try Durable.write(try Comparison.json(outcome), to: folder.appendingPathComponent("compare.json"))
+    let order = runs.map { StudyReport.OrderedRun(index: $0.index, block: $0.block, level: $0.level, seed: $0.seed, bundle: $0.folder) }
+    try Durable.write(Data(StudyReport.html(outcome, title: title, order: order).utf8), to: folder.appendingPathComponent("study.html"))
+    print(Comparison.text(outcome))
+    print("report: \(folder.appendingPathComponent("study.html").path)")
 }
 
 /// Peak resident memory of this process, MB (getrusage).

@@ -18,6 +18,20 @@ public final class StudySimulation {
             public var settings: [String: String]
             /// Which dongles ran it (nil in a simulation: simulated radios).
             public var dongles: [String: String]?
+            /// On a lab (`herald-lab run STUDY`): the coordinator's run id, how the run ended
+            /// (complete, aborted, failed: a failed run has no bundle) and why, and which agent
+            /// and dongle ran each node.
+            public var runId: String?
+            public var state: String?
+            public var message: String?
+            public var nodes: [NodeRun]?
+        }
+        /// One node of a lab run: the agent that ran it and its dongle as the coordinator knows it.
+        public struct NodeRun: Codable, Sendable, Equatable {
+            public var node: String
+            public var agent: String
+            public var dongle: LabWire.DongleInfo?
+            public init(node: String, agent: String, dongle: LabWire.DongleInfo?) { self.node = node; self.agent = agent; self.dongle = dongle }
         }
         public var format = "heraldlab-study/1"
         public var study: String
@@ -31,6 +45,11 @@ public final class StudySimulation {
         public var groups: [String]?
         public var order: [String]
         public var runs: [Run]
+        /// On a lab: the coordinator, and whether the study is a crossover (every level on the
+        /// same dongles, compared paired per dongle) or why not.
+        public var coordinator: String?
+        public var crossover: Bool?
+        public var design: String?
     }
 
     public let plan: Plan

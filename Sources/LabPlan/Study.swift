@@ -50,6 +50,42 @@ public struct StudyRun: Sendable, Equatable {
     /// The run's folder inside the study folder.
     public var folder: String
     public var plan: Plan
+    /// The run's own plan text, as a coordinator takes it: the study's plan without its
+    /// `study:` block, this level's settings and this run's seed written in.
+    public var yaml: String
+}
+
+/// How a study's levels meet the lab's dongles (docs/STATISTICS.md, crossover).
+public enum StudyLabDesign: Sendable, Equatable {
+    /// Every level runs on the same dongles in turn: the node-to-agent assignment of the first
+    /// run is pinned to every later run, so each dongle is its own control.
+    case crossover
+    /// The levels run on different dongles; the reason.
+    case notCrossover(String)
+
+    public var isCrossover: Bool { self == .crossover }
+
+    public var description: String {
+        switch self {
+        case .crossover: return "crossover: every level runs on the same dongles in turn (the first run's node-to-agent assignment is pinned to every later run); each dongle is its own control, compared paired per dongle"
+        case .notCrossover(let why): return "not a crossover: \(why); the levels are compared unpaired"
+        }
+    }
+}
+
+extension Study {
+    /// Factor paths that choose which dongles (or agents) run, rather than set what they run.
+    public static let selectorPaths = ["agents.", "radio.kind"]
+
+    /// Whether the study, run on a lab, is a crossover: a factor that selects dongles
+    /// (firmware, manufacturer) gives each level its own dongles, so it cannot be one.
+    public var labDesign: StudyLabDesign {
+        let selectors = factors.map(\.path).filter { p in Self.selectorPaths.contains { p == $0 || p.hasPrefix($0) } }
+        guard selectors.isEmpty else {
+            return .notCrossover("factor \(selectors.joined(separator: ", ")) selects different dongles for each level")
+        }
+        return .crossover
+    }
 }
 
 extension Plan {
@@ -61,7 +97,7 @@ extension Plan {
         var plan = try parse(yaml: yaml, source: source)
         if let seed { plan.seed = seed }
         guard let study = plan.study else {
-            return (plan, [StudyRun(index: 0, block: 0, level: "-", levelIndex: 0, settings: [:], seed: plan.seed, folder: "run-01", plan: plan)])
+            return (plan, [StudyRun(index: 0, block: 0, level: "-", levelIndex: 0, settings: [:], seed: plan.seed, folder: "run-01", plan: plan, yaml: yaml)])
         }
         // Every combination of the factors' levels, first factor slowest.
         var combos: [[(String, String)]] = [[]]
@@ -73,6 +109,7 @@ extension Plan {
             throw PlanError(source: source, problems: [.init(path: "", message: "not valid YAML")])
         }
         var variants = [Plan]()
+        var trees = [Node]()
         for (k, combo) in combos.enumerated() {
             var tree = root
             guard case .mapping(var m) = tree else { throw PlanError(source: source, problems: [.init(path: "", message: "expected a mapping")]) }
@@ -85,6 +122,7 @@ extension Plan {
                 throw PlanError(source: source, problems: reader.problems.map { .init(path: "study (level \(k + 1): \(name))." + $0.path, message: $0.message, line: $0.line) })
             }
             variants.append(p)
+            trees.append(tree)
         }
         let names = combos.map { c in c.isEmpty ? "-" : c.count == 1 ? c[0].1 : c.map { "\($0.0)=\($0.1)" }.joined(separator: ", ") }
         var order = SeededGenerator(seed: plan.seed, stream: "study-order")
@@ -97,12 +135,37 @@ extension Plan {
                 let index = runs.count
                 var p = variants[li]
                 p.seed = seeds.next() >> 33
+                let text: String
+                do { text = try Yams.serialize(node: PlanReader.setting(trees[li], path: ["seed"], value: String(p.seed))) } catch {
+                    throw PlanError(source: source, problems: [.init(path: "study", message: "cannot write run \(index + 1)'s plan: \(error)")])
+                }
                 runs.append(StudyRun(index: index, block: block, level: names[li], levelIndex: li,
                                      settings: Dictionary(uniqueKeysWithValues: combos[li]), seed: p.seed,
-                                     folder: String(format: "run-%02d-L%d", index + 1, li + 1), plan: p))
+                                     folder: String(format: "run-%02d-L%d", index + 1, li + 1), plan: p, yaml: text))
             }
         }
         return (plan, runs)
+    }
+}
+
+extension Plan {
+    /// A run's plan text with its nodes pinned to `agents` (node order), as a crossover runs
+    /// every level on the dongles of its first run: `agents.names` is set, and the selectors it
+    /// replaces (count, tags, dongles, manufacturer, firmware, spares) are dropped, so the
+    /// coordinator can only use those agents, or refuse the run.
+    public static func pinning(yaml: String, agents: [String], source: String = "plan") throws(PlanError) -> String {
+        let root: Node?
+        do { root = try Yams.compose(yaml: yaml) } catch { throw PlanError(source: source, problems: [.init(path: "", message: "not valid YAML")]) }
+        guard case .mapping(var m)? = root else { throw PlanError(source: source, problems: [.init(path: "", message: "expected a mapping")]) }
+        var a: Node.Mapping
+        if case .mapping(let existing)? = m["agents"] { a = existing } else { a = Node.Mapping([]) }
+        for key in ["count", "tags", "dongles", "manufacturer", "firmware", "spares"] { a[key] = nil }
+        a["names"] = .sequence(Node.Sequence(agents.map { Node($0) }))
+        m["agents"] = .mapping(a)
+        let text: String
+        do { text = try Yams.serialize(node: .mapping(m)) } catch { throw PlanError(source: source, problems: [.init(path: "agents", message: "cannot write the pinned plan: \(error)")]) }
+        _ = try parse(yaml: text, source: source) // the pinned plan must still be a plan
+        return text
     }
 }
 

@@ -45,6 +45,11 @@ final class CalibrationTests: XCTestCase {
     /// Runs `plans` in order as separate runs (seeds `seed * plans.count + k`), analyses each and
     /// compares them as a study does (500 resamples, seeded by `seed`); nil when no design.
     func study(_ plans: [Plan], seed: UInt64, in tmp: URL) throws -> Comparison.Outcome? {
+        try studies(plans, seed: seed, in: tmp).map { Comparison.compare($0) }
+    }
+
+    /// The design `study` compares (the runs simulated once, to compare more than one way).
+    func studies(_ plans: [Plan], seed: UInt64, in tmp: URL) throws -> Comparison.Design? {
         var results = [AnalysisResult]()
         for (k, p) in plans.enumerated() {
             let bundle = tmp.appendingPathComponent("s\(seed)-\(k)")
@@ -55,7 +60,19 @@ final class CalibrationTests: XCTestCase {
         guard case .success(var design) = Comparison.design(results) else { return nil }
         design.resamples = 500
         design.seed = seed
-        return Comparison.compare(design)
+        return design
+    }
+
+    /// Two levels of the crowded plan that differ only in their variant label (separate runs, no groups).
+    static func aaLevels() throws -> (Plan, Plan) {
+        let base = try plan("  - {name: x}\n  - {name: y}")
+        var a = base, b = base
+        a.groups = nil
+        b.groups = nil
+        for i in a.nodes.indices { a.nodes[i].group = nil; a.nodes[i].sensor = nil; b.nodes[i].group = nil; b.nodes[i].sensor = nil }
+        a.variant = "A"
+        b.variant = "A2"
+        return (a, b)
     }
 
     func testAnAAComparisonCallsNothingInAtLeast95PercentOfSeeds() throws {
@@ -82,26 +99,55 @@ final class CalibrationTests: XCTestCase {
     /// known-effect check below has two). With fewer than 3 runs a level devices are drawn
     /// run by run, so this checks that run-to-run noise does not then pass for an effect.
     func testAnAAStudyOfSeparateRunsCallsNothingInAtLeast95PercentOfSeeds() throws {
-        let base = try Self.plan("  - {name: x}\n  - {name: y}")
-        var a = base, b = base
-        a.groups = nil
-        b.groups = nil
-        for i in a.nodes.indices { a.nodes[i].group = nil; a.nodes[i].sensor = nil; b.nodes[i].group = nil; b.nodes[i].sensor = nil }
-        a.variant = "A"
-        b.variant = "A2"
+        let (a, b) = try Self.aaLevels()
         let tmp = TestPaths.temp("calibration-aa-runs")
         defer { try? FileManager.default.removeItem(at: tmp) }
         var falseCalls = 0
         var perMetric = [String: Int]()
         for seed in Self.seeds {
-            guard let o = try study([a, b], seed: seed, in: tmp) else { return XCTFail("no design") }
+            guard var design = try studies([a, b], seed: seed, in: tmp) else { return XCTFail("no design") }
+            let o = Comparison.compare(design)
             XCTAssertEqual(o.factor, "variant")
+            XCTAssertEqual(o.pairing, "unpaired")
+            if seed == 1 {
+                // One run a level cannot be paired: every device of a run shares its noise
+                // (paired anyway, this A/A called a difference in 11 of 40 seeds).
+                design.pairByNode()
+                let asked = Comparison.compare(design)
+                XCTAssertEqual(asked.pairing, "unpaired")
+                XCTAssertTrue(asked.effects.contains { $0.note?.contains("a paired comparison needs 3 runs a level") == true }, "\(asked.effects.map(\.note))")
+            }
             let called = o.effects.filter { $0.verdict == .better || $0.verdict == .worse }
             if !called.isEmpty { falseCalls += 1 }
             for e in called { perMetric[e.metric, default: 0] += 1 }
         }
         print("calibration A/A study, separate runs: \(falseCalls) of \(Self.seeds.count) seeds called a metric better or worse \(perMetric.sorted { $0.key < $1.key })")
         XCTAssertLessThanOrEqual(falseCalls, 2, "\(perMetric)")
+    }
+
+    /// The paired path (a crossover: every level on the same devices) on an A/A study of three
+    /// runs a level in blocks A,B / B,A / A,B, each simulated node the same device in every run:
+    /// compared paired per node, it calls a metric better or worse in at most 1 of 20 seeds
+    /// (six runs a seed: 40 seeds take over 6 minutes here; they gave 0 of 40 when measured).
+    func testAPairedAAStudyCallsNothingInAtLeast95PercentOfSeeds() throws {
+        let seeds = Array(Self.seeds.prefix(20))
+        let (a, b) = try Self.aaLevels()
+        let tmp = TestPaths.temp("calibration-aa-paired")
+        defer { try? FileManager.default.removeItem(at: tmp) }
+        var pairedFalseCalls = 0
+        var pairedPerMetric = [String: Int]()
+        for seed in seeds {
+            guard var design = try studies([a, b, b, a, a, b], seed: seed, in: tmp) else { return XCTFail("no design") }
+            design.pairByNode()
+            let paired = Comparison.compare(design)
+            XCTAssertEqual(paired.pairing, "paired per dongle")
+            XCTAssertTrue(paired.method.hasPrefix("paired per dongle"), paired.method)
+            let pairedCalled = paired.effects.filter { $0.verdict == .better || $0.verdict == .worse }
+            if !pairedCalled.isEmpty { pairedFalseCalls += 1 }
+            for e in pairedCalled { pairedPerMetric[e.metric, default: 0] += 1 }
+        }
+        print("calibration A/A study, paired per node, 3 runs a level: \(pairedFalseCalls) of \(seeds.count) seeds called a metric better or worse \(pairedPerMetric.sorted { $0.key < $1.key })")
+        XCTAssertLessThanOrEqual(pairedFalseCalls, 1, "paired: \(pairedPerMetric)")
     }
 
     /// The worked study's effect at a smaller scale: 16 nodes for 15 s, two runs of each level

@@ -77,3 +77,59 @@ final class StudyPlanTests: XCTestCase {
         XCTAssertTrue(problems("groups: [{name: a}]").contains { $0.hasPrefix("groups") })
     }
 }
+
+/// A study on a lab: each run's own plan text, the crossover and its pinned agents.
+final class StudyLabPlanTests: XCTestCase {
+    let yaml = """
+    name: adv
+    duration: 1m
+    nodes: {count: 3, prefix: n}
+    sensor: {advertInterval: 250ms}
+    agents: {tags: [bench], count: 3}
+    study:
+      factors:
+        - {path: sensor.advertInterval, levels: [100ms, 1s]}
+      repeats: 2
+
+    """
+
+    func testEachRunsPlanTextIsThePlanOfThatRun() throws {
+        for r in try Plan.expandStudy(yaml: yaml).runs {
+            let p = try Plan.parse(yaml: r.yaml)
+            XCTAssertNil(p.study, "the study block is not sent to the coordinator")
+            XCTAssertEqual(p.seed, r.seed)
+            XCTAssertEqual(p, r.plan)
+        }
+    }
+
+    func testASettingIsACrossoverAndADongleSelectorIsNot() throws {
+        XCTAssertEqual(try Plan.parse(yaml: yaml).study?.labDesign, .crossover)
+        let firmware = """
+        name: fw
+        duration: 1m
+        nodes: {count: 2, prefix: n}
+        radio: {kind: bluez}
+        study:
+          factors:
+            - {path: agents.firmware, levels: ["8870", "0x22a6"]}
+        """
+        let design = try XCTUnwrap(Plan.parse(yaml: firmware).study?.labDesign)
+        XCTAssertFalse(design.isCrossover)
+        XCTAssertTrue(design.description.contains("agents.firmware selects different dongles"), design.description)
+    }
+
+    func testPinningNamesTheFirstRunsAgentsAndDropsTheSelectors() throws {
+        let run = try Plan.expandStudy(yaml: yaml).runs[1]
+        let pinned = try Plan.parseAndPin(run.yaml, ["a3", "a1", "a2"])
+        XCTAssertEqual(pinned.agents.names, ["a3", "a1", "a2"])
+        XCTAssertNil(pinned.agents.tags)
+        XCTAssertNil(pinned.agents.count)
+        XCTAssertEqual(pinned.sensor, run.plan.sensor)
+        XCTAssertEqual(pinned.seed, run.seed)
+        XCTAssertThrowsError(try Plan.pinning(yaml: run.yaml, agents: ["a1"]), "one agent for three nodes is not a plan")
+    }
+}
+
+extension Plan {
+    static func parseAndPin(_ yaml: String, _ agents: [String]) throws -> Plan { try parse(yaml: pinning(yaml: yaml, agents: agents)) }
+}
