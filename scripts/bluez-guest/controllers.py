@@ -97,6 +97,11 @@ class ScriptedLink(LocalLink):
         connection = next((c for c in sender_controller.le_connections.values()
                            if c.peer_address == destination_address), None)
         source = connection.self_address if connection else sender_controller.random_address
+        held = getattr(destination, 'held_connect_ind', None)
+        if held is not None and held.initiator_address == source:
+            # The target holds this connection (ScriptedController): the data waits with it.
+            destination.held_acl.append((source, transport, data))
+            return
         if destination is not None:
             asyncio.get_running_loop().call_soon(lambda: destination.on_link_acl_data(source, transport, data))
 
@@ -146,7 +151,8 @@ class ScriptedController(Controller):
     and its ~13 later Connects reached bluetoothd and the kernel but never the controller). So
     a CONNECT_IND on a set paused less than HOLD ago is held: if the host's create-connection
     follows within HOLD it is taken as above (the controller is then initiating), otherwise it
-    is accepted as before. HOLD stays well inside ESTABLISH_WAIT, the initiator's bound.
+    is accepted as before. HOLD stays well inside ESTABLISH_WAIT, the initiator's bound, and what
+    the initiator sends meanwhile (its ATT requests) is delivered once the connection is taken up.
     """
     PAUSE_GRACE = 5.0
     HOLD = 0.3
@@ -155,6 +161,7 @@ class ScriptedController(Controller):
         super().__init__(*args, **kwargs)
         self.paused_sets = {}
         self.held_connect_ind = None
+        self.held_acl = []  # data the initiator sent on the held connection, delivered once taken up
         self.replaying = False
 
     def recently_paused(self, address):
@@ -192,7 +199,8 @@ class ScriptedController(Controller):
         targeted = paused is not None or any(s.enabled and s.address == packet.advertiser_address
                                              for s in self.advertising_sets.values())
         pending = self.pending_le_connection
-        if paused is not None and pending is None and not self.replaying and self.paused_within(paused, self.HOLD):
+        if paused is not None and pending is None and not self.replaying and self.held_connect_ind is None \
+                and self.paused_within(paused, self.HOLD):
             # Its host has just paused the set: probably to initiate, its create-connection on
             # the way (see the class comment).
             trace(self.name, 'holds a connection from', packet.initiator_address, 'on its set paused just now')
@@ -242,11 +250,15 @@ class ScriptedController(Controller):
         self.held_connect_ind = None
         trace(self.name, 'takes up the held connection from', held.initiator_address,
               'while initiating' if self.pending_le_connection is not None else 'without initiating')
+        queued, self.held_acl = self.held_acl, []
         self.replaying = True
         try:
             self.on_le_connect_ind(held)
         finally:
             self.replaying = False
+        if any(c.peer_address == held.initiator_address for c in self.le_connections.values()):
+            for source, transport, data in queued:
+                self.on_link_acl_data(source, transport, data)
 
     ESTABLISH_WAIT = 0.5
 

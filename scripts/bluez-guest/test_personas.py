@@ -354,6 +354,12 @@ async def paused_then_initiating(out, initiates=True):
             own_address_type=0, connection_interval_min=24, connection_interval_max=40, max_latency=0,
             supervision_timeout=42, min_ce_length=0, max_ce_length=0))
     connection = await connecting
+    # q's host sends ATT requests at once, while the node still holds the connection.
+    try:
+        services = await asyncio.wait_for(Peer(connection).discover_services(), 3)
+    except asyncio.TimeoutError:
+        services = None
+    expect(services is not None, f'q\'s GATT requests sent during the hold are answered ({services})')
     ended = asyncio.get_running_loop().create_future()
     connection.on('disconnection', lambda reason: ended.done() or ended.set_result(reason))
     try:
