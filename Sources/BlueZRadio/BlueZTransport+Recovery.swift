@@ -15,7 +15,7 @@
 // that (seen in the guest tier: a node's first attempt collided with its peer connecting to it)
 // it never sent LE Create Connection again, not even after bluetoothd restarted; bluetoothd
 // passed on each Connect and waited. Outgoing connections that fail or time out
-// `connectStallAfter` times in a row, to `connectStallPeers` different peers or more, are
+// `connectStallAfter` (3) times in a row, to `connectStallPeers` (2) different peers or more, are
 // therefore the same signal: the same ladder, starting with a power-cycle, which flushes the
 // kernel's connections and pending LE actions for that adapter.
 import DBus

@@ -40,8 +40,8 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         /// different peers, before the adapter counts as no longer initiating and is recovered
         /// like one that stopped answering (Linux 6.1 can stop initiating for good after a
         /// connection collision, see BlueZTransport+Recovery).
-        public var connectStallAfter: Int = 4
-        public var connectStallPeers: Int = 3
+        public var connectStallAfter: Int = 3
+        public var connectStallPeers: Int = 2
 
         public init(adapter: String = "hci0", busAddress: String? = nil, objectRoot: String = "/org/heraldlab/sensor",
                     callTimeout: TimeInterval = 10, recoveryInterval: TimeInterval = 3) {
