@@ -35,7 +35,7 @@ Changes to Bumble's stock parts, each needed to test Linux hosts that connect to
 """
 import asyncio, dataclasses, json, sys, time
 
-from bumble import hci
+from bumble import hci, ll
 from bumble.controller import Controller
 from bumble.core import PhysicalTransport
 from bumble.link import LocalLink
@@ -316,6 +316,22 @@ class ScriptedController(Controller):
             asyncio.get_running_loop().call_soon(lambda: self.send_hci_packet(
                 self.attempt_failed(pending, hci.HCI_ErrorCode.UNKNOWN_CONNECTION_IDENTIFIER_ERROR)))
         return result
+
+    def on_hci_reset_command(self, command):
+        """A controller's reset ends its links (each peer sees its link time out) and its pending
+        attempt; stock Bumble's reset keeps them. Linux sends a reset when it powers a controller
+        on. In a bookworm run bluetoothd was killed while a node was connected to a persona, the
+        node's 6.1 kernel forgot the link and the controller kept it, and its next attempt to that
+        persona was answered "connection already exists": 6.1 then stopped initiating. The node
+        power-cycled its adapter, initiated again, and was answered the same, because the link
+        had survived the reset."""
+        for connection in list(self.le_connections.values()):
+            trace(self.name, 'reset ends its connection to', connection.peer_address)
+            connection.send_ll_control_pdu(ll.TerminateInd(hci.HCI_ErrorCode.CONNECTION_TIMEOUT_ERROR))
+            del self.le_connections[connection.peer_address]
+        self.pending_le_connection = None
+        self.held_connect_ind, self.held_acl = None, []
+        return super().on_hci_reset_command(command)
 
     def on_hci_le_set_advertising_enable_command(self, command):
         trace(self.name, 'legacy adv enable', command.advertising_enable)
