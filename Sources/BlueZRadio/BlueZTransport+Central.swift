@@ -143,12 +143,14 @@ extension BlueZTransport {
         let started = dispatch.now
         var finished = false
         connectionAttempts += 1
+        let epoch = connectEpoch
         let finish: (Result<Void, TransportError>) -> Void = { [weak self] result in
             guard !finished else { return }
             finished = true
             if case .success = result { self?.outgoing.insert(address) }
             if case .failure(let error) = result, case .timeout = error { self?.abandon(path) }
             self?.connectionAttemptEnded()
+            if let self, self.connectEpoch == epoch { self.outgoingConnectEnded(address, result) }
             completion(result)
         }
         // One deadline for Connect and service resolution together.

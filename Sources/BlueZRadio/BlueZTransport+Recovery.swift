@@ -9,6 +9,15 @@
 //      by its address, whatever hciN it gets) and the sensor carries on.
 // Each recovery is reported (`onRecovery`, log.txt) with its reason and outcome; the next rung
 // after a USB reset is a power-cycle again. A call that succeeds puts the ladder back at 0.
+//
+// An adapter can also answer every call and still never initiate a connection: Linux 6.1 takes
+// a peripheral-role LE Connection Complete for the outgoing attempt it has pending, and after
+// that (seen in the guest tier: a node's first attempt collided with its peer connecting to it)
+// it never sent LE Create Connection again, not even after bluetoothd restarted; bluetoothd
+// passed on each Connect and waited. Outgoing connections that fail or time out
+// `connectStallAfter` (3) times in a row, to `connectStallPeers` (2) different peers or more, are
+// therefore the same signal: the same ladder, starting with a power-cycle, which flushes the
+// kernel's connections and pending LE actions for that adapter.
 import DBus
 import Foundation
 import HeraldRadio
@@ -63,6 +72,27 @@ extension BlueZTransport {
         let reason = "\(adapterFailures) calls to the adapter failed in a row, the last \(operation): \(error)"
         if notAnswering == nil { notAnswering = (firstFailureAt ?? Date().timeIntervalSince1970, reason) }
         unresponsive(reason)
+    }
+
+    /// An outgoing connection attempt ended: one that worked clears the count; failed ones in a
+    /// row to several peers mean the adapter no longer initiates (see the top of this file).
+    func outgoingConnectEnded(_ address: RadioAddress, _ result: Result<Void, TransportError>) {
+        switch result {
+        case .success:
+            connectFailures.removeAll()
+        case .failure(let error):
+            switch error {
+            case .timeout, .connectionFailed: break
+            default: return  // no device, no adapter, not permitted: says nothing of the initiator
+            }
+            connectFailures.append(address)
+            let peers = Set(connectFailures).count
+            guard connectFailures.count >= max(1, options.connectStallAfter), peers >= max(1, options.connectStallPeers) else { return }
+            let reason = "\(connectFailures.count) outgoing connections in a row, to \(peers) peer(s), failed; the last to \(address): \(error)"
+            connectFailures.removeAll()
+            note("the adapter makes no outgoing connection (\(reason)); its controller or kernel no longer initiates")
+            unresponsive(reason)
+        }
     }
 
     /// The dongle no longer answers: the next rung of the ladder.

@@ -36,6 +36,12 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         public var usbResetPause: TimeInterval = 1
         /// How long a recovery may take before it counts as failed (the adapter not back).
         public var recoveryDeadline: TimeInterval = 60
+        /// Outgoing connections that fail or time out in a row, to at least `connectStallPeers`
+        /// different peers, before the adapter counts as no longer initiating and is recovered
+        /// like one that stopped answering (Linux 6.1 can stop initiating for good after a
+        /// connection collision, see BlueZTransport+Recovery).
+        public var connectStallAfter: Int = 3
+        public var connectStallPeers: Int = 2
 
         public init(adapter: String = "hci0", busAddress: String? = nil, objectRoot: String = "/org/heraldlab/sensor",
                     callTimeout: TimeInterval = 10, recoveryInterval: TimeInterval = 3) {
@@ -105,6 +111,10 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     var notAnswering: (at: Double, reason: String)?
     var ladder = 0
     var pendingRecovery: PendingRecovery?
+    /// Peers of the outgoing connections that failed in a row since the last one that worked,
+    /// and a token that a lost radio changes (an attempt from before does not count).
+    var connectFailures: [RadioAddress] = []
+    var connectEpoch = 0
     var establishFailuresDuringRecovery = 0
     // Discovery attempts (BlueZTransport+Central): failed starts in a row, the retry waiting, the
     // completion of the start it retries, and a token that a stop or a new start changes.
@@ -149,6 +159,7 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         if discoveryFailures > 0 {
             parts.append("discovery failed to start \(discoveryFailures) time(s) in a row" + (discoveryRetry != nil ? ", retrying" : ""))
         }
+        if connectFailures.count >= 2 { parts.append("\(connectFailures.count) outgoing connections failed in a row") }
         if let o = outage { parts.append(o.reason) }
         return parts.isEmpty ? nil : parts.joined(separator: "; ")
     }
@@ -363,6 +374,8 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         deferredScan = nil
         endDiscoveryAttempts(.adapterUnavailable(reason))
         connectionAttempts = 0
+        connectEpoch &+= 1
+        connectFailures.removeAll()
         applicationRegistered = false
         advertisementRegistered = false
         for (_, waiters) in resolveWaiters { for w in waiters { w(false) } }

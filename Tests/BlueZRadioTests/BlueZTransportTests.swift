@@ -324,6 +324,40 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         XCTAssertEqual(replugs, 1)
     }
 
+    /// The adapter answers every call but no outgoing connection ever starts (Linux 6.1 after a
+    /// connection collision: bluetoothd passes each Connect on and waits; a guest node read no
+    /// peer for a whole run). Connections that fail in a row are the signal: the node power-cycles
+    /// the adapter, says so in log.txt, and reads its peer once the adapter is back.
+    func testAnAdapterWhoseConnectionsNeverStartIsPowerCycledAndTheNodeReadsAgain() async throws {
+        _ = try await fakeCall("StallConnects", [.bool(true)])
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        var options = recoveringOptions(sysfs: bus.directory.path)
+        options.unresponsiveAfter = 20  // discovery and advertising work: only the connections fail
+        options.connectStallAfter = 2
+        options.connectStallPeers = 1   // the simulated bluetoothd has one remote device
+        let transport = BlueZTransport(options: options, scheduler: scheduler)
+        let recoveries = Locked([DongleRecovery]())
+        scheduler.sync { transport.onRecovery = { r in recoveries.mutate { $0.append(r) } } }
+        let node = try makeNode(scheduler, transport, scan: "{on: 1s, rest: 0s, off: 1s}", connectionTimeout: "2s")
+        try await eventually("the payload read after the adapter was power-cycled", seconds: 90) {
+            scheduler.sync { node.value.status.payloadsRead } >= 1
+        }
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+        let r = try XCTUnwrap(recoveries.value.first)
+        XCTAssertEqual(r.action, "power-cycle")
+        XCTAssertTrue(r.ok, "\(r)")
+        XCTAssertTrue(r.reason.hasPrefix("2 outgoing connections in a row, to 1 peer(s), failed"), r.reason)
+        let state = try await fakeState()
+        XCTAssertGreaterThanOrEqual(state["stalledConnects"] as? Int ?? 0, 2, "connections never started, then the power-cycle")
+        XCTAssertEqual(state["power"] as? [Bool], [true, false, true])
+        let log = try String(contentsOf: directory.appendingPathComponent("log.txt"), encoding: .utf8)
+        XCTAssertTrue(log.contains("the adapter makes no outgoing connection (2 outgoing connections in a row"), log)
+        XCTAssertTrue(log.contains("recovery: power-cycle succeeded"), log)
+    }
+
     /// Without a USB device behind the adapter (a virtual controller), the USB rung says why it
     /// cannot be climbed, and the node keeps trying.
     func testAUSBResetIsOnlyTriedWhereThereIsAUSBDevice() async throws {

@@ -21,9 +21,12 @@ Test control at /org/heraldlab/fake (org.heraldlab.Fake):
   Replug()                the adapter goes away and comes back 0.5 s later, powered off, with the
                           same address (what a USB reset does); a wedge is cleared
   Beacon(ay)              the remote device also advertises manufacturer data 0xFFFF with these bytes
+  StallConnects(b)        Device1.Connect is never answered (b true) until the adapter is powered off
+                          and on again, as with a kernel that stopped initiating (Linux 6.1 after a
+                          connection collision: bluetoothd passes each Connect on and waits)
   Slow(s, d)              every call of a member is answered d seconds late (0: on time again), as
                           a bluetoothd busy with many adapters on a loaded host answers
-State() includes 'power' (every Powered value set), 'wedgedCalls' and 'replugs'.
+State() includes 'power' (every Powered value set), 'wedgedCalls', 'replugs' and 'stalledConnects'.
 
 Usage: fake_bluetoothd.py BUS_ADDRESS PAYLOAD_HEX RSSI_LIST(comma separated)
 """
@@ -49,8 +52,10 @@ class Fake:
         self.address, self.payload, self.rssi = address, payload, rssi
         self.state = {'powerSets': 0, 'filter': None, 'discoveryStarts': 0, 'discoveryStops': 0,
                       'apps': [], 'adverts': [], 'unregistered': 0, 'connects': 0, 'disconnects': 0,
-                      'reads': 0, 'writes': [], 'restarts': 0, 'power': [], 'wedgedCalls': 0, 'replugs': 0, 'appsRefused': 0}
+                      'reads': 0, 'writes': [], 'restarts': 0, 'power': [], 'wedgedCalls': 0, 'replugs': 0, 'appsRefused': 0,
+                      'stalledConnects': 0}
         self.wedge = None   # (mode, sticky)
+        self.stall_connects = False  # Connect never answered until a power-on
         self.beacon = None  # extra manufacturer data 0xFFFF of the remote
         self.fail = {}
         self.hang = set()   # methods whose next call is never answered (a controller that hangs)
@@ -261,6 +266,8 @@ class Fake:
                 else:
                     self.slow.pop(msg.body[0], None)
                 return Message.new_method_return(msg)
+            if m == 'StallConnects':
+                self.stall_connects = bool(msg.body[0]); return Message.new_method_return(msg)
             if m == 'Beacon':
                 self.beacon = bytes(msg.body[0]); return Message.new_method_return(msg)
             if m == 'RemoveAdapter':
@@ -295,6 +302,10 @@ class Fake:
                 self.state['power'].append(on)
                 if not on:
                     self.discovering = False
+                if not on and self.stall_connects:
+                    self.stall_connects = 'off'  # powering off flushes the kernel's connections
+                if on and self.stall_connects == 'off':
+                    self.stall_connects = False
                 if on and self.wedge is not None and not self.wedge[1]:
                     self.wedge = None  # a power-cycle clears a controller that is not stuck for good
                 self.changed(ADAPTER, 'org.bluez.Adapter1', {'Powered': msg.body[2]})
@@ -327,6 +338,9 @@ class Fake:
                 return Message.new_method_return(msg)
         if iface == 'org.bluez.Device1' and path == REMOTE:
             if m == 'Connect':
+                if self.stall_connects:
+                    self.state['stalledConnects'] += 1
+                    return True  # never answered
                 asyncio.ensure_future(self.connect(msg)); return True
             if m == 'Disconnect':
                 self.state['disconnects'] += 1

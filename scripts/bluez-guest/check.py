@@ -271,10 +271,44 @@ def check(out, plan_path, model_path, fail):
     return bundle, nodes, controllers
 
 
+def initiator_summary(out, name):
+    """One line on node `name`'s connection attempts as its controller saw them (controllers.log):
+    how many create-connection commands its host sent, when the last came, how it was answered,
+    and how long the trace goes on after it. A Linux 6.1 host that was told of a connection as
+    peripheral while its own attempt was pending never sent one again (ARCHITECTURE.md); its
+    sensor's Connects then reach bluetoothd and the kernel but never the controller."""
+    path = os.path.join(out, 'controllers.log')
+    if not os.path.exists(path):
+        return None
+    creates, last_answer, end = [], None, None
+    for line in open(path, errors='replace'):
+        parts = line.split(None, 2)
+        if len(parts) < 3:
+            continue
+        try:
+            at = float(parts[0])
+        except ValueError:
+            continue
+        end = at
+        if parts[1] != name:
+            continue
+        if 'create connection to' in parts[2]:
+            creates.append(at)
+            last_answer = None
+        elif creates and last_answer is None and 'connection complete to host' in parts[2] and 'role 0' in parts[2]:
+            last_answer = parts[2].split('status', 1)[-1].split()[0] if 'status' in parts[2] else '?'
+    if not creates:
+        return f"{name}'s controller got no create-connection in the run"
+    answer = {None: 'no answer traced', '0': 'connected', '11': 'status 11: connection already exists',
+              '62': 'status 62: failed to be established', '2': 'status 2: cancelled'}.get(last_answer, f'status {last_answer}')
+    return (f"{name}'s controller got {len(creates)} create-connection(s), the last at {creates[-1]:.1f} s ({answer}); "
+            f"the trace goes on {end - creates[-1]:.0f} s after it")
+
+
 def diagnose(out, bundle, nodes, controllers, failures):
     """What a failing run's own logs say, printed with its FAIL lines (CI keeps only the output):
-    for each receiver named in a failure, its sensor's log lines about the peers named there,
-    and the guest's load over the run."""
+    for each receiver named in a failure, its controller's connection attempts and its sensor's
+    log lines about the peers named there, and the guest's load over the run."""
     names = {n['name'] for n in nodes} | set(controllers)
     for rx in nodes:
         peers = {p for f in failures if f.startswith(rx['name'] + ':') for p in names if p != rx['name'] and p in f}
@@ -283,6 +317,9 @@ def diagnose(out, bundle, nodes, controllers, failures):
         addresses = {controllers[p]['address'] for p in peers if p in controllers}
         lines = node_log(bundle, rx['name'])
         about = [l for l in lines if any(a in l for a in addresses) or 'radio' in l or 'bluetoothd' in l]
+        summary = initiator_summary(out, rx['name'])
+        if summary:
+            print(f"--- {summary}")
         print(f"--- {rx['name']}'s log about {', '.join(sorted(peers))} ({len(about)} of {len(lines)} lines; last 25)")
         for l in about[-25:]:
             print('   ', l)

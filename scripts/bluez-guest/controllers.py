@@ -35,7 +35,7 @@ Changes to Bumble's stock parts, each needed to test Linux hosts that connect to
 """
 import asyncio, dataclasses, json, sys, time
 
-from bumble import hci
+from bumble import hci, ll
 from bumble.controller import Controller
 from bumble.core import PhysicalTransport
 from bumble.link import LocalLink
@@ -97,6 +97,11 @@ class ScriptedLink(LocalLink):
         connection = next((c for c in sender_controller.le_connections.values()
                            if c.peer_address == destination_address), None)
         source = connection.self_address if connection else sender_controller.random_address
+        held = getattr(destination, 'held_connect_ind', None)
+        if held is not None and held.initiator_address == source:
+            # The target holds this connection (ScriptedController): the data waits with it.
+            destination.held_acl.append((source, transport, data))
+            return
         if destination is not None:
             asyncio.get_running_loop().call_soon(lambda: destination.on_link_acl_data(source, transport, data))
 
@@ -136,12 +141,28 @@ class ScriptedController(Controller):
     0x3E, check_established), and from the peer it is initiating to it first fails its own
     attempt (0x3E to its host), then accepts: one node reads the other, and the other tries
     again in a later cycle.
+
+    The host's attempt is pending before its create-connection command reaches the controller:
+    Linux pauses advertising first, then sends the command (4 to 50 ms later in a loaded run,
+    92 ms once). A CONNECT_IND that landed in that gap was accepted on the paused set and
+    reported as peripheral while the host's attempt was pending, and the 6.1 node never
+    initiated again (a bookworm loop run: its only create-connection in the run came 86 ms
+    after it had been told of the peer's connection, was answered "connection already exists",
+    and its ~13 later Connects reached bluetoothd and the kernel but never the controller). So
+    a CONNECT_IND on a set paused less than HOLD ago is held: if the host's create-connection
+    follows within HOLD it is taken as above (the controller is then initiating), otherwise it
+    is accepted as before. HOLD stays well inside ESTABLISH_WAIT, the initiator's bound, and what
+    the initiator sends meanwhile (its ATT requests) is delivered once the connection is taken up.
     """
     PAUSE_GRACE = 5.0
+    HOLD = 0.3
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.paused_sets = {}
+        self.held_connect_ind = None
+        self.held_acl = []  # data the initiator sent on the held connection, delivered once taken up
+        self.replaying = False
 
     def recently_paused(self, address):
         now = time.monotonic()
@@ -178,6 +199,14 @@ class ScriptedController(Controller):
         targeted = paused is not None or any(s.enabled and s.address == packet.advertiser_address
                                              for s in self.advertising_sets.values())
         pending = self.pending_le_connection
+        if paused is not None and pending is None and not self.replaying and self.held_connect_ind is None \
+                and self.paused_within(paused, self.HOLD):
+            # Its host has just paused the set: probably to initiate, its create-connection on
+            # the way (see the class comment).
+            trace(self.name, 'holds a connection from', packet.initiator_address, 'on its set paused just now')
+            self.held_connect_ind = packet
+            asyncio.get_running_loop().call_later(self.HOLD, self.release_held, packet)
+            return None
         if targeted and pending is not None:
             # Initiating itself (its set paused, or still advertising because a peer is
             # connected to it): see the class comment.
@@ -207,6 +236,29 @@ class ScriptedController(Controller):
             # whole run: seen as a node that never read one peer).
             connected_set.start()
         return result
+
+    def paused_within(self, advertising_set, seconds):
+        at = next((at for h, at in self.paused_sets.items() if self.advertising_sets.get(h) is advertising_set), None)
+        return at is not None and time.monotonic() - at < seconds
+
+    def release_held(self, packet=None):
+        """Takes up the held CONNECT_IND (`packet`, if still the one held): after the host's
+        create-connection, or once HOLD has passed without one."""
+        held = self.held_connect_ind
+        if held is None or (packet is not None and held is not packet):
+            return
+        self.held_connect_ind = None
+        trace(self.name, 'takes up the held connection from', held.initiator_address,
+              'while initiating' if self.pending_le_connection is not None else 'without initiating')
+        queued, self.held_acl = self.held_acl, []
+        self.replaying = True
+        try:
+            self.on_le_connect_ind(held)
+        finally:
+            self.replaying = False
+        if any(c.peer_address == held.initiator_address for c in self.le_connections.values()):
+            for source, transport, data in queued:
+                self.on_link_acl_data(source, transport, data)
 
     ESTABLISH_WAIT = 0.5
 
@@ -240,6 +292,10 @@ class ScriptedController(Controller):
         trace(self.name, what, 'to', command.peer_address,
               'pending' if pending is None else f'refused: one pending to {pending.peer_address}')
         result = handle(command)
+        if self.held_connect_ind is not None:
+            # After the command status: the attempt is pending, and the held CONNECT_IND is taken
+            # up as one that arrives while initiating.
+            asyncio.get_running_loop().call_soon(self.release_held)
         asyncio.get_running_loop().call_later(0.05, self.connect_if_target_paused)
         return result
 
@@ -260,6 +316,22 @@ class ScriptedController(Controller):
             asyncio.get_running_loop().call_soon(lambda: self.send_hci_packet(
                 self.attempt_failed(pending, hci.HCI_ErrorCode.UNKNOWN_CONNECTION_IDENTIFIER_ERROR)))
         return result
+
+    def on_hci_reset_command(self, command):
+        """A controller's reset ends its links (each peer sees its link time out) and its pending
+        attempt; stock Bumble's reset keeps them. Linux sends a reset when it powers a controller
+        on. In a bookworm run bluetoothd was killed while a node was connected to a persona, the
+        node's 6.1 kernel forgot the link and the controller kept it, and its next attempt to that
+        persona was answered "connection already exists": 6.1 then stopped initiating. The node
+        power-cycled its adapter, initiated again, and was answered the same, because the link
+        had survived the reset."""
+        for connection in list(self.le_connections.values()):
+            trace(self.name, 'reset ends its connection to', connection.peer_address)
+            connection.send_ll_control_pdu(ll.TerminateInd(hci.HCI_ErrorCode.CONNECTION_TIMEOUT_ERROR))
+            del self.le_connections[connection.peer_address]
+        self.pending_le_connection = None
+        self.held_connect_ind, self.held_acl = None, []
+        return super().on_hci_reset_command(command)
 
     def on_hci_le_set_advertising_enable_command(self, command):
         trace(self.name, 'legacy adv enable', command.advertising_enable)

@@ -12,6 +12,7 @@ processes (what CI prints), and guest.sh's watch over a stand-in for QEMU.
   of that BUG end in FAIL lines naming the file or the BUG and print the kernel's trace, exit 1,
   never a Python traceback;
 - why-failed.sh prints guest.sh's reason and the trace;
+- check.py sums up each node's connection attempts from the controllers' trace;
 - guest.sh's watch stops a stand-in for QEMU whose heartbeat stops (97) or whose console shows
   the 9p BUG (98), and lets one whose console shows the Bluetooth stack's BUG run to its end.
 Exits 1 on the first failure. About 15 s.
@@ -189,9 +190,32 @@ def watch_stops_a_dying_guest(base):
     expect(said == 'exit 0:', f"a guest with the Bluetooth stack's BUG runs to its end ({said})")
 
 
+def initiator_summaries(base):
+    """check.py's line on a node's connection attempts, from a made-up controllers trace: a node
+    whose last create-connection was answered "connection already exists" long before the end
+    (Linux 6.1 stopped initiating), a node that connected, one that never initiated, no trace."""
+    import check
+    out = folder(base, 'initiators', {'controllers.log': '\n'.join([
+        'controllers ready: alpha=F0:00:00:00:00:01',
+        '    52.189 alpha create connection to F0:00:00:00:00:03/P pending',
+        '    52.585 alpha connection complete to host: status 11 role 0 peer F0:00:00:00:00:03/P handle 0',
+        '    60.000 beta create connection to F0:00:00:00:00:01/P pending',
+        '    60.400 beta connection complete to host: status 0 role 0 peer F0:00:00:00:00:01/P handle 1',
+        '    61.000 alpha connection complete to host: status 0 role 1 peer F0:00:00:00:00:02/P handle 1',
+        'garbage line', '   x.y gamma create connection to nowhere',
+        '   286.300 beta disconnected F0:00:00:00:00:01/P 19', ''])})
+    got = {n: check.initiator_summary(out, n) for n in ('alpha', 'beta', 'gamma')}
+    expect(got == {
+        'alpha': "alpha's controller got 1 create-connection(s), the last at 52.2 s (status 11: connection already exists); the trace goes on 234 s after it",
+        'beta': "beta's controller got 1 create-connection(s), the last at 60.0 s (connected); the trace goes on 226 s after it",
+        'gamma': "gamma's controller got no create-connection in the run"}, f'check.py sums up each controller\'s attempts ({got})')
+    expect(check.initiator_summary(folder(base, 'no-trace', {}), 'alpha') is None, 'no controllers.log: no line')
+
+
 def main():
     with tempfile.TemporaryDirectory() as base:
         try:
+            initiator_summaries(base)
             console_classification(base)
             checks_on_made_up_outputs(base)
             watch_stops_a_dying_guest(base)

@@ -12,7 +12,9 @@ then a payload-sharing bundle carrying the other iPhone's payload, both in 20-by
 the sensor sends them. Then it checks what the personas logged, and runs check.py's persona check
 on a made-up bundle of alpha's. Then three centrals connect to one persona at the same moment (as
 lab nodes in step do) and each reads it, a connection whose target never hears the CONNECT_IND
-fails with 0x3E, and a node that paused its advertising to initiate accepts only its own target. Exits 1 on the first failure.
+fails with 0x3E, and a node that paused its advertising to initiate accepts only its own target,
+and a connection that arrives between the pause and the create-connection only once its own
+attempt has failed; a controller reset ends its links. Exits 1 on the first failure.
 """
 import asyncio, csv, json, os, struct, sys, tempfile
 
@@ -315,6 +317,103 @@ async def paused_while_initiating(out, paused=True):
            f'its set {state}, the node accepts q, the peer it initiates to, after failing its own attempt to q first ({completions})')
 
 
+async def paused_then_initiating(out, initiates=True):
+    """Linux pauses a node's set before it sends its create-connection (its attempt is pending
+    from then on). A CONNECT_IND from Q in that gap is held: when the create-connection to Q
+    follows, the node fails its own attempt (0x3E) and then accepts Q as peripheral, as when it
+    was already initiating; without a create-connection it accepts Q once the hold is over.
+    Either way the host is never told of a peripheral connection while its attempt is pending
+    (Linux 6.1 took one for its attempt and never initiated again)."""
+    link = ScriptedLink({'nodes': [], 'rssi': {}}, out)
+    addresses = {'node': 'F0:00:00:00:00:31', 'q': 'F0:00:00:00:00:32'}
+    devices = {}
+    for name, addr in addresses.items():
+        devices[name] = node_device(link, name, addr)
+        await devices[name].power_on()
+    node = link.owner_of(hci.Address(addresses['node'], hci.Address.PUBLIC_DEVICE_ADDRESS))
+    q = hci.Address(addresses['q'], hci.Address.PUBLIC_DEVICE_ADDRESS)
+    from bumble.device import AdvertisingParameters
+    advertising = await devices['node'].create_advertising_set(
+        advertising_parameters=AdvertisingParameters(own_address_type=hci.OwnAddressType.PUBLIC))
+    await advertising.stop()   # the host pauses the set: its create-connection is on the way
+    told = []  # the connection events the node's controller tells its host, and when the host initiates
+    tell = node.send_hci_packet
+    node.send_hci_packet = lambda packet: (told.append(packet), tell(packet))[1]
+    connecting = asyncio.ensure_future(asyncio.wait_for(devices['q'].connect(
+        hci.Address(addresses['node'], hci.Address.PUBLIC_DEVICE_ADDRESS), own_address_type=hci.OwnAddressType.PUBLIC), 5))
+    for _ in range(200):
+        if getattr(node, 'held_connect_ind', None) is not None or connecting.done():
+            break
+        await asyncio.sleep(0.005)
+    expect(getattr(node, 'held_connect_ind', None) is not None and not node.le_connections,
+           'a CONNECT_IND just after the node paused its set is held, not yet accepted')
+    if initiates:
+        told.append('create-connection to q')
+        node.on_hci_le_create_connection_command(hci.HCI_LE_Create_Connection_Command(
+            le_scan_interval=96, le_scan_window=96, initiator_filter_policy=0, peer_address_type=0, peer_address=q,
+            own_address_type=0, connection_interval_min=24, connection_interval_max=40, max_latency=0,
+            supervision_timeout=42, min_ce_length=0, max_ce_length=0))
+    connection = await connecting
+    # q's host sends ATT requests at once, while the node still holds the connection.
+    try:
+        services = await asyncio.wait_for(Peer(connection).discover_services(), 3)
+    except asyncio.TimeoutError:
+        services = None
+    expect(services is not None, f'q\'s GATT requests sent during the hold are answered ({services})')
+    ended = asyncio.get_running_loop().create_future()
+    connection.on('disconnection', lambda reason: ended.done() or ended.set_result(reason))
+    try:
+        reason = await asyncio.wait_for(asyncio.shield(ended), 1.5)
+    except asyncio.TimeoutError:
+        reason = None
+    completions = [p if isinstance(p, str) else (p.status, p.role, str(p.peer_address))
+                   for p in told if isinstance(p, (str, hci.HCI_LE_Connection_Complete_Event))]
+    expected = (['create-connection to q', (hci.HCI_ErrorCode.CONNECTION_FAILED_TO_BE_ESTABLISHED_ERROR, hci.Role.CENTRAL, str(q))]
+                if initiates else []) + [(hci.HCI_SUCCESS, hci.Role.PERIPHERAL, str(q))]
+    what = 'its create-connection to q following' if initiates else 'no create-connection following'
+    expect(reason is None and node.pending_le_connection is None and q in node.le_connections and completions == expected,
+           f'{what}, the node accepts q as peripheral with no attempt of its own pending ({completions}, q: {reason})')
+
+
+async def reset_ends_links(out):
+    """A controller reset (Linux sends one on every power-on) ends its links: the peer's host is
+    told its link timed out (0x08), and the reset controller can connect to that peer again
+    instead of being answered "connection already exists"."""
+    link = ScriptedLink({'nodes': [], 'rssi': {}}, out)
+    addresses = {'node': 'F0:00:00:00:00:41', 'p': 'F0:00:00:00:00:42'}
+    devices = {}
+    for name, addr in addresses.items():
+        devices[name] = node_device(link, name, addr)
+        await devices[name].power_on()
+    node = link.owner_of(hci.Address(addresses['node'], hci.Address.PUBLIC_DEVICE_ADDRESS))
+    peer = hci.Address(addresses['p'], hci.Address.PUBLIC_DEVICE_ADDRESS)
+    await devices['p'].start_advertising(own_address_type=hci.OwnAddressType.PUBLIC, advertising_interval_min=100,
+                                         advertising_interval_max=100)
+    connection = await asyncio.wait_for(devices['node'].connect(peer, own_address_type=hci.OwnAddressType.PUBLIC), 5)
+    peer_side = next(iter(devices['p'].connections.values()))
+    ended = asyncio.get_running_loop().create_future()
+    peer_side.on('disconnection', lambda reason: ended.done() or ended.set_result(reason))
+    node.on_hci_reset_command(hci.HCI_Reset_Command())
+    try:
+        reason = await asyncio.wait_for(ended, 3)
+    except asyncio.TimeoutError:
+        reason = None
+    expect(reason == hci.HCI_ErrorCode.CONNECTION_TIMEOUT_ERROR and not node.le_connections,
+           f'a reset ends the node\'s link; its peer is told it timed out ({reason})')
+    told = []  # kept from the node's Bumble host, which did not ask for this connection
+    node.send_hci_packet = told.append
+    node.on_hci_le_create_connection_command(hci.HCI_LE_Create_Connection_Command(
+        le_scan_interval=96, le_scan_window=96, initiator_filter_policy=0, peer_address_type=0, peer_address=peer,
+        own_address_type=0, connection_interval_min=24, connection_interval_max=40, max_latency=0,
+        supervision_timeout=42, min_ce_length=0, max_ce_length=0))
+    for _ in range(200):
+        if any(isinstance(p, hci.HCI_LE_Connection_Complete_Event) for p in told):
+            break
+        await asyncio.sleep(0.01)
+    statuses = [p.status for p in told if isinstance(p, hci.HCI_LE_Connection_Complete_Event)]
+    expect(statuses[:1] == [hci.HCI_SUCCESS], f'after the reset the node connects to the peer again ({statuses})')
+
+
 async def connection_not_taken_up(out):
     """A CONNECT_IND its target never hears (the target is deaf) fails on the initiator's side
     with "connection failed to be established" (0x3E), as a link layer reports it, instead of
@@ -426,6 +525,9 @@ def main():
             asyncio.run(asyncio.wait_for(connection_not_taken_up(out), 15))
             asyncio.run(asyncio.wait_for(paused_while_initiating(out), 15))
             asyncio.run(asyncio.wait_for(paused_while_initiating(out, paused=False), 15))
+            asyncio.run(asyncio.wait_for(paused_then_initiating(out), 15))
+            asyncio.run(asyncio.wait_for(paused_then_initiating(out, initiates=False), 15))
+            asyncio.run(asyncio.wait_for(reset_ends_links(out), 15))
             check_on_made_up_bundle(out, addresses)
             check_pairs_on_made_up_bundle(out)
         except AssertionError as e:
