@@ -134,7 +134,7 @@ extension Coordinator {
         var body = ""
         for st in studies {
             let planned = st.study.levelNames.count * st.study.repeats
-            body += "<h2>Plan \(Self.h(st.plan))</h2><p>factor <b>\(Self.h(st.study.factors.map(\.path).joined(separator: " × ")))</b>, baseline <b>\(Self.h(st.study.levelNames.first ?? "-"))</b>; \(st.study.levelNames.count) levels × \(st.study.repeats) repeats = \(planned) runs planned. \(Self.h(st.study.labDesign.description)).</p>"
+            body += "<h2>Plan \(Self.h(st.plan))</h2><p>factor <b>\(Self.h(st.study.factors.map(\.path).joined(separator: " × ")))</b>, baseline <b>\(Self.h(st.study.levelNames.first ?? "-"))</b>; \(st.study.levelNames.count) levels × \(st.study.repeats) repeat\(st.study.repeats == 1 ? "" : "s") = \(planned) runs planned. \(Self.h(st.study.labDesign.description)).</p>"
             body += "<table class=\"studyruns\"><tr><th>#</th><th>block</th><th>level</th><th>run</th><th>state</th></tr>"
             for (r, m) in st.runs {
                 body += "<tr><td class=\"num\">\(m.index + 1)</td><td class=\"num\">\(m.block + 1)</td><td>\(Self.h(m.level))</td><td><a href=\"\(Self.dashboardPath(run: Self.segment(r.id)))\">\(Self.h(r.id))</a></td><td class=\"\(r.state.rawValue)\">\(r.state.rawValue)</td></tr>"
