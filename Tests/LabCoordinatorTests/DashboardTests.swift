@@ -365,5 +365,13 @@ final class DashboardTests: XCTestCase {
         XCTAssertEqual(missing, 404)
         let (bad, _, _) = try await client.request("GET", "/studies/..%2Fx", headers: ["Cookie": cookie])
         XCTAssertTrue([400, 404].contains(bad))
+
+        // A restarted coordinator still knows which of its runs belong to which study (the plan text is in its store).
+        coordinators.removeAll { $0 === c }
+        await c.stop()
+        let restarted = try Coordinator(config: c.config, log: { _ in })
+        let known = restarted.dashboardStudies()
+        XCTAssertEqual(Set(known.map(\.study.name)), ["advstudy", "halfstudy"])
+        XCTAssertEqual(known.first { $0.study.name == "advstudy" }?.finished.count, 6)
     }
 }
