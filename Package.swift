@@ -82,7 +82,7 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus", "DBusTestSupport"]),
         .testTarget(name: "BlueZRadioTests", dependencies: ["BlueZRadio", "DBus", "DBusTestSupport", "HeraldRadio", "HeraldCore", "HeraldSensor", "LabNode", "LabPlan", "LabAgent"],
                     exclude: ["fake_bluetoothd.py"]),
-        .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabPlan", "LabHTTP", .product(name: "GRDB", package: "GRDB.swift")]),
+        .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabPlan", "LabHTTP", "LabNode", "HeraldAnalysis", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore"]),
         .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet"]),
         .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim"]),

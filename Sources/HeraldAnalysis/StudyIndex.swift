@@ -5,7 +5,10 @@ import HeraldCore
 /// `herald-lab simulate STUDY`; docs/STATISTICS.md), read leniently and checked: each run's
 /// bundle must be a plain folder inside the study folder.
 public struct StudyIndex: Decodable, Sendable {
-    public struct Factor: Decodable, Sendable { public var path: String; public var levels: [String] }
+    public struct Factor: Decodable, Sendable {
+        public var path: String; public var levels: [String]
+        public init(path: String, levels: [String]) { self.path = path; self.levels = levels }
+    }
     public struct Run: Decodable, Sendable {
         public var index: Int
         public var block: Int
@@ -16,11 +19,18 @@ public struct StudyIndex: Decodable, Sendable {
         /// and which agent and dongle ran each node.
         public var state: String?
         public var nodes: [NodeRun]?
+        public init(index: Int, block: Int, level: String, seed: UInt64, bundle: String, state: String? = nil, nodes: [NodeRun]? = nil) {
+            self.index = index; self.block = block; self.level = level; self.seed = seed; self.bundle = bundle; self.state = state; self.nodes = nodes
+        }
         /// Whether a bundle was fetched for the run (a lab run that failed has none).
         public var hasBundle: Bool { state.map { $0 == "complete" || $0 == "aborted" } ?? true }
     }
     public struct NodeRun: Decodable, Sendable {
-        public struct Dongle: Decodable, Sendable { public var id: String?; public var name: String? }
+        public struct Dongle: Decodable, Sendable {
+            public var id: String?; public var name: String?
+            public init(id: String?, name: String?) { self.id = id; self.name = name }
+        }
+        public init(node: String, agent: String, dongle: Dongle?) { self.node = node; self.agent = agent; self.dongle = dongle }
         public var node: String
         public var agent: String
         public var dongle: Dongle?
@@ -40,6 +50,13 @@ public struct StudyIndex: Decodable, Sendable {
     public var runs: [Run]
 
     public static let fileName = "study.json"
+
+    /// A study's index built in code (the coordinator's dashboard, from its runs' `studyRun`).
+    public init(study: String, plan: String, factors: [Factor], levels: [String], repeats: Int, margins: [String: String]?, crossover: Bool?, runs: [Run]) {
+        self.format = "heraldlab-study/1"
+        self.study = study; self.plan = plan; self.factors = factors; self.levels = levels; self.repeats = repeats
+        self.margins = margins; self.crossover = crossover; self.runs = runs
+    }
 
     /// Reads `folder/study.json`; nil when the folder has none.
     public static func load(_ folder: URL) throws -> StudyIndex? {

@@ -23,23 +23,10 @@ public enum StudyReport {
 
     static func esc(_ s: String) -> String { HTMLReport.esc(Format.label(s)) }
 
-    public static func html(_ o: Comparison.Outcome, title: String, order: [OrderedRun] = []) -> String {
-        let colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
-        var h = """
-        <!DOCTYPE html>
-        <html lang="en"><head><meta charset="utf-8"><title>\(esc(title))</title>
-        <style>
-        body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
-        h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
-        table{border-collapse:collapse;font-size:13px}td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right}
-        td.l,th.l{text-align:left}.better{color:#1a7f37;font-weight:600}.worse{color:#b42318;font-weight:600}
-        .same{color:#555}.inconclusive{color:#9a6700}.note{color:#666;font-size:12px}.fail{color:#b42318;font-weight:600}
-        </style></head><body>
-        <h1>\(esc(title))</h1>
-        <p>factor <b>\(esc(o.factor))</b>, baseline <b>\(esc(o.baseline))</b>; levels: \(o.levels.map { "\(esc($0.name)) (\($0.runs.count) run\($0.runs.count == 1 ? "" : "s"))" }.joined(separator: ", "))</p>
-        <p class="\(o.checkPassed ? "note" : "fail")">\(o.checkPassed ? "check" : "CHECK FAILED (no verdicts)"): \(o.check.prefix(20).map(esc).joined(separator: "<br>"))</p>
-
-        """
+    /// The forest plot of a comparison's effects (inline SVG, every label escaped): each effect
+    /// as a change relative to the baseline on a symmetric log scale, its 95 % interval, the
+    /// practical margin as a grey band, the verdict. study.html and the coordinator's dashboard show it.
+    public static func forestPlot(_ o: Comparison.Outcome) -> String {
         // Forest plot: relative change (%), interval, margin band, zero line.
         let rows = o.effects.filter { $0.delta != nil && $0.baselineEstimate != nil }
         func rel(_ v: Double, _ e: Comparison.Effect) -> Double {
@@ -56,8 +43,7 @@ public enum StudyReport {
         let labelW = 300.0, plotW = 520.0, rowH = 22.0, top = 24.0
         let height = top + rowH * Double(max(1, rows.count)) + 30
         func x(_ pct: Double) -> Double { labelW + (max(-extent, min(extent, t(pct))) + extent) / (2 * extent) * plotW }
-        h += "<h2>Effects (change from the baseline, % of its value on a log scale, 95 % interval; grey: the practical margin)</h2>\n"
-        h += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(Int(labelW + plotW + 140))\" height=\"\(Int(height))\" role=\"img\" aria-label=\"forest plot\"><style>text{font-size:12px;font-family:sans-serif}</style>"
+        var h = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(Int(labelW + plotW + 140))\" height=\"\(Int(height))\" role=\"img\" aria-label=\"forest plot\"><style>text{font-size:12px;font-family:sans-serif}</style>"
         h += "<line x1=\"\(x(0))\" y1=\"\(top - 8)\" x2=\"\(x(0))\" y2=\"\(height - 24)\" stroke=\"#888\"/>"
         for tick in [-1000.0, -100, -10, 10, 100, 1000] where abs(t(tick)) <= extent {
             h += "<line x1=\"\(x(tick))\" y1=\"\(top - 8)\" x2=\"\(x(tick))\" y2=\"\(height - 24)\" stroke=\"#eee\"/>"
@@ -78,9 +64,13 @@ public enum StudyReport {
             h += "<circle cx=\"\(x(rel(e.delta!, e)))\" cy=\"\(y)\" r=\"4\" fill=\"\(colour)\"/>"
             h += "<text x=\"\(labelW + plotW + 8)\" y=\"\(y + 4)\" fill=\"\(colour)\">\(e.verdict.rawValue)</text>"
         }
-        h += "</svg>\n"
-        // The table.
-        h += "<h2>Estimates</h2>\n<table><tr><th class=\"l\">metric</th><th class=\"l\">level</th><th>baseline</th><th>level</th><th>difference [95 %]</th><th class=\"l\">verdict</th><th class=\"l\">note</th></tr>\n"
+        return h + "</svg>"
+    }
+
+    /// Every effect as a table row (metric, level, baseline and level estimates, difference with
+    /// its 95 % interval, verdict with the repeats advised, note), every text escaped.
+    public static func estimatesTable(_ o: Comparison.Outcome) -> String {
+        var h = "<table><tr><th class=\"l\">metric</th><th class=\"l\">level</th><th>baseline</th><th>level</th><th>difference [95 %]</th><th class=\"l\">verdict</th><th class=\"l\">note</th></tr>\n"
         for e in o.effects {
             func n(_ v: Double?) -> String { v.map(Format.number) ?? "–" }
             let diff = e.delta.map { Format.signed($0) + (e.ci95.map { " [\(Format.signed($0[0])), \(Format.signed($0[1]))]" } ?? "") } ?? "–"
@@ -88,7 +78,31 @@ public enum StudyReport {
             h += "<tr><td class=\"l\">\(esc(e.label))</td><td class=\"l\">\(esc(e.level))</td><td>\(n(e.baselineEstimate))</td><td>\(n(e.estimate))</td><td>\(diff)</td>"
             h += "<td class=\"l \(e.verdict == .noData ? "" : e.verdict.rawValue)\">\(esc(verdict))</td><td class=\"l note\">\(esc(e.note ?? ""))</td></tr>\n"
         }
-        h += "</table>\n<p class=\"note\">\(esc(o.method))</p>\n"
+        return h + "</table>\n"
+    }
+
+    public static func html(_ o: Comparison.Outcome, title: String, order: [OrderedRun] = []) -> String {
+        let colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+        var h = """
+        <!DOCTYPE html>
+        <html lang="en"><head><meta charset="utf-8"><title>\(esc(title))</title>
+        <style>
+        body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
+        h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
+        table{border-collapse:collapse;font-size:13px}td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right}
+        td.l,th.l{text-align:left}.better{color:#1a7f37;font-weight:600}.worse{color:#b42318;font-weight:600}
+        .same{color:#555}.inconclusive{color:#9a6700}.note{color:#666;font-size:12px}.fail{color:#b42318;font-weight:600}
+        </style></head><body>
+        <h1>\(esc(title))</h1>
+        <p>factor <b>\(esc(o.factor))</b>, baseline <b>\(esc(o.baseline))</b>; levels: \(o.levels.map { "\(esc($0.name)) (\($0.runs.count) run\($0.runs.count == 1 ? "" : "s"))" }.joined(separator: ", "))</p>
+        <p class="\(o.checkPassed ? "note" : "fail")">\(o.checkPassed ? "check" : "CHECK FAILED (no verdicts)"): \(o.check.prefix(20).map(esc).joined(separator: "<br>"))</p>
+
+        """
+        h += "<h2>Effects (change from the baseline, % of its value on a log scale, 95 % interval; grey: the practical margin)</h2>\n"
+        h += forestPlot(o) + "\n"
+        // The table.
+        h += "<h2>Estimates</h2>\n" + estimatesTable(o)
+        h += "<p class=\"note\">\(esc(o.method))</p>\n"
         // Per-level distributions across runs.
         h += "<h2>Each run's figure, by level</h2>\n"
         for metric in Metric.allCases {

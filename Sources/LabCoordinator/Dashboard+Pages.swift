@@ -30,6 +30,7 @@ extension Coordinator {
     .small{font-size:12px;color:#555}button{cursor:pointer}pre{white-space:pre-wrap;max-width:60em}
     .m td{width:16px;height:16px;padding:0;text-align:center}.m td.y{background:#2ca02c}.m td.n{background:#eee}.m td.s{background:#555}
     .strip td{width:6px;height:12px;padding:0}.strip td:first-child{width:auto;white-space:nowrap;padding:0 6px;font-size:12px}.strip td.y{background:#2ca02c}.strip td.n{background:#f3d0d0}.strip td.f{background:#fff}
+    .better{color:#1a7f37;font-weight:600}.worse{color:#cf222e;font-weight:600}.same{color:#555}.inconclusive{color:#9a6700}.note{color:#666;font-size:12px}
     .legend .sw{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}
     """
 
@@ -151,7 +152,7 @@ extension Coordinator {
     func trendsPage(_ s: DashboardSession) -> HTTPResponse {
         let url = config.results.appendingPathComponent("history.sqlite")
         guard FileManager.default.fileExists(atPath: url.path) else {
-            return page("Trends", s, active: "Trends", body: "<p id=\"nohistory\">No history yet: each analysed run adds to results/history.sqlite.</p>")
+            return page("Trends", s, active: "Trends", body: "<p id=\"nohistory\">No history yet: each analysed run adds to results/history.sqlite.</p>" + studiesSection())
         }
         let history: [HistoryStore.Run]
         let store: HistoryStore
@@ -192,6 +193,6 @@ extension Coordinator {
             body += "</div><p>Regressions: \(regressed.isEmpty ? "none" : "<span class=\"fail\">" + regressed.joined(separator: ", ") + "</span>")</p>"
         }
         if groups.isEmpty { body += "<p id=\"nohistory\">No runs in the history yet.</p>" }
-        return page("Trends", s, active: "Trends", body: body)
+        return page("Trends", s, active: "Trends", body: body + studiesSection())
     }
 }

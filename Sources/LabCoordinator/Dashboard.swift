@@ -7,6 +7,7 @@ import LabPlan
 final class DashboardState: @unchecked Sendable {
     let sessions = DashboardSessions()
     let strips = LiveStrips()
+    let studies = StudyCache()
 }
 
 /// The dashboard (docs/API.md, "Dashboard"): pages for the operator's browser on the
@@ -19,6 +20,7 @@ extension Coordinator {
     /// The dashboard's routes as (method, pattern), for tests that try each one as a stranger.
     public static let dashboardRouteList: [(String, String)] = [
         ("GET", "/"), ("POST", "/signin"), ("POST", "/signout"), ("GET", "/lab"), ("GET", "/runs"), ("GET", "/trends"),
+        ("GET", "/studies/:name"),
         ("GET", "/runs/:id"), ("GET", "/runs/:id/events"), ("GET", "/runs/:id/files/:name"),
         ("POST", "/runs/:id/abort"), ("POST", "/dongles/:dongle/health"), ("GET", "/favicon.ico"),
     ]
@@ -67,6 +69,12 @@ extension Coordinator {
         http.route("GET", "/trends", public: true) { [unowned self] req in
             guard let s = self.session(req) else { return Self.redirect("/") }
             return self.trendsPage(s)
+        }
+        http.route("GET", "/studies/:name", public: true) { [unowned self] req in
+            guard let s = self.session(req) else { return Self.redirect("/") }
+            let name = req.parameters["name"] ?? ""
+            guard SafeName.isValid(name) else { throw HTTPError(.badRequest, "study name \(SafeName.problem(with: name) ?? "is invalid")") }
+            return try self.studyPage(s, name: name)
         }
         http.route("GET", "/runs/:id", public: true) { [unowned self] req in
             guard let s = self.session(req) else { return Self.redirect("/") }

@@ -358,7 +358,7 @@ struct PlanReader {
     // MARK: The plan
 
     mutating func plan(_ root: Node) -> Plan? {
-        guard let m = mapping(root, "", known: ["name", "description", "variant", "duration", "warmup", "start", "seed", "nodes", "sensor", "radio", "thresholds", "agents", "groups", "study"]) else { return nil }
+        guard let m = mapping(root, "", known: ["name", "description", "variant", "duration", "warmup", "start", "seed", "nodes", "sensor", "radio", "thresholds", "agents", "groups", "study", "studyRun"]) else { return nil }
         var name: String?
         if let n = m["name"] { name = self.name(n, "name") } else { fail("name", nil, "required: the plan's name") }
         var duration: TimeInterval?
@@ -384,6 +384,9 @@ struct PlanReader {
         if let n = m["agents"], let a = agents(n, "agents", nodeCount: plan.nodes.count, radio: plan.radio.kind) { plan.agents = a }
         if let n = m["groups"], let g = groups(n, "groups", root: root, nodes: &plan.nodes) { plan.groups = g }
         if let n = m["study"], let s = study(n, "study", planName: plan.name) { plan.study = s }
+        if let n = m["studyRun"] {
+            if m["study"] != nil { fail("studyRun", n, "a run of a study is not itself a study; give study or studyRun, not both") } else if let t = studyRun(n, "studyRun", planName: plan.name) { plan.studyRun = t }
+        }
         if plan.radio.kind != .sim {
             for (i, node) in plan.nodes.enumerated() {
                 if let p = node.persona { fail("nodes[\(i)].persona", nil, Self.personaNeedsSim(p)) }

@@ -24,6 +24,8 @@ public struct Plan: Codable, Sendable, Equatable {
     public var groups: [NodeGroup]?
     /// A study: factors, levels, repeats, margins (`herald-lab simulate STUDY` expands it).
     public var study: Study?
+    /// Which study this run belongs to (`studyRun:`, written by `Plan.expandStudy`); nil: none.
+    public var studyRun: StudyMembership?
 
     public static let defaultStart = Date(timeIntervalSince1970: 1_767_225_600) // 2026-01-01T00:00:00Z
 

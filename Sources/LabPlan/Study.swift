@@ -36,6 +36,35 @@ public struct Study: Codable, Sendable, Equatable {
     public static let maximumRuns = 1000
 }
 
+/// Which study a run belongs to: `studyRun:` in the run's plan, written by `Plan.expandStudy`
+/// into every run's text (so a coordinator that keeps the plan text knows, across restarts):
+/// the study (name, factors, repeats, margins, as the study's plan wrote them), this run's level,
+/// its place in the run order and its block.
+public struct StudyMembership: Codable, Sendable, Equatable {
+    public var study: Study
+    /// The level's name, one of `study.levelNames`.
+    public var level: String
+    /// 0-based position in the run order.
+    public var index: Int
+    public var block: Int
+    public init(study: Study, level: String, index: Int, block: Int) { self.study = study; self.level = level; self.index = index; self.block = block }
+}
+
+extension Study {
+    /// Every combination of the factors' levels, first factor slowest: (path, value) each.
+    public var combinations: [[(path: String, value: String)]] {
+        var combos: [[(path: String, value: String)]] = [[]]
+        for f in factors { combos = combos.flatMap { c in f.levels.map { c + [(path: f.path, value: $0)] } } }
+        return combos
+    }
+
+    /// The levels' names in the study's order (the first is the baseline): the value for one
+    /// factor, `path=value, path=value` for several, `-` for none.
+    public var levelNames: [String] {
+        combinations.map { c in c.isEmpty ? "-" : c.count == 1 ? c[0].value : c.map { "\($0.path)=\($0.value)" }.joined(separator: ", ") }
+    }
+}
+
 /// One run of an expanded study.
 public struct StudyRun: Sendable, Equatable {
     /// 0-based position in the run order.
@@ -99,17 +128,17 @@ extension Plan {
         guard let study = plan.study else {
             return (plan, [StudyRun(index: 0, block: 0, level: "-", levelIndex: 0, settings: [:], seed: plan.seed, folder: "run-01", plan: plan, yaml: yaml)])
         }
-        // Every combination of the factors' levels, first factor slowest.
-        var combos: [[(String, String)]] = [[]]
-        for f in study.factors {
-            combos = combos.flatMap { c in f.levels.map { c + [(f.path, $0)] } }
-        }
+        let combos = study.combinations
         let root: Node
         do { guard let r = try Yams.compose(yaml: yaml) else { throw PlanError(source: source, problems: [.init(path: "", message: "empty")]) }; root = r } catch let e as PlanError { throw e } catch {
             throw PlanError(source: source, problems: [.init(path: "", message: "not valid YAML")])
         }
         var variants = [Plan]()
         var trees = [Node]()
+        // The study as each run's `studyRun.study` carries it: as written, its name made explicit.
+        var studyNode = Node.Mapping([])
+        if case .mapping(let rm) = root, case .mapping(let sm)? = rm["study"] { studyNode = sm }
+        studyNode["name"] = Node(study.name)
         for (k, combo) in combos.enumerated() {
             var tree = root
             guard case .mapping(var m) = tree else { throw PlanError(source: source, problems: [.init(path: "", message: "expected a mapping")]) }
@@ -124,7 +153,7 @@ extension Plan {
             variants.append(p)
             trees.append(tree)
         }
-        let names = combos.map { c in c.isEmpty ? "-" : c.count == 1 ? c[0].1 : c.map { "\($0.0)=\($0.1)" }.joined(separator: ", ") }
+        let names = study.levelNames
         var order = SeededGenerator(seed: plan.seed, stream: "study-order")
         var seeds = SeededGenerator(seed: plan.seed, stream: "study-seeds")
         var runs = [StudyRun]()
@@ -135,12 +164,18 @@ extension Plan {
                 let index = runs.count
                 var p = variants[li]
                 p.seed = seeds.next() >> 33
+                p.studyRun = StudyMembership(study: study, level: names[li], index: index, block: block)
+                var tree = PlanReader.setting(trees[li], path: ["seed"], value: String(p.seed))
+                if case .mapping(var tm) = tree {
+                    tm["studyRun"] = .mapping(Node.Mapping([("study", .mapping(studyNode)), ("level", Node(names[li])), ("index", Node(String(index))), ("block", Node(String(block)))]))
+                    tree = .mapping(tm)
+                }
                 let text: String
-                do { text = try Yams.serialize(node: PlanReader.setting(trees[li], path: ["seed"], value: String(p.seed))) } catch {
+                do { text = try Yams.serialize(node: tree) } catch {
                     throw PlanError(source: source, problems: [.init(path: "study", message: "cannot write run \(index + 1)'s plan: \(error)")])
                 }
                 runs.append(StudyRun(index: index, block: block, level: names[li], levelIndex: li,
-                                     settings: Dictionary(uniqueKeysWithValues: combos[li]), seed: p.seed,
+                                     settings: Dictionary(uniqueKeysWithValues: combos[li].map { ($0.path, $0.value) }), seed: p.seed,
                                      folder: String(format: "run-%02d-L%d", index + 1, li + 1), plan: p, yaml: text))
             }
         }
@@ -236,6 +271,26 @@ extension PlanReader {
     }
 
     mutating func fail(_ path: String, v: Node?, _ message: String) { fail(path, v, message) }
+
+    /// `studyRun:` (a run of a study, as `Plan.expandStudy` writes it): the study, this run's
+    /// level (one of the study's), its index in the run order and its block, all in range.
+    mutating func studyRun(_ node: Node, _ path: String, planName: String) -> StudyMembership? {
+        guard let m = mapping(node, path, known: ["study", "level", "index", "block"]) else { return nil }
+        for key in ["study", "level", "index", "block"] where m[key] == nil { fail("\(path).\(key)", node, "required (studyRun is written by herald-lab run STUDY and simulate STUDY)") }
+        let before = problems.count
+        guard let sn = m["study"], let study = self.study(sn, "\(path).study", planName: planName), problems.count == before else { return nil }
+        guard !study.factors.isEmpty else { fail("\(path).study.factors", sn, "required: the study's factors"); return nil }
+        let names = study.levelNames
+        var level: String?
+        if let n = m["level"], let s = string(n, "\(path).level", maxBytes: 1024) {
+            if names.contains(s) { level = s } else { fail("\(path).level", n, "\"\(s.prefix(64))\" is not one of the study's \(names.count) levels (\(names.prefix(8).joined(separator: "; "))\(names.count > 8 ? "; ..." : ""))") }
+        }
+        let runs = names.count * study.repeats
+        let index = m["index"].flatMap { integer($0, "\(path).index", in: 0...max(0, runs - 1)) }
+        let block = m["block"].flatMap { integer($0, "\(path).block", in: 0...max(0, study.repeats - 1)) }
+        guard let level, let index, let block else { return nil }
+        return StudyMembership(study: study, level: level, index: index, block: block)
+    }
 
     /// `study:` factors (plan paths and levels), repeats, margins.
     mutating func study(_ node: Node, _ path: String, planName: String) -> Study? {

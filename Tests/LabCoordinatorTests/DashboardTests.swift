@@ -1,7 +1,9 @@
 import XCTest
+import HeraldAnalysis
 import HeraldCore
 import LabHTTP
 import LabNet
+import LabNode
 import LabPlan
 @testable import LabCoordinator
 
@@ -133,14 +135,17 @@ final class DashboardTests: XCTestCase {
 
     func testAStrangerGetsNothingFromAnyDashboardRoute() async throws {
         let (c, client) = try await start()
-        let secrets = [runId, "secretagent", "secretdongle", "secretplan", "secret report", "secret bundle", "liveplan"]
+        let secrets = [runId, "secretagent", "secretdongle", "secretplan", "secret report", "secret bundle", "liveplan", "secretstudy"]
+        // A run of a study (its plan text names the study): the study's page shows a stranger nothing either.
+        let study = try XCTUnwrap(try Plan.expandStudy(yaml: studyYAML(name: "secretstudy", repeats: 1)).runs.first)
+        try c.save(RunRecord(id: "secretstudy-run", plan: "studyplan", planText: study.yaml, state: .complete, created: 1_700_000_000, duration: 60, warmup: 0, air: nil, nodes: []))
         // Every dashboard route, each without a session, with a made-up one, and with bearer
         // credentials (the dashboard takes its cookie only).
         let strangers: [[String: String]] = [[:], ["Cookie": "heraldlab_session=" + String(repeating: "ab", count: 32)],
                                              ["Authorization": "Bearer \(operatorToken)"], ["Authorization": "Bearer \(scrapeToken)"]]
         XCTAssertGreaterThanOrEqual(Coordinator.dashboardRouteList.count, 12)
         for (method, pattern) in Coordinator.dashboardRouteList {
-            let path = pattern.replacingOccurrences(of: ":id", with: runId).replacingOccurrences(of: ":name", with: "report.html")
+            let path = pattern.replacingOccurrences(of: "/studies/:name", with: "/studies/secretstudy").replacingOccurrences(of: ":id", with: runId).replacingOccurrences(of: ":name", with: "report.html")
                 .replacingOccurrences(of: ":dongle", with: "F0:00:00:00:00:01")
             for headers in strangers {
                 var h = headers
@@ -281,5 +286,92 @@ final class DashboardTests: XCTestCase {
         let l = try XCTUnwrap(strips.track(long.id))
         XCTAssertEqual(l.window, 60)
         XCTAssertEqual(l.hits, ["n3\u{1F}n1": [45]], "minute 0 rolled out of the last 30 minutes")
+    }
+
+    func studyYAML(name: String, repeats: Int) -> String {
+        """
+        name: studyplan
+        duration: 2m
+        nodes: {count: 4, prefix: n}
+        radio: {kind: sim}
+        study: {name: \(name), factors: [{path: sensor.advertInterval, levels: [100ms, 2s]}], repeats: \(repeats)}
+        """
+    }
+
+    /// Finished runs of a study as `herald-lab run STUDY` submits them (each plan text with its
+    /// studyRun), their bundles simulated in-process where the coordinator keeps bundles.
+    func saveStudyRuns(_ c: Coordinator, _ runs: [StudyRun], prefix: String) throws {
+        for r in runs {
+            let id = "\(prefix)-2026010\(r.block)-00000\(r.index)-abcd"
+            let bundle = c.config.results.appendingPathComponent(id)
+            _ = try Simulation(plan: r.plan, planText: r.yaml, output: bundle, runId: id, threads: 1).run()
+            var rec = RunRecord(id: id, plan: "studyplan", planText: r.yaml, state: .complete, created: 1_700_000_100 + Double(r.index), duration: 120, warmup: 0, air: nil,
+                                nodes: r.plan.nodes.map { RunRecord.Node(name: $0.name, agent: "agent-\($0.name)", agentURL: "http://127.0.0.1:1", state: "complete", files: []) })
+            rec.bundle = bundle.path
+            try c.save(rec)
+        }
+    }
+
+    func testTrendsListsAFinishedStudyAndItsPageShowsTheEffects() async throws {
+        let (c, client) = try await start()
+        let (_, runs) = try Plan.expandStudy(yaml: studyYAML(name: "advstudy", repeats: 3))
+        try saveStudyRuns(c, runs, prefix: "advstudy")
+        // A valid plan without a study, finished: in no study.
+        try c.save(RunRecord(id: "plainplan-20260101-000000-abcd", plan: "plainplan", planText: "name: plainplan\nduration: 1m\nnodes: {count: 2}\n", state: .complete,
+                             created: 1_700_000_000, duration: 60, warmup: 0, air: nil, nodes: []))
+        // A second study with only its baseline's runs finished.
+        let half = try Plan.expandStudy(yaml: studyYAML(name: "halfstudy", repeats: 2)).runs.filter { $0.levelIndex == 0 }
+        try saveStudyRuns(c, half, prefix: "halfstudy")
+        let (cookie, _) = try await session(client)
+        let (status, body, _) = try await client.request("GET", "/trends", headers: ["Cookie": cookie])
+        XCTAssertEqual(status, 200)
+        let trends = String(decoding: body, as: UTF8.self)
+        XCTAssertTrue(trends.contains("<table id=\"studies\">"), trends)
+        XCTAssertTrue(trends.contains("href=\"/studies/advstudy\">advstudy</a>"))
+        XCTAssertTrue(trends.contains("100ms (3/3), 2s (3/3)"))
+        XCTAssertTrue(trends.contains("6 of 6 finished (6 planned)"))
+        XCTAssertTrue(trends.contains("href=\"/studies/halfstudy\">halfstudy</a>"))
+        XCTAssertTrue(trends.contains("100ms (2/2), 2s (0/2)"))
+        XCTAssertFalse(trends.contains("/studies/plainplan"), "a plan without a study is in no study")
+        XCTAssertFalse(trends.contains("/studies/secretplan"))
+        XCTAssertEqual(trends.components(separatedBy: "href=\"/studies/").count - 1, 3, "two studies linked by name, and the effects of the one that has them")
+        XCTAssertTrue(trends.contains(">compute</a>"), "nothing is bootstrapped before the study's page is asked for")
+        XCTAssertTrue(trends.contains("too few finished runs"))
+
+        let (ok, page, _) = try await client.request("GET", "/studies/advstudy", headers: ["Cookie": cookie])
+        XCTAssertEqual(ok, 200)
+        let html = String(decoding: page, as: UTF8.self)
+        XCTAssertTrue(html.contains("aria-label=\"forest plot\""), "the study report's forest plot")
+        XCTAssertTrue(html.contains("Pairing: <b>paired per dongle</b>"), "a crossover on the same agents, paired per unit")
+        for r in runs { XCTAssertTrue(html.contains(">\(r.plan.studyRun!.level)</td><td><a href=\"/runs/advstudy-"), "run \(r.index) listed with its level") }
+        // The effects are the analysis's own: the same comparison as compare computes from these bundles.
+        let done = try XCTUnwrap(c.dashboardStudies().first { $0.study.name == "advstudy" })
+        guard case .success(let outcome) = c.studyOutcome(done) else { return XCTFail("no outcome") }
+        XCTAssertEqual(outcome.effects.count, Metric.allCases.count)
+        XCTAssertTrue(html.contains(StudyReport.estimatesTable(outcome)), "each metric's estimates, difference with its 95 % interval, verdict, repeats advised")
+        XCTAssertTrue(html.contains(StudyReport.forestPlot(outcome)))
+        XCTAssertTrue(outcome.effects.contains { $0.ci95 != nil && $0.verdict != .noData }, "effects with intervals and verdicts")
+        // Computed once for this set of runs; the Trends page then shows the verdicts.
+        XCTAssertNotNil(c.dashboard.studies.cached(done.key, runs: done.finished.map(\.record.id).sorted()))
+        let (_, again, _) = try await client.request("GET", "/trends", headers: ["Cookie": cookie])
+        XCTAssertFalse(String(decoding: again, as: UTF8.self).contains(">compute</a>"), "the Trends page shows the cached verdicts")
+
+        let (_, halfPage, _) = try await client.request("GET", "/studies/halfstudy", headers: ["Cookie": cookie])
+        let halfHTML = String(decoding: halfPage, as: UTF8.self)
+        XCTAssertTrue(halfHTML.contains("id=\"toofew\""), halfHTML)
+        XCTAssertTrue(halfHTML.contains("level 2s has none"))
+        XCTAssertFalse(halfHTML.contains("forest plot"))
+        let (missing, _, _) = try await client.request("GET", "/studies/nostudy", headers: ["Cookie": cookie])
+        XCTAssertEqual(missing, 404)
+        let (bad, _, _) = try await client.request("GET", "/studies/..%2Fx", headers: ["Cookie": cookie])
+        XCTAssertTrue([400, 404].contains(bad))
+
+        // A restarted coordinator still knows which of its runs belong to which study (the plan text is in its store).
+        coordinators.removeAll { $0 === c }
+        await c.stop()
+        let restarted = try Coordinator(config: c.config, log: { _ in })
+        let known = restarted.dashboardStudies()
+        XCTAssertEqual(Set(known.map(\.study.name)), ["advstudy", "halfstudy"])
+        XCTAssertEqual(known.first { $0.study.name == "advstudy" }?.finished.count, 6)
     }
 }

@@ -133,6 +133,22 @@ final class LabProcesses {
         return box.value ?? (0, Data())
     }
 
+    /// A dashboard page as the operator's browser gets it: signed in with the operator's token.
+    func dashboard(_ path: String) -> (Int, String) {
+        let sem = DispatchSemaphore(value: 0)
+        let box = ResultBox<(Int, String)>()
+        let c = LabClient(base: URL(string: coordinatorURL)!, token: nil, timeout: 120)
+        let form = "credential=" + (token.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")
+        Task {
+            defer { sem.signal() }
+            guard let (_, _, h) = try? await c.request("POST", "/signin", body: Data(form.utf8), headers: ["Content-Type": "application/x-www-form-urlencoded"]),
+                  let cookie = h["set-cookie"]?.split(separator: ";").first else { return }
+            if let (s, d, _) = try? await c.request("GET", path, headers: ["Cookie": String(cookie)]) { box.value = (s, String(decoding: d, as: UTF8.self)) }
+        }
+        sem.wait()
+        return box.value ?? (0, "")
+    }
+
     func runRecord(_ id: String) -> [String: Any]? {
         let (s, d) = call("GET", "/v1/runs/\(id)")
         guard s == 200 else { return nil }

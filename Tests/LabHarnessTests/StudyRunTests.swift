@@ -66,6 +66,8 @@ final class StudyRunTests: XCTestCase {
             XCTAssertNil(submitted.study, "each run is sent as its own plan")
             XCTAssertEqual(submitted.seed, e.seed)
             XCTAssertEqual(submitted.sensor.advertInterval, e.level == "100ms" ? 0.1 : 1)
+            XCTAssertEqual(submitted.studyRun, e.plan.studyRun, "the coordinator keeps which study the run belongs to, its level and place")
+            XCTAssertEqual(submitted.studyRun?.study.name, "lab-study")
             if let assignment {
                 XCTAssertEqual(here, assignment, "\(e.folder): every node on the first run's agent")
                 XCTAssertEqual(submitted.agents.names, submitted.nodes.map { assignment[$0.name]! }, "\(e.folder): pinned to the first run's agents")
@@ -84,6 +86,18 @@ final class StudyRunTests: XCTestCase {
         let (cc, text) = try lab.cli(["compare", folder.path])
         XCTAssertEqual(cc, 0, text)
         XCTAssertTrue(text.contains("pairing: paired per dongle (4 dongles ran every level)"), text)
+        // The coordinator's dashboard finds the study among its runs and shows the same effects,
+        // computed from the bundles it holds: study.html's forest plot and estimates, verbatim.
+        let (status, page) = lab.dashboard("/studies/lab-study")
+        XCTAssertEqual(status, 200, page)
+        let report = try String(contentsOf: folder.appendingPathComponent("study.html"), encoding: .utf8)
+        let forest = try XCTUnwrap(report.range(of: "<svg").map { report[$0.lowerBound...] }.flatMap { r in r.range(of: "</svg>").map { String(r[..<$0.upperBound]) } })
+        XCTAssertTrue(page.contains(forest), "the forest plot of study.html")
+        let table = try XCTUnwrap(report.components(separatedBy: "<h2>Estimates</h2>\n").last?.components(separatedBy: "</table>\n").first)
+        XCTAssertTrue(page.contains(table + "</table>"), "the estimates of study.html")
+        XCTAssertTrue(page.contains("Pairing: <b>paired per dongle</b>"), page)
+        let (_, trends) = lab.dashboard("/trends")
+        XCTAssertTrue(trends.contains("100ms (3/3), 1s (3/3)"), trends)
     }
 
     /// A pinned agent lost in the first run: that run fails, and the next is refused with the

@@ -76,6 +76,51 @@ final class StudyPlanTests: XCTestCase {
         XCTAssertTrue(problems("groups: [{name: a, nodes: [n1, n2, n3]}, {name: b, nodes: [n4, n5]}]").contains { $0.contains("n6 is in no group") })
         XCTAssertTrue(problems("groups: [{name: a}]").contains { $0.hasPrefix("groups") })
     }
+
+    func testEachRunSaysWhichStudyItBelongsTo() throws {
+        let yaml = base + "study: {name: advstudy, factors: [{path: sensor.advertInterval, levels: [100ms, 1s]}], repeats: 3, margins: {detectionPct: 2}}\n"
+        let runs = try Plan.expandStudy(yaml: yaml).runs
+        for r in runs {
+            let tag = try XCTUnwrap(try Plan.parse(yaml: r.yaml).studyRun, "studyRun is in the text the coordinator keeps")
+            XCTAssertEqual(tag, r.plan.studyRun)
+            XCTAssertEqual(tag.study.name, "advstudy")
+            XCTAssertEqual(tag.study.levelNames, ["100ms", "1s"])
+            XCTAssertEqual(tag.study.margins, ["detectionPct": "2"])
+            XCTAssertEqual(tag.level, r.level)
+            XCTAssertEqual(tag.index, r.index)
+            XCTAssertEqual(tag.block, r.block)
+        }
+        // Two factors: the level is named as compare names it.
+        let two = base + "study: {factors: [{path: sensor.advertInterval, levels: [100ms, 1s]}, {path: radio.reportLoss, levels: [0.1, 0.3]}], repeats: 1}\n"
+        let tags = try Plan.expandStudy(yaml: two).runs.map { try Plan.parse(yaml: $0.yaml).studyRun }
+        XCTAssertEqual(Set(tags.compactMap { $0?.level }), ["sensor.advertInterval=100ms, radio.reportLoss=0.1", "sensor.advertInterval=100ms, radio.reportLoss=0.3",
+                                                           "sensor.advertInterval=1s, radio.reportLoss=0.1", "sensor.advertInterval=1s, radio.reportLoss=0.3"])
+        XCTAssertEqual(tags.first??.study.name, "adv", "the plan's name when the study has none")
+        // A plan without it is as before.
+        XCTAssertNil(try Plan.parse(yaml: base).studyRun)
+        let encoded = String(decoding: try JSONEncoder().encode(try Plan.parse(yaml: base)), as: UTF8.self)
+        XCTAssertFalse(encoded.contains("studyRun"), "a plan without studyRun encodes as before")
+    }
+
+    func testABadStudyRunIsRefusedNamingTheField() {
+        let study = "{name: s, factors: [{path: sensor.advertInterval, levels: [100ms, 1s]}], repeats: 2}"
+        func problems(_ tag: String) -> [String] {
+            do { _ = try Plan.parse(yaml: base + "studyRun: " + tag + "\n"); return [] } catch { return error.problems.map(\.description) }
+        }
+        XCTAssertEqual(problems("{study: \(study), level: 1s, index: 3, block: 1}"), [])
+        XCTAssertTrue(problems("{study: \(study), level: 2s, index: 0, block: 0}").contains { $0.hasPrefix("studyRun.level") && $0.contains("not one of the study's 2 levels") })
+        XCTAssertTrue(problems("{study: \(study), level: 1s, index: 4, block: 0}").contains { $0.hasPrefix("studyRun.index") && $0.contains("out of range") })
+        XCTAssertTrue(problems("{study: \(study), level: 1s, index: 0, block: 2}").contains { $0.hasPrefix("studyRun.block") })
+        XCTAssertTrue(problems("{study: \(study), level: 1s, index: -1, block: 0}").contains { $0.hasPrefix("studyRun.index") })
+        XCTAssertTrue(problems("{study: \(study), level: 1s, index: 0}").contains { $0.hasPrefix("studyRun.block") && $0.contains("required") })
+        XCTAssertTrue(problems("{study: \(study), level: 1s, index: 0, block: 0, extra: 1}").contains { $0.hasPrefix("studyRun.extra") })
+        XCTAssertTrue(problems("{study: {name: \"../x\", factors: [{path: sensor.advertInterval, levels: [100ms, 1s]}]}, level: 1s, index: 0, block: 0}").contains { $0.hasPrefix("studyRun.study.name") })
+        XCTAssertTrue(problems("{study: {name: s}, level: 1s, index: 0, block: 0}").contains { $0.hasPrefix("studyRun.study.factors") })
+        XCTAssertTrue(problems("{study: {name: s, factors: [{path: name, levels: [a, b]}]}, level: a, index: 0, block: 0}").contains { $0.hasPrefix("studyRun.study.factors[0].path") })
+        XCTAssertTrue(problems("{study: \(study), level: \"\(String(repeating: "x", count: 2000))\", index: 0, block: 0}").contains { $0.hasPrefix("studyRun.level") && $0.contains("at most") })
+        XCTAssertTrue(problems("[1, 2]").contains { $0.hasPrefix("studyRun") })
+        XCTAssertTrue(problems("{study: \(study), level: 1s, index: 0, block: 0}\nstudy: \(study)").contains { $0.hasPrefix("studyRun") && $0.contains("not both") })
+    }
 }
 
 /// A study on a lab: each run's own plan text, the crossover and its pinned agents.

@@ -244,6 +244,23 @@ def main():
         shot("07-run-aborted.png")
         wait("the second herald-lab run to exit", 60, lambda: run2.poll() is not None)
 
+        # A study run on the lab (two levels, one run each): Trends lists it, its page shows the effects.
+        plan3 = os.path.join(work, "study.yaml")
+        with open(plan3, "w") as f:
+            f.write("name: dashstudy\nduration: 10s\nwarmup: 2s\nnodes:\n  - {name: n1, position: [0, 0]}\n  - {name: n2, position: [1, 0]}\n"
+                    "  - {name: n3, position: [2, 0]}\nstudy:\n  factors:\n    - {path: sensor.advertInterval, levels: [100ms, 1s]}\n  repeats: 1\n")
+        study = subprocess.run([BIN, "run", plan3, "--coordinator", base, "--token-file", token_file, "--out", os.path.join(work, "studies")],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+        check(study.returncode == 0, f"herald-lab run STUDY on the lab (exit {study.returncode})" + ("" if study.returncode == 0 else ": " + study.stdout[-2000:]))
+        driver.get(base + "/trends")
+        check(wait("the study on Trends", 10, lambda: driver.find_elements(By.CSS_SELECTOR, "#studies a[href='/studies/dashstudy']")), "Trends: the study listed")
+        driver.get(base + "/studies/dashstudy")
+        check(wait("the forest plot", 60, lambda: driver.find_elements(By.CSS_SELECTOR, ".forest svg")), "Study: the forest plot of its effects")
+        check(len(driver.find_elements(By.CSS_SELECTOR, ".estimates tr")) > 1, "Study: each metric's estimates")
+        console_errors(driver, "Study")
+        same_origin_only(driver, base, "Study")
+        shot("08-study.png")
+
         # Sign out: the cookie opens nothing any more.
         driver.get(base + "/lab")
         driver.find_element(By.ID, "signout").click()
@@ -251,7 +268,7 @@ def main():
         status, headers, _ = fetch(base + "/lab", cookie=session)
         check(status == 303, "the old cookie opens nothing after sign-out")
         console_errors(driver, "sign-out")
-        shot("08-signed-out.png")
+        shot("09-signed-out.png")
     finally:
         driver.quit()
         for r in runs:
