@@ -137,9 +137,11 @@ extension BlueZTransport {
         }
         let props = objects[path, BlueZ.device] ?? [:]
         if props["Connected"]?.boolValue == true, props["ServicesResolved"]?.boolValue == true {
+            if !outgoing.contains(address) { borrowedLinks[address] = timeout }
             outgoing.insert(address)
             completion(.success(())); return
         }
+        borrowedLinks.removeValue(forKey: address)
         let started = dispatch.now
         var finished = false
         connectionAttempts += 1
@@ -205,8 +207,40 @@ extension BlueZTransport {
         devicePath(address).flatMap { objects.characteristicPath(device: $0, service: service, characteristic: characteristic) }
     }
 
+    /// A read on a link the peer opened (both nodes reading each other at once: guest run
+    /// bluez-trixie-010041, where alpha's reads of beta failed three times in a run because beta
+    /// closed the link it had opened, after its own read) is tried once more on a connection of
+    /// our own when the peer closed it under the read.
     public func read(_ address: RadioAddress, service: BluetoothUUID, characteristic uuid: BluetoothUUID,
                      completion: @escaping (Result<Data, TransportError>) -> Void) {
+        readOnce(address, service: service, characteristic: uuid) { [weak self] result in
+            guard let self, case .failure(let error) = result, let timeout = self.borrowedLinks.removeValue(forKey: address),
+                  Self.saysNotConnected(error) || self.linkIsDown(address) else { completion(result); return }
+            self.note("read from \(address) failed (\(error)) as the peer closed the link it had opened; connecting on our own and reading again")
+            self.outgoing.remove(address)
+            self.connect(address, timeout: timeout) { connected in
+                switch connected {
+                case .success: self.readOnce(address, service: service, characteristic: uuid, completion)
+                case .failure(let e): completion(.failure(e))
+                }
+            }
+        }
+    }
+
+    /// bluetoothd's answer to a GATT call on a link that has gone: NotConnected, or (5.82's
+    /// ReadValue) Failed "Not connected". Its PropertiesChanged may be handled after the answer.
+    static func saysNotConnected(_ error: TransportError) -> Bool {
+        if case .notConnected = error { return true }
+        return "\(error)".hasSuffix(": Not connected")
+    }
+
+    private func linkIsDown(_ address: RadioAddress) -> Bool {
+        guard case .success(let device) = devicePath(address) else { return true }
+        return objects[device, BlueZ.device]?["Connected"]?.boolValue != true
+    }
+
+    private func readOnce(_ address: RadioAddress, service: BluetoothUUID, characteristic uuid: BluetoothUUID,
+                          _ completion: @escaping (Result<Data, TransportError>) -> Void) {
         let path: String
         switch characteristic(address, service, uuid) {
         case .success(let p): path = p
@@ -241,6 +275,7 @@ extension BlueZTransport {
 
     public func disconnect(_ address: RadioAddress, completion: @escaping (Result<Void, TransportError>) -> Void) {
         outgoing.remove(address)
+        borrowedLinks.removeValue(forKey: address)
         guard case .success(let path) = devicePath(address) else { completion(.success(())); return }
         perform("Disconnect \(address)", completion) { bus in
             do {

@@ -17,7 +17,9 @@
 // passed on each Connect and waited. Outgoing connections that fail or time out
 // `connectStallAfter` (3) times in a row, to `connectStallPeers` (2) different peers or more, are
 // therefore the same signal: the same ladder, starting with a power-cycle, which flushes the
-// kernel's connections and pending LE actions for that adapter.
+// kernel's connections and pending LE actions for that adapter. The count survives bluetoothd
+// leaving the bus (the kernel's state does): `connectStallAcrossRestart` (2) failures in a row
+// before it left have the adapter power-cycled as soon as it is back.
 import DBus
 import Foundation
 import HeraldRadio
@@ -95,6 +97,20 @@ extension BlueZTransport {
         }
     }
 
+    /// bluetoothd is back (the adapter never went): outgoing connections that failed in a row
+    /// before it left still say the kernel no longer initiates, since a bluetoothd restart does not
+    /// clear that (a guest node measured nothing for 70 s after one, each Connect hanging while
+    /// discovery waited for it). The adapter is power-cycled now, rather than after
+    /// `connectStallAfter` more failures.
+    func stalledAcrossRestart() {
+        guard pendingRecovery == nil, connectFailures.count >= max(1, options.connectStallAcrossRestart) else { return }
+        let peers = Set(connectFailures).count
+        let reason = "\(connectFailures.count) outgoing connections in a row, to \(peers) peer(s), failed before bluetoothd left the bus; a bluetoothd restart does not clear a kernel that no longer initiates"
+        connectFailures.removeAll()
+        note("the adapter made no outgoing connection before bluetoothd restarted (\(reason))")
+        unresponsive(reason)
+    }
+
     /// The dongle no longer answers: the next rung of the ladder.
     func unresponsive(_ reason: String) {
         guard state == .poweredOn, pendingRecovery == nil, let bus, let adapter = adapterPath else { return }
@@ -114,6 +130,7 @@ extension BlueZTransport {
     /// Rung 1: Powered off, then on again by the transport's own re-establishing.
     private func powerCycle(_ bus: DBusConnection, _ adapter: String, _ reason: String) {
         ladder = 1
+        connectFailures.removeAll()
         begin("power-cycle", reason)
         establishFailuresDuringRecovery = 0
         note("recovery: dongle \(adapter) stopped answering (\(reason)); power-cycling it through bluetoothd (Adapter1.Powered off, then on)")
@@ -150,6 +167,7 @@ extension BlueZTransport {
             return
         }
         begin("usb-reset", reason)
+        connectFailures.removeAll()
         note("recovery: dongle \(adapter) still not answering (\(reason)); resetting its USB device (\(path): 0, then 1)")
         let pause = options.usbResetPause
         DispatchQueue.global().async { [weak self] in

@@ -42,6 +42,11 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         /// connection collision, see BlueZTransport+Recovery).
         public var connectStallAfter: Int = 3
         public var connectStallPeers: Int = 2
+        /// Failed outgoing connections in a row, before bluetoothd left the bus, that have the
+        /// adapter power-cycled as soon as bluetoothd is back: the kernel keeps its connection
+        /// state across a bluetoothd restart, so a stall goes on after it (healthy nodes of the
+        /// guest tier had at most 1 failure in a row; a stuck one 2 before the restart).
+        public var connectStallAcrossRestart: Int = 2
 
         public init(adapter: String = "hci0", busAddress: String? = nil, objectRoot: String = "/org/heraldlab/sensor",
                     callTimeout: TimeInterval = 10, recoveryInterval: TimeInterval = 3) {
@@ -97,6 +102,9 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     var advertisementCount = 0
     var resolveWaiters: [String: [(Bool) -> Void]] = [:]
     var outgoing: Set<RadioAddress> = []
+    /// Links a peer opened to us that a `connect` reused (with the timeout it was given): the peer
+    /// may close them under our GATT calls, and a read that fails so connects on our own.
+    var borrowedLinks: [RadioAddress: TimeInterval] = [:]
     /// Outgoing connection attempts in progress, and a discovery waiting for them to end.
     var connectionAttempts = 0
     var deferredScan: ScanFilter?
@@ -286,6 +294,7 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
             }
             adapterBack(adapter)
             if recovered { delegate?.transport(didUpdateState: .poweredOn) }
+            if recovered { stalledAcrossRestart() }
         case .failure(let error):
             if !waiters.isEmpty { note("adapter \(options.adapter) unavailable: \(error)") }
             if lostSince == nil, !waiters.isEmpty || wasReady { lostSince = (Date().timeIntervalSince1970, "\(error)") }
@@ -343,7 +352,7 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
             await self.onScheduler {
                 guard self.bus === bus else { return }
                 self.bus = nil
-                self.lost("the D-Bus connection closed")
+                self.lost("the D-Bus connection closed", kernelKeepsState: true)
             }
         }
         Task {
@@ -351,7 +360,7 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
                 let newOwner = signal.arguments.count > 2 ? signal.arguments[2].stringValue ?? "" : ""
                 await self.onScheduler {
                     guard self.bus === bus else { return }
-                    if newOwner.isEmpty { self.lost("bluetoothd left the bus") } else if self.wasReady, self.state != .poweredOn {
+                    if newOwner.isEmpty { self.lost("bluetoothd left the bus", kernelKeepsState: true) } else if self.wasReady, self.state != .poweredOn {
                         self.note("bluetoothd is back on the bus")
                         self.establish()
                     }
@@ -362,7 +371,9 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     }
 
     /// bluetoothd, the adapter or the bus went away: everything registered with bluetoothd is gone.
-    func lost(_ reason: String) {
+    /// `kernelKeepsState`: bluetoothd or the bus went, but not the adapter: the kernel's connection
+    /// state, and so the count of failed outgoing connections, carries over to its return.
+    func lost(_ reason: String, kernelKeepsState: Bool = false) {
         let wasOn = state == .poweredOn
         state = .unavailable
         adapterFailures = 0
@@ -375,7 +386,8 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         endDiscoveryAttempts(.adapterUnavailable(reason))
         connectionAttempts = 0
         connectEpoch &+= 1
-        connectFailures.removeAll()
+        if !kernelKeepsState { connectFailures.removeAll() }
+        borrowedLinks.removeAll()
         applicationRegistered = false
         advertisementRegistered = false
         for (_, waiters) in resolveWaiters { for w in waiters { w(false) } }

@@ -358,6 +358,65 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         XCTAssertTrue(log.contains("recovery: power-cycle succeeded"), log)
     }
 
+    /// The stall goes on across a bluetoothd restart (the kernel keeps it; guest run
+    /// bluez-bookworm-005400: gamma's Connects hung before and after the tier's bluetoothd kill
+    /// and it measured nothing for 70 s). Two failures before bluetoothd left are enough: the
+    /// adapter is power-cycled as soon as bluetoothd is back, not after three more failures.
+    func testConnectionsThatFailedBeforeABluetoothdRestartHaveTheAdapterPowerCycledOnItsReturn() async throws {
+        _ = try await fakeCall("StallConnects", [.bool(true)])
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        var options = recoveringOptions(sysfs: bus.directory.path)
+        options.unresponsiveAfter = 20
+        options.connectStallAfter = 3
+        options.connectStallPeers = 1
+        let transport = BlueZTransport(options: options, scheduler: scheduler)
+        let recoveries = Locked([DongleRecovery]())
+        scheduler.sync { transport.onRecovery = { r in recoveries.mutate { $0.append(r) } } }
+        let node = try makeNode(scheduler, transport, scan: "{on: 1s, rest: 0s, off: 1s}", connectionTimeout: "2s")
+        try await eventually("two connections failed", seconds: 60) { scheduler.sync { transport.condition ?? "" }.contains("2 outgoing connections failed in a row") }
+        XCTAssertTrue(recoveries.value.isEmpty, "no recovery before the third failure")
+        _ = try await fakeCall("Restart")
+        try await eventually("the payload read after the adapter was power-cycled", seconds: 90) {
+            scheduler.sync { node.value.status.payloadsRead } >= 1
+        }
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+        let r = try XCTUnwrap(recoveries.value.first)
+        XCTAssertEqual(r.action, "power-cycle")
+        XCTAssertTrue(r.ok, "\(r)")
+        XCTAssertTrue(r.reason.contains("failed before bluetoothd left the bus"), r.reason)
+        let state = try await fakeState()
+        XCTAssertEqual(state["restarts"] as? Int, 1)
+        XCTAssertEqual(state["power"] as? [Bool], [true, true, false, true], "powered after the restart, then the power-cycle")
+        let log = try String(contentsOf: directory.appendingPathComponent("log.txt"), encoding: .utf8)
+        XCTAssertTrue(log.contains("the adapter made no outgoing connection before bluetoothd restarted"), log)
+    }
+
+    /// Two nodes reading each other at once: the peer's link to us is up when our read starts, and
+    /// the peer closes it (its own read done) under our ReadValue, which bluetoothd answers
+    /// "Failed: Not connected" (guest run bluez-trixie-010041: alpha never read beta in a run).
+    /// The read is tried again on a connection of our own, and the payload is read the first time.
+    func testAReadOnALinkThePeerClosesIsTriedAgainOnAConnectionOfOurOwn() async throws {
+        _ = try await fakeCall("PeerLink")
+        let scheduler = DispatchScheduler(label: "test.bluez")
+        let transport = BlueZTransport(options: .init(adapter: "hci0", busAddress: bus.address, recoveryInterval: 0.3), scheduler: scheduler)
+        let node = try makeNode(scheduler, transport)
+        try await eventually("the payload read", seconds: 30) { scheduler.sync { node.value.status.payloadsRead } >= 1 }
+        scheduler.sync {
+            node.value.stop()
+            transport.close()
+        }
+        let state = try await fakeState()
+        XCTAssertEqual(state["peerLinkDrops"] as? Int, 1, "the read started on the peer's link")
+        XCTAssertEqual(state["connects"] as? Int, 1, "then one connection of our own")
+        XCTAssertEqual(state["reads"] as? Int, 1)
+        let log = try String(contentsOf: directory.appendingPathComponent("log.txt"), encoding: .utf8)
+        XCTAssertTrue(log.contains("as the peer closed the link it had opened; connecting on our own and reading again"), log)
+        XCTAssertFalse(log.contains("readPayload 11:22:33:44:55:66 failed"), log)
+    }
+
     /// Without a USB device behind the adapter (a virtual controller), the USB rung says why it
     /// cannot be climbed, and the node keeps trying.
     func testAUSBResetIsOnlyTriedWhereThereIsAUSBDevice() async throws {

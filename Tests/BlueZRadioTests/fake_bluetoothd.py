@@ -26,7 +26,12 @@ Test control at /org/heraldlab/fake (org.heraldlab.Fake):
                           connection collision: bluetoothd passes each Connect on and waits)
   Slow(s, d)              every call of a member is answered d seconds late (0: on time again), as
                           a bluetoothd busy with many adapters on a loaded host answers
-State() includes 'power' (every Powered value set), 'wedgedCalls', 'replugs' and 'stalledConnects'.
+  PeerLink()              the remote connects to us (Connected and ServicesResolved true without a
+                          Connect; at once, or when it is discovered), and closes that link at our next ReadValue, which then fails
+                          "Failed: Not connected" as bluetoothd 5.82 answers (two nodes reading
+                          each other at once)
+State() includes 'power' (every Powered value set), 'wedgedCalls', 'replugs', 'stalledConnects' and
+'peerLinkDrops'.
 
 Usage: fake_bluetoothd.py BUS_ADDRESS PAYLOAD_HEX RSSI_LIST(comma separated)
 """
@@ -53,9 +58,10 @@ class Fake:
         self.state = {'powerSets': 0, 'filter': None, 'discoveryStarts': 0, 'discoveryStops': 0,
                       'apps': [], 'adverts': [], 'unregistered': 0, 'connects': 0, 'disconnects': 0,
                       'reads': 0, 'writes': [], 'restarts': 0, 'power': [], 'wedgedCalls': 0, 'replugs': 0, 'appsRefused': 0,
-                      'stalledConnects': 0}
+                      'stalledConnects': 0, 'peerLinkDrops': 0}
         self.wedge = None   # (mode, sticky)
         self.stall_connects = False  # Connect never answered until a power-on
+        self.peer_link = False  # the remote's own link to us, closed at our next ReadValue
         self.beacon = None  # extra manufacturer data 0xFFFF of the remote
         self.fail = {}
         self.hang = set()   # methods whose next call is never answered (a controller that hangs)
@@ -104,8 +110,10 @@ class Fake:
                     'Address': Variant('s', REMOTE_ADDR), 'AddressType': Variant('s', 'random'),
                     'Adapter': Variant('o', ADAPTER), 'RSSI': Variant('n', rssi),
                     'ManufacturerData': Variant('a{qv}', self.manufacturer()),
-                    'UUIDs': Variant('as', [HERALD]), 'Connected': Variant('b', False),
-                    'ServicesResolved': Variant('b', False), 'Paired': Variant('b', False)}})
+                    'UUIDs': Variant('as', [HERALD]), 'Connected': Variant('b', self.peer_link),
+                    'ServicesResolved': Variant('b', self.peer_link), 'Paired': Variant('b', False)}})
+                if self.peer_link:
+                    self.add_services()
             else:
                 props = {'ManufacturerData': Variant('a{qv}', self.manufacturer())}
                 if self.objects[REMOTE]['org.bluez.Device1']['RSSI'].value != rssi:
@@ -135,6 +143,12 @@ class Fake:
         self.state['connects'] += 1
         await asyncio.sleep(0.05)
         self.changed(REMOTE, 'org.bluez.Device1', {'Connected': Variant('b', True)})
+        self.add_services()
+        await asyncio.sleep(0.05)
+        self.changed(REMOTE, 'org.bluez.Device1', {'ServicesResolved': Variant('b', True)})
+        self.bus.send(Message.new_method_return(msg))
+
+    def add_services(self):
         if SERVICE not in self.objects:
             self.added(SERVICE, {'org.bluez.GattService1': {'UUID': Variant('s', HERALD), 'Primary': Variant('b', True),
                                                             'Device': Variant('o', REMOTE)}})
@@ -144,9 +158,6 @@ class Fake:
             self.added(SIGNAL_CHAR, {'org.bluez.GattCharacteristic1': {
                 'UUID': Variant('s', 'f617b813-092e-437a-8324-e09a80821a11'), 'Service': Variant('o', SERVICE),
                 'Flags': Variant('as', ['write', 'write-without-response'])}})
-        await asyncio.sleep(0.05)
-        self.changed(REMOTE, 'org.bluez.Device1', {'ServicesResolved': Variant('b', True)})
-        self.bus.send(Message.new_method_return(msg))
 
     # --- registrations: call back into the app before replying, as bluetoothd does
     async def register_app(self, msg):
@@ -268,6 +279,12 @@ class Fake:
                 return Message.new_method_return(msg)
             if m == 'StallConnects':
                 self.stall_connects = bool(msg.body[0]); return Message.new_method_return(msg)
+            if m == 'PeerLink':
+                self.peer_link = True
+                if REMOTE in self.objects:  # else it appears connected when discovered
+                    self.add_services()
+                    self.changed(REMOTE, 'org.bluez.Device1', {'Connected': Variant('b', True), 'ServicesResolved': Variant('b', True)})
+                return Message.new_method_return(msg)
             if m == 'Beacon':
                 self.beacon = bytes(msg.body[0]); return Message.new_method_return(msg)
             if m == 'RemoveAdapter':
@@ -349,6 +366,11 @@ class Fake:
         if iface == 'org.bluez.GattCharacteristic1':
             if not self.objects[REMOTE]['org.bluez.Device1']['Connected'].value:
                 return Message.new_error(msg, 'org.bluez.Error.NotConnected', 'Not connected')
+            if m == 'ReadValue' and path == PAYLOAD_CHAR and self.peer_link:
+                self.peer_link = False
+                self.state['peerLinkDrops'] += 1
+                self.changed(REMOTE, 'org.bluez.Device1', {'ServicesResolved': Variant('b', False), 'Connected': Variant('b', False)})
+                return Message.new_error(msg, 'org.bluez.Error.Failed', 'Not connected')
             if m == 'ReadValue' and path == PAYLOAD_CHAR:
                 self.state['reads'] += 1
                 return Message.new_method_return(msg, 'ay', [self.payload])

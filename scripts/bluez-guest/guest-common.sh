@@ -1,7 +1,17 @@
 # Sourced by the scripts that run inside the QEMU guest (run-in-guest.sh, run-dongles-in-guest.sh):
 # what both need before their lab starts. OUT, REPO and G are set by the sourcing script.
 pids=()
-finish() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
+# The chatty diagnostic logs (bluetoothd -d: about 4 MB a run, one write per line; the bus
+# monitor's objects) are written to the guest's own tmpfs and copied into OUT when the script
+# ends: each write to OUT goes over 9p to QEMU, and those writes had bluetoothd and dbus-monitor
+# among the guest's busiest processes on a loaded host (issue 20). A guest whose kernel dies
+# loses them; its console (kept by the host) has the kernel's trace.
+GUEST_LOGS=/tmp/hl-logs
+mkdir -p "$GUEST_LOGS"
+finish() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null
+  cp -f "$GUEST_LOGS"/* "$OUT"/ 2>/dev/null
+}
 trap finish EXIT
 step() { echo "[guest $(date +%T)] $*"; }
 wait_until() { # SECONDS DESCRIPTION COMMAND...
@@ -58,12 +68,12 @@ start_bluetoothd() {
   echo "{\"stack\": \"${HL_STACK:-bookworm}\", \"kernel\": \"$(uname -r)\", \"bluez\": \"$version\"}" > "$OUT/stack.json"
   step "bluetoothd -n -d -E"
   ( while true; do
-      "${BLUETOOTHD[@]}" -n -d -E >>"$OUT/bluetoothd.log" 2>&1
+      "${BLUETOOTHD[@]}" -n -d -E >>"$GUEST_LOGS/bluetoothd.log" 2>&1
       code=$?
       echo "[guest $(date +%T)] bluetoothd exited $code; restarting" | tee -a "$OUT/bluetoothd-restarts.log"
       sleep 1
     done ) & pids+=($!)
-  wait_until 60 "bluetoothd adapters" adapters_ready || { tail -20 "$OUT/bluetoothd.log"; exit 13; }
+  wait_until 60 "bluetoothd adapters" adapters_ready || { tail -20 "$GUEST_LOGS/bluetoothd.log"; exit 13; }
 }
 
 # addr NAME: the address controllers.py gave controller NAME.

@@ -13,7 +13,7 @@ start_system_bus
 
 # Objects bluetoothd adds and removes (devices found and gone, services resolved), for diagnosis
 # (all of its signals would double the bus's load in the guest: every advert changes a property).
-dbus-monitor --system "type='signal',sender='org.bluez',interface='org.freedesktop.DBus.ObjectManager'" >"$OUT/bluez-objects.log" 2>&1 & pids+=($!)
+dbus-monitor --system "type='signal',sender='org.bluez',interface='org.freedesktop.DBus.ObjectManager'" >"$GUEST_LOGS/bluez-objects.log" 2>&1 & pids+=($!)
 
 start_controllers "$G/model.json"
 start_bluetoothd
