@@ -1,16 +1,17 @@
 # Sourced by the scripts that run inside the QEMU guest (run-in-guest.sh, run-dongles-in-guest.sh):
 # what both need before their lab starts. OUT, REPO and G are set by the sourcing script.
 pids=()
-# The chatty diagnostic logs (bluetoothd -d: about 4 MB a run, one write per line; the bus
-# monitor's objects) are written to the guest's own tmpfs and copied into OUT when the script
-# ends: each write to OUT goes over 9p to QEMU, and those writes had bluetoothd and dbus-monitor
-# among the guest's busiest processes on a loaded host (issue 20). A guest whose kernel dies
-# loses them; its console (kept by the host) has the kernel's trace.
+# What is written all through a run (bluetoothd -d: about 4 MB, one write per line; the bus
+# monitor's objects; the lab's work folder: agents' data with every node log row, service logs)
+# goes to the guest's own tmpfs and is copied into OUT when the script ends: each write to OUT
+# goes over 9p to QEMU, and those writes had bluetoothd and dbus-monitor among the guest's
+# busiest processes on a loaded host (issue 20). Bundles are still gathered into OUT directly. A
+# guest whose kernel dies loses these; its console (kept by the host) has the kernel's trace.
 GUEST_LOGS=/tmp/hl-logs
 mkdir -p "$GUEST_LOGS"
 finish() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null
-  cp -f "$GUEST_LOGS"/* "$OUT"/ 2>/dev/null
+  cp -rf "$GUEST_LOGS"/. "$OUT"/ 2>/dev/null
 }
 trap finish EXIT
 step() { echo "[guest $(date +%T)] $*"; }

@@ -19,7 +19,7 @@ start_system_bus
 start_controllers "$G/model-dongles.json"
 start_bluetoothd
 
-W=$OUT/lab
+W=$GUEST_LOGS/lab  # copied into OUT/lab at the end (guest-common.sh)
 mkdir -p "$W/logs"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$W/token"
 C=http://127.0.0.1:8700

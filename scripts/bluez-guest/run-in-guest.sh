@@ -34,7 +34,7 @@ step "lab run: alpha=$(addr alpha) beta=$(addr beta) gamma=$(addr gamma)"
   sleep 0.5; wait_until 90 "bluetoothd back with its adapters" adapters_ready && date +%s.%N >"$OUT/bluetoothd-ready"
   step "bluetoothd is back with its adapters" ) & pids+=($!)
 cd "$REPO"
-ADAPTERS="$(addr alpha) $(addr beta) $(addr gamma)" BIN="$BIN" LAB_WORK="$OUT/lab" \
+ADAPTERS="$(addr alpha) $(addr beta) $(addr gamma)" BIN="$BIN" LAB_WORK="$GUEST_LOGS/lab" \
   scripts/lab.sh plans/bluez-3.yaml 3 "$OUT/results"
 status=$?
 step "lab run exited $status"
