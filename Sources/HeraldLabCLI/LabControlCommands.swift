@@ -85,7 +85,7 @@ struct RunsCommand: AsyncParsableCommand {
                 return
             }
             for r in runs {
-                let nodes = r.nodes.map { OutsideText.escaped("\($0.name)@\($0.agent) \($0.state)") }.joined(separator: ", ")
+                let nodes = r.nodes.map { OutsideText.escaped("\($0.name)@\($0.agent) \($0.state.rawValue)") }.joined(separator: ", ")
                 print("\(OutsideText.escaped(r.id))  \(r.state.rawValue)  \(nodes)\(r.message.map { "\n    \(OutsideText.escaped($0))" } ?? "")")
             }
         }

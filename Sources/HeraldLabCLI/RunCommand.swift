@@ -138,7 +138,7 @@ struct RunCommand: AsyncParsableCommand {
         let current = try await follow(client, record)
         guard current.state == .complete || current.state == .aborted else {
             log("herald-lab run: run \(current.id) \(current.state.rawValue): \(OutsideText.escaped(current.message ?? ""))")
-            for n in current.nodes where n.message != nil { log("  \(n.name) (agent \(n.agent), \(OutsideText.escaped(n.agentURL))): \(OutsideText.escaped(n.state)): \(OutsideText.escaped(n.message!))") }
+            for n in current.nodes where n.message != nil { log("  \(n.name) (agent \(n.agent), \(OutsideText.escaped(n.agentURL))): \(n.state.rawValue): \(OutsideText.escaped(n.message!))") }
             throw ExitCode(2)
         }
         let outDir = URL(fileURLWithPath: out)
@@ -281,7 +281,7 @@ struct RunCommand: AsyncParsableCommand {
         for n in r.nodes {
             let s = n.status
             // Names, agents and states are the agents' and the plan's text: escaped.
-            let (name, agent, state) = (OutsideText.escaped(n.name), OutsideText.escaped(n.agent), OutsideText.escaped(n.state))
+            let (name, agent, state) = (OutsideText.escaped(n.name), OutsideText.escaped(n.agent), n.state.rawValue)
             lines.append(String(format: "%@ %@ %@ %5d  %5d  %8d", name.padding(toLength: 15, withPad: " ", startingAt: 0), agent.padding(toLength: 15, withPad: " ", startingAt: 0),
                                 state.padding(toLength: 10, withPad: " ", startingAt: 0), s?.peersDetected ?? 0, s?.payloadsRead ?? 0, s?.rssiLastMinute ?? 0))
         }

@@ -374,7 +374,7 @@ extension Coordinator {
     /// (with its recoveries), and the run's outliers (a node that detected no other, or that no
     /// other detected) count towards quarantine; an outlier node is not `complete`.
     func judgeRun(_ r: inout RunRecord, detected: Set<String>) {
-        let nodes = r.nodes.filter { $0.dongle != nil && ($0.state == "complete" || $0.state == "partial") }.map(\.name)
+        let nodes = r.nodes.filter { $0.dongle != nil && $0.state.isGathered }.map(\.name)
         let outliers = DongleRules.outliers(nodes: nodes, detected: detected)
         for i in r.nodes.indices {
             guard let d = r.nodes[i].dongle else { continue }
@@ -384,13 +384,13 @@ extension Coordinator {
             }
             guard nodes.contains(r.nodes[i].name) else { continue }
             if let why = outliers[r.nodes[i].name] {
-                r.nodes[i].state = "partial"
+                r.nodes[i].state = .partial
                 r.nodes[i].message = [r.nodes[i].message, "its dongle looks faulty: \(why)"].compactMap { $0 }.joined(separator: "; ")
                 if let q = apply(.run(outlier: true, message: "outlier of node \(r.nodes[i].name): \(why)", run: r.id, evidence: nil), to: key) {
                     log("coordinator: dongle \(q) quarantined: the outlier of \(config.quarantineAfter) runs in a row")
                 }
             } else {
-                apply(.run(outlier: false, message: "node \(r.nodes[i].name) \(r.nodes[i].state)", run: r.id, evidence: nil), to: key)
+                apply(.run(outlier: false, message: "node \(r.nodes[i].name) \(r.nodes[i].state.rawValue)", run: r.id, evidence: nil), to: key)
             }
         }
     }

@@ -22,7 +22,7 @@ extension Coordinator {
             return failKeepingCopies(&r, "cannot create the bundle folder \(nodesDir.path): \(error.localizedDescription)")
         }
         // Nodes gathered already (a run gathered again) keep their verified files.
-        let todo = r.nodes.indices.filter { !["complete", "partial"].contains(r.nodes[$0].state) }
+        let todo = r.nodes.indices.filter { !r.nodes[$0].state.isGathered }
         let record = r
         let outcomes = await withTaskGroup(of: (Int, LabWire.FileList?, LabWire.ClockSample?, GatherRefusal?).self) { group in
             for i in todo {
@@ -41,7 +41,7 @@ extension Coordinator {
             if let clock { r.nodes[i].clockAfter = clock }
             let offset = LabWire.ClockSample.best([r.nodes[i].clockBefore, r.nodes[i].clockAfter].compactMap { $0 })?.offset ?? 0
             guard let list else {
-                r.nodes[i].state = "lost"
+                r.nodes[i].state = .lost
                 r.nodes[i].message = error?.message
                 if let error {
                     if error.diskFull { diskProblem = error.message } else if !error.notCalled { agentError(r.nodes[i].agent, "gathering run \(r.id): \(error.message)") }
@@ -49,7 +49,7 @@ extension Coordinator {
                 continue
             }
             if let f = list.failure, list.files.isEmpty {
-                r.nodes[i].state = "lost"
+                r.nodes[i].state = .lost
                 r.nodes[i].message = "the node failed and logged nothing: \(f)"
                 continue
             }
@@ -65,7 +65,7 @@ extension Coordinator {
             if let g = list.gaps, !g.isEmpty { why.append("\(g.count) gap(s) in the logs: " + g.map { String(format: "%.1f s (%@)", $0.to - $0.from, $0.reason) }.joined(separator: ", ")) }
             if list.aborted == true { why.append("stopped before the planned end") }
             if let w = list.writeError { why.append("log writes failed: \(w)") }
-            r.nodes[i].state = why.isEmpty ? "complete" : "partial"
+            r.nodes[i].state = why.isEmpty ? .complete : .partial
             r.nodes[i].message = why.isEmpty ? nil : why.joined(separator: "; ")
         }
         if let diskProblem { return failKeepingCopies(&r, "\(diskProblem) (gather again once there is room)") }
@@ -101,10 +101,10 @@ extension Coordinator {
         }
         // The archive.
         do { r.bundleSha256 = try archive(r.id) } catch { notes.append("cannot write \(r.id).tar.gz: \(error)") }
-        let gathered = r.nodes.filter { $0.state == "complete" || $0.state == "partial" }
+        let gathered = r.nodes.filter { $0.state.isGathered }
         if gathered.isEmpty { notes.append("no node could be gathered") }
         // A node with nothing gathered fails the run (docs/API.md): the bundle lacks it.
-        let lost = r.nodes.filter { $0.state == "lost" }
+        let lost = r.nodes.filter { $0.state == .lost }
         if !lost.isEmpty && !gathered.isEmpty { notes.append("lost: " + lost.map { "\($0.name) (\($0.message ?? "nothing gathered"))" }.joined(separator: ", ")) }
         r.bundle = bundle.path
         r.state = failure != nil || gathered.isEmpty || !lost.isEmpty ? .failed : (r.abortRequested == true ? .aborted : .complete)
@@ -295,7 +295,7 @@ extension Coordinator {
                 m.startDelayMs = late * 1000
                 delays.append(abs(late) * 1000)
             }
-            m.state = Manifest.NodeState(rawValue: n.state) ?? .lost
+            m.state = n.state.manifestState
             m.message = n.message
             m.gaps = n.gaps.map { $0.map { Manifest.Gap(from: Date(timeIntervalSince1970: $0.from), to: Date(timeIntervalSince1970: $0.to), reason: $0.reason) } }
             if let v = views.first(where: { $0.info.name == n.agent }) {

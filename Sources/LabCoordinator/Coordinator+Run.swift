@@ -122,9 +122,9 @@ extension Coordinator {
             if let error {
                 failures.append("agent \(r.nodes[i].agent) (\(r.nodes[i].agentURL)): \(error)")
                 r.nodes[i].message = error
-                if notCalled(r.nodes[i].agent, chosenAt: r.created) != nil { r.nodes[i].state = "lost" }
+                if notCalled(r.nodes[i].agent, chosenAt: r.created) != nil { r.nodes[i].state = .lost }
                 agentError(r.nodes[i].agent, error)
-            } else { r.nodes[i].state = "armed" }
+            } else { r.nodes[i].state = .armed }
         }
         if !failures.isEmpty {
             _ = await endBeforeStart(r, state: .failed, message: "arming failed: " + failures.joined(separator: "; "))
@@ -231,10 +231,10 @@ extension Coordinator {
             if run(r.id)?.abortRequested == true { r.abortRequested = true; update(r); return nil }
             let statuses = withLock { agentsStatus() }
             var changed = markNotCalled(&r)
-            for i in r.nodes.indices where r.nodes[i].state != "lost" {
+            for i in r.nodes.indices where r.nodes[i].state != .lost {
                 guard let s = statuses[r.nodes[i].agent], s.runId == r.id else { continue }
                 r.nodes[i].status = s
-                r.nodes[i].state = s.state.rawValue
+                r.nodes[i].state = RunRecord.NodeState(agent: s.state)
                 if r.nodes[i].startedAt == nil, let st = s.startedAt {
                     r.nodes[i].startedAt = st - (r.nodes[i].clockBefore?.offset ?? 0)
                 }
@@ -258,9 +258,9 @@ extension Coordinator {
     /// whether any node changed.
     func markNotCalled(_ r: inout RunRecord) -> Bool {
         var changed = false
-        for i in r.nodes.indices where r.nodes[i].state != "lost" {
+        for i in r.nodes.indices where r.nodes[i].state != .lost {
             guard let why = notCalled(r.nodes[i].agent, chosenAt: r.created) else { continue }
-            r.nodes[i].state = "lost"
+            r.nodes[i].state = .lost
             r.nodes[i].message = why
             changed = true
             log("coordinator: run \(r.id): node \(r.nodes[i].name) lost: \(why)")

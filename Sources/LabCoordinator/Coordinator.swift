@@ -250,7 +250,7 @@ public final class Coordinator: @unchecked Sendable {
         // Run ids are names on every agent's disk: at most 64 characters.
         let id = "\(plan.name.prefix(40))-\(stamp)-\(String(format: "%04x", UInt16.random(in: 0...UInt16.max, using: &rng)))"
         let nodes = zip(plan.nodes, selected).map { spec, agent in
-            RunRecord.Node(name: spec.name, agent: agent.name, agentURL: agent.url, state: "selected", files: [],
+            RunRecord.Node(name: spec.name, agent: agent.name, agentURL: agent.url, state: .selected, files: [],
                            dongle: agent.dongle, dongleHealth: dongleRecord(of: agent)?.health ?? (agent.dongle == nil ? nil : .unknown))
         }
         var record = RunRecord(id: id, plan: plan.name, planText: planText, state: .arming, created: now, duration: plan.duration,

@@ -194,6 +194,39 @@ public struct RunRecord: Codable, Sendable {
         public var isFinal: Bool { [.complete, .aborted, .failed, .cancelled].contains(self) }
     }
 
+    /// A node's state as the coordinator tracks it. The raw values are the wire's and the stored
+    /// rows' strings; a value outside these does not decode (a named error, not a guess).
+    public enum NodeState: String, Codable, Sendable, CaseIterable {
+        /// Chosen for the run, not yet armed.
+        case selected
+        /// The agent's own states, from its heartbeats and status while the run goes on.
+        case idle, armed, running, finished, failed
+        /// After gathering: every file, some (with gaps or problems said), or none.
+        case complete, partial, lost
+
+        public init(agent: LabWire.AgentState) {
+            switch agent {
+            case .idle: self = .idle
+            case .armed: self = .armed
+            case .running: self = .running
+            case .finished: self = .finished
+            case .failed: self = .failed
+            }
+        }
+
+        /// Its files are in the bundle (all of them, or some).
+        public var isGathered: Bool { self == .complete || self == .partial }
+
+        /// What the bundle's manifest says of it: a node not gathered is lost there.
+        public var manifestState: Manifest.NodeState {
+            switch self {
+            case .complete: .complete
+            case .partial: .partial
+            default: .lost
+            }
+        }
+    }
+
     public struct Node: Codable, Sendable {
         public var name: String
         public var agent: String
@@ -204,7 +237,7 @@ public struct RunRecord: Codable, Sendable {
         public var startedAt: Double?
         public var status: LabWire.AgentStatus?
         /// complete, partial or lost (after gathering), else the agent's state.
-        public var state: String
+        public var state: NodeState
         /// Periods without rows (coordinator clock).
         public var gaps: [LabWire.Gap]?
         /// How late the node started against its instant, in its own clock (seconds).

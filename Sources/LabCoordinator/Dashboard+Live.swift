@@ -133,7 +133,7 @@ extension Coordinator {
             if let p = s?.peers { peersOf[n.name] = Set(p) }
             let gaps = s?.gaps ?? n.gaps ?? []
             let age = lastSeen.map { t - $0 }
-            return LiveSnapshot.Node(name: n.name, agent: n.agent, state: n.state, peers: s?.peersDetected ?? 0, reads: s?.payloadsRead ?? 0,
+            return LiveSnapshot.Node(name: n.name, agent: n.agent, state: n.state.rawValue, peers: s?.peersDetected ?? 0, reads: s?.payloadsRead ?? 0,
                                      rssiPerMinute: s?.rssiLastMinute ?? 0, rssiTotal: s?.rssiTotal ?? 0, gaps: gaps.count,
                                      gapSeconds: gaps.reduce(0.0) { $0 + max(0, $1.to - $1.from) }, heartbeatAge: age,
                                      stale: !r.state.isFinal && (age ?? .infinity) > staleAfter, message: n.message ?? s?.message)

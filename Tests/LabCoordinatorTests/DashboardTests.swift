@@ -50,7 +50,7 @@ final class DashboardTests: XCTestCase {
         for name in ["report.html", "junit.xml", "summary.json"] { try Data("secret \(name) of \(runId)".utf8).write(to: report.appendingPathComponent(name)) }
         try Data("secret bundle".utf8).write(to: config.results.appendingPathComponent("\(runId).tar.gz"))
         var done = RunRecord(id: runId, plan: "secretplan", planText: "name: secretplan", state: .complete, created: 1_700_000_000, duration: 60, warmup: 0,
-                             air: nil, nodes: [RunRecord.Node(name: "n1", agent: "secretagent", agentURL: "http://127.0.0.1:1", state: "complete", files: [])])
+                             air: nil, nodes: [RunRecord.Node(name: "n1", agent: "secretagent", agentURL: "http://127.0.0.1:1", state: .complete, files: [])])
         done.bundle = runId
         done.passed = true
         try c.save(done)
@@ -266,7 +266,7 @@ final class DashboardTests: XCTestCase {
             let text = "name: strip\nduration: \(duration)\nwarmup: 2s\nnodes:\n  - {name: n1, position: [0, 0]}\n  - {name: n2, position: [1, 0]}\n  - {name: n3, position: [2, 0]}\n"
             let plan = try Plan.parse(yaml: text, source: "strip.yaml")
             var r = RunRecord(id: "strip-\(duration)", plan: "strip", planText: text, state: .running, created: 0, duration: plan.duration, warmup: 2, air: nil,
-                              nodes: plan.nodes.map { RunRecord.Node(name: $0.name, agent: "a-\($0.name)", agentURL: "http://127.0.0.1:1", state: "running", files: []) })
+                              nodes: plan.nodes.map { RunRecord.Node(name: $0.name, agent: "a-\($0.name)", agentURL: "http://127.0.0.1:1", state: .running, files: []) })
             r.startAt = 1000
             return (r, Dictionary(uniqueKeysWithValues: plan.nodes.map { ($0.name, $0.shortName) }))
         }
@@ -306,7 +306,7 @@ final class DashboardTests: XCTestCase {
             let bundle = c.config.results.appendingPathComponent(id)
             _ = try Simulation(plan: r.plan, planText: r.yaml, output: bundle, runId: id, threads: 1).run()
             var rec = RunRecord(id: id, plan: "studyplan", planText: r.yaml, state: .complete, created: 1_700_000_100 + Double(r.index), duration: 120, warmup: 0, air: nil,
-                                nodes: r.plan.nodes.map { RunRecord.Node(name: $0.name, agent: "agent-\($0.name)", agentURL: "http://127.0.0.1:1", state: "complete", files: []) })
+                                nodes: r.plan.nodes.map { RunRecord.Node(name: $0.name, agent: "agent-\($0.name)", agentURL: "http://127.0.0.1:1", state: .complete, files: []) })
             rec.bundle = bundle.path
             try c.save(rec)
         }

@@ -285,7 +285,7 @@ final class DongleHealthTests: XCTestCase {
         func run(_ id: String) -> RunRecord {
             var r = RunRecord(id: id, plan: "p", planText: "", state: .gathering, created: 0, duration: 60, warmup: 0, air: nil, nodes: [])
             r.nodes = (1...4).map { n in
-                RunRecord.Node(name: "n\(n)", agent: "a\(n)", agentURL: "", state: "complete", files: [],
+                RunRecord.Node(name: "n\(n)", agent: "a\(n)", agentURL: "", state: .complete, files: [],
                                dongle: c.withLock { c.dongles["F0:00:00:00:00:0\(n)"]?.info })
             }
             r.nodes[1].recoveries = [LabWire.Recovery(at: 5, action: "power-cycle", ok: true, reason: "3 calls to the adapter failed in a row", detail: "adapter /org/bluez/hci1 powered and ready again after 2.1 s")]
@@ -296,7 +296,7 @@ final class DongleHealthTests: XCTestCase {
         detected.insert("n3\u{1F}n1")
         var r1 = run("r1")
         c.judgeRun(&r1, detected: detected)
-        XCTAssertEqual(r1.nodes.map(\.state), ["complete", "complete", "partial", "complete"])
+        XCTAssertEqual(r1.nodes.map(\.state), [.complete, .complete, .partial, .complete])
         XCTAssertEqual(r1.nodes[2].message, "its dongle looks faulty: none of the 3 other nodes detected it, while they detected each other")
         var views = c.dongleViews(history: 10)
         XCTAssertEqual(views[1].history.map(\.kind), ["run", "recovery", "registered"])

@@ -94,7 +94,7 @@ final class IdentityRulesTests: XCTestCase {
         let plan = try Plan.parse(yaml: yaml, source: "idrules")
         let r = RunRecord(id: "idrules-\(UUID().uuidString.prefix(8))", plan: plan.name, planText: yaml, state: .arming, created: created, duration: plan.duration,
                           warmup: plan.warmup, air: nil,
-                          nodes: nodes.map { RunRecord.Node(name: $0.0, agent: $0.1, agentURL: "http://192.0.2.1:8701", state: "selected", files: []) })
+                          nodes: nodes.map { RunRecord.Node(name: $0.0, agent: $0.1, agentURL: "http://192.0.2.1:8701", state: .selected, files: []) })
         try c.save(r)
         return (r, plan)
     }
@@ -114,7 +114,7 @@ final class IdentityRulesTests: XCTestCase {
         XCTAssertNil(armed, "the run does not start")
         let after = try XCTUnwrap(c.run(r.id))
         XCTAssertEqual(after.state, .failed)
-        XCTAssertEqual(after.nodes.map(\.state), ["lost", "lost"])
+        XCTAssertEqual(after.nodes.map(\.state), [.lost, .lost])
         XCTAssertTrue(after.nodes[0].message?.hasPrefix("revoked: agent a1 was revoked") == true, after.nodes[0].message ?? "")
         XCTAssertTrue(after.nodes[1].message?.hasPrefix("revoked: agent a2 was enrolled again") == true, after.nodes[1].message ?? "")
         XCTAssertNil(after.nodes[0].clockBefore, "not even a clock probe")
@@ -128,11 +128,11 @@ final class IdentityRulesTests: XCTestCase {
         try enrol(c, "a2", at: t0)
         var (r, _) = try run(c, nodes: [("n1", "a1"), ("n2", "a2")], created: t0 + 1)
         r.state = .running
-        r.nodes = r.nodes.map { var n = $0; n.state = "running"; return n }
+        r.nodes = r.nodes.map { var n = $0; n.state = .running; return n }
         XCTAssertFalse(c.markNotCalled(&r), "nobody revoked: nothing changes")
         try c.revoke("a2")
         XCTAssertTrue(c.markNotCalled(&r))
-        XCTAssertEqual(r.nodes.map(\.state), ["running", "lost"], "the run goes on with n1")
+        XCTAssertEqual(r.nodes.map(\.state), [.running, .lost], "the run goes on with n1")
         XCTAssertTrue(r.nodes[1].message?.hasPrefix("revoked:") == true, r.nodes[1].message ?? "")
         // Gathering asks it nothing (no credential is sent: the refusal comes before any call).
         let (list, clock, refusal) = await c.gatherNode(r.id, r.nodes[1], chosenAt: r.created, into: dirs[0].appendingPathComponent("x"))

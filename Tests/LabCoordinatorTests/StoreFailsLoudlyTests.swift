@@ -37,4 +37,30 @@ final class StoreFailsLoudlyTests: XCTestCase {
             XCTAssertTrue("\(error)".hasPrefix("coordinator.sqlite: agent \"n1\" does not decode"), "\(error)")
         }
     }
+
+    /// Node states are an enum whose raw values are the strings stored and sent before: a stored
+    /// run from before decodes to the same states, and a state outside them is named, not guessed.
+    func testNodeStatesKeepTheirStringsAndAnUnknownOneIsNamed() throws {
+        let node = { (state: String) in
+            "{\"name\": \"n1\", \"agent\": \"a1\", \"agentURL\": \"http://127.0.0.1:1\", \"state\": \"\(state)\", \"files\": []}"
+        }
+        let record = { (state: String) in
+            "{\"id\": \"night-43\", \"plan\": \"p\", \"planText\": \"\", \"state\": \"complete\", \"created\": 1, \"duration\": 60, \"warmup\": 0, \"nodes\": [\(node(state))]}"
+        }
+        for state in ["selected", "idle", "armed", "running", "finished", "failed", "complete", "partial", "lost"] {
+            let r = try JSONDecoder().decode(RunRecord.self, from: Data(record(state).utf8))
+            XCTAssertEqual(r.nodes.first?.state.rawValue, state)
+            let again = try JSONEncoder().encode(r.nodes[0])
+            XCTAssertTrue(String(decoding: again, as: UTF8.self).contains("\"state\":\"\(state)\""), "the wire keeps the string")
+        }
+        XCTAssertEqual(RunRecord.NodeState.allCases.map(\.manifestState.rawValue),
+                       ["lost", "lost", "lost", "lost", "lost", "lost", "complete", "partial", "lost"])
+        let bad = record("gathered-ish").replacingOccurrences(of: "'", with: "''")
+        let (dir, s) = try store("run", damage: "INSERT INTO run(id, state, created, record) VALUES ('night-43', 'complete', 1, '\(bad)')")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        XCTAssertThrowsError(try s.runs()) { error in
+            XCTAssertTrue("\(error)".hasPrefix("coordinator.sqlite: run \"night-43\" does not decode"), "\(error)")
+            XCTAssertTrue("\(error)".contains("gathered-ish"), "the value is named: \(error)")
+        }
+    }
 }
