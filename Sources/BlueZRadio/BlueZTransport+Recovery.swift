@@ -22,14 +22,14 @@
 // before it left have the adapter power-cycled as soon as it is back.
 import DBus
 import Foundation
+import HeraldCore
 import HeraldRadio
 
 /// One recovery of a dongle: what was done, why, and whether the adapter came back.
 public struct DongleRecovery: Sendable, Equatable, Codable {
     /// Seconds since 1970, when it began.
     public var at: Double
-    /// `power-cycle` or `usb-reset`.
-    public var action: String
+    public var action: DongleRecoveryAction
     public var ok: Bool
     public var reason: String
     public var detail: String
@@ -43,7 +43,7 @@ extension BlueZTransport {
     enum AdapterCall { case none, probe, teardown }
 
     struct PendingRecovery {
-        var action: String
+        var action: DongleRecoveryAction
         var reason: String
         var started: Double
         var deadline: ScheduledTask?
@@ -118,7 +118,7 @@ extension BlueZTransport {
         if ladder == 1 { usbReset(adapter, reason) } else { powerCycle(bus, adapter, reason) }
     }
 
-    private func begin(_ action: String, _ reason: String) {
+    private func begin(_ action: DongleRecoveryAction, _ reason: String) {
         let started = Date().timeIntervalSince1970
         let deadline = dispatch.schedule(after: options.recoveryDeadline) { [weak self] in
             guard let self, self.pendingRecovery?.started == started else { return }
@@ -131,7 +131,7 @@ extension BlueZTransport {
     private func powerCycle(_ bus: DBusConnection, _ adapter: String, _ reason: String) {
         ladder = 1
         connectFailures.removeAll()
-        begin("power-cycle", reason)
+        begin(.powerCycle, reason)
         establishFailuresDuringRecovery = 0
         note("recovery: dongle \(adapter) stopped answering (\(reason)); power-cycling it through bluetoothd (Adapter1.Powered off, then on)")
         Task {
@@ -158,15 +158,15 @@ extension BlueZTransport {
         ladder = 2
         let name = String(adapter.split(separator: "/").last ?? "")
         guard options.usbReset else {
-            record(DongleRecovery(at: Date().timeIntervalSince1970, action: "usb-reset", ok: false, reason: reason, detail: "USB resets are off for this agent"))
+            record(DongleRecovery(at: Date().timeIntervalSince1970, action: .usbReset, ok: false, reason: reason, detail: "USB resets are off for this agent"))
             return
         }
         let path: String
         do { path = try SysfsBluetooth(root: options.sysfsRoot).authorizedPath(of: name) } catch {
-            record(DongleRecovery(at: Date().timeIntervalSince1970, action: "usb-reset", ok: false, reason: reason, detail: "\(error)"))
+            record(DongleRecovery(at: Date().timeIntervalSince1970, action: .usbReset, ok: false, reason: reason, detail: "\(error)"))
             return
         }
-        begin("usb-reset", reason)
+        begin(.usbReset, reason)
         connectFailures.removeAll()
         note("recovery: dongle \(adapter) still not answering (\(reason)); resetting its USB device (\(path): 0, then 1)")
         let pause = options.usbResetPause
@@ -191,7 +191,7 @@ extension BlueZTransport {
 
     /// Re-establishing failed during a power-cycle: after three tries, the USB rung.
     func adapterStillAway(_ error: TransportError) {
-        guard let p = pendingRecovery, p.action == "power-cycle" else { return }
+        guard let p = pendingRecovery, p.action == .powerCycle else { return }
         establishFailuresDuringRecovery += 1
         guard establishFailuresDuringRecovery >= 3 else { return }
         endRecovery(ok: false, "the adapter did not power on again (\(error))")

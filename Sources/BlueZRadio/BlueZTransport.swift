@@ -445,7 +445,7 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
                 deviceChanged(signal.path, changed)
             } else if interface == BlueZ.adapter, signal.path == adapterPath, changed.contains("Powered"),
                       objects[signal.path, BlueZ.adapter]?["Powered"]?.boolValue == false, state == .poweredOn {
-                lost(pendingRecovery?.action == "power-cycle" ? "adapter \(signal.path) power-cycled to recover it" : "adapter \(signal.path) was powered off")
+                lost(pendingRecovery?.action == .powerCycle ? "adapter \(signal.path) power-cycled to recover it" : "adapter \(signal.path) was powered off")
             }
         default:
             break

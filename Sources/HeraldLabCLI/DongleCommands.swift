@@ -125,8 +125,8 @@ struct DonglesList: AsyncParsableCommand {
         health += "; \(v.failures) failed check(s) and \(v.outliers) outlier run(s) in a row; seen \(when(v.firstSeen)) to \(when(v.lastSeen))"
         lines.append("    " + health)
         for e in v.history {
-            lines.append("    \(when(e.at)) \(e.kind.padding(toLength: 10, withPad: " ", startingAt: 0)) \(e.ok ? "ok  " : "FAIL") \(e.message)\(e.run.map { " [run \($0)]" } ?? "")")
-            if let evidence = e.evidence, e.kind == "health" || !e.ok { lines.append("        evidence: \(evidence)") }
+            lines.append("    \(when(e.at)) \(e.kind.rawValue.padding(toLength: 10, withPad: " ", startingAt: 0)) \(e.ok ? "ok  " : "FAIL") \(e.message)\(e.run.map { " [run \($0)]" } ?? "")")
+            if let evidence = e.evidence, e.kind == .health || !e.ok { lines.append("        evidence: \(evidence)") }
         }
         return lines.joined(separator: "\n")
     }

@@ -23,7 +23,7 @@ extension Coordinator {
                 let r = DongleRecord(id: key, info: info, at: t)
                 dongles[key] = r
                 let where_ = [info.host.map { "host \($0)" }, "agent \(agent)", info.adapter, info.usb.map { "USB port \($0.port)" }].compactMap { $0 }.joined(separator: ", ")
-                return (r, [LabWire.DongleEvent(kind: "registered", at: t, ok: true, message: "first seen: \(where_)")])
+                return (r, [LabWire.DongleEvent(kind: .registered, at: t, ok: true, message: "first seen: \(where_)")])
             }
             var events = [LabWire.DongleEvent]()
             let old = r.info
@@ -37,11 +37,11 @@ extension Coordinator {
                 r.health = .bad
                 r.healthSince = t
                 r.healthReason = "\(DongleRecord.cloneReason) \(key): at \(here) and at \(there); give one a new address (btmgmt public-addr, where its controller allows it) or unplug it, then release"
-                events.append(LabWire.DongleEvent(kind: "health", at: t, ok: false, message: "bad: \(r.healthReason ?? "")"))
+                events.append(LabWire.DongleEvent(kind: .health, at: t, ok: false, message: "bad: \(r.healthReason ?? "")"))
             } else if old.host != info.host || old.agent != info.agent || (info.usb != nil && old.usb?.port != info.usb?.port) {
                 let from = [old.host, old.agent, old.usb?.port].compactMap { $0 }.joined(separator: "/")
                 let to = [info.host, info.agent, info.usb?.port].compactMap { $0 }.joined(separator: "/")
-                events.append(LabWire.DongleEvent(kind: "moved", at: t, ok: true, message: "now \(to) (was \(from))"))
+                events.append(LabWire.DongleEvent(kind: .moved, at: t, ok: true, message: "now \(to) (was \(from))"))
             }
             if here != there {
                 r.previousPlace = there
@@ -74,7 +74,7 @@ extension Coordinator {
 
     func persistDongle(_ r: DongleRecord, _ events: [LabWire.DongleEvent]) {
         do { try store.saveDongle(r, events: events) } catch { log("coordinator: cannot save dongle \(r.id): \(error)") }
-        for e in events where e.kind != "preflight" && e.kind != "check" && e.kind != "run" {
+        for e in events where ![.preflight, .check, .run].contains(e.kind) {
             log("coordinator: dongle \(r.info.name) (\(r.id)): \(e.kind): \(e.message)")
         }
     }
@@ -129,7 +129,7 @@ extension Coordinator {
             if request.health == .unknown { r.failures = 0; r.outliers = 0 }
             dongles[key] = r
             let verb = request.health == .unknown && was == .bad ? "released" : request.health == .bad ? "quarantined" : "set to \(request.health.rawValue)"
-            return (r, LabWire.DongleEvent(kind: "health", at: t, ok: request.health.selectable,
+            return (r, LabWire.DongleEvent(kind: .health, at: t, ok: request.health.selectable,
                                            message: "\(request.health.rawValue): \(verb) by the operator (was \(was.rawValue))\(reason.map { ": \($0)" } ?? "")"))
         }
         guard let (r, e) = updated else { throw HTTPError(.notFound, "no dongle \(ref)") }
@@ -178,7 +178,7 @@ extension Coordinator {
     /// advertises its beacon and scans; the coordinator polls until every dongle has heard every
     /// other or `bound` has passed, stops them all and judges. `run` names the run for the
     /// history. Returns the verdicts in the candidates' order.
-    func runChecks(_ candidates: [CheckCandidate], bound: Double, id: String, kind: String, run: String?) async -> (verdicts: [LabWire.PreflightVerdict], quarantined: [String]) {
+    func runChecks(_ candidates: [CheckCandidate], bound: Double, id: String, kind: LabWire.DongleEventKind, run: String?) async -> (verdicts: [LabWire.PreflightVerdict], quarantined: [String]) {
         var rng = SystemRandomNumberGenerator()
         var beacons = [UInt32]()
         while beacons.count < candidates.count {
@@ -319,7 +319,7 @@ extension Coordinator {
             throw HTTPError(.conflict, "no dongle to check\(left.isEmpty ? "" : ": \(left.joined(separator: ", "))")")
         }
         let id = "check-\(Self.stamp(now))-\(String(format: "%04x", UInt16.random(in: 0...UInt16.max)))"
-        let (verdicts, quarantined) = await runChecks(candidates, bound: bound, id: id, kind: "check", run: nil)
+        let (verdicts, quarantined) = await runChecks(candidates, bound: bound, id: id, kind: .check, run: nil)
         return LabWire.CheckResult(id: id, verdicts: verdicts, quarantined: quarantined,
                                    message: left.isEmpty ? nil : "not checked: \(left.joined(separator: ", "))")
     }
@@ -336,7 +336,7 @@ extension Coordinator {
         let spares = r.spares ?? []
         let candidates = r.nodes.map { CheckCandidate(name: $0.dongle?.name ?? $0.agent, key: $0.dongle.map(DongleRecord.key), agent: $0.agent, url: $0.agentURL, host: $0.dongle?.host) }
             + spares.map { CheckCandidate(name: $0.dongle?.name ?? $0.agent, key: $0.dongle.map(DongleRecord.key), agent: $0.agent, url: $0.agentURL, host: $0.dongle?.host) }
-        let (verdicts, _) = await runChecks(candidates, bound: bound, id: "\(r.id.prefix(50))-pf", kind: "preflight", run: r.id)
+        let (verdicts, _) = await runChecks(candidates, bound: bound, id: "\(r.id.prefix(50))-pf", kind: .preflight, run: r.id)
         if Task.isCancelled { return nil }
         r.preflight = verdicts
         var passedSpares = spares.indices.filter { verdicts[r.nodes.count + $0].ok }

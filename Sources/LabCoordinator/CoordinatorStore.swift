@@ -102,7 +102,7 @@ final class CoordinatorStore: @unchecked Sendable {
     /// A dongle's record and new history events, in one transaction.
     func saveDongle(_ d: DongleRecord, events: [LabWire.DongleEvent] = []) throws {
         let row = DongleRow(id: d.id, name: d.info.name, health: d.health.rawValue, record: try Self.json(d))
-        let rows = try events.map { DongleEventRow(seq: nil, dongle: d.id, at: $0.at, kind: $0.kind, ok: $0.ok, run: $0.run, event: try Self.json($0)) }
+        let rows = try events.map { DongleEventRow(seq: nil, dongle: d.id, at: $0.at, kind: $0.kind.rawValue, ok: $0.ok, run: $0.run, event: try Self.json($0)) }
         try db.write { db in
             try row.upsert(db)
             for r in rows { try r.insert(db) }

@@ -110,7 +110,7 @@ extension Coordinator {
                 body += "<tr><td>\(Self.h(d.info.name))<br><span class=\"small\">\(Self.h(d.id))</span></td><td>\(Self.h(d.info.host ?? "–")) · \(Self.h(d.info.agent ?? "–")) <span class=\"small\">\(Self.h(d.agentState ?? ""))\(d.busyWith.map { ", busy with " + Self.h($0) } ?? "")</span></td>"
                 body += "<td class=\"small\">\(Self.time(d.healthSince))</td><td>\(Self.h(d.healthReason ?? "–"))</td><td class=\"num\">\(d.failures), \(d.outliers)</td><td><details><summary>\(d.history.count) events</summary><table>"
                 for e in d.history {
-                    body += "<tr><td class=\"small\">\(Self.time(e.at))</td><td>\(Self.h(e.kind))</td><td class=\"\(e.ok ? "pass" : "fail")\">\(e.ok ? "ok" : "failed")</td><td>\(Self.h(e.message))\(e.run.map { " (run \(Self.h($0)))" } ?? "")\(e.evidence.map { "<details><summary>evidence</summary><pre>\(Self.h($0))</pre></details>" } ?? "")</td></tr>"
+                    body += "<tr><td class=\"small\">\(Self.time(e.at))</td><td>\(e.kind.rawValue)</td><td class=\"\(e.ok ? "pass" : "fail")\">\(e.ok ? "ok" : "failed")</td><td>\(Self.h(e.message))\(e.run.map { " (run \(Self.h($0)))" } ?? "")\(e.evidence.map { "<details><summary>evidence</summary><pre>\(Self.h($0))</pre></details>" } ?? "")</td></tr>"
                 }
                 body += "</table></details></td><td>\(dongleButtons(d, s))</td></tr>"
             }

@@ -173,7 +173,7 @@ public enum DongleRules {
     /// What happened to a dongle, for its record.
     public enum Outcome: Sendable {
         /// A pre-flight check (`kind` "preflight", with its run) or a health check ("check").
-        case check(kind: String, ok: Bool, blame: Bool, message: String, run: String?, evidence: String?)
+        case check(kind: LabWire.DongleEventKind, ok: Bool, blame: Bool, message: String, run: String?, evidence: String?)
         /// A run it took part in: whether it was the run's outlier.
         case run(outlier: Bool, message: String, run: String, evidence: String?)
         /// Its node's radio recovered it (or tried).
@@ -198,16 +198,16 @@ public enum DongleRules {
                              recent: [LabWire.DongleEvent]) -> [LabWire.DongleEvent] {
         var events = [LabWire.DongleEvent]()
         let k = max(1, quarantineAfter)
-        func quarantine(_ why: String, _ kinds: Set<String>, _ count: Int) {
+        func quarantine(_ why: String, _ kinds: Set<LabWire.DongleEventKind>, _ count: Int) {
             guard record.health.selectable else { return }
             // The evidence: the failures the quarantine rests on, newest first.
             let failures = (events + recent).filter { kinds.contains($0.kind) && !$0.ok }.prefix(count)
-            let evidence = failures.map { ["at": String(format: "%.0f", $0.at), "kind": $0.kind, "run": $0.run ?? "", "message": $0.message, "evidence": $0.evidence ?? ""] }
+            let evidence = failures.map { ["at": String(format: "%.0f", $0.at), "kind": $0.kind.rawValue, "run": $0.run ?? "", "message": $0.message, "evidence": $0.evidence ?? ""] }
             let json = evidenceJSON(evidence)
             record.health = .bad
             record.healthReason = "quarantined: \(why)"
             record.healthSince = t
-            events.append(LabWire.DongleEvent(kind: "health", at: t, ok: false, message: "bad: quarantined automatically: \(why)", evidence: json))
+            events.append(LabWire.DongleEvent(kind: .health, at: t, ok: false, message: "bad: quarantined automatically: \(why)", evidence: json))
         }
         switch outcome {
         case .check(let kind, let ok, let blame, let message, let run, let evidence):
@@ -216,24 +216,24 @@ public enum DongleRules {
                 record.failures = 0
                 if record.health == .unknown {
                     record.health = .good
-                    record.healthReason = "passed its \(kind == "check" ? "health check" : "pre-flight check")"
+                    record.healthReason = "passed its \(kind == .check ? "health check" : "pre-flight check")"
                     record.healthSince = t
-                    events.append(LabWire.DongleEvent(kind: "health", at: t, ok: true, message: "good: \(record.healthReason!)", run: run))
+                    events.append(LabWire.DongleEvent(kind: .health, at: t, ok: true, message: "good: \(record.healthReason!)", run: run))
                 }
             } else if blame {
                 record.failures += 1
-                if record.failures >= k { quarantine("failed \(record.failures) checks in a row (last: \(message))", ["check", "preflight"], record.failures) }
+                if record.failures >= k { quarantine("failed \(record.failures) checks in a row (last: \(message))", [.check, .preflight], record.failures) }
             }
         case .run(let outlier, let message, let run, let evidence):
-            events.append(LabWire.DongleEvent(kind: "run", at: t, ok: !outlier, message: message, run: run, evidence: evidence))
+            events.append(LabWire.DongleEvent(kind: .run, at: t, ok: !outlier, message: message, run: run, evidence: evidence))
             if outlier {
                 record.outliers += 1
-                if record.outliers >= k { quarantine("the outlier of \(record.outliers) runs in a row (last: \(message))", ["run"], record.outliers) }
+                if record.outliers >= k { quarantine("the outlier of \(record.outliers) runs in a row (last: \(message))", [.run], record.outliers) }
             } else {
                 record.outliers = 0
             }
         case .recovery(let ok, let message, let run):
-            events.append(LabWire.DongleEvent(kind: "recovery", at: t, ok: ok, message: message, run: run))
+            events.append(LabWire.DongleEvent(kind: .recovery, at: t, ok: ok, message: message, run: run))
         }
         return events
     }

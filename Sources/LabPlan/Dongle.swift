@@ -141,26 +141,38 @@ extension LabWire {
     /// on through bluetoothd), `usb-reset` (sysfs `authorized` 0 then 1 of its USB device).
     public struct Recovery: Codable, Sendable, Equatable {
         public var at: Double
-        public var action: String
+        public var action: DongleRecoveryAction
         public var ok: Bool
         public var reason: String
         public var detail: String?
-        public init(at: Double, action: String, ok: Bool, reason: String, detail: String?) {
+        public init(at: Double, action: DongleRecoveryAction, ok: Bool, reason: String, detail: String?) {
             self.at = at; self.action = action; self.ok = ok; self.reason = reason; self.detail = detail
         }
     }
 
+    /// What an entry of a dongle's history records (the raw values are the wire's and the stored
+    /// rows' strings).
+    public enum DongleEventKind: String, Codable, Sendable, CaseIterable, CustomStringConvertible {
+        /// First seen; seen on another host, hub or agent.
+        case registered, moved
+        /// A health check, a run's pre-flight check, a run's verdict on it, a node's recovery of it.
+        case check, preflight, run, recovery
+        /// Its health changed (quarantined, released, maintenance).
+        case health
+
+        public var description: String { rawValue }
+    }
+
     /// One entry of a dongle's history on the coordinator.
     public struct DongleEvent: Codable, Sendable, Equatable {
-        /// registered, moved, check, preflight, run, recovery, health.
-        public var kind: String
+        public var kind: DongleEventKind
         public var at: Double
         public var ok: Bool
         public var message: String
         public var run: String?
         /// Evidence: what the check saw, the failures a quarantine rests on (JSON text).
         public var evidence: String?
-        public init(kind: String, at: Double, ok: Bool, message: String, run: String? = nil, evidence: String? = nil) {
+        public init(kind: DongleEventKind, at: Double, ok: Bool, message: String, run: String? = nil, evidence: String? = nil) {
             self.kind = kind; self.at = at; self.ok = ok; self.message = message; self.run = run; self.evidence = evidence
         }
     }

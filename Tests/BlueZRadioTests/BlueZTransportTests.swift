@@ -258,7 +258,7 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         try await eventually("first payload read") { scheduler.sync { node.value.status.payloadsRead } >= 1 }
 
         _ = try await fakeCall("Wedge", [.string("fail"), .bool(false)])
-        try await eventually("the dongle power-cycled") { recoveries.value.contains { $0.action == "power-cycle" } }
+        try await eventually("the dongle power-cycled") { recoveries.value.contains { $0.action == .powerCycle } }
         let r = try XCTUnwrap(recoveries.value.first)
         XCTAssertTrue(r.ok, "\(r)")
         XCTAssertTrue(r.reason.contains("2 calls to the adapter failed in a row"), r.reason)
@@ -306,11 +306,11 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         XCTAssertEqual(try String(contentsOf: authorized, encoding: .utf8), "1\n", "authorised again")
         // The kernel probes the device again: it leaves and comes back, same address.
         _ = try await fakeCall("Replug")
-        try await eventually("the USB reset reported as recovered", seconds: 30) { recoveries.value.contains { $0.action == "usb-reset" } }
-        let usb = try XCTUnwrap(recoveries.value.first { $0.action == "usb-reset" })
+        try await eventually("the USB reset reported as recovered", seconds: 30) { recoveries.value.contains { $0.action == .usbReset } }
+        let usb = try XCTUnwrap(recoveries.value.first { $0.action == .usbReset })
         XCTAssertTrue(usb.ok, "\(usb)")
         XCTAssertTrue(usb.reason.contains("calls to the adapter failed in a row"), usb.reason)
-        XCTAssertEqual(recoveries.value.first?.action, "power-cycle", "a power-cycle first")
+        XCTAssertEqual(recoveries.value.first?.action, .powerCycle, "a power-cycle first")
         let measuredBefore = scheduler.sync { node.value.status.rssiTotal }
         try await eventually("measuring again after the USB reset", seconds: 30) { scheduler.sync { node.value.status.rssiTotal } > measuredBefore + 3 }
         scheduler.sync {
@@ -347,7 +347,7 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
             transport.close()
         }
         let r = try XCTUnwrap(recoveries.value.first)
-        XCTAssertEqual(r.action, "power-cycle")
+        XCTAssertEqual(r.action, .powerCycle)
         XCTAssertTrue(r.ok, "\(r)")
         XCTAssertTrue(r.reason.hasPrefix("2 outgoing connections in a row, to 1 peer(s), failed"), r.reason)
         let state = try await fakeState()
@@ -384,7 +384,7 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
             transport.close()
         }
         let r = try XCTUnwrap(recoveries.value.first)
-        XCTAssertEqual(r.action, "power-cycle")
+        XCTAssertEqual(r.action, .powerCycle)
         XCTAssertTrue(r.ok, "\(r)")
         XCTAssertTrue(r.reason.contains("failed before bluetoothd left the bus"), r.reason)
         let state = try await fakeState()
@@ -437,7 +437,7 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
             transport.close()
         }
         let usb = recoveries.value[1]
-        XCTAssertEqual(usb.action, "usb-reset")
+        XCTAssertEqual(usb.action, .usbReset)
         XCTAssertFalse(usb.ok)
         XCTAssertTrue(usb.detail.contains("hci0 is not in"), usb.detail)
     }

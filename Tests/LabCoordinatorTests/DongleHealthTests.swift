@@ -131,26 +131,26 @@ final class DongleHealthTests: XCTestCase {
             let e = DongleRules.apply(o, to: &r, at: t, quarantineAfter: 2, recent: history)
             history = e.reversed() + history
         }
-        apply(.check(kind: "check", ok: true, blame: false, message: "passed", run: nil, evidence: nil), at: 1001)
+        apply(.check(kind: .check, ok: true, blame: false, message: "passed", run: nil, evidence: nil), at: 1001)
         XCTAssertEqual(r.health, .good, "a passing check makes an unknown dongle good")
-        apply(.check(kind: "preflight", ok: false, blame: false, message: "failed: nobody heard anybody", run: "r1", evidence: nil), at: 1002)
+        apply(.check(kind: .preflight, ok: false, blame: false, message: "failed: nobody heard anybody", run: "r1", evidence: nil), at: 1002)
         XCTAssertEqual(r.failures, 0, "a failure that blames no dongle does not count")
-        apply(.check(kind: "check", ok: false, blame: true, message: "failed: nobody heard it", run: nil, evidence: #"{"seenBy":[]}"#), at: 1003)
+        apply(.check(kind: .check, ok: false, blame: true, message: "failed: nobody heard it", run: nil, evidence: #"{"seenBy":[]}"#), at: 1003)
         XCTAssertEqual(r.health, .good)
         XCTAssertEqual(r.failures, 1)
-        apply(.check(kind: "preflight", ok: false, blame: true, message: "failed: nobody heard it", run: "r2", evidence: #"{"seenBy":[]}"#), at: 1004)
+        apply(.check(kind: .preflight, ok: false, blame: true, message: "failed: nobody heard it", run: "r2", evidence: #"{"seenBy":[]}"#), at: 1004)
         XCTAssertEqual(r.health, .bad)
         XCTAssertEqual(r.healthSince, 1004)
         XCTAssertEqual(r.healthReason, "quarantined: failed 2 checks in a row (last: failed: nobody heard it)")
         let q = try XCTUnwrap(history.first)
-        XCTAssertEqual(q.kind, "health")
+        XCTAssertEqual(q.kind, .health)
         XCTAssertFalse(q.ok)
         let evidence = try XCTUnwrap(JSONSerialization.jsonObject(with: Data((q.evidence ?? "").utf8)) as? [[String: String]])
         XCTAssertEqual(evidence.map { $0["kind"] }, ["preflight", "check"], "the two failures, newest first")
         XCTAssertEqual(evidence.first?["run"], "r2")
         XCTAssertEqual(evidence.first?["evidence"], #"{"seenBy":[]}"#)
         // Passing checks do not release it: the operator does.
-        apply(.check(kind: "check", ok: true, blame: false, message: "passed", run: nil, evidence: nil), at: 1005)
+        apply(.check(kind: .check, ok: true, blame: false, message: "passed", run: nil, evidence: nil), at: 1005)
         XCTAssertEqual(r.health, .bad)
         XCTAssertEqual(r.failures, 0)
     }
@@ -164,7 +164,7 @@ final class DongleHealthTests: XCTestCase {
         let events = DongleRules.apply(.run(outlier: true, message: "outlier of node n3", run: "r4", evidence: nil), to: &r, at: 4, quarantineAfter: 2, recent: [])
         XCTAssertEqual(r.health, .bad)
         XCTAssertEqual(r.healthReason, "quarantined: the outlier of 2 runs in a row (last: outlier of node n3)")
-        XCTAssertEqual(events.map(\.kind), ["run", "health"])
+        XCTAssertEqual(events.map(\.kind), [.run, .health])
     }
 
     // MARK: Selection and checks through agents
@@ -224,7 +224,7 @@ final class DongleHealthTests: XCTestCase {
         c.withLock { c.dongles[d2]?.previousSeen? -= DongleRecord.cloneWindow + 1 }
         report(2, by: "a2", host: "hostA")
         XCTAssertEqual(c.withLock { c.dongles[d2]?.health }, .unknown, "back at its first place long after: a move too")
-        XCTAssertEqual(c.dongleHistory(d2, limit: 10).filter { $0.kind == "moved" }.count, 2)
+        XCTAssertEqual(c.dongleHistory(d2, limit: 10).filter { $0.kind == .moved }.count, 2)
 
         let d1 = "F0:00:00:00:00:01"
         report(1, by: "a5", host: "hostB")
@@ -235,7 +235,7 @@ final class DongleHealthTests: XCTestCase {
         XCTAssertEqual(r.healthReason, "clone: two controllers report address F0:00:00:00:00:01: at hostA/a1 and at hostB/a5; "
                        + "give one a new address (btmgmt public-addr, where its controller allows it) or unplug it, then release")
         let events = c.dongleHistory(d1, limit: 10)
-        XCTAssertEqual(events.first?.kind, "health")
+        XCTAssertEqual(events.first?.kind, .health)
         XCTAssertEqual(events.first?.ok, false)
         XCTAssertThrowsError(try c.select(plan("{dongles: [d1, d3]}", nodes: 2))) { e in
             XCTAssertTrue("\(e)".contains("dongle d1 (F0:00:00:00:00:01) is bad: clone"), "\(e)")
@@ -288,7 +288,7 @@ final class DongleHealthTests: XCTestCase {
                 RunRecord.Node(name: "n\(n)", agent: "a\(n)", agentURL: "", state: .complete, files: [],
                                dongle: c.withLock { c.dongles["F0:00:00:00:00:0\(n)"]?.info })
             }
-            r.nodes[1].recoveries = [LabWire.Recovery(at: 5, action: "power-cycle", ok: true, reason: "3 calls to the adapter failed in a row", detail: "adapter /org/bluez/hci1 powered and ready again after 2.1 s")]
+            r.nodes[1].recoveries = [LabWire.Recovery(at: 5, action: .powerCycle, ok: true, reason: "3 calls to the adapter failed in a row", detail: "adapter /org/bluez/hci1 powered and ready again after 2.1 s")]
             return r
         }
         var detected = Set<String>()
@@ -299,7 +299,7 @@ final class DongleHealthTests: XCTestCase {
         XCTAssertEqual(r1.nodes.map(\.state), [.complete, .complete, .partial, .complete])
         XCTAssertEqual(r1.nodes[2].message, "its dongle looks faulty: none of the 3 other nodes detected it, while they detected each other")
         var views = c.dongleViews(history: 10)
-        XCTAssertEqual(views[1].history.map(\.kind), ["run", "recovery", "registered"])
+        XCTAssertEqual(views[1].history.map(\.kind), [.run, .recovery, .registered])
         XCTAssertEqual(views[1].history[1].message, "power-cycle worked: adapter /org/bluez/hci1 powered and ready again after 2.1 s (because 3 calls to the adapter failed in a row)")
         XCTAssertEqual(views[2].outliers, 1)
         XCTAssertEqual(views[2].health, .unknown)
@@ -341,11 +341,11 @@ final class DongleHealthTests: XCTestCase {
         XCTAssertEqual(d3.health, .bad)
         XCTAssertEqual(d3.failures, 2)
         XCTAssertTrue(d3.healthReason?.hasPrefix("quarantined: failed 2 checks in a row") == true, "\(d3.healthReason ?? "")")
-        XCTAssertEqual(d3.history.map(\.kind), ["health", "check", "check", "registered"])
+        XCTAssertEqual(d3.history.map(\.kind), [.health, .check, .check, .registered])
         XCTAssertTrue(d3.history[0].evidence?.contains("not advertising") == true, d3.history[0].evidence ?? "")
         XCTAssertTrue(d3.history[1].evidence?.contains(#""seenBy":[]"#) == true, d3.history[1].evidence ?? "")
         XCTAssertEqual(views.first { $0.info.name == "d1" }?.health, .good)
-        XCTAssertEqual(views.first { $0.info.name == "d1" }?.history.map(\.kind), ["check", "check", "health", "check", "registered"])
+        XCTAssertEqual(views.first { $0.info.name == "d1" }?.history.map(\.kind), [.check, .check, .health, .check, .registered])
     }
 }
 

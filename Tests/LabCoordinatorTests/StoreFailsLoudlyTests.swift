@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import LabPlan
 import XCTest
 @testable import LabCoordinator
 
@@ -62,5 +63,21 @@ final class StoreFailsLoudlyTests: XCTestCase {
             XCTAssertTrue("\(error)".hasPrefix("coordinator.sqlite: run \"night-43\" does not decode"), "\(error)")
             XCTAssertTrue("\(error)".contains("gathered-ish"), "the value is named: \(error)")
         }
+    }
+
+    /// A dongle's history kinds and a node's recovery actions keep their strings on the wire and
+    /// in stored rows; one outside them does not decode.
+    func testDongleEventKindsAndRecoveryActionsKeepTheirStrings() throws {
+        for kind in ["registered", "moved", "check", "preflight", "run", "recovery", "health"] {
+            let e = try JSONDecoder().decode(LabWire.DongleEvent.self, from: Data("{\"kind\": \"\(kind)\", \"at\": 1, \"ok\": true, \"message\": \"m\"}".utf8))
+            XCTAssertEqual(e.kind.rawValue, kind)
+        }
+        XCTAssertThrowsError(try JSONDecoder().decode(LabWire.DongleEvent.self, from: Data("{\"kind\": \"reboot\", \"at\": 1, \"ok\": true, \"message\": \"m\"}".utf8)))
+        for action in ["power-cycle", "usb-reset"] {
+            let r = try JSONDecoder().decode(LabWire.Recovery.self, from: Data("{\"at\": 1, \"action\": \"\(action)\", \"ok\": true, \"reason\": \"r\"}".utf8))
+            XCTAssertEqual(r.action.rawValue, action)
+            XCTAssertTrue(String(decoding: try JSONEncoder().encode(r), as: UTF8.self).contains("\"action\":\"\(action)\""))
+        }
+        XCTAssertThrowsError(try JSONDecoder().decode(LabWire.Recovery.self, from: Data("{\"at\": 1, \"action\": \"replug\", \"ok\": true, \"reason\": \"r\"}".utf8)))
     }
 }
