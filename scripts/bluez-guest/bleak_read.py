@@ -10,21 +10,35 @@ CONTROLLERS.json (entries with a "kind") advertise the service too; they are lef
 import asyncio, json, sys
 from bleak import BleakClient, BleakScanner
 from dbus_fast.aio import MessageBus
-from dbus_fast import BusType, Message
+from dbus_fast import BusType, Message, MessageType
 
 HERALD = '0000fcf6-0000-1000-8000-00805f9b34fb'
 PAYLOAD = '3e98c0f8-8f05-4829-a121-43e38f8933e7'
 
 
-async def adapter_named(address):
+async def adapter_named(address, wait=60):
+    """The hciN of the adapter with that address, asking bluetoothd again every 2 s for up to
+    `wait` s while it is away (6.1's kernel BUG in hci_chan_del kills it, and the tier restarts it
+    as systemd would: a loop run's bleak asked just then, got the bus's error reply and ended in a
+    traceback)."""
     bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
-    reply = await bus.call(Message(destination='org.bluez', path='/', interface='org.freedesktop.DBus.ObjectManager',
-                                   member='GetManagedObjects'))
-    for path, ifaces in reply.body[0].items():
-        a = ifaces.get('org.bluez.Adapter1')
-        if a and a['Address'].value.upper() == address.upper():
-            return path.rsplit('/', 1)[1]
-    raise SystemExit(f'no adapter with address {address}')
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while True:
+        reply = await bus.call(Message(destination='org.bluez', path='/', interface='org.freedesktop.DBus.ObjectManager',
+                                       member='GetManagedObjects'))
+        if reply.message_type == MessageType.ERROR:
+            why = f'{reply.error_name}: {reply.body[0] if reply.body else ""}'
+        else:
+            for path, ifaces in reply.body[0].items():
+                a = ifaces.get('org.bluez.Adapter1')
+                if a and a['Address'].value.upper() == address.upper():
+                    return path.rsplit('/', 1)[1]
+            why = f'no adapter with address {address}'
+        if loop.time() > deadline:
+            raise SystemExit(f'bleak: {why} (asked bluetoothd for {wait} s)')
+        print(f'bleak: {why}; asking bluetoothd again in 2 s', flush=True)
+        await asyncio.sleep(2)
 
 
 async def main(address, out, controllers=None):
