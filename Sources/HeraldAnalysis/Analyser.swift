@@ -82,9 +82,9 @@ public enum Analyser {
         // Herald orders formal-continuity by observer, then observed label.
         heraldPairs.sort { ($0.observer.sortIndex(devices), $0.observed) < ($1.observer.sortIndex(devices), $1.observed) }
 
-        let herald = mode("herald", n: n, cetotal: cetotal, pairs: heraldPairs, detected: heraldDetected,
+        let herald = mode(.herald, n: n, cetotal: cetotal, pairs: heraldPairs, detected: heraldDetected,
                           longevity: heraldLongevity(pairs, n: n, ceStartSec: ceStartSec, ceEndSec: ceEndSec))
-        let strict = mode("strict", n: n, cetotal: cetotal, pairs: strictPairs, detected: strictDetected,
+        let strict = mode(.strict, n: n, cetotal: cetotal, pairs: strictPairs, detected: strictDetected,
                           longevity: strictLongevity(pairs, n: n, cetotal: cetotal))
 
         // Beyond Herald, per pair.
@@ -180,7 +180,7 @@ public enum Analyser {
         return (summary, row, bytesRead, series)
     }
 
-    static func mode(_ name: String, n: Int, cetotal: Int, pairs: [AnalysisResult.PairWindows], detected: [[String]], longevity: (Int, Int)) -> AnalysisResult.Mode {
+    static func mode(_ name: AnalysisMode, n: Int, cetotal: Int, pairs: [AnalysisResult.PairWindows], detected: [[String]], longevity: (Int, Int)) -> AnalysisResult.Mode {
         let nn = n * (n - 1)
         let achieved = pairs.reduce(0) { $0 + $1.windows }
         let maxwindows = nn * cetotal

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -94,7 +95,8 @@ struct BundleManifest: Decodable {
         var os: String?
         var osVersion: String?
         var clockOffset: Double?
-        var state: String?
+        /// Not one of the states the coordinator writes: the manifest does not decode.
+        var state: BundleNodeState?
         var controller: [String: String]?
         // For the report only, so loose: any JSON (ReportContext reads what it can).
         var position: JSONValue?
@@ -122,7 +124,7 @@ struct BundleManifest: Decodable {
         var sensor: [String: JSONValue]?
     }
     var runId: String?
-    var mode: String?
+    var mode: BundleMode?
     var seed: UInt64?
     var createdAt: String?
     var contactEvent: Window?
@@ -273,7 +275,7 @@ enum InputLoader {
                 var infra = [String]()
                 for n in m.nodes ?? [] {
                     let name = String(n.name.prefix(64))
-                    if let st = n.state, st != "complete" { infra.append("node \(name): state \(String(st.prefix(32)))\(n.message?.text.map { " (\(String($0.prefix(160))))" } ?? "")") }
+                    if let st = n.state, st != .complete { infra.append("node \(name): state \(st)\(n.message?.text.map { " (\(String($0.prefix(160))))" } ?? "")") }
                     if case .array(let g)? = n.gaps, !g.isEmpty {
                         let reasons = Set(g.compactMap { gap -> String? in
                             guard case .object(let o) = gap else { return nil }
@@ -320,7 +322,7 @@ enum InputLoader {
             let node = manifest?.nodes?.first { $0.name == name }
             var device = DeviceInput(folder: name, url: url, model: name, os: node?.os ?? "", osVersion: node?.osVersion ?? "",
                                      shortName: node?.shortName ?? "", shift: 0 - (node?.clockOffset ?? 0), problems: [], root: path)
-            if let state = node?.state, state != "complete" { device.problems.append("node state is \(state) in the manifest") }
+            if let state = node?.state, state != .complete { device.problems.append("node state is \(state) in the manifest") }
             readDetection(&device)
             if let s = opts.timeshifts[name] ?? opts.timeshifts[device.shortName] { device.shift += s }
             devices.append(device)
@@ -328,7 +330,7 @@ enum InputLoader {
         if let m = manifest {
             for n in m.nodes ?? [] where !devices.contains(where: { $0.folder == n.name }) {
                 devices.append(DeviceInput(folder: n.name, url: devicesRoot.appendingPathComponent(n.name), model: n.name, os: n.os ?? "", osVersion: n.osVersion ?? "",
-                                           shortName: n.shortName ?? "", shift: 0, problems: ["node folder missing from the bundle (state \(n.state ?? "unknown"))"], root: path))
+                                           shortName: n.shortName ?? "", shift: 0, problems: ["node folder missing from the bundle (state \(n.state?.rawValue ?? "unknown"))"], root: path))
             }
             devices.sort { $0.folder < $1.folder }
         }

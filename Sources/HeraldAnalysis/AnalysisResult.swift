@@ -47,7 +47,7 @@ public struct AnalysisResult: Codable, Sendable {
 
     /// Headline figures of one mode.
     public struct Mode: Codable, Sendable {
-        public var mode: String
+        public var mode: AnalysisMode
         public var phonescount: Int
         public var maxpairs: Int
         public var achieveddetections: Int
@@ -140,4 +140,13 @@ public struct ChartData: Sendable {
 public struct AnalysisReport: Sendable {
     public var result: AnalysisResult
     public var charts: ChartData
+}
+
+/// The two ways the analyser counts (docs/METRICS.md): `herald` reproduces Herald's reference
+/// script; `strict` (judged) aligns windows to the contact-event start and uses millisecond times.
+public enum AnalysisMode: String, Codable, Sendable, CaseIterable, CustomStringConvertible {
+    case herald
+    case strict
+
+    public var description: String { rawValue }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 
 /// The buckets of the run-over-time charts: from the filter window's start (run time 0: the
 /// plan's start, warm-up included) to its end, at most `maximumBuckets` of a round width, so that
@@ -58,12 +59,12 @@ public struct ReportContext: Sendable {
     }
     public struct Node: Sendable {
         public var position: (x: Double, y: Double)?
-        public var state: String?
+        public var state: BundleNodeState?
         public var message: String?
         public var persona: String?
         public var gaps: [Gap] = []
     }
-    public var mode: String?
+    public var mode: BundleMode?
     public var description: String?
     public var duration: Double?
     public var warmup: Double?

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 
 /// The floor map from the manifest's node positions and RSSI against distance per pair.
 extension HTMLReport {
@@ -41,10 +42,10 @@ extension HTMLReport {
             let meanO = observer[i]?.meanContinuity ?? 0, meanD = observed[i]?.meanContinuity ?? 0
             let worst = min(meanO, meanD)
             let color = buckets.first { worst >= $0.min }?.color ?? buckets[buckets.count - 1].color
-            let state = report.charts.context.nodes[m.names[i]]?.state ?? "complete"
-            let ring = state == "complete" ? "#333" : "#c62828"
-            let title = "\(m.names[i]) at (\(HTMLReport.f(p.x, 1)), \(HTMLReport.f(p.y, 1))) m: sees others \(HTMLReport.f(meanO, 1))%, seen \(HTMLReport.f(meanD, 1))% (mean continuity)\(state == "complete" ? "" : ", state " + state)"
-            s += "<circle cx=\"\(n1(f.x(p.x)))\" cy=\"\(n1(py(p.y)))\" r=\"\(r)\" fill=\"\(color)\" stroke=\"\(ring)\" stroke-width=\"\(state == "complete" ? 1 : 2.5)\"><title>\(esc(title))</title></circle>"
+            let state = report.charts.context.nodes[m.names[i]]?.state ?? .complete
+            let ring = state == .complete ? "#333" : "#c62828"
+            let title = "\(m.names[i]) at (\(HTMLReport.f(p.x, 1)), \(HTMLReport.f(p.y, 1))) m: sees others \(HTMLReport.f(meanO, 1))%, seen \(HTMLReport.f(meanD, 1))% (mean continuity)\(state == .complete ? "" : ", state \(state)")"
+            s += "<circle cx=\"\(n1(f.x(p.x)))\" cy=\"\(n1(py(p.y)))\" r=\"\(r)\" fill=\"\(color)\" stroke=\"\(ring)\" stroke-width=\"\(state == .complete ? 1 : 2.5)\"><title>\(esc(title))</title></circle>"
             s += "<text x=\"\(n1(f.x(p.x)))\" y=\"\(n1(py(p.y) - r - 2))\" text-anchor=\"middle\" style=\"font-size:\(font)px\">\(esc(labels[i]))</text>"
         }
         let missing = positions.filter { $0 == nil }.count

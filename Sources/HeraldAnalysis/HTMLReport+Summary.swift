@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 
 /// The top of report.html: the verdict with its reasons summarised by check, the headline
 /// figures labelled with what good looks like, the plan's settings, and links to the
@@ -74,8 +75,8 @@ extension HTMLReport {
     static func headlineCards(_ r: AnalysisResult) -> String {
         var h = "<div class=\"cards\">"
         for m in [r.strict, r.herald] {
-            let judged = m.mode == "strict"
-            h += "<div class=\"card\"><span class=\"small\">\(esc(m.mode)) mode\(judged ? " (judged)" : " (Herald's script)")</span>"
+            let judged = m.mode == .strict
+            h += "<div class=\"card\"><span class=\"small\">\(m.mode) mode\(judged ? " (judged)" : " (Herald's script)")</span>"
             h += "<b>\(f(m.detectionpct))% detection</b>\(m.achieveddetections) of \(m.maxpairs) ordered pairs seen at least once <span class=\"small\">(100% is best)</span><br>"
             h += "<b>\(f(m.continuitypct, 3))% continuity</b>\(m.achievedwindows) of \(m.maxwindows) pair-windows of 30 s with an observation <span class=\"small\">(100% is best)</span><br>"
             h += "<b class=\"sub\">longevity change \(f(m.longevity, 4))</b><span class=\"small\">missed windows, % points: first hour against last hour (0 is best; Herald publishes 100 − this = \(f(100 - m.longevity, 4)))\(r.parameters.cetotal < 240 ? "; this contact event is under 2 h, so the hours overlap and the figure says little" : "")</span></div>"
@@ -109,7 +110,7 @@ extension HTMLReport {
         var rows = [(String, String)]()
         // Rows without a value are left out (a plain folder of logs has no manifest).
         if let plan = i.plan { rows.append(("plan", plan + ((i.variant ?? "").isEmpty ? "" : " (variant \(i.variant!))") + (ctx.description.map { ": " + $0 } ?? ""))) }
-        if let run = i.runId { rows.append(("run", "\(run) · \(ctx.mode ?? i.kind)\(i.createdAt.map { " · written \($0)" } ?? "")")) }
+        if let run = i.runId { rows.append(("run", "\(run) · \(ctx.mode?.rawValue ?? i.kind)\(i.createdAt.map { " · written \($0)" } ?? "")")) }
         if let seed = i.seed { rows.append(("seed", String(seed))) }
         var times = "contact event \(r.parameters.ceStart) to \(r.parameters.ceEnd) (\(r.parameters.cetotal) windows of 30 s)"
         if let d = ctx.duration { times = "duration \(seconds(d))" + (ctx.warmup.map { ", warm-up \(seconds($0))" } ?? "") + " · " + times }
@@ -156,7 +157,7 @@ extension HTMLReport {
         var rows = ""
         var count = 0
         for name in m.names {
-            guard let node = ctx.nodes[name], node.state != "complete" || !node.gaps.isEmpty || node.message != nil else { continue }
+            guard let node = ctx.nodes[name], node.state != .complete || !node.gaps.isEmpty || node.message != nil else { continue }
             count += 1
             var gaps = node.gaps.prefix(50).map { g in
                 let from = g.from.map { runTimeText($0 - origin) } ?? "?", to = g.to.map { runTimeText($0 - origin) } ?? "the end"
@@ -164,7 +165,7 @@ extension HTMLReport {
                 return "\(esc(from))–\(esc(to))\(esc(length)): \(esc(g.reason))"
             }.joined(separator: "<br>")
             if node.gaps.count > 50 { gaps += "<br>… \(node.gaps.count - 50) more (manifest.json)" }
-            rows += "<tr><td class=\"l\">\(esc(name))</td><td class=\"l \(node.state == "complete" ? "" : "fail")\">\(esc(node.state ?? "–"))</td><td class=\"l\">\(esc(node.message ?? ""))</td><td class=\"l\">\(gaps.isEmpty ? "none recorded" : gaps)</td></tr>"
+            rows += "<tr><td class=\"l\">\(esc(name))</td><td class=\"l \(node.state == .complete ? "" : "fail")\">\(esc(node.state?.rawValue ?? "–"))</td><td class=\"l\">\(esc(node.message ?? ""))</td><td class=\"l\">\(gaps.isEmpty ? "none recorded" : gaps)</td></tr>"
         }
         guard count > 0 else { return "<p>Every node is complete: the coordinator recorded no gap.</p>" }
         return "<p>\(count) node\(count == 1 ? "" : "s") not complete or with gaps (from the manifest; times in run time, h:mm:ss):</p><div class=\"scroll\"><table><tr><th class=\"l\">node</th><th class=\"l\">state</th><th class=\"l\">why</th><th class=\"l\">gaps: when and why</th></tr>" + rows + "</table></div>"

@@ -99,7 +99,7 @@ enum HTMLReport {
             let battery = d.batterySource.map { "\($0) \(f(d.batteryFirst, 0))→\(f(d.batteryLast, 0))%" } ?? "–"
             let node = ctx.nodes[d.folder]
             let position = node?.position.map { "\(f($0.x, 1)), \(f($0.y, 1))" } ?? "–"
-            s += "<tr><td>\(k + 1)</td><td class=\"l\">\(esc(d.folder))</td><td>\(d.index)</td><td class=\"l\">\(esc(d.model))</td><td class=\"l\">\(esc(d.os)) \(esc(d.osVersion))</td><td class=\"l\">\(esc(d.shortName))</td><td class=\"l\">\(esc(node?.state ?? "–"))</td><td class=\"l\">\(position)</td><td>\(f(d.shift, 3))</td><td>\(d.rows)</td><td>\(d.measureRows)</td><td>\(d.readRows)</td><td>\(d.shareRows)</td><td>\(d.malformedLines)</td><td class=\"l\">\(esc(battery))</td><td class=\"l\">\(esc(d.problems.joined(separator: "; ")))</td></tr>"
+            s += "<tr><td>\(k + 1)</td><td class=\"l\">\(esc(d.folder))</td><td>\(d.index)</td><td class=\"l\">\(esc(d.model))</td><td class=\"l\">\(esc(d.os)) \(esc(d.osVersion))</td><td class=\"l\">\(esc(d.shortName))</td><td class=\"l\">\(esc(node?.state?.rawValue ?? "–"))</td><td class=\"l\">\(position)</td><td>\(f(d.shift, 3))</td><td>\(d.rows)</td><td>\(d.measureRows)</td><td>\(d.readRows)</td><td>\(d.shareRows)</td><td>\(d.malformedLines)</td><td class=\"l\">\(esc(battery))</td><td class=\"l\">\(esc(d.problems.joined(separator: "; ")))</td></tr>"
         }
         return s + "</table></div><p class=\"small\"># is this page's order (natural: node2 before node10); Herald's # is the number in Herald's device labels and CSV files (alphabetical: node10 before node2).</p>"
     }

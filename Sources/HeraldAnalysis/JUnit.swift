@@ -81,14 +81,14 @@ enum JUnit {
 /// The lines `herald-lab analyse` and `herald-lab run` print; the bundle's text in them (run id,
 /// folders, problems) is escaped (`OutsideText`).
 public enum Summary {
-    public static func text(_ r: AnalysisResult, mode: String) -> String {
-        let m = mode == "herald" ? r.herald : r.strict
-        let other = mode == "herald" ? r.strict : r.herald
+    public static func text(_ r: AnalysisResult, mode: AnalysisMode) -> String {
+        let m = mode == .herald ? r.herald : r.strict
+        let other = mode == .herald ? r.strict : r.herald
         var lines = [String]()
         lines.append("\(r.input.kind) \(OutsideText.escaped(r.input.runId ?? r.input.path)): \(m.phonescount) devices, contact event \(r.parameters.ceStart) to \(r.parameters.ceEnd) (\(r.parameters.cetotal) windows)")
         lines.append(String(format: "%@ mode: detection %ld of %ld pairs (%.2f%%), continuity %ld of %ld windows (%.4f%%, missed %.5f%%), longevity %.4f",
-                            m.mode, m.achieveddetections, m.maxpairs, m.detectionpct, m.achievedwindows, m.maxwindows, m.continuitypct, m.deltacewindowspct, m.longevity))
-        lines.append(String(format: "%@ mode: detection %.2f%%, continuity %.4f%%, longevity %.4f", other.mode, other.detectionpct, other.continuitypct, other.longevity))
+                            m.mode.rawValue, m.achieveddetections, m.maxpairs, m.detectionpct, m.achievedwindows, m.maxwindows, m.continuitypct, m.deltacewindowspct, m.longevity))
+        lines.append(String(format: "%@ mode: detection %.2f%%, continuity %.4f%%, longevity %.4f", other.mode.rawValue, other.detectionpct, other.continuitypct, other.longevity))
         for d in r.devices where d.flagged { lines.append("flagged: \(OutsideText.escaped(d.folder)): \(OutsideText.escaped(d.problems.joined(separator: "; ")))") }
         let failed = r.checks.filter { !$0.passed }
         lines.append(r.passed ? "verdict: PASS (\(r.checks.count) checks)" : "verdict: FAIL (\(failed.count) of \(r.checks.count) checks failed; first: \(failed[0].name) \(OutsideText.escaped(failed[0].subject)): \(OutsideText.escaped(failed[0].message)))")

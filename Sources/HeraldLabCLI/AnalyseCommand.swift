@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import HeraldAnalysis
+import HeraldCore
 import LabHistory
 
 /// `herald-lab analyse PATH ...`
@@ -51,7 +52,9 @@ struct AnalyseCommand: ParsableCommand {
     var timings = false
 
     func run() throws {
-        guard mode == "herald" || mode == "strict" else { log("--mode must be herald or strict"); throw ExitCode(2) }
+        guard let mode = AnalysisMode(rawValue: mode) else {
+            log("--mode \"\(OutsideText.escaped(String(mode.prefix(32))))\": must be \(AnalysisMode.allCases.map(\.rawValue).joined(separator: " or "))"); throw ExitCode(2)
+        }
         var options = AnalysisOptions()
         func time(_ flag: String, _ value: String?) throws -> Double? {
             guard let value else { return nil }

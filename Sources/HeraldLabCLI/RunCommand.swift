@@ -160,7 +160,7 @@ struct RunCommand: AsyncParsableCommand {
         }
         if current.state == .aborted { log("herald-lab run: run \(current.id) was aborted; its bundle holds what the nodes logged until then") }
         if let summary = try? ReportWriter.readSummary(bundle.appendingPathComponent("report/summary.json")) {
-            print(Summary.text(summary, mode: "strict"))
+            print(Summary.text(summary, mode: .strict))
             print("report: \(bundle.appendingPathComponent("report/report.html").path)")
             try copyForCI(from: bundle.appendingPathComponent("report"))
             if !summary.passed { throw ExitCode(1) }

@@ -63,7 +63,7 @@ extension RunCommand {
         var outcomes = [LabRunOutcome]()
         func save() throws {
             var record = study.record(done: outcomes.count)
-            record.mode = "lab"
+            record.mode = .lab
             record.coordinator = coordinator
             record.crossover = design.isCrossover
             record.design = design.description

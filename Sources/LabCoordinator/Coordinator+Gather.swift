@@ -83,7 +83,7 @@ extension Coordinator {
             let report = try Analyser.analyse(bundle)
             try ReportWriter.write(report, to: bundle.appendingPathComponent("report"))
             r.passed = report.result.passed
-            r.headline = Summary.text(report.result, mode: "strict")
+            r.headline = Summary.text(report.result, mode: .strict)
             if plan.radio.kind == .bluez {
                 // The dongles' side of the run: their history, and the run's outliers.
                 let detected = Set(report.result.pairs.filter(\.detected).map { "\(($0.observer as NSString).lastPathComponent)\u{1F}\(($0.observed as NSString).lastPathComponent)" })
@@ -306,7 +306,7 @@ extension Coordinator {
             for f in n.files { m.files[f.name] = Manifest.FileEntry(bytes: f.bytes, sha256: f.sha256) }
             nodes.append(m)
         }
-        var manifest = Manifest(runId: r.id, createdAt: Date(), mode: "lab", seed: plan.seed, plan: plan, planText: r.planText,
+        var manifest = Manifest(runId: r.id, createdAt: Date(), mode: .lab, seed: plan.seed, plan: plan, planText: r.planText,
                                 contactEvent: plan.contactEvent(startingAt: Date(timeIntervalSince1970: startAt)), nodes: nodes)
         manifest.startAt = r.startAt.map { Date(timeIntervalSince1970: $0) }
         manifest.preflight = r.preflight

@@ -124,7 +124,7 @@ public final class Simulation {
             for (file, entry) in zip(NodeRunner.heraldFiles, hashes[k]) { node.files[file] = entry }
             manifestNodes.append(node)
         }
-        let manifest = Manifest(runId: runId, createdAt: end, mode: "simulate", seed: seed, plan: plan, planText: planText,
+        let manifest = Manifest(runId: runId, createdAt: end, mode: .simulate, seed: seed, plan: plan, planText: planText,
                                 contactEvent: plan.contactEvent(startingAt: plan.start), nodes: manifestNodes)
         try manifest.write(to: output.appendingPathComponent("manifest.json"))
         return Result(manifest: manifest, bundle: output, wallSeconds: Date().timeIntervalSince(wallStart),

@@ -37,7 +37,7 @@ public final class StudySimulation {
         public var study: String
         public var plan: String
         public var seed: UInt64
-        public var mode = "simulate"
+        public var mode = BundleMode.simulate
         public var factors: [Factor]
         public var levels: [String]
         public var repeats: Int

@@ -73,8 +73,8 @@ public struct Manifest: Codable, Sendable, Equatable {
     }
 
     /// complete: logs cover the whole run; partial: they have gaps (see `gaps`) or the run was
-    /// stopped early; lost: nothing could be gathered.
-    public enum NodeState: String, Codable, Sendable { case complete, partial, lost }
+    /// stopped early; lost: nothing could be gathered. HeraldCore's, shared with the analyser.
+    public typealias NodeState = BundleNodeState
 
     /// A period without rows the node can vouch for, in coordinator time.
     public struct Gap: Codable, Sendable, Equatable {
@@ -131,7 +131,7 @@ public struct Manifest: Codable, Sendable, Equatable {
     public var runId: String
     public var createdAt: Date
     public var software = Software()
-    public var mode: String
+    public var mode: BundleMode
     public var seed: UInt64
     public var plan: Plan
     public var planText: String
@@ -145,7 +145,7 @@ public struct Manifest: Codable, Sendable, Equatable {
     /// The dongles' pre-flight checks (radio bluez): who passed, who was left out and why.
     public var preflight: [LabWire.PreflightVerdict]?
 
-    public init(runId: String, createdAt: Date, mode: String, seed: UInt64, plan: Plan, planText: String, contactEvent: ContactEventWindow, nodes: [Node]) {
+    public init(runId: String, createdAt: Date, mode: BundleMode, seed: UInt64, plan: Plan, planText: String, contactEvent: ContactEventWindow, nodes: [Node]) {
         self.runId = runId
         self.createdAt = createdAt
         self.mode = mode

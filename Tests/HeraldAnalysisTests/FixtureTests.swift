@@ -63,7 +63,7 @@ final class FixtureTests: XCTestCase {
 
     func testStrictModeIsReportedBeside() throws {
         let s = try analyse().result.strict
-        XCTAssertEqual(s.mode, "strict")
+        XCTAssertEqual(s.mode, .strict)
         XCTAssertEqual(s.achieveddetections, 12)
         XCTAssertLessThanOrEqual(s.achievedwindows, s.maxwindows, "aligned windows can never exceed 100%")
         XCTAssertGreaterThan(s.continuitypct, 99.9)

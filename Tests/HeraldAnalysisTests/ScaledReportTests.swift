@@ -228,7 +228,7 @@ final class ScaledReportTests: XCTestCase {
         }
         let achieved = pairs.reduce(0) { $0 + $1.strictWindows }
         let maxpairs = count * (count - 1)
-        func mode(_ name: String) -> AnalysisResult.Mode {
+        func mode(_ name: AnalysisMode) -> AnalysisResult.Mode {
             .init(mode: name, phonescount: count, maxpairs: maxpairs, achieveddetections: detectedPairs.count, detectionpct: 100 * Double(detectedPairs.count) / Double(maxpairs),
                   maxwindows: maxpairs * cetotal, achievedwindows: achieved, continuitypct: 100 * Double(achieved) / Double(maxpairs * cetotal),
                   deltacewindowspct: 100 - 100 * Double(achieved) / Double(maxpairs * cetotal), windowsFirstHour: 0, windowsLastHour: 0, longevity: 0,
@@ -257,7 +257,7 @@ final class ScaledReportTests: XCTestCase {
         for (i, d) in devices.enumerated() {
             var node = ReportContext.Node()
             node.position = (Double(i % columns) * 2, Double(i / columns) * 2)
-            node.state = i == 2 ? "partial" : "complete"
+            node.state = i == 2 ? .partial : .complete
             if i == 2 { node.gaps = [.init(from: origin + 3 * 3600, to: origin + 4 * 3600, reason: "agent restarted")] }
             charts.context.nodes[d.folder] = node
         }
@@ -265,7 +265,7 @@ final class ScaledReportTests: XCTestCase {
         let result = AnalysisResult(
             input: InputDescription(path: "/tmp/synthetic-\(count)", kind: "bundle", runId: "synthetic-\(count)", plan: "synthetic"),
             parameters: .init(ceStart: "2026-01-01 00:01:00", ceEnd: "2026-01-01 08:01:00", filterStart: "2026-01-01 00:00:00", filterEnd: "2026-01-01 08:02:00", cetotal: cetotal),
-            devices: devices, herald: mode("herald"), strict: mode("strict"), pairs: pairs, thresholds: AnalysisThresholds(),
+            devices: devices, herald: mode(.herald), strict: mode(.strict), pairs: pairs, thresholds: AnalysisThresholds(),
             checks: ["n10 sees n1", "n2 sees n1"].map { .init(name: "timeToFirstRead", subject: $0, value: 130, limit: 120, passed: false, message: "130.00s, expected at most 120.00s") },
             passed: false, problems: ["n10: detection.csv is empty", "n2: detection.csv is empty"], elapsedSeconds: 1.5, bytesRead: 123_456_789)
         return AnalysisReport(result: result, charts: charts)

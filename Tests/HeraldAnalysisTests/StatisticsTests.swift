@@ -108,7 +108,7 @@ final class StatisticsTests: XCTestCase {
     }
 
     func testUndetectedPairsFailOnlyWhenThePlanAsksForEveryPair() {
-        let mode = AnalysisResult.Mode(mode: "strict", phonescount: 2, maxpairs: 2, achieveddetections: 1, detectionpct: 50, maxwindows: 4, achievedwindows: 2,
+        let mode = AnalysisResult.Mode(mode: .strict, phonescount: 2, maxpairs: 2, achieveddetections: 1, detectionpct: 50, maxwindows: 4, achievedwindows: 2,
                                        continuitypct: 50, deltacewindowspct: 50, windowsFirstHour: 0, windowsLastHour: 0, longevity: 0, pairs: [], detectedPairs: [])
         let seen = AnalysisResult.PairMetrics(observer: "a", observed: "b", detected: true, heraldWindows: 2, strictWindows: 2, strictScorePct: 100,
                                               timeToFirstDetection: 1, timeToFirstRead: 2, rssiSamples: 10, longestGap: 5)

@@ -30,7 +30,7 @@ final class HarnessTests: XCTestCase {
         XCTAssertTrue(output.contains("verdict: PASS"), output)
         let bundle = try FileManager.default.contentsOfDirectory(atPath: out.path).first { !$0.hasSuffix(".tar.gz") }!
         let m = try Manifest.read(from: out.appendingPathComponent("\(bundle)/manifest.json"))
-        XCTAssertEqual(m.mode, "lab")
+        XCTAssertEqual(m.mode, .lab)
         XCTAssertEqual(m.nodes.map(\.state), [.complete, .complete, .complete])
         XCTAssertEqual(Set(m.nodes.compactMap { $0.agent?.name }), ["agent1", "agent2", "agent3"])
         XCTAssertNotNil(m.startSkew)

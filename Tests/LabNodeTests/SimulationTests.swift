@@ -117,7 +117,7 @@ final class SimulationTests: XCTestCase {
         let result = try simulate(plan, text: text, into: "m")
         let m = try Manifest.read(from: result.bundle.appendingPathComponent("manifest.json"))
         XCTAssertEqual(m.format, "heraldlab-bundle/1")
-        XCTAssertEqual(m.mode, "simulate")
+        XCTAssertEqual(m.mode, .simulate)
         XCTAssertEqual(m.plan.name, "smoke")
         XCTAssertEqual(m.planText, text)
         XCTAssertEqual(m.contactEvent.start, plan.start.addingTimeInterval(10))

@@ -122,7 +122,7 @@ final class PlanTests: XCTestCase {
         let ce = plan.contactEvent(startingAt: plan.start)
         var node = Manifest.Node(name: "a", identifier: plan.nodes[0].identifier, shortName: plan.nodes[0].shortName, osVersion: "6.1", position: plan.nodes[0].position, radio: "sim")
         node.files["contacts.csv"] = .init(bytes: 10, sha256: "00")
-        let m = Manifest(runId: "r1", createdAt: plan.start, mode: "simulate", seed: 3, plan: plan, planText: "x", contactEvent: ce, nodes: [node])
+        let m = Manifest(runId: "r1", createdAt: plan.start, mode: .simulate, seed: 3, plan: plan, planText: "x", contactEvent: ce, nodes: [node])
         let json = String(decoding: try m.encoded(), as: UTF8.self)
         XCTAssertTrue(json.contains("\"start\" : \"2026-01-01T00:00:10.000Z\""), json)
         XCTAssertTrue(json.contains("\"format\" : \"heraldlab-bundle/1\""))
