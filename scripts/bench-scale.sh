@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How each cost grows with the number of nodes (make bench-scale): simulate a grid plan, analyse
 # its bundle, both timed with /usr/bin/time (wall and CPU seconds, peak resident memory), then arm
-# N heartbeating agents (herald-lab bench arm). Prints one table.
+# N heartbeating agents (herald-lab-bench arm). Prints one table.
 #   NODES="10 30 100 150"  DURATION=1h  AGENTS="10 100 1000"  BIN=.build/release/herald-lab
 # Bundles are deleted after analysis (a 100-node hour is several GB); KEEP=1 keeps them.
 set -u
@@ -41,7 +41,7 @@ PLAN
 done
 arms=()
 for a in $AGENTS; do
-  line=$("$BIN" bench arm --agents "$a" 2>&1 | grep -E "^arm [0-9]+ agents \(")
+  line=$("$(dirname "$BIN")/herald-lab-bench" arm --agents "$a" 2>&1 | grep -E "^arm [0-9]+ agents \(")
   t=$(echo "$line" | sed -n 's/.*: \([0-9.]*\) s (target.*/\1/p')
   rss=$(echo "$line" | sed -n 's/.*peak \([0-9]*\) MB.*/\1/p')
   arms+=("$(printf '%-7s %12s %16s' "$a" "${t:--}" "${rss:--}")")

@@ -10,7 +10,7 @@ import RadioAir
 import Glibc
 #endif
 
-/// `herald-lab bench arm`: N agents, each with its own HTTP listener, in this process,
+/// `herald-lab-bench arm`: N agents, each with its own HTTP listener, in this process,
 /// registered and heartbeating with a coordinator that runs as a process of its own (so that
 /// its memory is its own); the time from submitting a plan for all N to the run being armed
 /// and started, and the coordinator's resident memory.
@@ -38,12 +38,12 @@ struct BenchArm: AsyncParsableCommand {
         let air = AirServer(log: quiet)
         let airPort = try air.start(port: 0)
 
-        // The coordinator: this executable, as `herald-lab coordinator` (or another build's, to
-        // compare: HERALDLAB_BENCH_COORDINATOR=path/to/herald-lab).
+        // The coordinator: the herald-lab beside this executable, as `herald-lab coordinator` (or
+        // another build's, to compare: HERALDLAB_BENCH_COORDINATOR=path/to/herald-lab).
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         let portFile = dir.appendingPathComponent("coordinator.port")
         let coordinator = Process()
-        coordinator.executableURL = URL(fileURLWithPath: ProcessInfo.processInfo.environment["HERALDLAB_BENCH_COORDINATOR"] ?? Bench.executable)
+        coordinator.executableURL = URL(fileURLWithPath: ProcessInfo.processInfo.environment["HERALDLAB_BENCH_COORDINATOR"] ?? Bench.heraldLab)
         coordinator.arguments = ["coordinator", "--results", dir.appendingPathComponent("results").path, "--air", "127.0.0.1:\(airPort)",
                                  "--port-file", portFile.path]
         var env = ProcessInfo.processInfo.environment
@@ -74,12 +74,11 @@ struct BenchArm: AsyncParsableCommand {
             list.append(a)
         }
         log(String(format: "%d agents listening in %.2f s", agents, Date().timeIntervalSince(started)))
-        struct View: Decodable { var state: String }
         var alive = 0
         while alive < agents {
             try await Task.sleep(nanoseconds: 200_000_000)
-            let views: [View] = try await client.call("GET", "/v1/agents")
-            alive = views.filter { $0.state == "alive" }.count
+            let views: [Coordinator.AgentView] = try await client.call("GET", "/v1/agents")
+            alive = views.filter { $0.state == .alive }.count
             if Date().timeIntervalSince(started) > 120 { throw ValidationError("only \(alive) of \(agents) agents alive after 120 s") }
         }
         log(String(format: "%d agents registered and heartbeating every %g s after %.2f s", agents, heartbeat, Date().timeIntervalSince(started)))
@@ -87,7 +86,7 @@ struct BenchArm: AsyncParsableCommand {
         try await Task.sleep(nanoseconds: UInt64(max(settle, 2 * heartbeat) * 1e9))
         let columns = Int(Double(agents).squareRoot().rounded(.up))
         let plan = "name: arm\(agents)\nduration: 10s\nnodes: {count: \(agents), prefix: n, grid: {columns: \(columns), spacing: 2m}}\n"
-        struct Run: Decodable { var id: String; var state: String; var message: String? }
+        struct Run: Decodable { var id: String; var state: RunRecord.State; var message: String? }
         var times = [Double]()
         for attempt in 1...max(1, repeats) {
             let t0 = Date()
@@ -96,7 +95,7 @@ struct BenchArm: AsyncParsableCommand {
             guard status == 201, var run = try? LabJSON.decoder.decode(Run.self, from: body) else {
                 throw ValidationError("submit refused: HTTP \(status) \(String(decoding: body.prefix(300), as: UTF8.self))")
             }
-            while run.state == "arming" {
+            while run.state == .arming {
                 // Not more often: each answer encodes the whole run record (a thousand nodes).
                 try await Task.sleep(nanoseconds: 50_000_000)
                 run = try await client.call("GET", "/v1/runs/\(run.id)")
@@ -106,13 +105,13 @@ struct BenchArm: AsyncParsableCommand {
             times.append(armed)
             let rss = Bench.memory(of: coordinator.processIdentifier)
             log(String(format: "arm %d agents (clock probes, assignment, start instant to each): %.3f s (target <= 3 s); state %@; coordinator RSS %.0f MB, peak %.0f MB (target < 300 MB)",
-                       agents, armed, run.state, rss.current, rss.peak) + (run.state == "running" ? "" : ": \(run.message ?? "")"))
+                       agents, armed, run.state.rawValue, rss.current, rss.peak) + (run.state == .running ? "" : ": \(run.message ?? "")"))
             log(String(format: "  CPU while arming: coordinator %.2f s, agents' process %.2f s", cpu1.0 - cpu0.0, cpu1.1 - cpu0.1))
             if attempt < repeats {
                 // End the run at once so that the agents are free for the next.
                 _ = try? await client.request("POST", "/v1/runs/\(run.id)/abort")
                 var state = run.state
-                for _ in 0..<600 where !["complete", "aborted", "failed", "cancelled"].contains(state) {
+                for _ in 0..<600 where !state.isFinal {
                     try await Task.sleep(nanoseconds: 100_000_000)
                     state = (try? await client.call("GET", "/v1/runs/\(run.id)", as: Run.self))?.state ?? state
                 }
@@ -134,9 +133,11 @@ struct BenchArm: AsyncParsableCommand {
 }
 
 enum Bench {
-    /// This executable, to start other subcommands as processes.
-    static var executable: String {
-        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    /// The herald-lab built beside this executable (the same build folder), to start its
+    /// coordinator as a process of its own.
+    static var heraldLab: String {
+        let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: me).deletingLastPathComponent().appendingPathComponent("herald-lab").path
     }
 
     /// Raises the open-file limit to the hard limit: every in-process agent holds a listening

@@ -11,10 +11,22 @@ import RadioSim
 import Glibc
 #endif
 
-/// `herald-lab bench arm|gather|hash`: harness benchmarks (make bench). `arm` is in BenchArm.swift.
-struct BenchCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "bench", abstract: "Harness benchmarks (make bench).", shouldDisplay: false,
-                                                    subcommands: [BenchArm.self, Gather.self, Hash.self])
+/// `herald-lab-bench`: the harness benchmarks `make bench` runs (arm, gather, hash), a program of
+/// their own so that the herald-lab a node installs (the .deb) carries no benchmark code. Figures
+/// and ratios are printed, never asserted. `arm` is in BenchArm.swift.
+@main
+struct HeraldLabBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "herald-lab-bench",
+        abstract: "HeraldLab's harness benchmarks (make bench): figures, never asserted.",
+        subcommands: [BenchArm.self, BenchCommand.Gather.self, BenchCommand.Hash.self])
+}
+
+/// A line on stderr.
+func log(_ text: String) {
+    FileHandle.standardError.write(Data((text + "\n").utf8))
+}
+
+enum BenchCommand {
 
     struct Hash: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "SHA-256 speed on a file.")
