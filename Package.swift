@@ -8,6 +8,8 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "herald-lab", targets: ["HeraldLabCLI"]),
+        // The harness benchmarks (make bench), out of the product herald-lab.
+        .executable(name: "herald-lab-bench", targets: ["HeraldLabBench"]),
         .library(name: "HeraldSensor", targets: ["HeraldSensor"]),
         .library(name: "HeraldAnalysis", targets: ["HeraldAnalysis"]),
         .library(name: "LabNode", targets: ["LabNode"]),
@@ -21,6 +23,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         // MARK: The release and the commit a binary was built from (a build-time plugin writes the commit).
@@ -67,6 +71,13 @@ let package = Package(
         // MARK: The herald-lab command.
         .executableTarget(name: "HeraldLabCLI", dependencies: [
             "LabBuildInfo", "LabNode", "LabPlan", "HeraldLogs", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP", "LabNet", "BlueZRadio",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ]),
+        // MARK: The harness benchmarks (herald-lab-bench arm|gather|hash; make bench): not in the product.
+        .executableTarget(name: "HeraldLabBench", dependencies: [
+            "HeraldCore", "LabAgent", "LabCoordinator", "LabHTTP", "LabPlan", "RadioAir", "RadioSim",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 

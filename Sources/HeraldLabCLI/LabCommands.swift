@@ -174,8 +174,7 @@ struct AirCommand: AsyncParsableCommand {
             throw ExitCode(1)
         }
         service.announce(port, "air")
-        await waitForTermination()
-        air.stop()
+        try await runService("air") { air.stop() }
     }
 }
 
@@ -267,8 +266,7 @@ struct AgentCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
         service.announce(port, "agent \(name)")
-        await waitForTermination()
-        await agent.stop()
+        try await runService("agent") { await agent.stop() }
     }
 }
 
@@ -337,7 +335,6 @@ struct CoordinatorCommand: AsyncParsableCommand {
         }
         let port = try await coordinator.start()
         service.announce(port, "coordinator")
-        await waitForTermination()
-        await coordinator.stop()
+        try await runService("coordinator") { await coordinator.stop() }
     }
 }

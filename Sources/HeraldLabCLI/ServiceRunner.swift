@@ -1,0 +1,40 @@
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// A long-running service of this process (the air, an agent, the coordinator) under
+/// swift-service-lifecycle: it runs until the group shuts down gracefully (SIGTERM or SIGINT), then
+/// `stop` finishes or persists what it holds (an agent's run state is already durable; the
+/// coordinator's runs resume from its store) and the command returns, exit 0.
+struct LabService: Service {
+    let name: String
+    let stop: @Sendable () async -> Void
+
+    func run() async throws {
+        do {
+            try await gracefulShutdown()
+        } catch {
+            // The group cancelled the service (its shutdown took too long, or a second signal):
+            // stop all the same, so that nothing is left half-written.
+        }
+        await stop()
+    }
+}
+
+/// Runs one started service until SIGTERM or SIGINT, then stops it (`LabService`).
+func runService(_ name: String, logger: Logger = lifecycleLogger, stop: @escaping @Sendable () async -> Void) async throws {
+    let group = ServiceGroup(configuration: .init(
+        services: [.init(service: LabService(name: name, stop: stop),
+                         successTerminationBehavior: .gracefullyShutdownGroup,
+                         failureTerminationBehavior: .gracefullyShutdownGroup)],
+        gracefulShutdownSignals: [.sigterm, .sigint],
+        logger: logger))
+    try await group.run()
+}
+
+/// The group's own logger: warnings and worse (its start and signal lines are not the service's).
+let lifecycleLogger: Logger = {
+    var l = Logger(label: "herald-lab.lifecycle")
+    l.logLevel = .warning
+    return l
+}()
