@@ -137,19 +137,21 @@ test-dongles: deps
 
 # A multi-host lab in network namespaces (root): coordinator+air, three agents and a client, each
 # its own host on a bridge, one agent behind a user-space delay/loss relay; the real herald-lab
-# binary through plain runs and faults, checked from the bundles (scripts/netlab/). Outputs and
+# through plain runs and faults, checked from the bundles (scripts/netlab/). The hosts are
+# installed from the .deb as README.md and agents/README.md say (install-coordinator.sh, enrolment,
+# install.sh's env files), and every service starts as the package's unit starts it. Outputs and
 # every service's log: $(LAB_OUT).
 LAB_APT := iproute2 ethtool curl
 LAB_OUT ?= results/test-lab
-# The release binary, as agents are deployed (the debug build's slower request parsing alone
-# skews a clock probe by about a millisecond).
-test-lab: release
+# The package's release binary, as agents are deployed (the debug build's slower request parsing
+# alone skews a clock probe by about a millisecond).
+test-lab: deb
 	@missing=""; for p in $(LAB_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "make test-lab: installing$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
-	$(SUDO) python3 scripts/netlab/netlab.py test --bin .build/release/herald-lab --out $(LAB_OUT)
+	$(SUDO) python3 scripts/netlab/netlab.py test --deb $$(ls $(DEB_OUT)/herald-lab_*.deb) --out $(LAB_OUT)
 
 clean:
 	rm -rf .build Benchmarks/.build .build-bluez .build-deb dist
@@ -174,9 +176,9 @@ bench-harness: release
 	@echo "== harness: start skew across 5 agent processes on loopback (target p99 <= 2 ms)"
 	@BIN=.build/release/herald-lab scripts/lab.sh plans/skew-5.yaml 5 .build/bench/results | grep -E "start skew|verdict"
 	@echo "== harness: arm 1000 heartbeating agents, each with its own listener, in one process; coordinator in its own (target <= 3 s, < 300 MB)"
-	@.build/release/herald-lab bench arm --agents 1000 2>&1 | grep -E "^arm|^  CPU"
+	@.build/release/herald-lab-bench arm --agents 1000 2>&1 | grep -E "^arm|^  CPU"
 	@echo "== harness: gather throughput on loopback, SHA-256 verified and fsynced (target >= 1 GB/s)"
-	@for i in 1 2 3; do .build/release/herald-lab bench gather --megabytes 1000 | grep -E "^gather|this disk"; done
+	@for i in 1 2 3; do .build/release/herald-lab-bench gather --megabytes 1000 | grep -E "^gather|this disk"; done
 
 bench-lab: release
 	@echo "== lab in network namespaces: true start skew and clock offset error, one agent behind a 20 ms +- 5 ms, 1 % loss relay, then without delay"

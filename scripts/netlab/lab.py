@@ -10,8 +10,16 @@ user-space L2 relay (relay.py) in hl-relay that adds delay and loss: this kernel
     hl-client eth0 ── p-client│
     hl-n3     eth0 ── ra (hl-relay: relay.py) rb ── p-n3 ┘
 
-Agents start exactly as agents/herald-lab-agent.service starts them (ExecStart with systemd's
-variable rules, agent.env written as agents/install.sh writes it); only the binary path differs.
+Installed from the .deb (`make test-lab` gives --deb dist/herald-lab_*.deb), as README.md and
+agents/README.md deploy a lab: the package is unpacked (dpkg-deb -x) and its binary and units are
+what runs; agents/install-coordinator.sh (--stage) makes the lab CA and writes coordinator.env and
+air.env for the coord host; the air and the coordinator start exactly as the package's
+herald-lab-air and herald-lab-coordinator units start them, and each agent as the package's
+herald-lab-agent@.service does (ExecStart with systemd's variable rules and its EnvironmentFile,
+agent.env written as agents/install.sh writes it). Only the binary's path differs (the unpacked
+/usr/bin/herald-lab), and services run as root here, not as the unit's User=heraldlab. Without
+--deb (a --bin of a development build, or NETLAB_PLAIN=1), the air and the coordinator are started
+with their flags and agents from agents/herald-lab-agent@.service.
 /etc/herald-lab and /var/lib/herald-lab are per host: /etc/netns/hl-nX/herald-lab is bind-mounted
 over /etc/herald-lab by `ip netns exec`, and the data folder is bind-mounted inside the agent's
 own mount namespace.
@@ -37,6 +45,7 @@ COORD_PORT, AIR_PORT, AGENT_PORT = 8700, 8702, 8701
 STATE_FILE = "/run/heraldlab-netlab.json"
 UNIT = os.path.join(REPO, "agents", "herald-lab-agent@.service")
 INSTALL = os.path.join(REPO, "agents", "install.sh")
+INSTALL_COORDINATOR = os.path.join(REPO, "agents", "install-coordinator.sh")
 
 
 def ns(host):
@@ -291,9 +300,11 @@ class Procs:
 class Lab:
     """Topology + services; use as a context manager (cleans up on exit, failure or signal)."""
 
-    def __init__(self, out, binary, log=print):
+    def __init__(self, out, binary=None, log=print, deb=None):
         self.out = os.path.abspath(out)
-        self.bin = os.path.abspath(binary)
+        self.deb = os.path.abspath(deb) if deb else None
+        self.bin = os.path.abspath(binary) if binary else None
+        self.units = None  # the unpacked package's lib/systemd/system, with --deb
         self.log = log
         self.work = os.path.join(self.out, "work")
         self.procs = Procs(os.path.join(self.out, "logs"))
@@ -309,6 +320,7 @@ class Lab:
         self.air = os.environ.get("NETLAB_AIR", f"coord.lab:{AIR_PORT}")
         self.agent_host_ip = os.environ.get("NETLAB_AGENT_HOST_IP") == "1"
         self._token = None
+        self.operator = None  # the operator's credentials folder (ca.pem, operator.token), with --deb
 
     def __enter__(self):
         clean(self.log)
@@ -318,7 +330,31 @@ class Lab:
         self.state = {"created": [], "mounts": [], "out": self.out}
         save_state(self.state)
         up(self.state)
-        if self.secure:
+        if self.deb:
+            # The package as a node gets it; its binary and units are what runs.
+            pkg = os.path.join(self.work, "pkg")
+            sh("dpkg-deb", "-x", self.deb, pkg)
+            self.bin = os.path.join(pkg, "usr", "bin", "herald-lab")
+            self.units = os.path.join(pkg, "lib", "systemd", "system")
+            self.log(f"netlab: installed {os.path.basename(self.deb)} ({sh(self.bin, '--version', quiet=True).strip()})")
+        if self.secure and self.deb:
+            # The coordinator host as agents/README.md sets it up: install-coordinator.sh makes the
+            # CA and this host's credentials and writes coordinator.env and air.env (--stage: files
+            # only, no apt or systemd); they become the coord host's /etc/herald-lab.
+            stage = os.path.join(self.work, "coord-root")
+            sh("bash", INSTALL_COORDINATOR, "--stage", stage, "--binary", self.bin, "--host", "coord.lab",
+               "--host", "air.lab", "--host", ipv4("coord"), "--host", ipv6("coord"), "--port", str(COORD_PORT),
+               "--air-port", str(AIR_PORT), quiet=True)
+            etc = f"/etc/netns/{ns('coord')}/herald-lab"
+            shutil.copytree(os.path.join(stage, "etc", "herald-lab"), etc)
+            self.cred = os.path.join(etc, "coordinator")
+            shutil.copy(os.path.join(self.cred, "operator.token"), self.token)
+            # The operator's machine (the client host) holds copies of ca.pem and operator.token.
+            self.operator = os.path.join(self.work, "operator")
+            os.makedirs(self.operator)
+            for f in ("ca.pem", "operator.token"):
+                shutil.copy(os.path.join(self.cred, f), os.path.join(self.operator, f))
+        elif self.secure:
             sh(self.bin, "ca", "init", "--dir", self.cred, "--host", "coord.lab", "--host", "air.lab", "--host", ipv4("coord"), "--host", ipv6("coord"))
             shutil.copy(os.path.join(self.cred, "operator.token"), self.token)
         else:
@@ -374,7 +410,7 @@ class Lab:
 
     def auth_flags(self):
         """How a service or command on the lab proves itself."""
-        return ["--credentials", self.cred] if self.secure else ["--token-file", self.token]
+        return ["--credentials", self.operator or self.cred] if self.secure else ["--token-file", self.token]
 
     def coord_url(self, path=""):
         return f"{self.scheme}://coord.lab:{COORD_PORT}{path}"
@@ -392,14 +428,63 @@ class Lab:
         return False
 
     # -- services
+    @property
+    def from_units(self):
+        """The air and the coordinator start as the package's units start them."""
+        return self.secure and self.deb is not None
+
+    def unit_argv(self, unit, env_file, instance=None):
+        """A packaged unit's ExecStart for the coord host, with its EnvironmentFile (the coord host's
+        /etc/herald-lab), as systemd expands it; the binary is the unpacked package's."""
+        command = unit_exec_start(os.path.join(self.units, unit))
+        if instance:
+            command = command.replace("%i", instance)
+        env_text = open(os.path.join(f"/etc/netns/{ns('coord')}/herald-lab", env_file)).read()
+        argv = expand_exec(command, parse_env_file(env_text))
+        if argv[0] != "/usr/bin/herald-lab":
+            raise RuntimeError(f"{unit}: ExecStart runs {argv[0]}, not the package's /usr/bin/herald-lab")
+        argv[0] = self.bin
+        return argv, env_text
+
+    def set_env(self, env_file, **values):
+        """Edits KEY=VALUE lines of the coord host's env file, as an operator would."""
+        path = os.path.join(f"/etc/netns/{ns('coord')}/herald-lab", env_file)
+        lines = open(path).read().splitlines()
+        for key, value in values.items():
+            if not re.fullmatch(r"[A-Za-z0-9_.:\[\] /-]*", value):
+                raise ValueError(f"{env_file}: {key}={value!r} is not a plain value")
+            lines = [l for l in lines if not l.startswith(key + "=")] + [f"{key}={value}"]
+        open(path, "w").write("\n".join(lines) + "\n")
+
     def start_air(self):
+        if self.from_units:
+            argv, env_text = self.unit_argv("herald-lab-air.service", "air.env")
+            with open(os.path.join(self.out, "logs", "air.cmdline"), "w") as f:
+                f.write(env_text + "\n" + " ".join(shlex.quote(x) for x in argv) + "\n")
+            self.procs.start("air", ["ip", "netns", "exec", ns("coord"), *argv])
+            return
         self.procs.start("air", ["ip", "netns", "exec", ns("coord"), self.bin, "air", "--host", "0.0.0.0", "--port", str(AIR_PORT), *self.auth_flags()])
 
     def start_coordinator(self, results=None, air=None, extra=()):
         if results is not None or self.coord_flags is None:
             self.coord_flags = ["--host", "0.0.0.0", "--port", str(COORD_PORT), *self.auth_flags(),
                                 "--results", results or self.results, "--air", air or self.air, *extra]
-        self.procs.start("coordinator", ["ip", "netns", "exec", ns("coord"), self.bin, "coordinator", *self.coord_flags])
+            self.coord_setting = (results or self.results, air or self.air, list(extra))
+        if self.from_units:
+            # coordinator.env as install-coordinator.sh wrote it, with the scenario's air address and
+            # extra flags in COORDINATOR_AIR and COORDINATOR_ARGS; the unit's results folder
+            # (/var/lib/herald-lab/coordinator) is the scenario's, bound in the coordinator's own
+            # mount namespace as the agents' data folders are.
+            folder, air_address, more = self.coord_setting
+            self.set_env("coordinator.env", COORDINATOR_AIR=air_address, COORDINATOR_ARGS=" ".join(more))
+            argv, env_text = self.unit_argv("herald-lab-coordinator.service", "coordinator.env")
+            with open(os.path.join(self.out, "logs", "coordinator.cmdline"), "w") as f:
+                f.write(env_text + "\n" + " ".join(shlex.quote(x) for x in argv) + "\n")
+            os.makedirs(folder, exist_ok=True)
+            script = 'mkdir -p /var/lib/herald-lab/coordinator && mount --bind "$0" /var/lib/herald-lab/coordinator && exec "$@"'
+            self.procs.start("coordinator", ["ip", "netns", "exec", ns("coord"), "sh", "-c", script, folder, *argv])
+        else:
+            self.procs.start("coordinator", ["ip", "netns", "exec", ns("coord"), self.bin, "coordinator", *self.coord_flags])
         if not self.wait_http(self.coord_url("/health"), 20):
             raise RuntimeError("the coordinator did not answer /health within 20 s (logs/coordinator.log)")
 
@@ -419,7 +504,8 @@ class Lab:
             opts["host"] = ipv4(a)
         env_text = install_env(**opts)
         open(os.path.join(d, "agents", f"{a}.env"), "w").write(env_text)
-        argv = expand_exec(unit_exec_start().replace("%i", a), parse_env_file(env_text))
+        unit = os.path.join(self.units, "herald-lab-agent@.service") if self.units else UNIT
+        argv = expand_exec(unit_exec_start(unit).replace("%i", a), parse_env_file(env_text))
         argv[0] = self.bin
         return argv, env_text
 
@@ -431,8 +517,13 @@ class Lab:
         f = os.path.join(self.work, f"{a}.enrol")
         if os.path.exists(f):
             os.unlink(f)
-        nsrun(ns("client"), self.bin, "agents", "enrol", a, "--host", f"{a}.lab", "--host", ipv4(a), "--host", ipv6(a),
-              "--out", f, "--coordinator", self.coord_url(), "--credentials", self.cred)
+        if self.from_units:
+            # On the coordinator host, with its own credentials folder (agents/README.md, step 5).
+            nsrun(ns("coord"), self.bin, "agents", "enrol", a, "--host", f"{a}.lab", "--host", ipv4(a), "--host", ipv6(a),
+                  "--out", f, "--coordinator", self.coord_url(), "--credentials", "/etc/herald-lab/coordinator")
+        else:
+            nsrun(ns("client"), self.bin, "agents", "enrol", a, "--host", f"{a}.lab", "--host", ipv4(a), "--host", ipv6(a),
+                  "--out", f, "--coordinator", self.coord_url(), "--credentials", self.cred)
         sh(self.bin, "enrol", f, "--dir", d)
         self.enrolled.add(a)
 

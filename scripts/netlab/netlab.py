@@ -2,7 +2,7 @@
 """make test-lab / make bench-lab: the real herald-lab binary as a multi-host lab in network
 namespaces (scripts/netlab/lab.py has the topology), with faults, checked from the bundles.
 
-    scripts/netlab/netlab.py test  [--out results/test-lab] [--only 1,2,...]
+    scripts/netlab/netlab.py test  [--deb dist/herald-lab_*.deb | --bin PATH] [--out results/test-lab] [--only 1,2,...]
     scripts/netlab/netlab.py bench [--out results/bench-lab] [--repeat 5]
     scripts/netlab/netlab.py clean          remove whatever a crashed run left
 
@@ -479,7 +479,7 @@ def test(args):
     started = time.time()
     out = os.path.abspath(args.out)
     C = None
-    with lab.Lab(out, args.bin) as L:
+    with lab.Lab(out, None if args.deb else args.bin, deb=args.deb) as L:
         C = Checks(out)
         print(f"test-lab: namespaces up ({', '.join(lab.ns(h) for h in lab.HOSTS)}, {lab.SWITCH}, {lab.RELAY}); outputs in {out}", flush=True)
         L.relay_start(20, 5, 0.01, seed=1)
@@ -569,6 +569,8 @@ def main():
     ap.add_argument("--only", help="comma-separated scenario numbers (1..7)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--bin", default=os.environ.get("BIN", os.path.join(lab.REPO, ".build/debug/herald-lab")))
+    ap.add_argument("--deb", help="install the hosts from this herald-lab .deb (make deb) as README.md and agents/README.md do: "
+                    "its binary and units run (test only)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("netlab: needs root (network namespaces, bridges, mounts)", file=sys.stderr)
@@ -576,7 +578,11 @@ def main():
     if args.command == "clean":
         lab.clean()
         return 0
-    if not os.access(args.bin, os.X_OK):
+    if args.deb and (args.command != "test" or not os.path.isfile(args.deb) or not args.deb.endswith(".deb")):
+        print(f"netlab: --deb {args.deb!r}: expected a .deb file (make deb builds dist/herald-lab_VERSION_ARCH.deb), with the test command",
+              file=sys.stderr)
+        return 2
+    if not args.deb and not os.access(args.bin, os.X_OK):
         print(f"netlab: {args.bin} not found; run make build first", file=sys.stderr)
         return 2
     # SIGINT/SIGTERM unwind through the Lab's __exit__, which removes everything.
