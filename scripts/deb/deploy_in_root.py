@@ -58,11 +58,7 @@ def main():
 
     def start(name, unit, env_file, instance=None):
         """A service as its unit starts it: ExecStart expanded with its EnvironmentFile, as User=heraldlab."""
-        command = lab.unit_exec_start(os.path.join(root, "lib/systemd/system", unit))
-        if instance:
-            command = command.replace("%i", instance)
-        env = lab.parse_env_file(open(os.path.join(root, env_file.lstrip("/"))).read())
-        argv = lab.expand_exec(command, env)
+        argv = lab.unit_command(os.path.join(root, "lib/systemd/system", unit), open(os.path.join(root, env_file.lstrip("/"))).read(), instance)
         log = open(os.path.join(work, f"{suite}-{name}.log"), "w")
         p = subprocess.Popen(["chroot", root, "runuser", "-u", "heraldlab", "--", *argv], stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)

@@ -122,6 +122,15 @@ def expand_exec(command, env):
     return out
 
 
+def unit_command(unit_path, env_text, instance=None):
+    """The command a unit runs: its ExecStart (template instance %i filled in) expanded with its
+    EnvironmentFile's text, as systemd does."""
+    command = unit_exec_start(unit_path)
+    if instance:
+        command = command.replace("%i", instance)
+    return expand_exec(command, parse_env_file(env_text))
+
+
 def install_env(**overrides):
     """An agent instance's env file exactly as agents/install.sh writes it: its option defaults,
     then our options (n: the instance, a: its adapter, t: tags, p: port), then its here-document,
@@ -436,11 +445,8 @@ class Lab:
     def unit_argv(self, unit, env_file, instance=None):
         """A packaged unit's ExecStart for the coord host, with its EnvironmentFile (the coord host's
         /etc/herald-lab), as systemd expands it; the binary is the unpacked package's."""
-        command = unit_exec_start(os.path.join(self.units, unit))
-        if instance:
-            command = command.replace("%i", instance)
         env_text = open(os.path.join(f"/etc/netns/{ns('coord')}/herald-lab", env_file)).read()
-        argv = expand_exec(command, parse_env_file(env_text))
+        argv = unit_command(os.path.join(self.units, unit), env_text, instance)
         if argv[0] != "/usr/bin/herald-lab":
             raise RuntimeError(f"{unit}: ExecStart runs {argv[0]}, not the package's /usr/bin/herald-lab")
         argv[0] = self.bin
@@ -505,7 +511,7 @@ class Lab:
         env_text = install_env(**opts)
         open(os.path.join(d, "agents", f"{a}.env"), "w").write(env_text)
         unit = os.path.join(self.units, "herald-lab-agent@.service") if self.units else UNIT
-        argv = expand_exec(unit_exec_start(unit).replace("%i", a), parse_env_file(env_text))
+        argv = unit_command(unit, env_text, a)
         argv[0] = self.bin
         return argv, env_text
 
