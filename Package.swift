@@ -21,6 +21,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     ],
     targets: [
         // MARK: The release and the commit a binary was built from (a build-time plugin writes the commit).
@@ -32,6 +33,8 @@ let package = Package(
         // MARK: Herald protocol: types, payloads, codecs (no dependencies).
         .target(name: "HeraldCore", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         // SHA-256's compression function in C: SHA-NI where the CPU has it, portable C otherwise.
+        // MARK: Service logging: swift-log's Logger, one stderr line per event, outside text escaped (OutsideText).
+        .target(name: "LabLog", dependencies: ["HeraldCore", .product(name: "Logging", package: "swift-log")]),
         // MARK: Radio abstraction: the one transport protocol the sensor uses, clocks, schedulers.
         .target(name: "HeraldRadio", dependencies: ["HeraldCore"]),
         // MARK: Herald-format log files.
@@ -72,6 +75,7 @@ let package = Package(
 
         // MARK: Tests mirror the modules one to one; end-to-end tests start real processes.
         .testTarget(name: "HeraldCoreTests", dependencies: ["HeraldCore"]),
+        .testTarget(name: "LabLogTests", dependencies: ["LabLog", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "HeraldLogsTests", dependencies: ["HeraldLogs", "HeraldCore"]),
         .testTarget(name: "HeraldSensorTests", dependencies: ["HeraldSensor", "RadioSim", "HeraldRadio", "HeraldCore", "HeraldLogs"]),
         .testTarget(name: "RadioSimTests", dependencies: ["RadioSim", "HeraldRadio", "HeraldCore"]),
