@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import XCTest
+import LabTestSupport
 @testable import LabLog
 
 final class LabLogHandlerTests: XCTestCase {
@@ -44,6 +45,25 @@ final class LabLogHandlerTests: XCTestCase {
         log.trace("t"); log.debug("d"); log.info("i")
         log.notice("n"); log.error("e")
         XCTAssertEqual(lines.all.map { $0.components(separatedBy: " ")[1] }, ["notice", "error"])
+    }
+
+    /// Other tests read the services' lines through LogCapture: its lines are this handler's.
+    func testTheTestsCaptureKeepsTheHandlersLines() {
+        let lines = Lines()
+        var real = Logger(label: "herald-lab.agent") { LabLogHandler(label: $0, level: .trace, now: { Date(timeIntervalSince1970: 0) }, sink: lines.add) }
+        let capture = LogCapture()
+        var captured = capture.logger("herald-lab.agent")
+        real[metadataKey: "agent"] = "a1"
+        captured[metadataKey: "agent"] = "a1"
+        for log in [real, captured] {
+            log.warning("gap: \u{1B}[2J\nx", metadata: ["run": "r 1"])
+            log.debug("radio: d")
+        }
+        XCTAssertEqual(lines.all.count, 2)
+        XCTAssertEqual(capture.lines, lines.all)
+        XCTAssertEqual(capture.all.map(\.level), [.warning, .debug])
+        XCTAssertEqual(capture.all[0].metadata, ["agent": "a1", "run": "r 1"])
+        XCTAssertEqual(capture.all[0].message, "gap: \u{1B}[2J\nx")
     }
 
     func testLogLevelFlagValues() throws {
