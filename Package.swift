@@ -36,6 +36,8 @@ let package = Package(
         // MARK: Herald protocol: types, payloads, codecs (no dependencies).
         .target(name: "HeraldCore", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         // SHA-256's compression function in C: SHA-NI where the CPU has it, portable C otherwise.
+        // MARK: Service logging: swift-log's Logger, one stderr line per event, outside text escaped (OutsideText).
+        .target(name: "LabLog", dependencies: ["HeraldCore", .product(name: "Logging", package: "swift-log")]),
         // MARK: Radio abstraction: the one transport protocol the sensor uses, clocks, schedulers.
         .target(name: "HeraldRadio", dependencies: ["HeraldCore"]),
         // MARK: Herald-format log files.
@@ -56,13 +58,13 @@ let package = Package(
         // TLS over the system's OpenSSL (libssl3): contexts, handshakes, records, the lab CA.
         .target(name: "CTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         // MARK: HTTP plumbing shared by agent and coordinator (our HTTP/1.1 server on one epoll loop, client, auth).
-        .target(name: "LabHTTP", dependencies: ["HeraldCore", "LabNet", "CLinuxEvents"]),
+        .target(name: "LabHTTP", dependencies: ["HeraldCore", "LabNet", "CLinuxEvents", .product(name: "Logging", package: "swift-log")]),
         .systemLibrary(name: "CLinuxEvents"),
         // MARK: Real-time simulated radio medium for many processes (herald-lab air).
-        .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim", "LabNet"]),
+        .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim", "LabNet", .product(name: "Logging", package: "swift-log")]),
         // MARK: Agent (runs a node on a Linux machine) and coordinator (plans, barrier, gather).
-        .target(name: "LabAgent", dependencies: ["LabMetrics", "HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "LabNet", "RadioAir", "RadioSim", "BlueZRadio"]),
-        .target(name: "LabCoordinator", dependencies: ["LabMetrics", "HeraldCore", "LabPlan", "LabHTTP", "LabNet", "RadioAir", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams")]),
+        .target(name: "LabAgent", dependencies: ["LabMetrics", "HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "LabNet", "RadioAir", "RadioSim", "BlueZRadio", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "LabCoordinator", dependencies: ["LabMetrics", "HeraldCore", "LabPlan", "LabHTTP", "LabNet", "RadioAir", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams"), .product(name: "Logging", package: "swift-log")]),
         // MARK: BlueZ over D-Bus (libdbus) and controller identity (libbluetooth).
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .target(name: "DBus", dependencies: ["CDBus"]),
@@ -70,7 +72,7 @@ let package = Package(
         .target(name: "BlueZRadio", dependencies: ["HeraldCore", "HeraldRadio", "DBus", "CBluetooth"]),
         // MARK: The herald-lab command.
         .executableTarget(name: "HeraldLabCLI", dependencies: [
-            "LabBuildInfo", "LabNode", "LabPlan", "HeraldLogs", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP", "LabNet", "BlueZRadio",
+            "LabBuildInfo", "LabNode", "LabPlan", "HeraldLogs", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP", "LabNet", "BlueZRadio", "LabLog",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -78,11 +80,14 @@ let package = Package(
         // MARK: The harness benchmarks (herald-lab-bench arm|gather|hash; make bench): not in the product.
         .executableTarget(name: "HeraldLabBench", dependencies: [
             "HeraldCore", "LabAgent", "LabCoordinator", "LabHTTP", "LabPlan", "RadioAir", "RadioSim",
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "Logging", package: "swift-log"),
         ]),
 
         // MARK: Tests mirror the modules one to one; end-to-end tests start real processes.
         .testTarget(name: "HeraldCoreTests", dependencies: ["HeraldCore"]),
+        // Tests' log capture: a LogHandler that keeps each event and its line as LabLogHandler writes it.
+        .target(name: "LabTestSupport", dependencies: ["LabLog", .product(name: "Logging", package: "swift-log")], path: "Tests/LabTestSupport"),
+        .testTarget(name: "LabLogTests", dependencies: ["LabLog", "LabTestSupport", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "HeraldLogsTests", dependencies: ["HeraldLogs", "HeraldCore"]),
         .testTarget(name: "HeraldSensorTests", dependencies: ["HeraldSensor", "RadioSim", "HeraldRadio", "HeraldCore", "HeraldLogs"]),
         .testTarget(name: "RadioSimTests", dependencies: ["RadioSim", "HeraldRadio", "HeraldCore"]),
@@ -91,12 +96,12 @@ let package = Package(
         .testTarget(name: "HeraldAnalysisTests", dependencies: ["HeraldAnalysis", "LabHistory", "LabNode", "LabPlan"]),
         .target(name: "DBusTestSupport", path: "Tests/DBusTestSupport"),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "DBusTestSupport"]),
-        .testTarget(name: "BlueZRadioTests", dependencies: ["BlueZRadio", "DBus", "DBusTestSupport", "HeraldRadio", "HeraldCore", "HeraldSensor", "LabNode", "LabPlan", "LabAgent"],
+        .testTarget(name: "BlueZRadioTests", dependencies: ["BlueZRadio", "DBus", "DBusTestSupport", "HeraldRadio", "HeraldCore", "HeraldSensor", "LabNode", "LabPlan", "LabAgent", "LabTestSupport"],
                     exclude: ["fake_bluetoothd.py"]),
-        .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabPlan", "LabHTTP", "LabNode", "HeraldAnalysis", .product(name: "GRDB", package: "GRDB.swift")]),
-        .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore"]),
-        .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet"]),
-        .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim"]),
+        .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabPlan", "LabHTTP", "LabNode", "HeraldAnalysis", "LabTestSupport", .product(name: "GRDB", package: "GRDB.swift")]),
+        .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore", "LabTestSupport"]),
+        .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet", "LabTestSupport"]),
+        .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport"]),
         .testTarget(name: "EndToEndTests", dependencies: ["LabPlan"]),
     ]
 )

@@ -202,6 +202,7 @@ AGENT_ADAPTER=$a
 AGENT_TAGS=$t
 COORDINATOR_URL=$coordinator
 AGENT_AUTH=$auth
+AGENT_ARGS=
 ENV
   owner "$etc/agents/$n.env"
   chmod 0640 "$etc/agents/$n.env"

@@ -6,6 +6,7 @@ import LabCoordinator
 import LabHTTP
 import LabPlan
 import RadioAir
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -34,8 +35,8 @@ struct BenchArm: AsyncParsableCommand {
         defer { try? FileManager.default.removeItem(at: dir) }
         let token = LabToken.generate()
         let verbose = ProcessInfo.processInfo.environment["HERALDLAB_VERBOSE"] != nil
-        let quiet: @Sendable (String) -> Void = { if verbose { log($0) } }
-        let air = AirServer(log: quiet)
+        let quiet = { (label: String) in verbose ? Logger(label: label) : Logger(label: label) { _ in SwiftLogNoOpLogHandler() } }
+        let air = AirServer(logger: quiet("herald-lab.air"))
         let airPort = try air.start(port: 0)
 
         // The coordinator: the herald-lab beside this executable, as `herald-lab coordinator` (or
@@ -69,7 +70,7 @@ struct BenchArm: AsyncParsableCommand {
             c.token = token
             c.coordinator = base
             c.heartbeatInterval = heartbeat
-            let a = Agent(config: c, log: quiet)
+            let a = Agent(config: c, logger: quiet("herald-lab.agent"))
             _ = try await a.start()
             list.append(a)
         }

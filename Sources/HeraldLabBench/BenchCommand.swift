@@ -7,6 +7,7 @@ import LabHTTP
 import LabPlan
 import RadioAir
 import RadioSim
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -46,7 +47,7 @@ enum BenchCommand {
         func run() async throws {
             let dir = FileManager.default.temporaryDirectory.appendingPathComponent("heraldlab-bench-gather-\(getpid())")
             defer { try? FileManager.default.removeItem(at: dir) }
-            let quiet: @Sendable (String) -> Void = { _ in }
+            let quiet = { (label: String) in Logger(label: label) { _ in SwiftLogNoOpLogHandler() } }
             // A finished run on the agent's disk, as an agent leaves it.
             let runId = "bench-gather"
             let runDir = dir.appendingPathComponent("agent/runs/\(runId)")
@@ -75,11 +76,11 @@ enum BenchCommand {
             let token = LabToken.generate()
             var ac = Agent.Config(name: "agent", dataDirectory: dir.appendingPathComponent("agent"))
             ac.token = token
-            let agent = Agent(config: ac, log: quiet)
+            let agent = Agent(config: ac, logger: quiet("herald-lab.agent"))
             let agentPort = try await agent.start()
             var cc = Coordinator.Config(results: dir.appendingPathComponent("results"))
             cc.token = token
-            let coordinator = try Coordinator(config: cc, log: quiet)
+            let coordinator = try Coordinator(config: cc, logger: quiet("herald-lab.coordinator"))
             let total = files.reduce(Int64(0)) { $0 + $1.bytes }
             if FileManager.default.isExecutableFile(atPath: "/usr/bin/curl") {
                 let p = Process()

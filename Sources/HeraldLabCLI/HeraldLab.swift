@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import LabBuildInfo
+import LabLog
+import Logging
 
 @available(macOS 10.15, macCatalyst 13, iOS 13, tvOS 13, watchOS 6, *)
 @main
@@ -15,6 +17,9 @@ struct HeraldLab: AsyncParsableCommand {
     /// As ArgumentParser's, except that a command line it cannot parse exits 2 like every other
     /// bad input (ArgumentParser's own code is 64), with its message and usage.
     static func main() async {
+        // The services' logs (coordinator, agent, air, their HTTP): one line per event on stderr,
+        // outside text escaped; each service sets its level from --log-level.
+        LoggingSystem.bootstrap { LabLogHandler(label: $0) }
         do {
             var command = try parseAsRoot()
             if var async = command as? AsyncParsableCommand { try await async.run() } else { try command.run() }

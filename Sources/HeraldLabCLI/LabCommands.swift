@@ -8,6 +8,7 @@ import LabNet
 import LabPlan
 import RadioAir
 import RadioSim
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -34,6 +35,18 @@ struct ServiceOptions: ParsableArguments {
 
     @Option(name: .customLong("scrape-token-file"), help: "File holding the scrape credential, which reads GET /metrics and nothing else (default: scrape.token in the credentials folder, if there is one).")
     var scrapeTokenFile: String?
+
+    @Option(name: .customLong("log-level"), help: "The least level logged on stderr: trace, debug, info, notice, warning, error or critical (default: info).",
+            transform: Flags.logLevel)
+    var logLevel: Logger.Level = .info
+
+    /// The service's logger for `label` at --log-level (one line per event on stderr: LabLogHandler,
+    /// bootstrapped when herald-lab starts).
+    func logger(_ label: String) -> Logger {
+        var logger = Logger(label: label)
+        logger.logLevel = logLevel
+        return logger
+    }
 
     /// The scrape credential, if any: --scrape-token-file, else the credentials folder's
     /// scrape.token; never $HERALDLAB_TOKEN (the lab's shared token), and never equal to
@@ -166,7 +179,7 @@ struct AirCommand: AsyncParsableCommand {
         let ticketKey: Data?
         do { ticketKey = try folder?.secret("air.key").map { Data($0.utf8) } } catch { log("\(error)"); throw ExitCode(2) }
         let token = try service.token(fallback: { try folder?.secret("operator.token") }, hasOther: ticketKey != nil)
-        let air = AirServer(parameters: RadioParameters(), seed: seed, token: token, ticketKey: ticketKey)
+        let air = AirServer(parameters: RadioParameters(), seed: seed, token: token, ticketKey: ticketKey, logger: service.logger("herald-lab.air"))
         let host = try service.bindHost()
         let port: UInt16
         do { port = try air.start(host: host, port: service.port, tls: tls) } catch {
@@ -259,7 +272,7 @@ struct AgentCommand: AsyncParsableCommand {
         }
         config.usbReset = !noUSBReset
         if let air { config.air = try parseAir(air) }
-        let agent = Agent(config: config)
+        let agent = Agent(config: config, logger: service.logger("herald-lab.agent"))
         let port: UInt16
         do { port = try await agent.start() } catch {
             log("herald-lab agent: cannot listen on \(service.host):\(service.port): \(error)")
@@ -329,7 +342,7 @@ struct CoordinatorCommand: AsyncParsableCommand {
             config.healthCheckEvery = d
         }
         let coordinator: Coordinator
-        do { coordinator = try Coordinator(config: config) } catch {
+        do { coordinator = try Coordinator(config: config, logger: service.logger("herald-lab.coordinator")) } catch {
             log("herald-lab coordinator: \(error)")
             throw ExitCode(2)
         }

@@ -1,6 +1,7 @@
 import Foundation
 import LabHTTP
 import LabPlan
+import Logging
 
 /// The agent's link to its coordinator: register, then heartbeat with the status. A coordinator
 /// that does not answer is retried with exponential backoff (up to `maxBackoff`), so an agent
@@ -21,13 +22,13 @@ extension Agent {
                     me.sequence = next()
                     let _: Empty = try await client.call("POST", "/v1/agents/register", me)
                     registered = true
-                    log("agent \(config.name): registered with \(coordinator.absoluteString) as \(url)")
+                    logger.notice("registered with \(coordinator.absoluteString) as \(url)")
                 }
                 var beat = status
                 beat.boot = boot
                 beat.sequence = next()
                 let _: Empty = try await client.call("POST", "/v1/agents/\(config.name)/heartbeat", beat)
-                if failures > 0 { log("agent \(config.name): coordinator \(coordinator.absoluteString) answers again") }
+                if failures > 0 { logger.notice("coordinator \(coordinator.absoluteString) answers again") }
                 failures = 0
             } catch {
                 let status = (error as? LabClient.Failure)?.status
@@ -35,11 +36,11 @@ extension Agent {
                 failures += 1
                 if failures == 1 || failures.isMultiple(of: 20) {
                     if status == 401 || status == 403 {
-                        log("agent \(config.name): coordinator \(coordinator.absoluteString) refuses this agent's credential (\(error)); was it revoked? enrol it again (herald-lab agents enrol \(config.name)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                        logger.error("coordinator \(coordinator.absoluteString) refuses this agent's credential (\(error)); was it revoked? enrol it again (herald-lab agents enrol \(config.name)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
                     } else if status == 409 {
-                        log("agent \(config.name): coordinator \(coordinator.absoluteString) refuses this agent (\(error)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                        logger.error("coordinator \(coordinator.absoluteString) refuses this agent (\(error)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
                     } else {
-                        log("agent \(config.name): coordinator \(coordinator.absoluteString) unreachable (\(error)); any run goes on; retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                        logger.warning("coordinator \(coordinator.absoluteString) unreachable (\(error)); any run goes on; retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
                     }
                 }
             }

@@ -4,6 +4,7 @@ import HeraldRadio
 import LabHTTP
 import LabPlan
 import BlueZRadio
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -101,11 +102,18 @@ extension Agent {
             let dc = DongleCheck(adapter: config.adapter ?? "hci0", busAddress: nil, company: LabWire.preflightCompany,
                                  beacon: LabWire.preflightData(request.beacon), scheduler: scheduler, callTimeout: min(30, max(10, request.bound / 2)))
             dc.expected = Set(request.peers.map(LabWire.preflightData))
+            // What the check sees, in the agent's log with the check's id (the agent's logger
+            // carries dongle): each peer heard at debug level, anything else (a dongle it could
+            // not power off first) as a warning.
+            let logger = self.logger, checkId = request.id
+            dc.log = { line in
+                logger.log(level: line.hasPrefix("heard ") ? .debug : .warning, "check \(checkId): \(line)", metadata: ["check": .string(checkId)])
+            }
             let s = DongleCheckSession(request: request, check: dc)
             check = s
             s.stopTask = scheduler.schedule(after: request.bound + 15) { [weak self, weak s] in
                 guard let self, let s else { return }
-                self.log("agent \(self.config.name): check \(s.request.id) ends on its own (its bound passed)")
+                self.logger.warning("check \(s.request.id) ends on its own (its bound passed)", metadata: ["check": .string(s.request.id)])
                 self.finishCheck(s) { _ in }
             }
             return UncheckedBox(s)
@@ -120,7 +128,8 @@ extension Agent {
                 scheduler.execute { session.check.start { _ in c.resume() } }
             }
             let r = scheduler.sync { report(session, session.check.current) }
-            log("agent \(config.name): check \(request.id): \(r.problem ?? "present, powered, advertising, scanning")")
+            let line: Logger.Message = "check \(request.id): \(r.problem ?? "present, powered, advertising, scanning")"
+            logger.log(level: r.problem == nil ? .info : .warning, line, metadata: ["check": .string(request.id)])
             if r.problem != nil { _ = await stopPreflight() }
         }
         return scheduler.sync { session.final ?? report(session, session.check.current) }
@@ -159,7 +168,8 @@ extension Agent {
             guard let self else { return }
             let r = self.report(s, findings)
             s.final = r
-            self.log("agent \(self.config.name): check \(s.request.id) done: heard \(r.seen.count) of \(s.request.peers.count) other dongles in \(String(format: "%.1f", r.elapsed)) s")
+            self.logger.info("check \(s.request.id) done: heard \(r.seen.count) of \(s.request.peers.count) other dongles in \(String(format: "%.1f", r.elapsed)) s",
+                             metadata: ["check": .string(s.request.id)])
             done(r)
             Task { await self.refreshDongle() } // powered, hciN: as the check left it
         }
@@ -195,7 +205,8 @@ extension Agent {
     func recovered(_ r: ActiveRun, _ recovery: DongleRecovery) {
         r.recoveries.append(LabWire.Recovery(at: recovery.at, action: recovery.action, ok: recovery.ok, reason: recovery.reason, detail: recovery.detail))
         persistOrReport(r)
-        log("agent \(config.name): run \(r.id): dongle \(recovery.action) \(recovery.ok ? "worked" : "failed"): \(recovery.detail) (because \(recovery.reason))")
+        let line: Logger.Message = "run \(r.id): dongle \(recovery.action) \(recovery.ok ? "worked" : "failed"): \(recovery.detail) (because \(recovery.reason))"
+        logger.log(level: recovery.ok ? .warning : .error, line, metadata: metadata(r))
     }
 
     /// At the end of a run: a radio that is not working now, or never worked, leaves a gap to

@@ -8,6 +8,7 @@ import LabPlan
 import RadioAir
 import RadioSim
 import BlueZRadio
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -61,7 +62,7 @@ extension Agent {
         r.air = request.air ?? config.air
         try persist(r)
         runs[a.runId] = r
-        log("agent \(config.name): armed for run \(a.runId) as node \(a.node.name)")
+        logger.notice("armed for run \(a.runId) as node \(a.node.name)", metadata: metadata(r))
     }
 
     func schedule(_ start: LabWire.StartRequest) throws {
@@ -71,7 +72,7 @@ extension Agent {
         let lead = start.startAt - now
         if lead < 0.35 {
             r.message = String(format: "start instant received %.0f ms before it (wanted at least 350 ms): the node may start late", lead * 1000)
-            log("agent \(config.name): \(r.message!)")
+            logger.warning("\(r.message!)", metadata: metadata(r))
         }
         try persist(r)
         arrange(r)
@@ -118,8 +119,15 @@ extension Agent {
                 guard let self, let r else { return }
                 self.addGap(r, from: from, to: to, reason: reason)
             }
+            // The radio's lines go to the node's log.txt as before, and to the agent's log at
+            // debug level (--log-level debug shows them live).
+            let radioLog = runner.radioLog, logger = self.logger, ids = metadata(r)
+            let forward: (String) -> Void = { line in
+                radioLog(line)
+                logger.debug("radio: \(line)", metadata: ids)
+            }
             if let bluez = transport as? BlueZTransport {
-                bluez.log = runner.radioLog
+                bluez.log = forward
                 bluez.onGap = recordGap
                 bluez.onRecovery = { [weak self, weak r] recovery in
                     guard let self, let r else { return }
@@ -127,7 +135,7 @@ extension Agent {
                 }
             }
             if let air {
-                air.log = runner.radioLog
+                air.log = forward
                 air.onGap = recordGap
             }
             r.runner = runner
@@ -143,14 +151,15 @@ extension Agent {
                 let text = String(format: "started %.1f ms after the instant it was given", late * 1000)
                 r.message = text
                 runner.radioLog("node \(text)")
-                log("agent \(config.name): run \(r.id) \(text)")
+                logger.warning("run \(r.id) \(text)", metadata: metadata(r))
             }
-            log("agent \(config.name): run \(r.id) started\(r.resumed ? " (resumed after a restart)" : "") at \(String(format: "%.3f", actual)), planned \(String(format: "%.3f", r.startAt ?? 0))")
+            logger.notice("run \(r.id) started\(r.resumed ? " (resumed after a restart)" : "") at \(String(format: "%.3f", actual)), planned \(String(format: "%.3f", r.startAt ?? 0))",
+                          metadata: metadata(r))
         } catch {
             r.state = .failed
             r.message = "cannot start the radio: \(error)"
             persistOrReport(r)
-            log("agent \(config.name): run \(r.id) failed to start: \(error)")
+            logger.error("run \(r.id) failed to start: \(error)", metadata: metadata(r))
         }
     }
 
@@ -172,12 +181,12 @@ extension Agent {
             r.files = try checksums(r)
             r.state = .finished
             try persist(r)
-            log("agent \(config.name): run \(r.id) \(r.aborted ? "aborted" : "finished"); \(r.files.count) files ready to gather")
+            logger.notice("run \(r.id) \(r.aborted ? "aborted" : "finished"); \(r.files.count) files ready to gather", metadata: metadata(r))
         } catch {
             r.state = .failed
             r.message = "cannot make the logs durable: \(error)"
             persistOrReport(r)
-            log("agent \(config.name): run \(r.id): \(r.message!)")
+            logger.error("run \(r.id): \(r.message!)", metadata: metadata(r))
         }
     }
 
@@ -190,7 +199,7 @@ extension Agent {
             for t in r.tasks { t.cancel() }
             try FileManager.default.removeItem(at: r.directory)
             runs[id] = nil
-            log("agent \(config.name): run \(id) aborted before its start; nothing was logged")
+            logger.notice("run \(id) aborted before its start; nothing was logged", metadata: metadata(r))
         case .armed, .running:
             r.aborted = true
             r.message = "aborted by the coordinator at \(HeraldTimestamp.utcSeconds(Date()))"
@@ -224,7 +233,7 @@ extension Agent {
             // Whatever a failed node logged is served too, so that it is not lost with the failure.
             do { r.files = try checksums(r) } catch {
                 r.message = [r.message, "its logs could not be checksummed: \(error)"].compactMap { $0 }.joined(separator: "; ")
-                log("agent \(config.name): run \(id): \(error)")
+                logger.error("run \(id): \(error)", metadata: metadata(r))
             }
             try persist(r)
         }
@@ -254,10 +263,10 @@ extension Agent {
         for t in r.tasks { t.cancel() }
         runs[id] = nil
         do { try FileManager.default.removeItem(at: r.directory) } catch {
-            log("agent \(config.name): run \(id) released but its folder could not be deleted: \(error)")
+            logger.error("run \(id) released but its folder could not be deleted: \(error)", metadata: metadata(r))
             return
         }
-        log("agent \(config.name): run \(id) released by the coordinator; local copy deleted")
+        logger.info("run \(id) released by the coordinator; local copy deleted", metadata: metadata(r))
     }
 
     // MARK: Gaps
@@ -275,7 +284,7 @@ extension Agent {
         r.gaps.append(LabWire.Gap(from: from, to: to, reason: reason))
         r.runner?.radioLog("gap in the logs from \(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: from))) to \(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: to))): \(reason)")
         persistOrReport(r)
-        log("agent \(config.name): run \(r.id): gap of \(String(format: "%.1f", to - from)) s (\(reason))")
+        logger.warning("run \(r.id): gap of \(String(format: "%.1f", to - from)) s (\(reason))", metadata: metadata(r))
     }
 
     /// Every few seconds while running: the instant the agent was last alive, so that a restart
@@ -286,7 +295,7 @@ extension Agent {
         if let e = r.runner?.writeError, r.writeError != e {
             r.writeError = e
             r.runner?.radioLog("cannot write the logs: \(e)")
-            log("agent \(config.name): run \(r.id): cannot write the logs: \(e)")
+            logger.error("run \(r.id): cannot write the logs: \(e)", metadata: metadata(r))
         }
         persistOrReport(r)
     }

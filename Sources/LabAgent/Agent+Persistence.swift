@@ -3,6 +3,7 @@ import HeraldCore
 import LabHTTP
 import LabNode
 import LabPlan
+import Logging
 
 /// What the agent keeps on disk, per run: `assignment.json` (written once when armed) and
 /// `state.json` (every change), both written durably, so that a restarted agent knows each run
@@ -28,7 +29,7 @@ extension Agent {
     func persistOrReport(_ r: ActiveRun) {
         do { try persist(r) } catch {
             r.writeError = "cannot record the run's state: \(error)"
-            log("agent \(config.name): run \(r.id): cannot record its state: \(error)")
+            logger.error("run \(r.id): cannot record its state: \(error)", metadata: metadata(r))
         }
     }
 
@@ -47,7 +48,7 @@ extension Agent {
         let fm = FileManager.default
         let ids: [String]
         do { ids = try fm.contentsOfDirectory(atPath: runsDirectory.path) } catch {
-            log("agent \(config.name): cannot list the runs kept in \(runsDirectory.path): \(error); none resumed")
+            logger.error("cannot list the runs kept in \(runsDirectory.path): \(error); none resumed")
             return
         }
         var loaded = [ActiveRun]()
@@ -63,7 +64,7 @@ extension Agent {
                 r.message = s.message; r.writeError = s.writeError; r.recoveries = s.recoveries ?? []
                 loaded.append(r)
             } catch {
-                log("agent \(config.name): \(dir.path) is not a run this agent can resume (\(error)); left as it is")
+                logger.warning("\(dir.path) is not a run this agent can resume (\(error)); left as it is", metadata: ["run": .string(id)])
             }
         }
         // At most one run can be active: the newest; an older one left armed or running is finished now.
@@ -72,10 +73,10 @@ extension Agent {
             runs[r.id] = r
             switch r.state {
             case .finished, .failed, .idle:
-                log("agent \(config.name): run \(r.id) (\(r.state.rawValue)) kept on disk until it is gathered")
+                logger.notice("run \(r.id) (\(r.state.rawValue)) kept on disk until it is gathered", metadata: metadata(r))
             case .armed, .running:
                 guard r === newest, let startAt = r.startAt else {
-                    if r.startAt == nil && r === newest { log("agent \(config.name): re-armed for run \(r.id), waiting for the start") }
+                    if r.startAt == nil && r === newest { logger.notice("re-armed for run \(r.id), waiting for the start", metadata: metadata(r)) }
                     else { r.state = .running; finish(r, interrupted: false) }
                     continue
                 }
@@ -95,7 +96,7 @@ extension Agent {
                     arrange(r) // begins at once (start instant passed) and stops at the planned end
                 } else {
                     arrange(r)
-                    log("agent \(config.name): re-armed for run \(r.id), starting in \(Int(startAt - now)) s")
+                    logger.notice("re-armed for run \(r.id), starting in \(Int(startAt - now)) s", metadata: metadata(r))
                 }
             }
         }

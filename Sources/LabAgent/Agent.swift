@@ -7,6 +7,7 @@ import LabNet
 import LabNode
 import LabPlan
 import BlueZRadio
+import Logging
 
 /// `herald-lab agent`: runs nodes of plans on this machine. It registers with a coordinator and
 /// heartbeats, accepts an assignment, starts at the instant it is given (in its own clock), runs
@@ -75,7 +76,10 @@ public final class Agent: @unchecked Sendable {
     // number finished and waiting to be gathered.
     var runs: [String: ActiveRun] = [:]
     var active: ActiveRun? { runs.values.first { $0.state == .armed || $0.state == .running } }
-    public let log: @Sendable (String) -> Void
+    /// The agent's log (label herald-lab.agent): one line per event, with metadata agent (and
+    /// dongle, radio bluez) on every line, run and node where a line is about a run; its handler
+    /// escapes outside text (LabLogHandler).
+    public let logger: Logger
     /// The host's kernel release, and the bluetoothd version read at the last arming (radio bluez).
     let kernel = HostSystem.kernelRelease()
     var bluezVersion: String?
@@ -115,12 +119,17 @@ public final class Agent: @unchecked Sendable {
         var lateBy: Double? { guard let s = startAt, let a = startedAt, !resumed else { return nil }; return a - s }
     }
 
-    public init(config: Config, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+    /// `httpLogger` is its HTTP service's (nil: label herald-lab.http at `logger`'s level); both
+    /// get metadata agent.
+    public init(config: Config, logger: Logger = Logger(label: "herald-lab.agent"), httpLogger: Logger? = nil) {
         self.config = config
-        // Every line reaches the log with outside text escaped (OutsideText.line): no forged lines.
-        let log: @Sendable (String) -> Void = { [log] line in log(OutsideText.line(line)) }
-        self.log = log
-        http = HTTPService(name: "agent \(config.name)", authenticate: config.insecure ? nil : HTTPService.withScraper(config.scrapeToken, Self.authenticator(config)), log: log)
+        var logger = logger
+        logger[metadataKey: "agent"] = .string(config.name)
+        if config.radio == .bluez { logger[metadataKey: "dongle"] = .string(config.dongleName ?? config.name) }
+        self.logger = logger
+        var httpLogger = httpLogger ?? HTTPService.defaultLogger(level: logger.logLevel)
+        httpLogger[metadataKey: "agent"] = .string(config.name)
+        http = HTTPService(name: "agent \(config.name)", authenticate: config.insecure ? nil : HTTPService.withScraper(config.scrapeToken, Self.authenticator(config)), logger: httpLogger)
         controllerIdentity = config.radio == .bluez ? ControllerIdentity.read(adapter: config.adapter ?? "hci0") : nil
         controller = controllerIdentity.map(Self.describe)
         routes()
@@ -144,8 +153,13 @@ public final class Agent: @unchecked Sendable {
             client = LabClient(base: c, token: config.credential?.token ?? config.token, timeout: 5)
             heartbeat = Task { [weak self] in await self?.heartbeatLoop() }
         }
-        log("agent \(config.name) listening on \(config.host):\(port), announced as \(url) (data \(config.dataDirectory.path))")
+        logger.notice("listening on \(config.host):\(port), announced as \(url) (data \(config.dataDirectory.path))")
         return port
+    }
+
+    /// A run's ids as log metadata.
+    func metadata(_ r: ActiveRun) -> Logger.Metadata {
+        ["run": .string(r.id), "node": .string(r.assignment.node.name)]
     }
 
     public func stop() async {

@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import LabHTTP
 import LabPlan
+import Logging
 
 /// What agents say about themselves: registration and heartbeats, and the rules that make them
 /// fresh and bound. Each carries the agent's per-boot id and a counter that grows with every
@@ -71,13 +72,16 @@ extension Coordinator {
             return nil
         }
         if let refusal {
-            log("coordinator: \(refusal)")
+            logger.warning("\(refusal)", metadata: ["agent": .string(info.name)])
             agentError(info.name, refusal)
             throw HTTPError(.conflict, refusal)
         }
         try store.saveAgent(info, lastSeen: t)
         if let d = info.dongle, info.radio == .bluez { noteDongle(d, agent: info.name) }
-        log("coordinator: agent \(info.name) registered\(from) at \(esc(info.url))\(announced != info.url ? " (it announced \(esc(announced)))" : "") (radio \(info.radio.rawValue), tags \(esc(info.tags.joined(separator: ","))))")
+        var ids: Logger.Metadata = ["agent": .string(info.name)]
+        if let d = info.dongle { ids["dongle"] = .string(d.name) }
+        logger.info("agent \(info.name) registered\(from) at \(esc(info.url))\(announced != info.url ? " (it announced \(esc(announced)))" : "") (radio \(info.radio.rawValue), tags \(esc(info.tags.joined(separator: ","))))",
+                    metadata: ids)
     }
 
     /// An agent's heartbeat (POST /v1/agents/NAME/heartbeat).

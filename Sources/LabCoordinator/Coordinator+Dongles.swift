@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import LabHTTP
 import LabPlan
+import Logging
 
 /// The lab's dongles: every dongle an agent reports is kept by its address (SQLite), with its
 /// health (LAVA's good, bad, maintenance, retired, and unknown) and its history. Pre-flight
@@ -67,15 +68,15 @@ extension Coordinator {
     /// then judged and shown without it).
     func dongleHistory(_ key: String, limit: Int) -> [LabWire.DongleEvent] {
         do { return try store.dongleEvents(key, limit: limit) } catch {
-            log("coordinator: cannot read dongle \(key)'s history: \(error)")
+            logger.error("cannot read dongle \(key)'s history: \(error)", metadata: ["dongle": .string(key)])
             return []
         }
     }
 
     func persistDongle(_ r: DongleRecord, _ events: [LabWire.DongleEvent]) {
-        do { try store.saveDongle(r, events: events) } catch { log("coordinator: cannot save dongle \(r.id): \(error)") }
+        do { try store.saveDongle(r, events: events) } catch { logger.error("cannot save dongle \(r.id): \(error)", metadata: ["dongle": .string(r.info.name), "dongleId": .string(r.id)]) }
         for e in events where ![.preflight, .check, .run].contains(e.kind) {
-            log("coordinator: dongle \(r.info.name) (\(r.id)): \(e.kind): \(e.message)")
+            logger.notice("dongle \(r.info.name) (\(r.id)): \(e.kind): \(e.message)", metadata: ["dongle": .string(r.info.name), "dongleId": .string(r.id)])
         }
     }
 
@@ -186,6 +187,9 @@ extension Coordinator {
             if !beacons.contains(b) { beacons.append(b) }
         }
         let began = now
+        // The check's id, and the run whose pre-flight it is, on each of its log lines.
+        var ids: Logger.Metadata = ["check": .string(id)]
+        if let run { ids["run"] = .string(run) }
         withLock { for c in candidates { checking.insert(c.agent) } }
         defer { withLock { for c in candidates { checking.remove(c.agent) } } }
         // Setting a dongle up (power, advertising, discovery) can take bluetoothd many seconds
@@ -216,7 +220,8 @@ extension Coordinator {
         func take(_ i: Int, _ result: Result<LabWire.PreflightReport?, Error>, _ what: String) {
             switch result {
             case .success(let r): if let r, r.id == id { reports[i] = r }
-            case .failure(let e): log("coordinator: \(kind) \(id): \(what) of \(candidates[i].agent) failed: \(LabWire.cleanText("\(e)", max: 500) ?? "failed")")
+            case .failure(let e): logger.warning("\(kind) \(id): \(what) of \(candidates[i].agent) failed: \(LabWire.cleanText("\(e)", max: 500) ?? "failed")",
+                                                 metadata: ids.merging(["agent": .string(candidates[i].agent)]) { $1 })
             }
         }
         // Listen: until every working dongle heard every other one, or the bound.
@@ -260,12 +265,12 @@ extension Coordinator {
             let message = v.ok ? "passed: heard \(v.saw.count), heard by \(v.seenBy.count)\(v.seconds.map { String(format: ", the last after %.1f s", $0) } ?? "")"
                 : "failed: \(v.reason ?? "no reason")\(v.blame ? "" : " (not counted against it)")"
             if let q = apply(.check(kind: kind, ok: v.ok, blame: v.blame, message: message, run: run, evidence: evidence), to: key) {
-                log("coordinator: dongle \(q) quarantined: it failed \(config.quarantineAfter) checks in a row (\(v.reason ?? ""))")
+                logger.warning("dongle \(q) quarantined: it failed \(config.quarantineAfter) checks in a row (\(v.reason ?? ""))", metadata: ids.merging(["dongle": .string(q)]) { $1 })
                 quarantined.append(q)
             }
         }
-        log("coordinator: \(kind) \(id) of \(candidates.count) dongles in \(String(format: "%.1f", now - began)) s: " +
-            verdicts.map { "\($0.dongle) \($0.ok ? "ok" : "failed (\($0.reason ?? ""))")" }.joined(separator: ", "))
+        let outcomes = verdicts.map { "\($0.dongle) \($0.ok ? "ok" : "failed (\($0.reason ?? ""))")" }.joined(separator: ", ")
+        logger.info("\(kind) \(id) of \(candidates.count) dongles in \(String(format: "%.1f", now - began)) s: \(outcomes)", metadata: ids)
         return (verdicts, quarantined)
     }
 
@@ -346,7 +351,8 @@ extension Coordinator {
             leftOut.append("\(verdicts[i].dongle) on \(r.nodes[i].agent): \(verdicts[i].reason ?? "failed")")
             guard !passedSpares.isEmpty else { unfilled.append(r.nodes[i].name); continue }
             let s = spares[passedSpares.removeFirst()]
-            log("coordinator: run \(r.id): node \(r.nodes[i].name) moves from \(r.nodes[i].agent) to spare \(s.agent) (\(verdicts[i].dongle) failed its check)")
+            logger.warning("run \(r.id): node \(r.nodes[i].name) moves from \(r.nodes[i].agent) to spare \(s.agent) (\(verdicts[i].dongle) failed its check)",
+                           metadata: ["run": .string(r.id), "node": .string(r.nodes[i].name), "agent": .string(s.agent), "dongle": .string(verdicts[i].dongle)])
             r.nodes[i].agent = s.agent
             r.nodes[i].agentURL = s.agentURL
             r.nodes[i].dongle = s.dongle
@@ -362,7 +368,7 @@ extension Coordinator {
             _ = await endBeforeStart(r, state: .failed, message: message)
             return nil
         }
-        if !leftOut.isEmpty { log("coordinator: run \(r.id): pre-flight left out \(leftOut.joined(separator: "; "))") }
+        if !leftOut.isEmpty { logger.warning("run \(r.id): pre-flight left out \(leftOut.joined(separator: "; "))", metadata: ["run": .string(r.id)]) }
         r.spares = nil // the spares not taken are free again
         update(r)
         return r
@@ -387,7 +393,8 @@ extension Coordinator {
                 r.nodes[i].state = .partial
                 r.nodes[i].message = [r.nodes[i].message, "its dongle looks faulty: \(why)"].compactMap { $0 }.joined(separator: "; ")
                 if let q = apply(.run(outlier: true, message: "outlier of node \(r.nodes[i].name): \(why)", run: r.id, evidence: nil), to: key) {
-                    log("coordinator: dongle \(q) quarantined: the outlier of \(config.quarantineAfter) runs in a row")
+                    logger.warning("dongle \(q) quarantined: the outlier of \(config.quarantineAfter) runs in a row",
+                                   metadata: ["run": .string(r.id), "node": .string(r.nodes[i].name), "dongle": .string(q)])
                 }
             } else {
                 apply(.run(outlier: false, message: "node \(r.nodes[i].name) \(r.nodes[i].state.rawValue)", run: r.id, evidence: nil), to: key)

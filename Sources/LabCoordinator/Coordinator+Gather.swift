@@ -4,6 +4,7 @@ import HeraldCore
 import LabHistory
 import LabHTTP
 import LabPlan
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -95,7 +96,7 @@ extension Coordinator {
             do {
                 let history = try HistoryStore(url: config.results.appendingPathComponent("history.sqlite"))
                 try history.record(report.result, reportPath: bundle.appendingPathComponent("report").path)
-            } catch { log("coordinator: run \(r.id): not recorded in the history: \(error)") }
+            } catch { logger.error("run \(r.id): not recorded in the history: \(error)", metadata: ["run": .string(r.id)]) }
         } catch {
             notes.append("analysis failed: \(error)")
         }
@@ -111,7 +112,7 @@ extension Coordinator {
         r.message = notes.isEmpty ? nil : notes.joined(separator: "; ")
         // Recorded as ended, durably, before any agent may delete: a crash here gathers again.
         do { try save(r) } catch {
-            log("coordinator: run \(r.id): cannot record the end of the run (\(error)); agents keep their copies")
+            logger.error("run \(r.id): cannot record the end of the run (\(error)); agents keep their copies", metadata: ["run": .string(r.id)])
             return
         }
         // The run's air tickets attach nothing more.
@@ -125,7 +126,8 @@ extension Coordinator {
         }
         // Nodes whose files never arrived: their agents keep them; a failed run that never got
         // anything releases nothing.
-        log("coordinator: run \(r.id) \(r.state.rawValue): \(bundle.path) (\(r.nodes.map { "\($0.name) \($0.state)" }.joined(separator: ", ")))\(r.message.map { "; \($0)" } ?? "")")
+        logger.notice("run \(r.id) \(r.state.rawValue): \(bundle.path) (\(r.nodes.map { "\($0.name) \($0.state)" }.joined(separator: ", ")))\(r.message.map { "; \($0)" } ?? "")",
+                      metadata: ["run": .string(r.id)])
     }
 
     /// Ends the run as failed without telling any agent to release: they keep their copies for
@@ -135,7 +137,7 @@ extension Coordinator {
         r.message = "\(reason); nothing was released: the agents keep their copies"
         r.agentsKeepCopies = true
         update(r)
-        log("coordinator: run \(r.id) failed: \(r.message!)")
+        logger.error("run \(r.id) failed: \(r.message!)", metadata: ["run": .string(r.id)])
     }
 
     /// `<id>.tar.gz` beside the bundle, written to a temporary name, checked, fsynced, renamed;
@@ -185,7 +187,7 @@ extension Coordinator {
                 try Durable.syncDirectory(dir.deletingLastPathComponent())
                 return (list, clock, nil)
             } catch let e as GatherRefusal {
-                log("coordinator: run \(runId): \(n.name) from \(n.agent): \(e.message)")
+                logger.error("run \(runId): \(n.name) from \(n.agent): \(e.message)", metadata: ["run": .string(runId), "node": .string(n.name), "agent": .string(n.agent)])
                 return (nil, clock, e)
             } catch {
                 lastError = "\(error)"
@@ -193,7 +195,7 @@ extension Coordinator {
             try? await Task.sleep(nanoseconds: UInt64(delay * 1e9))
             delay = min(delay * 2, 5)
         }
-        log("coordinator: gave up gathering \(n.name) from \(n.agent) (\(n.agentURL)): \(lastError)")
+        logger.error("gave up gathering \(n.name) from \(n.agent) (\(n.agentURL)): \(lastError)", metadata: ["run": .string(runId), "node": .string(n.name), "agent": .string(n.agent)])
         return (nil, clock, GatherRefusal(message: lastError))
     }
 

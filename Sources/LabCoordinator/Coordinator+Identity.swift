@@ -4,6 +4,7 @@ import LabHTTP
 import LabNet
 import RadioAir
 import LabPlan
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -166,7 +167,7 @@ extension Coordinator {
         guard let identityStore else { throw HTTPError(.conflict, "the coordinator has no credentials folder to keep enrolments in") }
         try identityStore.saveCredential(record)
         identities.add(record)
-        log("coordinator: agent \(request.name) enrolled (certificate for \(request.hosts.isEmpty ? "no host names" : request.hosts.joined(separator: ", ")), \(days) days)")
+        logger.notice("agent \(request.name) enrolled (certificate for \(request.hosts.isEmpty ? "no host names" : request.hosts.joined(separator: ", ")), \(days) days)", metadata: ["agent": .string(request.name)])
         var enrolment = Enrolment(credential: credential, coordinator: request.coordinator,
                                   ca: try String(contentsOfFile: folder.path("ca.pem"), encoding: .utf8),
                                   certificate: try String(contentsOf: cert, encoding: .utf8),
@@ -186,7 +187,7 @@ extension Coordinator {
         identities.add(record)
         try store.forgetAgent(name)
         withLock { agents[name] = nil }
-        log("coordinator: agent \(name) revoked; its credential is refused from now on")
+        logger.notice("agent \(name) revoked; its credential is refused from now on", metadata: ["agent": .string(name)])
         let at = now
         Task { await tellAir(.revoked(agent: name, at: at)) }
     }
@@ -219,7 +220,7 @@ extension Coordinator {
             DispatchQueue.global().async { done.resume(returning: AirNotices.tell(signed, host: air.host, port: air.port, tls: LabTrust.client)) }
         }
         if let problem {
-            log("coordinator: the air at \(air.host):\(air.port) did not take the notice \(notice): \(HTTPService.escaped(problem)); the tickets concerned still expire at their run's latest end")
+            logger.error("the air at \(air.host):\(air.port) did not take the notice \(notice): \(HTTPService.escaped(problem)); the tickets concerned still expire at their run's latest end")
         }
     }
 }

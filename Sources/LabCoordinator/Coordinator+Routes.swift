@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import LabHTTP
 import LabPlan
+import Logging
 
 /// The coordinator's HTTP API (docs/API.md).
 extension Coordinator {
@@ -91,7 +92,7 @@ extension Coordinator {
         case .arming, .running:
             r.abortRequested = true
             try save(r)
-            log("coordinator: run \(id): abort requested; nodes stop, what exists is gathered")
+            logger.notice("run \(id): abort requested; nodes stop, what exists is gathered", metadata: ["run": .string(id)])
             return r
         default:
             throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue): nothing to abort")
@@ -119,7 +120,7 @@ extension Coordinator {
             return pendingSeen
         }
         guard !batch.isEmpty else { return }
-        do { try store.saveSeen(batch) } catch { log("coordinator: cannot save the heartbeats of \(batch.count) agents: \(error)") }
+        do { try store.saveSeen(batch) } catch { logger.error("cannot save the heartbeats of \(batch.count) agents: \(error)") }
     }
 
     static func runId(_ req: HTTPService.Request) throws -> String {

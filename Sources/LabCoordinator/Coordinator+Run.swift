@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import LabHTTP
 import LabPlan
+import Logging
 
 /// A run's course on the coordinator: arm every agent (clock probes, assignment), start them
 /// together, watch them, then gather (Coordinator+Gather). Every step can be resumed after a
@@ -18,7 +19,8 @@ extension Coordinator {
     /// `client`, or nil with the reason logged (calls that are skipped for an agent not called).
     func clientOrSkip(_ node: RunRecord.Node, of run: RunRecord, _ what: String) -> LabClient? {
         do { return try client(node, chosenAt: run.created) } catch {
-            log("coordinator: run \(run.id): \(what) not sent to \(node.name) on agent \(node.agent): \(error)")
+            logger.warning("run \(run.id): \(what) not sent to \(node.name) on agent \(node.agent): \(error)",
+                           metadata: ["run": .string(run.id), "node": .string(node.name), "agent": .string(node.agent)])
             return nil
         }
     }
@@ -144,7 +146,7 @@ extension Coordinator {
         r.state = .running
         update(r)
         await sendStarts(r)
-        log("coordinator: run \(r.id) armed on \(r.nodes.count) agents in \(String(format: "%.2f", armTime)) s; starting at \(HeraldTimestamp.iso8601(Date(timeIntervalSince1970: startAt))) (margin \(String(format: "%.2f", margin)) s, worst round trip \(String(format: "%.1f", worstRoundTrip * 1000)) ms)")
+        logger.notice("run \(r.id) armed on \(r.nodes.count) agents in \(String(format: "%.2f", armTime)) s; starting at \(HeraldTimestamp.iso8601(Date(timeIntervalSince1970: startAt))) (margin \(String(format: "%.2f", margin)) s, worst round trip \(String(format: "%.1f", worstRoundTrip * 1000)) ms)", metadata: ["run": .string(r.id)])
         return r
     }
 
@@ -155,7 +157,7 @@ extension Coordinator {
         r.state = state
         r.message = message
         update(r)
-        log("coordinator: run \(r.id) \(state.rawValue): \(message)")
+        logger.warning("run \(r.id) \(state.rawValue): \(message)", metadata: ["run": .string(r.id)])
         await tellAir(.ended(run: r.id, at: now))
         let id = r.id
         await withTaskGroup(of: Void.self) { group in
@@ -183,13 +185,14 @@ extension Coordinator {
                     for attempt in 0..<3 {
                         do {
                             let s: LabWire.AgentStatus = try await c.call("POST", "/v1/start", LabWire.StartRequest(runId: r.id, startAt: startAt + offset))
-                            if let m = s.message, s.runId == r.id { log("coordinator: agent \(n.agent): \(m)") }
+                            if let m = s.message, s.runId == r.id { logger.info("agent \(n.agent): \(m)", metadata: ["run": .string(r.id), "node": .string(n.name), "agent": .string(n.agent)]) }
                             return
                         } catch { lastError = "\(error)" }
                         try? await Task.sleep(nanoseconds: UInt64(0.3 * Double(attempt + 1) * 1e9))
                     }
                     agentError(n.agent, "did not take the start of run \(r.id): \(lastError)")
-                    log("coordinator: agent \(n.agent) (\(n.agentURL)) did not take the start of run \(r.id): \(lastError)")
+                    logger.error("agent \(n.agent) (\(n.agentURL)) did not take the start of run \(r.id): \(lastError)",
+                                 metadata: ["run": .string(r.id), "node": .string(n.name), "agent": .string(n.agent)])
                 }
             }
         }
@@ -263,7 +266,8 @@ extension Coordinator {
             r.nodes[i].state = .lost
             r.nodes[i].message = why
             changed = true
-            log("coordinator: run \(r.id): node \(r.nodes[i].name) lost: \(why)")
+            logger.warning("run \(r.id): node \(r.nodes[i].name) lost: \(why)",
+                           metadata: ["run": .string(r.id), "node": .string(r.nodes[i].name), "agent": .string(r.nodes[i].agent)])
         }
         return changed
     }

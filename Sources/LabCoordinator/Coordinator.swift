@@ -6,6 +6,7 @@ import LabHTTP
 import LabNet
 import LabPlan
 import Yams
+import Logging
 
 /// `herald-lab coordinator`: hands each agent its slice of a plan, starts them together, watches
 /// them and gathers their logs into one bundle. Agents and runs are kept in SQLite, so a
@@ -90,19 +91,20 @@ public final class Coordinator: @unchecked Sendable {
     let metrics = CoordinatorMetrics()
     /// The dashboard's sessions and live strips (Dashboard*.swift).
     let dashboard = DashboardState()
-    public let log: @Sendable (String) -> Void
+    /// The coordinator's log (label herald-lab.coordinator): one line per event, run, node,
+    /// agent and dongle as metadata; its handler escapes outside text (LabLogHandler).
+    public let logger: Logger
     public private(set) var url = ""
 
-    public init(config: Config, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) throws {
+    /// `httpLogger` is its HTTP service's (nil: label herald-lab.http at `logger`'s level).
+    public init(config: Config, logger: Logger = Logger(label: "herald-lab.coordinator"), httpLogger: Logger? = nil) throws {
         self.config = config
-        // Every line reaches the log with outside text escaped (OutsideText.line): no forged lines.
-        let log: @Sendable (String) -> Void = { [log] line in log(OutsideText.line(line)) }
-        self.log = log
+        self.logger = logger
         store = try CoordinatorStore(url: config.results.appendingPathComponent("coordinator.sqlite"))
         identityStore = try config.credentials.map { try IdentityStore(url: $0.url.appendingPathComponent("agents.sqlite")) }
         let identities = IdentityTable(Identities(try identityStore?.credentials() ?? []))
         self.identities = identities
-        http = HTTPService(name: "coordinator", authenticate: config.insecure ? nil : HTTPService.withScraper(config.scrapeToken, Self.authenticator(operatorToken: config.token, identities: identities)), log: log)
+        http = HTTPService(name: "coordinator", authenticate: config.insecure ? nil : HTTPService.withScraper(config.scrapeToken, Self.authenticator(operatorToken: config.token, identities: identities)), logger: httpLogger ?? HTTPService.defaultLogger(level: logger.logLevel))
         for a in try store.agents() {
             agents[a.info.name] = AgentRecord(info: a.info, lastSeen: a.lastSeen, persistedSeen: a.lastSeen, status: nil, lastError: a.lastError, lastErrorAt: a.lastErrorAt)
         }
@@ -119,11 +121,11 @@ public final class Coordinator: @unchecked Sendable {
     public func start() async throws -> UInt16 {
         let port = try await http.start(host: config.host, port: config.port, tls: config.tls)
         url = "\(config.tls == nil ? "http" : "https")://\(HostPort.urlHost(config.host)):\(port)"
-        log("coordinator listening on \(config.host):\(port) (results \(config.results.path))")
+        logger.notice("listening on \(config.host):\(port) (results \(config.results.path))")
         // Pick up runs a previous coordinator left unfinished.
         let unfinished = withLock { runs.values.filter { !$0.state.isFinal } }
         for r in unfinished {
-            log("coordinator: resuming run \(r.id) (\(r.state.rawValue))")
+            logger.notice("resuming run \(r.id) (\(r.state.rawValue))", metadata: ["run": .string(r.id)])
             launch(r.id)
         }
         if let every = config.healthCheckEvery {
@@ -133,8 +135,8 @@ public final class Coordinator: @unchecked Sendable {
                     guard let self, !Task.isCancelled else { return }
                     do {
                         let result = try await self.checkDongles(LabWire.CheckRequest(dongles: nil, bound: nil))
-                        self.log("coordinator: scheduled health check \(result.id): \(result.verdicts.filter(\.ok).count) of \(result.verdicts.count) dongles passed\(result.quarantined.isEmpty ? "" : "; quarantined: \(result.quarantined.joined(separator: ", "))")")
-                    } catch { self.log("coordinator: scheduled health check skipped: \(error)") }
+                        self.logger.info("scheduled health check \(result.id): \(result.verdicts.filter(\.ok).count) of \(result.verdicts.count) dongles passed\(result.quarantined.isEmpty ? "" : "; quarantined: \(result.quarantined.joined(separator: ", "))")")
+                    } catch { self.logger.warning("scheduled health check skipped: \(error)") }
                 }
             }
         }
@@ -209,7 +211,7 @@ public final class Coordinator: @unchecked Sendable {
     func agentError(_ name: String, _ message: String) {
         let t = now
         withLock { agents[name]?.lastError = message; agents[name]?.lastErrorAt = t }
-        do { try store.saveError(name, message, at: t) } catch { log("coordinator: cannot save agent \(name)'s error: \(error)") }
+        do { try store.saveError(name, message, at: t) } catch { logger.error("cannot save agent \(name)'s error: \(error)", metadata: ["agent": .string(name)]) }
     }
 
     // MARK: Registration
@@ -259,7 +261,7 @@ public final class Coordinator: @unchecked Sendable {
             record.spares = selection.spares.map { RunRecord.Spare(agent: $0.name, agentURL: $0.url, dongle: $0.dongle, dongleHealth: dongleRecord(of: $0)?.health) }
         }
         try save(record)
-        log("coordinator: run \(id) submitted: \(plan.nodes.count) nodes on agents \(selected.map { "\($0.name) (\($0.url))" }.joined(separator: ", "))\(selection.spares.isEmpty ? "" : "; spares \(selection.spares.map(\.name).joined(separator: ", "))")")
+        logger.notice("run \(id) submitted: \(plan.nodes.count) nodes on agents \(selected.map { "\($0.name) (\($0.url))" }.joined(separator: ", "))\(selection.spares.isEmpty ? "" : "; spares \(selection.spares.map(\.name).joined(separator: ", "))")", metadata: ["run": .string(id)])
         launch(id)
         return record
     }
@@ -376,7 +378,7 @@ public final class Coordinator: @unchecked Sendable {
 
     /// `save`, logging a failure (for progress that loses nothing if it is not recorded).
     func update(_ r: RunRecord) {
-        do { try save(r) } catch { log("coordinator: cannot save run \(r.id): \(error)") }
+        do { try save(r) } catch { logger.error("cannot save run \(r.id): \(error)", metadata: ["run": .string(r.id)]) }
     }
 
     // MARK: Retention
@@ -389,12 +391,12 @@ public final class Coordinator: @unchecked Sendable {
         for var r in old {
             let fm = FileManager.default
             for u in [config.results.appendingPathComponent(r.id), config.results.appendingPathComponent("\(r.id).tar.gz")] where fm.fileExists(atPath: u.path) {
-                do { try fm.removeItem(at: u) } catch { log("coordinator: retention: cannot delete \(u.path): \(error)"); continue }
+                do { try fm.removeItem(at: u) } catch { logger.error("retention: cannot delete \(u.path): \(error)", metadata: ["run": .string(r.id)]); continue }
             }
             r.bundle = nil
             r.message = [r.message, "bundle deleted after \(String(format: "%g", days)) days (retention)"].compactMap { $0 }.joined(separator: "; ")
             update(r)
-            log("coordinator: retention: deleted the bundle of run \(r.id)")
+            logger.info("retention: deleted the bundle of run \(r.id)", metadata: ["run": .string(r.id)])
         }
     }
 }

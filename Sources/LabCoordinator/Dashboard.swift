@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import LabHTTP
 import LabPlan
+import Logging
 
 /// What the dashboard keeps: the signed-in browsers and the live runs' pairs x time strips.
 final class DashboardState: @unchecked Sendable {
@@ -40,13 +41,13 @@ extension Coordinator {
             try self.sameOrigin(req)
             let given = DashboardSessions.form(req.body)["credential"] ?? ""
             guard self.isOperator(given) else {
-                self.log("coordinator: dashboard sign-in refused from \(req.remote)")
+                self.logger.warning("dashboard sign-in refused from \(req.remote)", metadata: ["peer": .string(req.remote)])
                 return self.signInPage(message: "That is not the operator's credential.", status: .unauthorized)
             }
             let s = self.dashboard.sessions.create(now: self.now)
             var r = Self.redirect("/lab")
             r.headers["Set-Cookie"] = DashboardSessions.setCookie(s, secure: self.sessionSecure, now: self.now)
-            self.log("coordinator: dashboard sign-in from \(req.remote)")
+            self.logger.notice("dashboard sign-in from \(req.remote)", metadata: ["peer": .string(req.remote)])
             return r
         }
         http.route("POST", "/signout", public: true, bodyLimit: form) { [unowned self] req in
@@ -126,7 +127,7 @@ extension Coordinator {
         guard let s = session(req) else { throw Self.signInRequired }
         try sameOrigin(req)
         guard DashboardSessions.csrfMatches(s, DashboardSessions.form(req.body)["csrf"]) else {
-            log("coordinator: dashboard: \(req.method) \(HTTPService.escaped(req.path)) from \(req.remote) refused: CSRF token missing or wrong")
+            logger.warning("dashboard: \(req.method) \(HTTPService.escaped(req.path)) from \(req.remote) refused: CSRF token missing or wrong", metadata: ["peer": .string(req.remote)])
             throw HTTPError(.forbidden, "the form's CSRF token is missing or wrong; reload the page")
         }
         return s

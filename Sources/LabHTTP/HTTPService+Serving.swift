@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import LabNet
 #if canImport(Glibc)
 import Glibc
@@ -38,7 +39,7 @@ extension HTTPService {
         let loop = EventLoop.shared
         if c.connection == nil {
             do { c.connection = try wrapConnection(c) } catch {
-                log("\(name): connection from \(c.remote) failed: \(Self.escaped("\(error)"))")
+                logger.notice("connection from \(c.remote) failed: \(Self.escaped("\(error)"))", metadata: ["peer": .string(c.remote)])
                 loop.release(c)
                 return
             }
@@ -53,7 +54,7 @@ extension HTTPService {
                     return
                 }
             } catch {
-                log("\(name): connection from \(c.remote) failed: \(Self.escaped("\(error)"))")
+                logger.notice("connection from \(c.remote) failed: \(Self.escaped("\(error)"))", metadata: ["peer": .string(c.remote)])
                 loop.release(c)
                 return
             }
@@ -80,7 +81,7 @@ extension HTTPService {
         let route: Route, parameters: [String: String], principal: Principal?
         switch admit(head) {
         case .refuse(let status, let message, let logged):
-            if let logged { log("\(name): refused \(head.method) \(Self.escaped(head.path)) from \(c.remote): \(logged)") }
+            if let logged { logger.warning("refused \(head.method) \(Self.escaped(head.path)) from \(c.remote): \(logged)", metadata: ["peer": .string(c.remote)]) }
             respondEarly(c, .error(status, message), head: head)
             return
         case .route(let r, let p, let who):
@@ -148,7 +149,7 @@ extension HTTPService {
         if !keepAlive {
             onClose(c)
         } else if answersPileUp(c) {
-            log("\(name): closed the connection from \(c.remote): it does not read its answers")
+            logger.warning("closed the connection from \(c.remote): it does not read its answers", metadata: ["peer": .string(c.remote)])
             loop.linger(c)
         } else if c.input.available > 0 {
             next(c)
@@ -174,7 +175,7 @@ extension HTTPService {
     /// lingering: the client may still be sending what was refused).
     private func refuse(_ c: ServerConnection, _ r: Refusal, head: RequestHead?, logged: String? = nil) {
         let what = head.map { "\($0.method) \(Self.escaped($0.path))" } ?? r.request.map(Self.escaped) ?? "a request"
-        log("\(name): refused \(what) from \(c.remote): \(r.status.code) \(Self.escaped(logged ?? r.message))")
+        logger.warning("refused \(what) from \(c.remote): \(r.status.code) \(Self.escaped(logged ?? r.message))", metadata: ["peer": .string(c.remote)])
         do {
             try write(.error(r.status, r.message), to: c, head: head, close: true)
         } catch {

@@ -1,6 +1,7 @@
 import Foundation
 import HeraldCore
 import LabNet
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -105,7 +106,8 @@ public final class HTTPService: @unchecked Sendable {
 
     public let name: String
     public let limits: Limits
-    public let log: @Sendable (String) -> Void
+    /// The service's log (label herald-lab.http), with metadata `service` (its name).
+    public let logger: Logger
     public static let defaultBodyLimit = 1 << 20
 
     private let authenticate: Authenticate?
@@ -129,12 +131,22 @@ public final class HTTPService: @unchecked Sendable {
     /// `authenticate` nil turns authentication off (only for `--insecure` on loopback): every
     /// route is then open and `Request.principal` is nil.
     public init(name: String, authenticate: Authenticate?, limits: Limits = Limits(),
-                log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+                logger: Logger = Logger(label: "herald-lab.http")) {
         self.name = name
         self.authenticate = authenticate
         self.limits = limits
-        self.log = log
+        var logger = logger
+        logger[metadataKey: "service"] = .string(name)
+        self.logger = logger
         route("GET", "/health", public: true) { _ in .json(["status": "ok", "service": name]) }
+    }
+
+    /// The logger of a service's HTTP when its owner hands none in: label herald-lab.http, at
+    /// the owner's level.
+    public static func defaultLogger(level: Logger.Level) -> Logger {
+        var logger = Logger(label: "herald-lab.http")
+        logger.logLevel = level
+        return logger
     }
 
     /// One shared token: its holder is the operator.
@@ -144,12 +156,12 @@ public final class HTTPService: @unchecked Sendable {
 
     /// One shared token, authenticated as the operator; nil turns authentication off.
     public convenience init(name: String, token: String?, limits: Limits = Limits(),
-                            log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+                            logger: Logger = Logger(label: "herald-lab.http")) {
         var authenticate: Authenticate?
         if let token {
             authenticate = { given in HTTPService.constantTimeEqual(given, token) ? Principal(role: .operator, name: "token") : nil }
         }
-        self.init(name: name, authenticate: authenticate, limits: limits, log: log)
+        self.init(name: name, authenticate: authenticate, limits: limits, logger: logger)
     }
 
     /// Adds a route; `pattern` segments starting with `:` are parameters (matched against the
@@ -273,7 +285,7 @@ public final class HTTPService: @unchecked Sendable {
         } catch let e as HTTPError {
             return .error(e.status, e.message)
         } catch {
-            log("\(name): \(request.method) \(Self.escaped(request.path)) failed: \(Self.escaped("\(error)"))")
+            logger.error("\(request.method) \(Self.escaped(request.path)) failed: \(Self.escaped("\(error)"))", metadata: ["peer": .string(request.remote)])
             return .error(.internalServerError, "\(error)")
         }
     }
@@ -283,19 +295,19 @@ public final class HTTPService: @unchecked Sendable {
     func noteRefusedOverLimit(now: Double) {
         refusedOverLimit += 1
         guard now - lastRefusalLog >= 5 else { return }
-        let line = "\(name): refused \(refusedOverLimit) connection(s) over the limit of \(limits.maxConnections) open (503)"
+        let line: Logger.Message = "refused \(refusedOverLimit) connection(s) over the limit of \(limits.maxConnections) open (503)"
         refusedOverLimit = 0
         lastRefusalLog = now
-        let log = self.log
-        DispatchQueue.global().async { log(line) }
+        let logger = self.logger
+        DispatchQueue.global().async { logger.warning(line) }
     }
 
     func noteAcceptFailure(_ why: String, now: Double) {
         guard now - lastAcceptFailureLog >= 5 else { return }
         lastAcceptFailureLog = now
-        let line = "\(name): cannot accept connections: \(why); pausing"
-        let log = self.log
-        DispatchQueue.global().async { log(line) }
+        let line: Logger.Message = "cannot accept connections: \(why); pausing"
+        let logger = self.logger
+        DispatchQueue.global().async { logger.error(line) }
     }
 
     /// Text from the network as it may go into a log line: control characters, direction marks,

@@ -3,6 +3,7 @@ import HeraldCore
 import HeraldRadio
 import RadioSim
 import LabNet
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -21,7 +22,9 @@ public final class AirServer: @unchecked Sendable {
     /// Connections that have not attached (no admitted hello yet), on the scheduler queue.
     private var unattached = Set<Int>()
     private var nextConnection = 0
-    public let log: @Sendable (String) -> Void
+    /// The air's log (label herald-lab.air): one line per event, node (and run and agent from
+    /// its ticket) as metadata; its handler escapes outside text (LabLogHandler).
+    public let logger: Logger
 
     /// Required in every node's hello when set (or a ticket, with `ticketKey`).
     private let token: String?
@@ -32,13 +35,14 @@ public final class AirServer: @unchecked Sendable {
     /// scheduler's queue.
     private var gate: NodeTicket.Gate?
 
-    public init(parameters: RadioParameters = RadioParameters(), seed: UInt64 = 1, token: String? = nil, ticketKey: Data? = nil, log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+    public init(parameters: RadioParameters = RadioParameters(), seed: UInt64 = 1, token: String? = nil, ticketKey: Data? = nil,
+                logger: Logger = Logger(label: "herald-lab.air")) {
         self.defaultParameters = parameters
         self.seed = seed
         self.token = token
         self.ticketKey = ticketKey
         gate = ticketKey.map { NodeTicket.Gate(key: $0) }
-        self.log = { [log] line in log(OutsideText.line(line)) }
+        self.logger = logger
         scheduler = DispatchScheduler(label: "heraldlab.air")
         // A tick a second to every node: lets a node tell a silent air from a dead link.
         ticks = scheduler.scheduleRepeating(every: 1) { [weak self] in
@@ -108,7 +112,7 @@ public final class AirServer: @unchecked Sendable {
                 guard let self else { Glibc.close(c); return }
                 let connection: Connection
                 do { connection = try Connection.accepted(fd: c, name: peer, tls: tls) } catch {
-                    self.log("air: refused a connection from \(peer): \(error)")
+                    self.logger.notice("refused a connection from \(peer): \(error)", metadata: ["peer": .string(peer)])
                     Glibc.close(c)
                     self.releasePending()
                     return
@@ -165,7 +169,7 @@ public final class AirServer: @unchecked Sendable {
         let t = Date().timeIntervalSince1970
         for (id, n) in nodes {
             guard let c = n.claims, let why = gate.refusal(c, now: t) else { continue }
-            log("air: \(Self.escaped(n.name)) dropped: \(why)")
+            logger.notice("\(Self.escaped(n.name)) dropped: \(why)", metadata: Self.metadata(n.name, c))
             nodes[id] = nil
             n.detach()
             n.socket.close()
@@ -181,14 +185,14 @@ public final class AirServer: @unchecked Sendable {
             gate = g
             r = .noticeTaken
             switch n {
-            case .ended(let run, _): log("air: run \(Self.escaped(run)) ended: its tickets attach nothing more")
-            case .revoked(let agent, _): log("air: agent \(Self.escaped(agent)) revoked: its tickets attach nothing more")
+            case .ended(let run, _): logger.notice("run \(Self.escaped(run)) ended: its tickets attach nothing more", metadata: ["run": .string(String(run.prefix(200)))])
+            case .revoked(let agent, _): logger.notice("agent \(Self.escaped(agent)) revoked: its tickets attach nothing more", metadata: ["agent": .string(String(agent.prefix(200)))])
             }
             dropLapsed()
         } else {
             let why = gate == nil ? "this air checks no tickets" : "notice not signed by this lab's air key"
             r = .noticeRefused(why)
-            log("air: refused a notice: \(why)")
+            logger.warning("refused a notice: \(why)")
         }
         socket.send(AirAnswer(id: id, r))
         socket.close()
@@ -198,10 +202,18 @@ public final class AirServer: @unchecked Sendable {
     /// lines), at most 200 characters (`OutsideText`).
     static func escaped(_ text: String) -> String { OutsideText.escaped(text, limit: 200) }
 
+    /// A node's ids as log metadata: its name (at most 200 characters, like `escaped`; the log's
+    /// handler escapes it), and the run and agent its ticket names.
+    static func metadata(_ name: String, _ claims: NodeTicket.Claims?) -> Logger.Metadata {
+        var m: Logger.Metadata = ["node": .string(String(name.prefix(200)))]
+        if let claims { m["run"] = .string(String(claims.run.prefix(200))); m["agent"] = .string(String(claims.agent.prefix(200))) }
+        return m
+    }
+
     private func closed(_ id: Int) {
         if unattached.remove(id) != nil { releasePending() }
         guard let node = nodes.removeValue(forKey: id) else { return }
-        log("air: \(Self.escaped(node.name)) left")
+        logger.info("\(Self.escaped(node.name)) left", metadata: Self.metadata(node.name, node.claims))
         node.detach()
         if nodes.isEmpty { medium = nil }
     }
@@ -211,7 +223,7 @@ public final class AirServer: @unchecked Sendable {
         if case .hello(let m) = request.call {
             let name = m.node ?? "node\(id)"
             func refuse(_ refusal: String) {
-                log("air: refused a hello from connection \(id) as \(Self.escaped(m.node ?? "?")): \(refusal)")
+                logger.warning("refused a hello from connection \(id) as \(Self.escaped(m.node ?? "?")): \(refusal)", metadata: ["connection": .stringConvertible(id)])
                 socket.send(AirAnswer(id: request.id, .refused(refusal)))
                 socket.close()
             }
@@ -229,7 +241,7 @@ public final class AirServer: @unchecked Sendable {
             if medium == nil { medium = SimMedium(scheduler: scheduler, parameters: m.parameters ?? defaultParameters, seed: seed) }
             // A node that reattaches (its link was down) replaces its old attachment.
             for (other, n) in nodes where n.name == name && other != id {
-                log("air: \(Self.escaped(name)) reattached; dropping its previous connection")
+                logger.notice("\(Self.escaped(name)) reattached; dropping its previous connection", metadata: Self.metadata(name, claims))
                 nodes[other] = nil
                 n.detach()
                 n.socket.close()
@@ -239,7 +251,7 @@ public final class AirServer: @unchecked Sendable {
             let node = AttachedNode(name: name, transport: transport, socket: socket)
             node.claims = claims
             nodes[id] = node
-            log("air: \(Self.escaped(name)) attached at (\(m.x ?? 0), \(m.y ?? 0)) as \(transport.address)")
+            logger.info("\(Self.escaped(name)) attached at (\(m.x ?? 0), \(m.y ?? 0)) as \(transport.address)", metadata: Self.metadata(name, claims))
             node.send(AirAnswer(id: request.id, .attached(transport.address)))
             return
         }

@@ -5,6 +5,7 @@ import DBus
 import DBusTestSupport
 import Foundation
 import HeraldCore
+import LabTestSupport
 @testable import LabAgent
 import LabPlan
 import XCTest
@@ -48,7 +49,7 @@ final class AgentDongleTests: XCTestCase, @unchecked Sendable {
         config.dongleName = "hub1-p3"
         config.hostName = "pi4a"
         config.sysfsRoot = bus.directory.path // no sysfs: no USB identity
-        let a = Agent(config: config, log: { _ in })
+        let a = Agent(config: config, logger: LogCapture.quiet())
         _ = try await a.start()
         return a
     }

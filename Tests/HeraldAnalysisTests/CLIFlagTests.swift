@@ -52,6 +52,19 @@ final class CLIFlagTests: XCTestCase {
         }
     }
 
+    /// Each service takes --log-level (issue 22); a level it does not know is exit 2, naming the
+    /// flag and the levels.
+    func testServicesTakeALogLevelAndRefuseAnUnknownOneWithExitTwo() throws {
+        for service in [["coordinator", "--insecure"], ["agent", "--insecure", "--name", "a1", "--data", "/nonexistent"], ["air", "--insecure"]] {
+            let (code, out, err) = try herald(service + ["--log-level", "verbose"])
+            XCTAssertEqual(code, 2, "\(service): \(out) \(err)")
+            XCTAssertTrue(err.contains("--log-level: 'verbose' is not a log level (one of trace|debug|info|notice|warning|error|critical)"), "\(service): \(err)")
+            let (helpCode, help, _) = try herald([service[0], "--help"])
+            XCTAssertEqual(helpCode, 0)
+            XCTAssertTrue(help.contains("--log-level"), help)
+        }
+    }
+
     func testTheOldRetainDaysFlagIsGoneWithAPointerToTheNewOne() throws {
         let (code, _, err) = try herald(["coordinator", "--insecure", "--retain-days", "30"])
         XCTAssertEqual(code, 2)

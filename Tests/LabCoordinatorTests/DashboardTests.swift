@@ -5,6 +5,7 @@ import LabHTTP
 import LabNet
 import LabNode
 import LabPlan
+import LabTestSupport
 @testable import LabCoordinator
 
 /// The dashboard as a browser and as a stranger meet it, over HTTP to an in-process coordinator:
@@ -42,7 +43,7 @@ final class DashboardTests: XCTestCase {
             config.tls = try TLSContext(certificate: p("cert.pem"), key: p("key.pem"))
             LabTrust.client = try TLSContext(trusting: p("ca.pem"))
         }
-        let c = try Coordinator(config: config, log: { _ in })
+        let c = try Coordinator(config: config, logger: LogCapture.quiet())
         coordinators.append(c)
         // A finished run whose files exist, and a dongle: what a stranger must not see.
         let report = config.results.appendingPathComponent("\(runId)/report")
@@ -369,7 +370,7 @@ final class DashboardTests: XCTestCase {
         // A restarted coordinator still knows which of its runs belong to which study (the plan text is in its store).
         coordinators.removeAll { $0 === c }
         await c.stop()
-        let restarted = try Coordinator(config: c.config, log: { _ in })
+        let restarted = try Coordinator(config: c.config, logger: LogCapture.quiet())
         let known = restarted.dashboardStudies()
         XCTAssertEqual(Set(known.map(\.study.name)), ["advstudy", "halfstudy"])
         XCTAssertEqual(known.first { $0.study.name == "advstudy" }?.finished.count, 6)

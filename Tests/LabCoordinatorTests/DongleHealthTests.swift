@@ -1,6 +1,7 @@
 import XCTest
 import LabHTTP
 import LabPlan
+import LabTestSupport
 @testable import LabCoordinator
 
 /// The coordinator's rules for dongles: pre-flight verdicts, run outliers, quarantine after K
@@ -186,7 +187,7 @@ final class DongleHealthTests: XCTestCase {
         config.insecure = true
         config.quarantineAfter = 2
         config.missingAfter = 600
-        return try Coordinator(config: config, log: { _ in })
+        return try Coordinator(config: config, logger: LogCapture.quiet())
     }
 
     /// A bluez agent named aN at `url`, driving dongle dN (address F0:..:0N), of make `maker`.
@@ -377,7 +378,7 @@ final class StubAgent: @unchecked Sendable {
     private let lock = NSLock()
 
     private init(name: String, world: StubWorld) {
-        http = HTTPService(name: name, authenticate: nil, log: { _ in })
+        http = HTTPService(name: name, authenticate: nil, logger: LogCapture.quiet())
         http.route("POST", "/v1/preflight") { [unowned self] req in
             let r = try req.decode(LabWire.PreflightRequest.self)
             self.lock.withLock { self.current = r }

@@ -3,6 +3,7 @@ import HeraldCore
 import LabHTTP
 import LabNet
 import LabPlan
+import LabTestSupport
 @testable import LabCoordinator
 
 /// The coordinator's identity rules without sockets (issue 19): whom it calls with what, which
@@ -18,7 +19,7 @@ final class IdentityRulesTests: XCTestCase {
 
     let operatorToken = "operator-token-0123456789"
 
-    func coordinator(tls: Bool = false) throws -> Coordinator {
+    func coordinator(tls: Bool = false, log: LogCapture? = nil) throws -> Coordinator {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("idrules-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir.appendingPathComponent("cred"), withIntermediateDirectories: true)
         dirs.append(dir)
@@ -30,7 +31,7 @@ final class IdentityRulesTests: XCTestCase {
             try LabCA.create(commonName: "test lab", days: 1, certificate: cert, key: key)
             config.tls = try TLSContext(certificate: cert, key: key)
         }
-        let c = try Coordinator(config: config, log: { _ in })
+        let c = try Coordinator(config: config, logger: log?.logger("herald-lab.coordinator") ?? LogCapture.quiet())
         coordinators.append(c)
         return c
     }
@@ -217,6 +218,32 @@ final class IdentityRulesTests: XCTestCase {
         // Once the first is quiet, the name may move.
         c.withLock { c.agents["n1"]?.lastSeen -= 100 }
         try c.register(info("n1", "http://10.77.0.13:8701", boot: "boot-0000-cccc", 2), principal: agent("n1"), peerHost: "10.77.0.13")
+    }
+
+    /// The coordinator's log (issue 22): one line per event, its level saying how much it
+    /// matters, the agent as metadata, and an agent's text escaped in message and metadata.
+    func testRegistrationsRefusalsAndRevocationsAreLoggedWithTheAgent() throws {
+        let log = LogCapture()
+        let c = try coordinator(log: log)
+        let t0 = Date().timeIntervalSince1970 - 100
+        try enrol(c, "n1", at: t0)
+        var first = info("n1", "http://10.77.0.11:8701", boot: boot, 1)
+        first.tags = ["lab\u{1B}[2J\ncoordinator: run forged"]
+        try c.register(first, principal: agent("n1"), peerHost: "10.77.0.11")
+        XCTAssertThrowsError(try c.register(info("n1", "http://10.77.0.13:8701", boot: "boot-0000-cccc", 1), principal: agent("n1"), peerHost: "10.77.0.13"))
+        try c.revoke("n1")
+        let entries = log.all.filter { $0.message.contains("n1") }
+        XCTAssertEqual(entries.map(\.level), [.info, .warning, .notice], "\(log.lines)")
+        XCTAssertTrue(entries.allSatisfy { $0.label == "herald-lab.coordinator" && $0.metadata["agent"] == "n1" }, "\(log.lines)")
+        XCTAssertTrue(entries[0].message.hasPrefix("agent n1 registered from 10.77.0.11 at http://10.77.0.11:8701"), entries[0].message)
+        XCTAssertTrue(entries[1].message.contains("second agent presenting this name from 10.77.0.13"), entries[1].message)
+        XCTAssertTrue(entries[2].message.hasPrefix("agent n1 revoked"), entries[2].message)
+        for line in log.lines {
+            XCTAssertFalse(line.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }, line)
+            XCTAssertTrue(line.hasPrefix("1970-01-01T00:00:00.000Z "), line)
+        }
+        XCTAssertTrue(log.lines.contains { $0.hasPrefix("1970-01-01T00:00:00.000Z info herald-lab.coordinator: agent n1 registered from") }, "\(log.lines)")
+        XCTAssertTrue(log.lines.contains { $0.contains("tags lab\\x1B[2J\\x0Acoordinator: run forged") && $0.hasSuffix(" agent=n1") }, "\(log.lines)")
     }
 
     /// A plan naming its agents is refused at submission when one of them has another radio

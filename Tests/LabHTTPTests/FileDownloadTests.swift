@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import HeraldCore
 import LabNet
+import LabTestSupport
 @testable import LabHTTP
 #if canImport(Glibc)
 import Glibc
@@ -42,7 +43,7 @@ final class FileDownloadTests: XCTestCase {
 
     /// A service answering `GET /files/:name` from `served`, ranges included.
     func startServer() async throws -> UInt16 {
-        let service = HTTPService(name: "t", token: nil, log: { _ in })
+        let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         let root = served
         service.route("GET", "/files/:name") { req in
             try .file(root.appendingPathComponent(req.parameters["name"]!), range: req.headers["range"], missing: "no such file")

@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import LabNet
+import LabTestSupport
 @testable import LabHTTP
 #if canImport(Glibc)
 import Glibc
@@ -23,7 +24,7 @@ final class HTTPServiceTests: XCTestCase {
     }
 
     func testRoutesParametersQueryAndBody() async throws {
-        let service = HTTPService(name: "t", token: nil, log: { _ in })
+        let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         service.route("POST", "/v1/things/:id/echo") { req in
             .json(["id": req.parameters["id"] ?? "", "q": req.query["q"] ?? "", "body": String(decoding: req.body, as: UTF8.self),
                    "path": req.path, "remote": req.remote, "peer": req.peerHost ?? ""])
@@ -56,9 +57,9 @@ final class HTTPServiceTests: XCTestCase {
     /// Without a valid token every route but the public ones is 401, known or not: nobody
     /// learns which routes exist. With the token an unknown route is 404.
     func testAuthenticationComesBeforeRouting() async throws {
-        let lines = Lines()
+        let log = LogCapture()
         let token = "0123456789abcdef0123"
-        let service = HTTPService(name: "t", token: token, log: lines.append)
+        let service = HTTPService(name: "t", token: token, logger: log.logger("herald-lab.http"))
         service.route("GET", "/v1/secret") { _ in .json(["secret": "yes"]) }
         let port = try await start(service)
         let c = try RawClient(port: port)
@@ -76,15 +77,20 @@ final class HTTPServiceTests: XCTestCase {
         XCTAssertEqual(c.answer()?.status, 404)
         c.send(get("/v1/secret", token: token))
         XCTAssertEqual(c.answer()?.text, "{\"secret\":\"yes\"}")
-        let refusals = lines.all.filter { $0.contains("refused") }
+        let refusals = log.lines.filter { $0.contains("refused") }
         XCTAssertEqual(refusals.count, 4, "\(refusals)")
         XCTAssertTrue(refusals.contains { $0.contains("/v1/no-such-route") && $0.contains("missing token") }, "\(refusals)")
+        // Each refusal a warning of herald-lab.http, with the service and the peer as metadata.
+        let refused = log.all.filter { $0.message.hasPrefix("refused") }
+        XCTAssertEqual(refused.count, 4)
+        XCTAssertTrue(refused.allSatisfy { $0.level == .warning && $0.label == "herald-lab.http" && $0.metadata["service"] == "t" && $0.metadata["peer"]?.hasPrefix("127.0.0.1:") == true },
+                      "\(log.lines)")
         // Text from the request is escaped in log lines: no forged lines.
         c.send(get("/v1/x%0D%0At:%20forged"))
         XCTAssertEqual(c.answer()?.status, 401)
-        let forged = try XCTUnwrap(lines.all.last)
+        let forged = try XCTUnwrap(log.lines.last)
         XCTAssertTrue(forged.contains("/v1/x\\x0D\\x0At: forged"), forged)
-        XCTAssertFalse(lines.all.contains { $0.contains("\n") || $0.contains("\r") })
+        XCTAssertFalse(log.lines.contains { $0.contains("\n") || $0.contains("\r") })
     }
 
     func testRolesAreCheckedAfterAuthentication() async throws {
@@ -94,7 +100,7 @@ final class HTTPServiceTests: XCTestCase {
             case "operator-credential-01": return .init(role: .operator, name: "alice")
             default: return nil
             }
-        }, log: { _ in })
+        }, logger: LogCapture.quiet())
         service.route("POST", "/v1/runs", allow: [.operator]) { req in .json(["by": req.principal?.name ?? ""]) }
         service.route("POST", "/v1/agents/:name/heartbeat", allow: [.agent]) { req in .json(["by": req.principal?.name ?? ""]) }
         service.route("GET", "/v1/anyone") { req in .json(["role": req.principal?.role.rawValue ?? ""]) }
@@ -118,7 +124,7 @@ final class HTTPServiceTests: XCTestCase {
     /// Each path segment is percent-decoded once, after splitting on "/": a double-encoded dot
     /// stays literal; an encoded "..", "/" or NUL is refused.
     func testPathIsDecodedOnce() async throws {
-        let service = HTTPService(name: "t", token: nil, log: { _ in })
+        let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         service.route("GET", "/v1/runs/:id") { req in .json(["id": req.parameters["id"] ?? ""]) }
         let port = try await start(service)
         func status(_ path: String) throws -> (Int, String) {
@@ -138,7 +144,7 @@ final class HTTPServiceTests: XCTestCase {
     }
 
     func testKeepAliveServesManyRequestsOnOneConnection() async throws {
-        let service = HTTPService(name: "t", token: nil, log: { _ in })
+        let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         let port = try await start(service)
         let c = try RawClient(port: port)
         c.send(get("/health"))
@@ -170,7 +176,7 @@ final class HTTPServiceTests: XCTestCase {
     /// Thousands of pipelined requests answered without their handlers (401) are served one
     /// after the other, not by a worker calling itself.
     func testManyPipelinedRefusalsOnOneConnection() async throws {
-        let service = HTTPService(name: "t", token: "0123456789abcdef0123", log: { _ in })
+        let service = HTTPService(name: "t", token: "0123456789abcdef0123", logger: LogCapture.quiet())
         let port = try await start(service)
         let c = try RawClient(port: port)
         let count = 5000
@@ -196,7 +202,7 @@ final class HTTPServiceTests: XCTestCase {
         let file = dir.appendingPathComponent("log.csv")
         let content = Data((0..<(700 * 1024)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) })
         try content.write(to: file)
-        let service = HTTPService(name: "t", token: nil, log: { _ in })
+        let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         service.route("GET", "/files/:name") { req in
             try .file(dir.appendingPathComponent(req.parameters["name"]!), contentType: "text/csv", range: req.headers["range"], missing: "no such file")
         }
@@ -230,7 +236,7 @@ final class HTTPServiceTests: XCTestCase {
     /// A handler that takes its time holds no worker and no loop: other requests are answered.
     func testSlowHandlerDoesNotHoldOthers() async throws {
         let gate = Gate()
-        let service = HTTPService(name: "t", token: nil, log: { _ in })
+        let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         service.route("GET", "/slow") { _ in
             await gate.wait()
             return .json(["slow": "done"])
@@ -251,7 +257,7 @@ final class HTTPServiceTests: XCTestCase {
 
     /// stop() closes the listening socket and every connection, idle or mid-request.
     func testStopClosesThePortAndConnections() async throws {
-        let service = HTTPService(name: "t", token: nil, log: { _ in })
+        let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         let port = try await service.start(host: "127.0.0.1", port: 0)
         let idle = try RawClient(port: port)
         idle.send(get("/health"))
@@ -270,7 +276,7 @@ final class HTTPServiceTests: XCTestCase {
     func testStartReportsABusyPort() async throws {
         let (fd, port) = try Listener.listen(host: "127.0.0.1", port: 0)
         defer { close(fd) }
-        let service = HTTPService(name: "t", token: nil, log: { _ in })
+        let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         do {
             _ = try await service.start(host: "127.0.0.1", port: port)
             XCTFail("started on a busy port")
@@ -278,14 +284,6 @@ final class HTTPServiceTests: XCTestCase {
             XCTAssertTrue("\(error)".hasSuffix("t: cannot listen on 127.0.0.1:\(port): Address already in use"), "\(error)")
         }
     }
-}
-
-/// Log lines, kept.
-final class Lines: @unchecked Sendable {
-    private let lock = NSLock()
-    private var lines = [String]()
-    func append(_ line: String) { lock.withLock { lines.append(line) } }
-    var all: [String] { lock.withLock { lines } }
 }
 
 /// Opens once; waiters resume then.

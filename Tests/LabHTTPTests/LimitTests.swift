@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import LabNet
+import LabTestSupport
 @testable import LabHTTP
 #if canImport(Glibc)
 import Glibc
@@ -18,7 +19,7 @@ final class LimitTests: XCTestCase {
     }
 
     func start(_ limits: HTTPService.Limits = .init(), bodyLimit: Int = HTTPService.defaultBodyLimit) async throws -> UInt16 {
-        let service = HTTPService(name: "t", token: nil, limits: limits, log: { _ in })
+        let service = HTTPService(name: "t", token: nil, limits: limits, logger: LogCapture.quiet())
         service.route("POST", "/upload", bodyLimit: bodyLimit) { req in .json(["bytes": req.body.count]) }
         let port = try await service.start(host: "127.0.0.1", port: 0)
         services.append(service)
@@ -237,8 +238,8 @@ extension LimitTests {
     /// A client that pipelines requests and never reads the answers is closed once its answers
     /// pile up, instead of leaving a worker blocked writing to it.
     func testClientThatReadsNoAnswersIsClosed() async throws {
-        let lines = Lines()
-        let service = HTTPService(name: "t", token: nil, limits: .init(idleTimeout: 60), log: lines.append)
+        let log = LogCapture()
+        let service = HTTPService(name: "t", token: nil, limits: .init(idleTimeout: 60), logger: log.logger("herald-lab.http"))
         let port = try await service.start(host: "127.0.0.1", port: 0)
         services.append(service)
         // 20 MB of answers: more than the two kernels buffer between a server and a client
@@ -253,7 +254,7 @@ extension LimitTests {
         sender.start()
         done.wait()
         XCTAssertTrue(c.closedByServer(), "the server closed the connection")
-        XCTAssertTrue(lines.all.contains { $0.contains("does not read its answers") }, "\(lines.all.suffix(3))")
+        XCTAssertTrue(log.lines.contains { $0.contains("does not read its answers") }, "\(log.lines.suffix(3))")
         XCTAssertEqual(try exchange(port, get("/health", extra: "Connection: close\r\n")).0, 200)
     }
 }
@@ -297,7 +298,7 @@ extension LimitTests {
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
         let (server, client) = try makeTestTLS(in: dir)
-        let service = HTTPService(name: "t", token: nil, limits: .init(maxConnections: 1), log: { _ in })
+        let service = HTTPService(name: "t", token: nil, limits: .init(maxConnections: 1), logger: LogCapture.quiet())
         let port = try await service.start(host: "127.0.0.1", port: 0, tls: server)
         services.append(service)
         let holder = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: client)

@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import LabNet
+import LabTestSupport
 @testable import LabHTTP
 #if canImport(Glibc)
 import Glibc
@@ -53,7 +54,7 @@ final class PeerGoneTests: XCTestCase {
     }
 
     func start(tls: TLSContext?, gate: Gate) async throws -> (HTTPService, UInt16) {
-        let service = HTTPService(name: tls == nil ? "plain" : "tls", token: nil, limits: .init(idleTimeout: 60), log: { _ in })
+        let service = HTTPService(name: tls == nil ? "plain" : "tls", token: nil, limits: .init(idleTimeout: 60), logger: LogCapture.quiet())
         service.route("GET", "/gate") { _ in
             await gate.wait()
             return .json(["status": "passed"])
@@ -137,7 +138,7 @@ extension PeerGoneTests {
     /// client that completes its handshake is answered meanwhile.
     func testSlowTLSHandshakesHoldNoWorker() async throws {
         let (serverTLS, clientTLS) = try makeTestTLS(in: dir)
-        let service = HTTPService(name: "tls", token: nil, limits: .init(headerTimeout: 120, idleTimeout: 120), log: { _ in })
+        let service = HTTPService(name: "tls", token: nil, limits: .init(headerTimeout: 120, idleTimeout: 120), logger: LogCapture.quiet())
         let port = try await service.start(host: "127.0.0.1", port: 0, tls: serverTLS)
         services.append(service)
         // The first bytes of a ClientHello record, then nothing.

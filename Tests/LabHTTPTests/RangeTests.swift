@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import LabTestSupport
 @testable import LabHTTP
 
 /// `Range` on files (issue 19, item 7): a satisfiable range is 206 with its Content-Range; an
@@ -34,7 +35,7 @@ final class RangeTests: XCTestCase {
         defer { try? FileManager.default.removeItem(at: dir) }
         let content = Data((0..<1000).map { UInt8(truncatingIfNeeded: $0) })
         try content.write(to: dir.appendingPathComponent("f.csv"))
-        let service = HTTPService(name: "t", token: nil, log: { _ in })
+        let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         service.route("GET", "/files/:name") { req in
             try .file(dir.appendingPathComponent(req.parameters["name"]!), range: req.headers["range"], missing: "no such file")
         }

@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import LabNet
+import LabTestSupport
 @testable import LabHTTP
 
 /// Streamed answers (`HTTPResponse.Body.stream`, the dashboard's server-sent events): sent
@@ -24,7 +25,7 @@ final class StreamTests: XCTestCase {
     }
 
     func testAStreamIsSentChunkedAndEnds() async throws {
-        let service = HTTPService(name: "t", token: nil, log: { _ in })
+        let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         service.route("GET", "/events") { _ in
             var r = HTTPResponse(.ok, headers: ["Content-Type": "text/event-stream"])
             r.body = .stream { write in
@@ -46,7 +47,7 @@ final class StreamTests: XCTestCase {
     }
 
     func testAStreamLearnsThatThePeerHasGone() async throws {
-        let service = HTTPService(name: "t", token: nil, log: { _ in })
+        let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         let ended = Flag()
         service.route("GET", "/forever") { _ in
             var r = HTTPResponse(.ok, headers: ["Content-Type": "text/event-stream"])

@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import LabNet
+import LabTestSupport
 @testable import RadioAir
 #if canImport(Glibc)
 import Glibc
@@ -80,7 +81,7 @@ final class AirPeerGoneTests: XCTestCase {
     /// junk and a refused hello and reset: the air drops them all, and then uses no CPU (under
     /// 1 % of a core over 10 s, a bound on CPU time, not a timing).
     func testAirDropsPeersThatHaveGoneAndStaysIdle() throws {
-        let air = AirServer(token: "secret", log: { _ in })
+        let air = AirServer(token: "secret", logger: LogCapture.quiet())
         let port = try air.start(host: "127.0.0.1", port: 0, tls: try TLSContext(certificate: path("cert.pem"), key: path("key.pem")))
         defer { air.stop() }
         let clientTLS = try TLSContext(trusting: path("ca.pem"))
@@ -143,7 +144,7 @@ extension AirPeerGoneTests {
         }
 
         // Silent connections are closed at the hello timeout, and their places come back.
-        let air = AirServer(token: "secret", log: { _ in })
+        let air = AirServer(token: "secret", logger: LogCapture.quiet())
         air.helloTimeout = 0.5
         air.maxPending = 4
         let port = try air.start(host: "127.0.0.1", port: 0)
@@ -159,7 +160,7 @@ extension AirPeerGoneTests {
         XCTAssertTrue(try hello(port).contains("\"ok\":true"))
 
         // Beyond `maxPending` connections that have not attached, a new one is closed at once.
-        let bounded = AirServer(token: "secret", log: { _ in })
+        let bounded = AirServer(token: "secret", logger: LogCapture.quiet())
         bounded.helloTimeout = 120
         bounded.maxPending = 4
         let port2 = try bounded.start(host: "127.0.0.1", port: 0)
@@ -179,7 +180,7 @@ extension AirPeerGoneTests {
     /// was read before the end is handled before the connection is closed (before, the reader
     /// closed first and most refusals were dropped).
     func testAnswersToWhatWasReadBeforeThePeerEndedAreSent() throws {
-        let air = AirServer(token: "secret", log: { _ in })
+        let air = AirServer(token: "secret", logger: LogCapture.quiet())
         let port = try air.start(host: "127.0.0.1", port: 0)
         defer { air.stop() }
         for hello in [#"{"t":"hello","id":1,"node":"x"}"#, #"{"t":"hello","id":1,"node":"n1","token":"secret"}"#] {

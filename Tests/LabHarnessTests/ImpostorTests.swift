@@ -3,6 +3,7 @@ import XCTest
 import HeraldCore
 import LabHTTP
 import LabPlan
+import LabTestSupport
 
 /// An agent that lies: it registers with the real coordinator, accepts a node and then lists
 /// file names that try to leave the bundle. Nothing may be written outside the node's folder.
@@ -38,7 +39,7 @@ final class ImpostorTests: XCTestCase {
 
         init(token: String, fileNames: [String]) {
             self.fileNames = fileNames
-            http = HTTPService(name: "impostor", token: token, log: { _ in })
+            http = HTTPService(name: "impostor", token: token, logger: LogCapture.quiet())
             http.route("POST", "/v1/clock") { _ in .json(LabWire.ClockReply(received: Date().timeIntervalSince1970, sent: Date().timeIntervalSince1970)) }
             http.route("POST", "/v1/arm") { [unowned self] req in
                 let a = try req.decode(LabWire.ArmRequest.self).assignment

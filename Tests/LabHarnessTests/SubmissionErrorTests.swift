@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import LabHTTP
 import LabNet
+import LabTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -39,7 +40,7 @@ final class SubmissionErrorTests: XCTestCase {
     }
 
     func service(tls: TLSContext?) async throws -> UInt16 {
-        let s = HTTPService(name: "coordinator", token: lab!.token, log: { _ in })
+        let s = HTTPService(name: "coordinator", token: lab!.token, logger: LogCapture.quiet())
         services.append(s)
         return try await s.start(host: "127.0.0.1", port: 0, tls: tls)
     }

@@ -3,6 +3,7 @@ import XCTest
 import HeraldCore
 import LabHTTP
 import LabNet
+import LabTestSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -21,7 +22,7 @@ final class HTTPOverLabNetTests: XCTestCase {
 
     /// An HTTPService answering clock probes as the agent does, and a file.
     func start(on host: String, token: String? = nil, file: Data = Data()) async throws -> (HTTPService, UInt16) {
-        let service = HTTPService(name: "test", token: token, log: { _ in })
+        let service = HTTPService(name: "test", token: token, logger: LogCapture.quiet())
         service.route("POST", "/v1/clock") { _ in
             let t = Date().timeIntervalSince1970
             return .json(["received": t, "sent": t])
@@ -48,7 +49,7 @@ final class HTTPOverLabNetTests: XCTestCase {
     }
 
     func testUnresolvableHostIsNamed() async throws {
-        let service = HTTPService(name: "test", token: nil, log: { _ in })
+        let service = HTTPService(name: "test", token: nil, logger: LogCapture.quiet())
         do {
             _ = try await service.start(host: "no-such-host.invalid", port: 0)
             XCTFail("started on a name that does not resolve")
@@ -60,7 +61,7 @@ final class HTTPOverLabNetTests: XCTestCase {
     func testBusyPortIsRefusedAtOnceWithTheCause() async throws {
         let (fd, port) = try Listener.listen(host: "127.0.0.1", port: 0)
         defer { close(fd) }
-        let service = HTTPService(name: "test", token: nil, log: { _ in })
+        let service = HTTPService(name: "test", token: nil, logger: LogCapture.quiet())
         do {
             _ = try await service.start(host: "127.0.0.1", port: port)
             XCTFail("started on a busy port")

@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import LabHTTP
 import LabNet
+import LabTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -47,7 +48,7 @@ final class LabClientTests: XCTestCase {
     /// socket loop re-registers a reused descriptor number).
     func testServiceStartsAgainAfterAnotherStopped() async throws {
         for round in 0..<3 {
-            let service = HTTPService(name: "round\(round)", token: "0123456789abcdef", log: { _ in })
+            let service = HTTPService(name: "round\(round)", token: "0123456789abcdef", logger: LogCapture.quiet())
             service.route("POST", "/echo") { req in .json(["got": String(decoding: req.body, as: UTF8.self), "q": req.query["q"] ?? ""]) }
             let port = try await service.start(host: "localhost", port: 0)
             let client = LabClient(base: URL(string: "http://localhost:\(port)")!, token: "0123456789abcdef", timeout: 5)

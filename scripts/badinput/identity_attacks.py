@@ -22,6 +22,7 @@ import hmac
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -147,6 +148,25 @@ def wait(what, seconds, condition):
 
 def raw_in(text):
     return sum(text.count(c) for c in RAW)
+
+
+# A service's log line as its handler writes it (LabLogHandler): timestamp, level, label, message.
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (trace|debug|info|notice|warning|error|critical) herald-lab\.[a-z]+: ")
+
+
+def forged_lines(log, listing):
+    """Lines HOSTILE's "run forged" text would make if a raw CR or LF got through: in the log, a
+    line without the handler's prefix that carries "run forged", or one whose message starts
+    with it (or with the old "coordinator: run forged"); in `herald-lab agents`, a line that
+    starts with either."""
+    n = 0
+    for line in log.splitlines():
+        m = LOG_LINE.match(line)
+        message = line[m.end():] if m else line
+        if (not m and "run forged" in line) or message.startswith(("run forged", "coordinator: run forged")):
+            n += 1
+    n += sum(1 for line in listing.splitlines() if line.startswith(("run forged", "coordinator: run forged")))
+    return n
 
 
 def install_checks(lab, root, bad):
@@ -318,7 +338,7 @@ def run(binary, seed, sandbox):
         s_beat, _ = lab.https("POST", "/v1/agents/inj/heartbeat", token, status)
         code, listing = lab.cli("agents", "--coordinator", lab.url, "--credentials", lab.cred)
         log = lab.procs["coordinator"].text()
-        forged = sum(1 for l in (log + listing).splitlines() if l.startswith("coordinator: run forged"))
+        forged = forged_lines(log, listing)
         raw = raw_in(log) + raw_in(listing)
         counts["injection"] = f"register {s_reg}, heartbeat {s_beat} with 12 hostile fields; raw control characters in the log and `herald-lab agents`: {raw}, forged lines: {forged}"
         if raw or forged or s_reg != 200:
