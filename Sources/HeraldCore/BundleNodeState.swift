@@ -14,14 +14,20 @@ public enum BundleNodeState: String, Codable, Sendable, CaseIterable, CustomStri
 
 extension BundleNodeState {
     /// A value outside the enum is refused with what it was and what is allowed.
-    public init(from decoder: Decoder) throws {
+    public init(from decoder: Decoder) throws { self = try Self.decodeNamed(from: decoder, as: "a node state") }
+}
+
+extension RawRepresentable where Self: CaseIterable, RawValue == String {
+    /// The case a JSON string names, or a decoding error saying the value (escaped, cut) is not
+    /// `what` and listing the allowed values.
+    static func decodeNamed(from decoder: Decoder, as what: String) throws -> Self {
         let c = try decoder.singleValueContainer()
         let text = try c.decode(String.self)
-        guard let state = BundleNodeState(rawValue: text) else {
+        guard let value = Self(rawValue: text) else {
             throw DecodingError.dataCorruptedError(in: c, debugDescription:
-                "\"\(OutsideText.escaped(String(text.prefix(32))))\" is not a node state (\(Self.allCases.map(\.rawValue).joined(separator: ", ")))")
+                "\"\(OutsideText.escaped(String(text.prefix(32))))\" is not \(what) (\(allCases.map(\.rawValue).joined(separator: ", ")))")
         }
-        self = state
+        return value
     }
 }
 
@@ -34,13 +40,5 @@ public enum BundleMode: String, Codable, Sendable, CaseIterable, CustomStringCon
     public var description: String { rawValue }
 
     /// A value outside the enum is refused with what it was and what is allowed.
-    public init(from decoder: Decoder) throws {
-        let c = try decoder.singleValueContainer()
-        let text = try c.decode(String.self)
-        guard let mode = BundleMode(rawValue: text) else {
-            throw DecodingError.dataCorruptedError(in: c, debugDescription:
-                "\"\(OutsideText.escaped(String(text.prefix(32))))\" is not a bundle mode (\(Self.allCases.map(\.rawValue).joined(separator: ", ")))")
-        }
-        self = mode
-    }
+    public init(from decoder: Decoder) throws { self = try Self.decodeNamed(from: decoder, as: "a bundle mode") }
 }

@@ -7,12 +7,17 @@ import HeraldCore
 /// A manifest.json that does not decode stops the analysis with the field and the problem: a bundle
 /// is never analysed without its clock offsets, windows and thresholds.
 final class ManifestDecodeTests: XCTestCase {
+    /// plans/smoke.yaml for 20 s, no warm-up, simulated into `folder`.
+    func simulateSmoke(into folder: URL) throws {
+        var plan = try Plan.load(path: TestPaths.packageRoot.appendingPathComponent("plans/smoke.yaml").path)
+        plan.duration = 20; plan.warmup = 0
+        _ = try Simulation(plan: plan, planText: "", output: folder).run()
+    }
+
     func testAManifestThatDoesNotDecodeIsANamedError() throws {
         let tmp = TestPaths.temp("manifest-decode")
         defer { try? FileManager.default.removeItem(at: tmp) }
-        var plan = try Plan.load(path: TestPaths.packageRoot.appendingPathComponent("plans/smoke.yaml").path)
-        plan.duration = 20; plan.warmup = 0
-        _ = try Simulation(plan: plan, planText: "", output: tmp).run()
+        try simulateSmoke(into: tmp)
         XCTAssertNoThrow(try Analyser.analyse(tmp), "the bundle as written analyses")
 
         let url = tmp.appendingPathComponent("manifest.json")
@@ -37,9 +42,7 @@ final class ManifestDecodeTests: XCTestCase {
     func testAnUnknownNodeStateOrModeIsANamedErrorAndTheKnownOnesRoundTrip() throws {
         let tmp = TestPaths.temp("manifest-enums")
         defer { try? FileManager.default.removeItem(at: tmp) }
-        var plan = try Plan.load(path: TestPaths.packageRoot.appendingPathComponent("plans/smoke.yaml").path)
-        plan.duration = 20; plan.warmup = 0
-        _ = try Simulation(plan: plan, planText: "", output: tmp).run()
+        try simulateSmoke(into: tmp)
         let url = tmp.appendingPathComponent("manifest.json")
         let original = try Data(contentsOf: url)
         let written = try XCTUnwrap(JSONSerialization.jsonObject(with: original) as? [String: Any])
