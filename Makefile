@@ -3,7 +3,7 @@ SWIFT ?= swift
 APT_PACKAGES := pkg-config libssl-dev libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus xz-utils chromium chromium-driver prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release lab deb test-deb test test-ci test-dashboard test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
+.PHONY: all deps build release lab deb-binary deb test-deb test test-ci test-dashboard test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
 
 all: build
 
@@ -26,17 +26,22 @@ release: deps
 # herald-lab_<version>_<arch>.deb in dist/: the release binary with the Swift runtime linked in
 # (it runs on a node without Swift), units for agents, the coordinator and the air, the udev rule.
 DEB_OUT ?= dist
-deb: deps
-	@dpkg -s dpkg-dev >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq dpkg-dev; }
+# The packaged binary: what the .deb ships, test-lab installs, and the guest tiers run (one release
+# build serves them all).
+DEB_BIN := .build-deb/release/herald-lab
+deb-binary: deps
 	$(SWIFT) build -c release --static-swift-stdlib --product herald-lab --scratch-path .build-deb
+
+deb: deb-binary
+	@dpkg -s dpkg-dev >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq dpkg-dev; }
 	@rm -f $(DEB_OUT)/herald-lab_*.deb
-	@scripts/deb/build.sh .build-deb/release/herald-lab $(DEB_OUT)
+	@scripts/deb/build.sh $(DEB_BIN) $(DEB_OUT)
 
 # The .deb installed into clean Debian 12 and Debian 13 roots (mmdebstrap, root): --version, its
 # libraries, user, units, and an agent from the root registering with a coordinator here.
 test-deb: deb
 	@dpkg -s mmdebstrap >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq mmdebstrap; }
-	$(SUDO) scripts/deb/test.sh $$(ls $(DEB_OUT)/herald-lab_*.deb) .build-deb/release/herald-lab
+	$(SUDO) scripts/deb/test.sh $$(ls $(DEB_OUT)/herald-lab_*.deb) $(DEB_BIN)
 
 test: deps
 	$(SWIFT) build
@@ -82,21 +87,20 @@ simulate: build
 BLUEZ_APT := qemu-system-x86 busybox-static bluez cpio kmod mmdebstrap
 BLUEZ_OUT ?= results/test-bluez
 BLUEZ_STACKS := $(or $(BLUEZ_STACK),bookworm trixie)
-test-bluez: deps
+test-bluez: deb-binary
 	@missing=""; for p in $(BLUEZ_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "make test-bluez: installing$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 	@python3 -c "import bumble, bleak" 2>/dev/null || python3 -m pip install -q bumble==0.0.236 bleak
-	$(SWIFT) build -c release --product herald-lab
 	python3 scripts/bluez-guest/test_personas.py
 	python3 scripts/bluez-guest/test_checks.py
 	@for stack in $(BLUEZ_STACKS); do BLUEZ_STACK=$$stack scripts/bluez-guest/guest.sh prepare || exit 1; done
 	@rm -rf $(BLUEZ_OUT); failed=""; \
 	 for stack in $(BLUEZ_STACKS); do \
 	   started=$$(date +%s); out=$(BLUEZ_OUT)/$$stack; \
-	   BLUEZ_STACK=$$stack scripts/bluez-guest/guest.sh run $$out scripts/bluez-guest/run-in-guest.sh; guest=$$?; \
+	   BLUEZ_STACK=$$stack HERALD_LAB=$(CURDIR)/$(DEB_BIN) scripts/bluez-guest/guest.sh run $$out scripts/bluez-guest/run-in-guest.sh; guest=$$?; \
 	   python3 scripts/bluez-guest/check.py $$out plans/bluez-3.yaml scripts/bluez-guest/model.json > $$out/check.txt 2>&1; check=$$?; \
 	   cat $$out/check.txt; \
 	   echo "test-bluez $$stack: $$(( $$(date +%s) - started )) s wall; guest exit $$guest, check exit $$check; outputs in $$out"; \
@@ -118,18 +122,17 @@ test-bluez: deps
 DONGLES_OUT ?= results/test-dongles
 DONGLES_STACK ?= trixie
 DONGLES_TIMEOUT ?= 720
-test-dongles: deps
+test-dongles: deb-binary
 	@missing=""; for p in $(BLUEZ_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "make test-dongles: installing$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 	@python3 -c "import bumble" 2>/dev/null || python3 -m pip install -q bumble==0.0.236
-	$(SWIFT) build -c release --product herald-lab
 	python3 scripts/bluez-guest/test_checks.py
 	BLUEZ_STACK=$(DONGLES_STACK) scripts/bluez-guest/guest.sh prepare
 	@rm -rf $(DONGLES_OUT); started=$$(date +%s); \
-	 BLUEZ_STACK=$(DONGLES_STACK) BLUEZ_GUEST_TIMEOUT=$(DONGLES_TIMEOUT) scripts/bluez-guest/guest.sh run $(DONGLES_OUT) scripts/bluez-guest/run-dongles-in-guest.sh; guest=$$?; \
+	 BLUEZ_STACK=$(DONGLES_STACK) BLUEZ_GUEST_TIMEOUT=$(DONGLES_TIMEOUT) HERALD_LAB=$(CURDIR)/$(DEB_BIN) scripts/bluez-guest/guest.sh run $(DONGLES_OUT) scripts/bluez-guest/run-dongles-in-guest.sh; guest=$$?; \
 	 python3 scripts/bluez-guest/check-dongles.py $(DONGLES_OUT) scripts/bluez-guest/model-dongles.json > $(DONGLES_OUT)/check.txt 2>&1; check=$$?; \
 	 cat $(DONGLES_OUT)/check.txt; \
 	 echo "test-dongles: $$(( $$(date +%s) - started )) s wall, one run; guest exit $$guest, check exit $$check; outputs in $(DONGLES_OUT)"; \

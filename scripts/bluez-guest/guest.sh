@@ -5,7 +5,7 @@
 #   guest.sh prepare              download and unpack the kernel, build the initramfs (once)
 #   guest.sh run OUTDIR SCRIPT    boot, run SCRIPT (bash, as root) in the guest, power off
 #
-# HERALD_LAB names the herald-lab binary the guest runs (default: the release build).
+# HERALD_LAB names the herald-lab binary the guest runs (default: the release build; make passes the packaged one).
 #
 # BLUEZ_STACK picks the Linux Bluetooth stack under test:
 #   bookworm  Debian 12, what most lab nodes run: its kernel (6.1) and this machine's BlueZ (5.66)

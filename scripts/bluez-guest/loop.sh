@@ -9,8 +9,8 @@
 #   TIER   dongles (make test-dongles, DONGLES_STACK default trixie), dongles-bookworm,
 #          bluez-bookworm or bluez-trixie (make test-bluez with that BLUEZ_STACK)
 #   LOOP_BURN=1      a CPU burner on every core beside each run (a loaded machine on purpose)
-#   LOOP_BIN=PATH    the herald-lab to run, built from the same commit (default: built once in
-#                    the first clone, `swift build -c release`, and reused for the others)
+#   LOOP_BIN=PATH    the herald-lab to run, built from the same commit (default: the packaged
+#                    binary, `make deb-binary`, built once in the first clone and reused)
 #   BLUEZ_CACHE      the prepared kernels and roots (default: this checkout's .build-bluez, so a
 #                    clone does not download them again)
 set -uo pipefail
@@ -44,9 +44,9 @@ for i in $(seq 1 "$count"); do
   clone="$dir/$tag"
   git clone -q --branch "$branch" "$source" "$clone" || { say "$tag: git clone failed"; exit 1; }
   if [ -z "$bin" ]; then
-    say "$tag: building herald-lab (release) in the clone, once for the loop"
-    (cd "$clone" && swift build -c release --product herald-lab >"$clone/build.log" 2>&1) || { say "$tag: build failed (see $clone/build.log)"; exit 1; }
-    bin="$clone/.build/release/herald-lab"
+    say "$tag: building herald-lab (make deb-binary) in the clone, once for the loop"
+    (cd "$clone" && make deb-binary >"$clone/build.log" 2>&1) || { say "$tag: build failed (see $clone/build.log)"; exit 1; }
+    bin="$clone/.build-deb/release/herald-lab"
   fi
   if [ "${LOOP_BURN:-0}" = 1 ]; then
     for _ in $(seq 1 "$(nproc)"); do (while :; do :; done) & burners+=($!); done
@@ -56,9 +56,9 @@ for i in $(seq 1 "$count"); do
   # The herald-lab of this commit, not built again: copied where the clone's own build puts it (the
   # guest sees the clone, not other folders under /tmp), and SWIFT=true makes the Makefile's
   # build a no-op.
-  if [ "$bin" != "$clone/.build/release/herald-lab" ]; then
-    mkdir -p "$clone/.build/release" && cp -a "$bin" "$(dirname "$bin")"/*.resources "$clone/.build/release/" 2>/dev/null
-    [ -x "$clone/.build/release/herald-lab" ] || { say "$tag: cannot copy $bin into the clone"; exit 1; }
+  if [ "$bin" != "$clone/.build-deb/release/herald-lab" ]; then
+    mkdir -p "$clone/.build-deb/release" && cp -a "$bin" "$(dirname "$bin")"/*.resources "$clone/.build-deb/release/" 2>/dev/null
+    [ -x "$clone/.build-deb/release/herald-lab" ] || { say "$tag: cannot copy $bin into the clone"; exit 1; }
   fi
   (cd "$clone" && make "$target" "${vars[@]}" SWIFT=true >"$clone/make.log" 2>&1)
   status=$?
