@@ -25,6 +25,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         // MARK: The release and the commit a binary was built from (a build-time plugin writes the commit).
@@ -57,8 +60,11 @@ let package = Package(
         .target(name: "LabNet", dependencies: ["CTLS"]),
         // TLS over the system's OpenSSL (libssl3): contexts, handshakes, records, the lab CA.
         .target(name: "CTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
-        // MARK: HTTP plumbing shared by agent and coordinator (our HTTP/1.1 server on one epoll loop, client, auth).
-        .target(name: "LabHTTP", dependencies: ["HeraldCore", "LabNet", "CLinuxEvents", .product(name: "Logging", package: "swift-log")]),
+        // MARK: HTTP plumbing shared by agent and coordinator (our HTTP/1.1 server on one epoll loop; LabClient on AsyncHTTPClient; auth).
+        .target(name: "LabHTTP", dependencies: ["HeraldCore", "LabNet", "CLinuxEvents", .product(name: "Logging", package: "swift-log"),
+                                                   .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "NIOCore", package: "swift-nio"),
+                                                   .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                                                   .product(name: "NIOSSL", package: "swift-nio-ssl")]),
         .systemLibrary(name: "CLinuxEvents"),
         // MARK: Real-time simulated radio medium for many processes (herald-lab air).
         .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim", "LabNet", .product(name: "Logging", package: "swift-log")]),

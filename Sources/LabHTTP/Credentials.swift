@@ -57,9 +57,7 @@ public struct CredentialsFolder: Sendable {
     public func trustLabCA() throws -> TLSContext? {
         guard has("ca.pem") else { return nil }
         do {
-            let c = try TLSContext(trusting: path("ca.pem"))
-            LabTrust.client = c
-            return c
+            return try LabTrust.trust(caFile: path("ca.pem"))
         } catch { throw CredentialError("\(url.path): \(error)") }
     }
 

@@ -17,7 +17,7 @@ final class DashboardTests: XCTestCase {
     override func tearDown() async throws {
         for c in coordinators { await c.stop() }
         for d in dirs { try? FileManager.default.removeItem(at: d) }
-        LabTrust.client = nil
+        LabTrust.forget()
     }
 
     let operatorToken = "operator-token-0123456789abcdef"
@@ -41,7 +41,7 @@ final class DashboardTests: XCTestCase {
             try LabCA.issue(caCertificate: p("ca.pem"), caKey: p("ca-key.pem"), commonName: "coordinator", names: ["127.0.0.1"], days: 1,
                             certificate: p("cert.pem"), key: p("key.pem"))
             config.tls = try TLSContext(certificate: p("cert.pem"), key: p("key.pem"))
-            LabTrust.client = try TLSContext(trusting: p("ca.pem"))
+            try LabTrust.trust(caFile: p("ca.pem"))
         }
         let c = try Coordinator(config: config, logger: LogCapture.quiet())
         coordinators.append(c)

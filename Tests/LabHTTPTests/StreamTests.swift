@@ -35,15 +35,13 @@ final class StreamTests: XCTestCase {
         }
         let port = try await service.start(host: "127.0.0.1", port: 0)
         services.append(service)
-        let url = URL(string: "http://127.0.0.1:\(port)/events")!
-        let answer = try await withCheckedThrowingContinuation { c in
-            DispatchQueue.global().async { c.resume(with: Result { try HTTPExchange.perform("GET", url, headers: [:], body: nil, timeout: 10) }) }
-        }
-        XCTAssertEqual(answer.status, 200)
-        XCTAssertEqual(answer.headers["transfer-encoding"], "chunked")
-        XCTAssertNil(answer.headers["content-length"])
-        XCTAssertEqual(answer.headers["connection"], "close")
-        XCTAssertEqual(String(decoding: answer.body, as: UTF8.self), "data: a\n\ndata: bb\n\ndata: ccc\n\n")
+        let client = LabClient(base: URL(string: "http://127.0.0.1:\(port)")!, token: nil)
+        let (status, body, headers) = try await client.request("GET", "/events")
+        XCTAssertEqual(status, 200)
+        XCTAssertEqual(headers["transfer-encoding"], "chunked")
+        XCTAssertNil(headers["content-length"])
+        XCTAssertEqual(headers["connection"], "close")
+        XCTAssertEqual(String(decoding: body, as: UTF8.self), "data: a\n\ndata: bb\n\ndata: ccc\n\n")
     }
 
     func testAStreamLearnsThatThePeerHasGone() async throws {

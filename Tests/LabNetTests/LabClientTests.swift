@@ -62,4 +62,50 @@ final class LabClientTests: XCTestCase {
             await service.stop()
         }
     }
+    /// A redirect is answered to the caller, never followed: the bearer credential goes only to
+    /// the host it was meant for (a server that answers 302 to elsewhere gets nothing sent there).
+    func testARedirectIsNotFollowedAndTheCredentialStaysHome() async throws {
+        let elsewhere = HTTPService(name: "elsewhere", token: nil, logger: LogCapture.quiet())
+        let reached = LockedCount()
+        elsewhere.route("GET", "/take") { _ in
+            reached.add()
+            return .json(Empty())
+        }
+        let otherPort = try await elsewhere.start(host: "127.0.0.1", port: 0)
+        let home = HTTPService(name: "home", token: "0123456789abcdef", logger: LogCapture.quiet())
+        home.route("GET", "/go") { _ in HTTPResponse(HTTPStatusCode(302, phrase: "Found"), headers: ["Location": "http://127.0.0.1:\(otherPort)/take"]) }
+        let port = try await home.start(host: "127.0.0.1", port: 0)
+        let client = LabClient(base: URL(string: "http://127.0.0.1:\(port)")!, token: "0123456789abcdef", timeout: 5)
+        let (status, _, headers) = try await client.request("GET", "/go")
+        XCTAssertEqual(status, 302)
+        XCTAssertEqual(headers["location"], "http://127.0.0.1:\(otherPort)/take")
+        do {
+            let _: Empty = try await client.call("GET", "/go")
+            XCTFail("a redirect was taken as an answer")
+        } catch let f as LabClient.Failure {
+            XCTAssertEqual(f.status, 302)
+        }
+        XCTAssertEqual(reached.value, 0, "requests that reached the other host")
+        await home.stop()
+        await elsewhere.stop()
+    }
+
+    /// https without the lab CA is refused before any connection, naming what is missing.
+    func testHTTPSWithoutTheLabCAIsAClearError() async throws {
+        if LabTrust.caFile != nil { throw XCTSkip("this test process trusts a lab CA already") }
+        do {
+            _ = try await LabClient(base: URL(string: "https://127.0.0.1:1")!, token: nil).request("GET", "/health")
+            XCTFail("https without a CA")
+        } catch let f as LabClient.Failure {
+            XCTAssertNil(f.status)
+            XCTAssertTrue(f.message.contains("https needs the lab CA"), f.message)
+        }
+    }
+}
+
+final class LockedCount: @unchecked Sendable {
+    private let lock = NSLock()
+    private var n = 0
+    func add() { lock.withLock { n += 1 } }
+    var value: Int { lock.withLock { n } }
 }
