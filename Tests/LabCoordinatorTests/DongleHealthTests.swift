@@ -353,14 +353,14 @@ final class DongleHealthTests: XCTestCase {
     }
 
     /// A run's pre-flight in memory (the coordinator reaches its agents through StubDongleLinks,
-    /// no HTTP): d1 is heard by nobody, fails its check and is quarantined (K = 1), and the spare
+    /// no HTTP): a1 and a2 are chosen (name order), a3 is the spare; d1 is heard by nobody, fails its check and is quarantined (K = 1), and the spare
     /// d3 takes its node; the stubs then refuse to arm, which ends the run before its start.
     func testARunsPreflightQuarantinesTheFailingDongleAndTheSpareTakesItsNode() async throws {
         let world = StubWorld(mute: ["a1"])
         let links = Dictionary(uniqueKeysWithValues: (1...3).map { ("http://a\($0).in-memory:1", StubDongleLink(dongle: StubDongle(name: "a\($0)", world: world))) })
         let c = try coordinator(quarantineAfter: 1, agentLinks: { links[$0.url.absoluteString]! })
         for n in 1...3 { register(c, n, url: "http://a\(n).in-memory:1") }
-        let plan = "name: p\nduration: 1m\nnodes: [n1, n2]\nradio: {kind: bluez}\nagents: {dongles: [d1, d2], spares: 1, preflight: 3}\n"
+        let plan = "name: p\nduration: 1m\nnodes: [n1, n2]\nradio: {kind: bluez}\nagents: {spares: 1, preflight: 3s}\n"
         let id = try c.submit(planText: plan, source: "p").id
         let deadline = Date().addingTimeInterval(30)
         while c.run(id)?.state.isFinal != true && Date() < deadline { try await Task.sleep(nanoseconds: 50_000_000) }
