@@ -3,9 +3,9 @@ import LabLink
 import LabPlan
 import Logging
 
-/// The agent's link to its coordinator (`coordinatorLink`): register, then heartbeat with the status. A coordinator
-/// that does not answer is retried with exponential backoff (up to `maxBackoff`), so an agent
-/// left alone idles; a run in progress goes on regardless.
+/// The agent's link to its coordinator (`coordinatorLink`): register, then heartbeat with the
+/// status. A coordinator that does not answer is retried with exponential backoff (up to
+/// `maxBackoff`), so an agent left alone idles; a run in progress goes on regardless.
 extension Agent {
     func heartbeatLoop() async {
         guard let link = coordinatorLink else { return }

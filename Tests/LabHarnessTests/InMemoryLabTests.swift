@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import HeraldCore
 import LabLink
+import LabNet
 import LabPlan
 import LabTestSupport
 import RadioAir
@@ -150,6 +151,9 @@ final class MemoryLab: @unchecked Sendable {
     static func url(_ agent: String) -> String { "http://\(agent).in-memory:8701" }
 
     static func make(agents count: Int, gatherPatience: Double = 10) async throws -> MemoryLab {
+        // A plain lab: a lab CA another test of this process left trusted would make the agents
+        // dial the air with TLS.
+        LabTrust.client = nil
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("memorylab-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         let air = AirServer(token: "air-secret", logger: LogCapture.quiet())
