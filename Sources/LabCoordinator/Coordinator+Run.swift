@@ -68,8 +68,9 @@ extension Coordinator {
 
     // MARK: Clock
 
-    /// Clock probes over one kept-alive connection with TCP_NODELAY (sub-millisecond round trips
-    /// on a LAN). Returns the samples and, when there are none, why (naming the URL).
+    /// Clock probes over the agent's link (over HTTP: one kept-alive connection with TCP_NODELAY,
+    /// sub-millisecond round trips on a LAN). Returns the samples and, when there are none, why
+    /// (naming the URL).
     func probe(_ c: any AgentLink, count: Int) async -> ([LabWire.ClockSample], String?) {
         do {
             // Up to `count` probes; on a fast link (a round trip under 1 ms seen in the first
