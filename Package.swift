@@ -66,11 +66,13 @@ let package = Package(
                                                    .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                                                    .product(name: "NIOSSL", package: "swift-nio-ssl")]),
         .systemLibrary(name: "CLinuxEvents"),
+        // MARK: The lab's ports (AgentLink, CoordinatorLink) and their HTTP adapters.
+        .target(name: "LabLink", dependencies: ["HeraldCore", "LabPlan", "LabHTTP"]),
         // MARK: Real-time simulated radio medium for many processes (herald-lab air).
         .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim", "LabNet", .product(name: "Logging", package: "swift-log")]),
         // MARK: Agent (runs a node on a Linux machine) and coordinator (plans, barrier, gather).
-        .target(name: "LabAgent", dependencies: ["LabMetrics", "HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "LabNet", "RadioAir", "RadioSim", "BlueZRadio", .product(name: "Logging", package: "swift-log")]),
-        .target(name: "LabCoordinator", dependencies: ["LabMetrics", "HeraldCore", "LabPlan", "LabHTTP", "LabNet", "RadioAir", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams"), .product(name: "Logging", package: "swift-log")]),
+        .target(name: "LabAgent", dependencies: ["LabMetrics", "HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "LabLink", "LabNet", "RadioAir", "RadioSim", "BlueZRadio", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "LabCoordinator", dependencies: ["LabMetrics", "HeraldCore", "LabPlan", "LabHTTP", "LabLink", "LabNet", "RadioAir", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams"), .product(name: "Logging", package: "swift-log")]),
         // MARK: BlueZ over D-Bus (libdbus) and controller identity (libbluetooth).
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .target(name: "DBus", dependencies: ["CDBus"]),
@@ -104,10 +106,10 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus", "DBusTestSupport"]),
         .testTarget(name: "BlueZRadioTests", dependencies: ["BlueZRadio", "DBus", "DBusTestSupport", "HeraldRadio", "HeraldCore", "HeraldSensor", "LabNode", "LabPlan", "LabAgent", "LabTestSupport"],
                     exclude: ["fake_bluetoothd.py"]),
-        .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabPlan", "LabHTTP", "LabNode", "HeraldAnalysis", "LabTestSupport", .product(name: "GRDB", package: "GRDB.swift")]),
+        .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabLink", "HeraldCore", "LabPlan", "LabHTTP", "LabNode", "HeraldAnalysis", "LabTestSupport", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore", "LabTestSupport"]),
         .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet", "LabTestSupport"]),
-        .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport"]),
+        .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabLink", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport"]),
         .testTarget(name: "EndToEndTests", dependencies: ["LabPlan"]),
     ]
 )

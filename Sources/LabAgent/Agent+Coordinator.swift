@@ -1,46 +1,47 @@
 import Foundation
-import LabHTTP
+import LabLink
 import LabPlan
 import Logging
 
-/// The agent's link to its coordinator: register, then heartbeat with the status. A coordinator
-/// that does not answer is retried with exponential backoff (up to `maxBackoff`), so an agent
-/// left alone idles; a run in progress goes on regardless.
+/// The agent's link to its coordinator (`coordinatorLink`): register, then heartbeat with the
+/// status. A coordinator that does not answer is retried with exponential backoff (up to
+/// `maxBackoff`), so an agent left alone idles; a run in progress goes on regardless.
 extension Agent {
     func heartbeatLoop() async {
-        guard let client, let coordinator = config.coordinator else { return }
+        guard let link = coordinatorLink else { return }
+        let coordinator = link.address
         var registered = false
         var failures = 0
         // Every message of this boot gets the next counter: a replayed one is refused.
         var sequence: UInt64 = 0
         func next() -> UInt64 { sequence += 1; return sequence }
         while !Task.isCancelled {
-            do {
+            do throws(LinkError) {
                 if !registered {
                     var me = info
                     me.boot = boot
                     me.sequence = next()
-                    let _: Empty = try await client.call("POST", "/v1/agents/register", me)
+                    try await link.register(me)
                     registered = true
-                    logger.notice("registered with \(coordinator.absoluteString) as \(url)")
+                    logger.notice("registered with \(coordinator) as \(url)")
                 }
                 var beat = status
                 beat.boot = boot
                 beat.sequence = next()
-                let _: Empty = try await client.call("POST", "/v1/agents/\(config.name)/heartbeat", beat)
-                if failures > 0 { logger.notice("coordinator \(coordinator.absoluteString) answers again") }
+                try await link.heartbeat(agent: config.name, beat)
+                if failures > 0 { logger.notice("coordinator \(coordinator) answers again") }
                 failures = 0
             } catch {
-                let status = (error as? LabClient.Failure)?.status
+                let status = error.status
                 if status == 404 || status == nil { registered = false }
                 failures += 1
                 if failures == 1 || failures.isMultiple(of: 20) {
                     if status == 401 || status == 403 {
-                        logger.error("coordinator \(coordinator.absoluteString) refuses this agent's credential (\(error)); was it revoked? enrol it again (herald-lab agents enrol \(config.name)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                        logger.error("coordinator \(coordinator) refuses this agent's credential (\(error)); was it revoked? enrol it again (herald-lab agents enrol \(config.name)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
                     } else if status == 409 {
-                        logger.error("coordinator \(coordinator.absoluteString) refuses this agent (\(error)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                        logger.error("coordinator \(coordinator) refuses this agent (\(error)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
                     } else {
-                        logger.warning("coordinator \(coordinator.absoluteString) unreachable (\(error)); any run goes on; retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                        logger.warning("coordinator \(coordinator) unreachable (\(error)); any run goes on; retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
                     }
                 }
             }

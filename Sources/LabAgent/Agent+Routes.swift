@@ -4,62 +4,89 @@ import LabHTTP
 import LabNode
 import LabPlan
 
-/// The agent's HTTP API (docs/API.md): each route validates what it is given and hands the work
-/// to the run's lifecycle on the scheduler's queue.
+/// The agent's HTTP API (docs/API.md): each route maps a request to one of the agent's API
+/// methods below, which validate what they are given and hand the work to the run's lifecycle
+/// on the scheduler's queue. `LocalAgentLink` calls the same methods without HTTP.
 extension Agent {
     func routes() {
         http.route("GET", "/v1/status") { [unowned self] _ in .json(self.status) }
-        http.route("POST", "/v1/clock") { [unowned self] _ in
-            let received = self.now
-            return .json(LabWire.ClockReply(received: received, sent: self.now))
-        }
-        http.route("POST", "/v1/arm") { [unowned self] req in
-            let arm = try req.decode(LabWire.ArmRequest.self)
-            try await self.preflight(arm)
-            try self.scheduler.sync { try self.arm(arm) }
-            return .json(self.status)
-        }
-        http.route("POST", "/v1/start") { [unowned self] req in
-            let start = try req.decode(LabWire.StartRequest.self)
-            guard start.startAt.isFinite, abs(start.startAt - self.now) < 86_400 else {
-                throw HTTPError(.badRequest, "startAt \(start.startAt) is not within a day of this agent's clock")
-            }
-            try self.scheduler.sync { try self.schedule(start) }
-            return .json(self.status)
-        }
+        http.route("POST", "/v1/clock") { [unowned self] _ in .json(self.clockReply()) }
+        http.route("POST", "/v1/arm") { [unowned self] req in .json(try await self.armRun(try req.decode(LabWire.ArmRequest.self))) }
+        http.route("POST", "/v1/start") { [unowned self] req in .json(try self.startRun(try req.decode(LabWire.StartRequest.self))) }
         http.route("POST", "/v1/preflight") { [unowned self] req in
             .json(try await self.startPreflight(try req.decode(LabWire.PreflightRequest.self)))
         }
         http.route("GET", "/v1/preflight") { [unowned self] _ in .json(try self.preflightStatus()) }
-        http.route("POST", "/v1/preflight/stop") { [unowned self] _ in
-            guard let r = await self.stopPreflight() else { throw HTTPError(.notFound, "agent \(self.config.name) has no dongle check") }
-            return .json(r)
-        }
+        http.route("POST", "/v1/preflight/stop") { [unowned self] _ in .json(try await self.endPreflight()) }
         http.route("GET", "/v1/runs") { [unowned self] _ in .json(self.scheduler.sync { self.heldRuns() }) }
-        http.route("GET", "/v1/runs/:run/files") { [unowned self] req in
-            let id = try Self.runId(req)
-            return .json(try self.scheduler.sync { try self.fileList(id) })
-        }
+        http.route("GET", "/v1/runs/:run/files") { [unowned self] req in .json(try self.files(of: req.parameters["run"] ?? "")) }
         http.route("GET", "/v1/runs/:run/files/:file") { [unowned self] req in
-            let id = try Self.runId(req), file = req.parameters["file"] ?? ""
-            guard NodeRunner.heraldFiles.contains(file) else { throw HTTPError(.notFound, "no such file") }
-            let url = self.runsDirectory.appendingPathComponent(id).appendingPathComponent("node").appendingPathComponent(file)
+            let (url, id, file) = try self.fileURL(run: req.parameters["run"] ?? "", name: req.parameters["file"] ?? "")
             return try .file(url, range: req.headers["range"], missing: "run \(id) has no \(file) here")
         }
-        http.route("POST", "/v1/runs/:run/stop") { [unowned self] req in
-            let id = try Self.runId(req)
-            try self.scheduler.sync { try self.abort(id) }
-            return .json(self.status)
-        }
+        http.route("POST", "/v1/runs/:run/stop") { [unowned self] req in .json(try self.stopRun(req.parameters["run"] ?? "")) }
         http.route("POST", "/v1/runs/:run/release") { [unowned self] req in
-            let id = try Self.runId(req)
-            try self.scheduler.sync { try self.release(id) }
-            return .json(["released": id])
+            .json(["released": try self.releaseRun(req.parameters["run"] ?? "")])
         }
     }
 
-    static func runId(_ req: HTTPService.Request) throws -> String {
-        let id = req.parameters["run"] ?? ""
+    // MARK: The agent's API as methods (what its routes and LocalAgentLink call)
+
+    /// A clock probe's answer: when the request arrived and when the answer leaves, in this agent's clock.
+    func clockReply() -> LabWire.ClockReply {
+        let received = now
+        return LabWire.ClockReply(received: received, sent: now)
+    }
+
+    /// Arms a node: its radio is checked first; a refusal is an `HTTPError` (4xx).
+    func armRun(_ arm: LabWire.ArmRequest) async throws -> LabWire.AgentStatus {
+        try await preflight(arm)
+        try scheduler.sync { try self.arm(arm) }
+        return status
+    }
+
+    /// The armed run's start instant, in this agent's clock (within a day of it).
+    func startRun(_ start: LabWire.StartRequest) throws -> LabWire.AgentStatus {
+        guard start.startAt.isFinite, abs(start.startAt - now) < 86_400 else {
+            throw HTTPError(.badRequest, "startAt \(start.startAt) is not within a day of this agent's clock")
+        }
+        try scheduler.sync { try self.schedule(start) }
+        return status
+    }
+
+    /// Ends the dongle check and returns its final findings; 404 when there is none.
+    func endPreflight() async throws -> LabWire.PreflightReport {
+        guard let r = await stopPreflight() else { throw HTTPError(.notFound, "agent \(config.name) has no dongle check") }
+        return r
+    }
+
+    func files(of run: String) throws -> LabWire.FileList {
+        let id = try Self.runId(run)
+        return try scheduler.sync { try self.fileList(id) }
+    }
+
+    /// Where file `name` of `run` is (a Herald file name only, never a path), with the run id and
+    /// name checked.
+    func fileURL(run: String, name: String) throws -> (URL, String, String) {
+        let id = try Self.runId(run)
+        guard NodeRunner.heraldFiles.contains(name) else { throw HTTPError(.notFound, "no such file") }
+        return (runsDirectory.appendingPathComponent(id).appendingPathComponent("node").appendingPathComponent(name), id, name)
+    }
+
+    func stopRun(_ run: String) throws -> LabWire.AgentStatus {
+        let id = try Self.runId(run)
+        try scheduler.sync { try self.abort(id) }
+        return status
+    }
+
+    /// Returns the run id released.
+    func releaseRun(_ run: String) throws -> String {
+        let id = try Self.runId(run)
+        try scheduler.sync { try self.release(id) }
+        return id
+    }
+
+    static func runId(_ id: String) throws -> String {
         guard SafeName.isValid(id) else { throw HTTPError(.badRequest, "run id \(SafeName.problem(with: id) ?? "is invalid")") }
         return id
     }

@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import HeraldRadio
 import LabHTTP
+import LabLink
 import LabMetrics
 import LabNet
 import LabNode
@@ -65,7 +66,8 @@ public final class Agent: @unchecked Sendable {
     let http: HTTPService
     /// GET /metrics (Agent+Metrics).
     let metrics = LabMetrics(service: "agent")
-    var client: LabClient?
+    /// How this agent reaches its coordinator (nil: it has none).
+    let coordinatorLink: (any CoordinatorLink)?
     var heartbeat: Task<Void, Never>?
     var watchdog: StallWatchdog?
     public private(set) var url: String = ""
@@ -120,9 +122,11 @@ public final class Agent: @unchecked Sendable {
     }
 
     /// `httpLogger` is its HTTP service's (nil: label herald-lab.http at `logger`'s level); both
-    /// get metadata agent.
-    public init(config: Config, logger: Logger = Logger(label: "herald-lab.agent"), httpLogger: Logger? = nil) {
+    /// get metadata agent. `coordinatorLink`: how it reaches its coordinator (nil: over HTTP at
+    /// `config.coordinator`, with its credential, if there is one).
+    public init(config: Config, logger: Logger = Logger(label: "herald-lab.agent"), httpLogger: Logger? = nil, coordinatorLink: (any CoordinatorLink)? = nil) {
         self.config = config
+        self.coordinatorLink = coordinatorLink ?? config.coordinator.map { HTTPCoordinatorLink(base: $0, token: config.credential?.token ?? config.token, timeout: 5) }
         var logger = logger
         logger[metadataKey: "agent"] = .string(config.name)
         if config.radio == .bluez { logger[metadataKey: "dongle"] = .string(config.dongleName ?? config.name) }
@@ -142,6 +146,22 @@ public final class Agent: @unchecked Sendable {
         let port = try await http.start(host: config.host, port: config.port, tls: config.tls)
         boundPort = port
         url = config.advertiseURL?.absoluteString ?? "\(config.tls == nil ? "http" : "https")://\(HostPort.urlHost(config.host)):\(port)"
+        await startWork()
+        logger.notice("listening on \(config.host):\(port), announced as \(url) (data \(config.dataDirectory.path))")
+        return port
+    }
+
+    /// Starts the agent without serving HTTP, for callers in this process (`LocalAgentLink`):
+    /// it recovers runs left on disk and heartbeats to its coordinator link, announced as `url`.
+    public func startUnserved(url: String) async throws {
+        try FileManager.default.createDirectory(at: runsDirectory, withIntermediateDirectories: true)
+        self.url = url
+        await startWork()
+        logger.notice("started without serving, announced as \(url) (data \(config.dataDirectory.path))")
+    }
+
+    /// What `start` does besides serving: runs recovered, the dongle read, the stall watchdog, heartbeats.
+    private func startWork() async {
         scheduler.sync { recover() }
         if config.radio == .bluez { await refreshDongle() }
         watchdog = StallWatchdog(threshold: config.stallThreshold) { [weak self] from, to in
@@ -149,12 +169,9 @@ public final class Agent: @unchecked Sendable {
             self.scheduler.execute { self.stalled(from: from, to: to) }
         }
         scheduler.scheduleRepeating(every: 5) { [weak self] in self?.keepAlive() }
-        if let c = config.coordinator {
-            client = LabClient(base: c, token: config.credential?.token ?? config.token, timeout: 5)
+        if coordinatorLink != nil {
             heartbeat = Task { [weak self] in await self?.heartbeatLoop() }
         }
-        logger.notice("listening on \(config.host):\(port), announced as \(url) (data \(config.dataDirectory.path))")
-        return port
     }
 
     /// A run's ids as log metadata.

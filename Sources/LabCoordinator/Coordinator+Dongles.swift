@@ -1,6 +1,7 @@
 import Foundation
 import HeraldCore
 import LabHTTP
+import LabLink
 import LabPlan
 import Logging
 
@@ -195,9 +196,8 @@ extension Coordinator {
         // Setting a dongle up (power, advertising, discovery) can take bluetoothd many seconds
         // when a host sets up several at once: the first answer may take up to the bound.
         // A revoked agent is not called (no credential goes to it); it fails the check.
-        let clients = candidates.map { c -> LabClient? in
-            guard let u = URL(string: c.url) else { return nil }
-            do { return LabClient(base: u, token: try credentialForCalling(c.agent, chosenAt: began), timeout: max(30, bound + 15)) } catch { return nil }
+        let links = candidates.map { c -> (any AgentLink)? in
+            do { return try link(agent: c.agent, url: c.url, chosenAt: began, timeout: max(30, bound + 15)) } catch { return nil }
         }
         // Start: each agent finds, powers and starts its dongle advertising and scanning.
         var reports = [LabWire.PreflightReport?](repeating: nil, count: candidates.count)
@@ -205,11 +205,11 @@ extension Coordinator {
         await withTaskGroup(of: (Int, LabWire.PreflightReport?, String?).self) { group in
             for (i, c) in candidates.enumerated() {
                 let request = LabWire.PreflightRequest(id: id, beacon: beacons[i], peers: beacons.enumerated().filter { $0.offset != i }.map(\.element), bound: bound)
-                let client = clients[i]
+                let link = links[i]
                 group.addTask {
-                    guard let client else { return (i, nil, "not called: a bad agent URL \(HTTPService.escaped(c.url)), or the agent was revoked") }
+                    guard let link else { return (i, nil, "not called: a bad agent URL \(HTTPService.escaped(c.url)), or the agent was revoked") }
                     do {
-                        let r: LabWire.PreflightReport = try await client.call("POST", "/v1/preflight", request)
+                        let r = try await link.startPreflight(request)
                         return (i, r.sanitised(agent: c.agent), nil)
                     } catch { return (i, nil, LabWire.cleanText("\(error)", max: 500) ?? "failed") }
                 }
@@ -234,9 +234,9 @@ extension Coordinator {
                 try? await Task.sleep(nanoseconds: 500_000_000)
                 await withTaskGroup(of: (Int, Result<LabWire.PreflightReport?, Error>).self) { group in
                     for i in active {
-                        let client = clients[i]
+                        let link = links[i]
                         let agent = candidates[i].agent
-                        group.addTask { await (i, Self.preflightCall(client, "GET", "/v1/preflight", agent: agent)) }
+                        group.addTask { await (i, Self.preflightCall(link, agent: agent) { try await $0.preflightStatus() }) }
                     }
                     for await (i, r) in group { take(i, r, "poll") }
                 }
@@ -245,9 +245,9 @@ extension Coordinator {
         // Stop every one of them and take the final findings.
         await withTaskGroup(of: (Int, Result<LabWire.PreflightReport?, Error>).self) { group in
             for i in candidates.indices where errors[i] == nil {
-                let client = clients[i]
+                let link = links[i]
                 let agent = candidates[i].agent
-                group.addTask { await (i, Self.preflightCall(client, "POST", "/v1/preflight/stop", agent: agent)) }
+                group.addTask { await (i, Self.preflightCall(link, agent: agent) { try await $0.stopPreflight() }) }
             }
             for await (i, r) in group { take(i, r, "stop") }
         }
@@ -274,11 +274,10 @@ extension Coordinator {
         return (verdicts, quarantined)
     }
 
-    private static func preflightCall(_ client: LabClient?, _ method: String, _ path: String, agent: String) async -> Result<LabWire.PreflightReport?, Error> {
-        do {
-            let r: LabWire.PreflightReport? = try await client?.call(method, path)
-            return .success(r?.sanitised(agent: agent))
-        } catch { return .failure(error) }
+    /// A poll or stop of an agent's check (nil: the agent is not called).
+    private static func preflightCall(_ link: (any AgentLink)?, agent: String, _ call: @Sendable (any AgentLink) async throws -> LabWire.PreflightReport) async -> Result<LabWire.PreflightReport?, Error> {
+        guard let link else { return .success(nil) }
+        do { return .success(try await call(link).sanitised(agent: agent)) } catch { return .failure(error) }
     }
 
     static func evidence(_ r: LabWire.PreflightReport?, _ v: LabWire.PreflightVerdict) -> String? {

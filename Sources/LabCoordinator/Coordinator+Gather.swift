@@ -3,6 +3,7 @@ import HeraldAnalysis
 import HeraldCore
 import LabHistory
 import LabHTTP
+import LabLink
 import LabPlan
 import Logging
 #if canImport(Glibc)
@@ -118,11 +119,10 @@ extension Coordinator {
         // The run's air tickets attach nothing more.
         await tellAir(.ended(run: r.id, at: now))
         for n in gathered {
-            guard let c = clientOrSkip(n, of: r, "release") else { continue }
-            do {
-                let (status, _, _) = try await c.request("POST", "/v1/runs/\(r.id)/release")
-                if status >= 300 { agentError(n.agent, "release of run \(r.id): HTTP \(status)") }
-            } catch { agentError(n.agent, "release of run \(r.id) failed: \(error)") }
+            guard let c = linkOrSkip(n, of: r, "release") else { continue }
+            do throws(LinkError) { try await c.release(r.id) } catch {
+                if let status = error.status { agentError(n.agent, "release of run \(r.id): HTTP \(status)") } else { agentError(n.agent, "release of run \(r.id) failed: \(error)") }
+            }
         }
         // Nodes whose files never arrived: their agents keep them; a failed run that never got
         // anything releases nothing.
@@ -167,8 +167,8 @@ extension Coordinator {
 
     /// Fetches one node's file list and files, verifying each SHA-256, retrying with backoff.
     func gatherNode(_ runId: String, _ n: RunRecord.Node, chosenAt: Double, into dir: URL) async -> (LabWire.FileList?, LabWire.ClockSample?, GatherRefusal?) {
-        let c: LabClient
-        do { c = try client(n, chosenAt: chosenAt, timeout: 30) } catch { return (nil, nil, GatherRefusal(message: "\(error)", notCalled: true)) }
+        let c: any AgentLink
+        do { c = try link(n, chosenAt: chosenAt, timeout: 30) } catch { return (nil, nil, GatherRefusal(message: "\(error)", notCalled: true)) }
         let deadline = now + config.gatherPatience
         var delay = 0.2
         var lastError = "agent \(n.agent) at \(n.agentURL) unreachable"
@@ -176,7 +176,7 @@ extension Coordinator {
         while now < deadline && !Task.isCancelled {
             if clock == nil { clock = LabWire.ClockSample.combined(await probe(c, count: 32).0) }
             do {
-                let list: LabWire.FileList = try await c.call("GET", "/v1/runs/\(runId)/files")
+                let list = try await c.files(of: runId)
                 try Self.check(list, runId: runId, node: n.name)
                 try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
                 try Self.ensureSpace(for: list, in: dir)
@@ -239,7 +239,7 @@ extension Coordinator {
     /// Fetches one file into `dir`, resuming a partial copy with a byte range, hashing as it
     /// streams; the file gets its name only once its size and SHA-256 match the agent's and it
     /// is on disk (fsync).
-    func download(_ c: LabClient, runId: String, file: LabWire.FileInfo, to dir: URL) async throws {
+    func download(_ c: any AgentLink, runId: String, file: LabWire.FileInfo, to dir: URL) async throws {
         let target = dir.appendingPathComponent(file.name)
         if let (sha, bytes) = try? SHA256.hash(fileAt: target), sha == file.sha256, bytes == file.bytes { return }
         let part = dir.appendingPathComponent(".\(file.name).part")
@@ -250,12 +250,8 @@ extension Coordinator {
         var hasher = SHA256()
         if have > 0 { try hasher.update(contentsOf: part) } // what is already there; then ask for the rest
         if have < file.bytes {
-            let url = c.base.appendingPathComponent("v1/runs/\(runId)/files/\(file.name)")
-            var headers = ["Authorization": "Bearer \(c.token ?? "")"]
-            if have > 0 { headers["Range"] = "bytes=\(have)-" }
             do {
-                let result = try FileDownload.get(url, headers: headers, appendingTo: part, hasher: &hasher, timeout: 60)
-                if result.status == 200, have > 0 { // the agent ignored the range: the file was rewritten whole
+                if try await c.fetchFile(run: runId, name: file.name, from: have, appendingTo: part, hasher: &hasher) == .whole { // the agent ignored the range
                     hasher = SHA256()
                     try hasher.update(contentsOf: part)
                 }
@@ -271,10 +267,10 @@ extension Coordinator {
         let sha = hasher.finalizeHex()
         guard sha == file.sha256, bytes == file.bytes else {
             try? fm.removeItem(at: part)
-            throw LabClient.Failure(status: nil, message: "\(file.name): checksum mismatch (\(bytes) bytes, expected \(file.bytes)); fetching again")
+            throw LinkError(status: nil, message: "\(file.name): checksum mismatch (\(bytes) bytes, expected \(file.bytes)); fetching again")
         }
         try Durable.syncFile(part)
-        guard rename(part.path, target.path) == 0 else { throw LabClient.Failure(status: nil, message: "cannot rename \(part.path) to \(file.name)") }
+        guard rename(part.path, target.path) == 0 else { throw LinkError(status: nil, message: "cannot rename \(part.path) to \(file.name)") }
     }
 
     func writeManifest(_ r: RunRecord, _ plan: Plan, bundle: URL) throws {

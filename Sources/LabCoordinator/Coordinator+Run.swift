@@ -1,6 +1,7 @@
 import Foundation
 import HeraldCore
 import LabHTTP
+import LabLink
 import LabPlan
 import Logging
 
@@ -8,17 +9,21 @@ import Logging
 /// together, watch them, then gather (Coordinator+Gather). Every step can be resumed after a
 /// coordinator restart from the run's record.
 extension Coordinator {
-    /// A client for a node's agent, with the credential the coordinator calls that agent with;
-    /// throws `NotCallable` for an agent that is not called at all (revoked, enrolled again since
-    /// the run chose it at `chosenAt`, a URL that is not one).
-    func client(_ node: RunRecord.Node, chosenAt: Double, timeout: TimeInterval = 5) throws -> LabClient {
-        guard let url = URL(string: node.agentURL) else { throw NotCallable(agent: node.agent, reason: "bad agent URL \(HTTPService.escaped(node.agentURL))") }
-        return LabClient(base: url, token: try credentialForCalling(node.agent, chosenAt: chosenAt), timeout: timeout)
+    /// The link to a node's agent (`Config.agentLinks`), with the credential the coordinator calls
+    /// that agent with; throws `NotCallable` for an agent that is not called at all (revoked,
+    /// enrolled again since the run chose it at `chosenAt`, a URL that is not one).
+    func link(_ node: RunRecord.Node, chosenAt: Double, timeout: TimeInterval = 5) throws -> any AgentLink {
+        try link(agent: node.agent, url: node.agentURL, chosenAt: chosenAt, timeout: timeout)
     }
 
-    /// `client`, or nil with the reason logged (calls that are skipped for an agent not called).
-    func clientOrSkip(_ node: RunRecord.Node, of run: RunRecord, _ what: String) -> LabClient? {
-        do { return try client(node, chosenAt: run.created) } catch {
+    func link(agent: String, url: String, chosenAt: Double, timeout: TimeInterval) throws -> any AgentLink {
+        guard let u = URL(string: url) else { throw NotCallable(agent: agent, reason: "bad agent URL \(HTTPService.escaped(url))") }
+        return config.agentLinks(AgentAddress(url: u, token: try credentialForCalling(agent, chosenAt: chosenAt), timeout: timeout))
+    }
+
+    /// `link`, or nil with the reason logged (calls that are skipped for an agent not called).
+    func linkOrSkip(_ node: RunRecord.Node, of run: RunRecord, _ what: String) -> (any AgentLink)? {
+        do { return try link(node, chosenAt: run.created) } catch {
             logger.warning("run \(run.id): \(what) not sent to \(node.name) on agent \(node.agent): \(error)",
                            metadata: ["run": .string(run.id), "node": .string(node.name), "agent": .string(node.agent)])
             return nil
@@ -63,15 +68,15 @@ extension Coordinator {
 
     // MARK: Clock
 
-    /// Clock probes over one kept-alive connection with TCP_NODELAY (sub-millisecond round trips
-    /// on a LAN). Returns the samples and, when there are none, why (naming the URL).
-    func probe(_ c: LabClient, count: Int) async -> ([LabWire.ClockSample], String?) {
+    /// Clock probes over the agent's link (over HTTP: one kept-alive connection with TCP_NODELAY,
+    /// sub-millisecond round trips on a LAN). Returns the samples and, when there are none, why
+    /// (naming the URL).
+    func probe(_ c: any AgentLink, count: Int) async -> ([LabWire.ClockSample], String?) {
         do {
             // Up to `count` probes; on a fast link (a round trip under 1 ms seen in the first
             // 8) the estimate is already good to half a millisecond, and arming 1,000 agents
             // does not pay for 32 exchanges each.
-            let samples = try await ClockProbe.measure(c.base, token: c.token, count: count, settle: 8)
-            return (samples.map { LabWire.ClockSample(offset: $0.offset, roundTrip: $0.roundTrip) }, nil)
+            return (try await c.clockSamples(count: count, settle: 8), nil)
         } catch {
             return ([], "\(error)")
         }
@@ -92,8 +97,8 @@ extension Coordinator {
                 // The ticket holds until the run's latest end (a start margin is well under 10 min).
                 let air = airAddress(record.air, run: runId, node: spec.name, agent: node.agent, until: began + plan.warmup + plan.duration + 600)
                 group.addTask { [self] in
-                    let c: LabClient
-                    do { c = try client(node, chosenAt: record.created) } catch { return (i, nil, "\(error)") }
+                    let c: any AgentLink
+                    do { c = try link(node, chosenAt: record.created) } catch { return (i, nil, "\(error)") }
                     var lastError = ""
                     for attempt in 0..<3 {
                         if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(0.5 * Double(attempt) * 1e9)) }
@@ -101,13 +106,13 @@ extension Coordinator {
                         guard let best = LabWire.ClockSample.combined(samples) else { lastError = problem ?? "no answer to clock probes at \(node.agentURL)"; continue }
                         var nodeSeed = SeededGenerator(seed: seed, stream: "agent/\(spec.name)")
                         let assignment = NodeAssignment(runId: runId, plan: plan, node: spec, seed: nodeSeed.next())
-                        do {
-                            let _: LabWire.AgentStatus = try await c.call("POST", "/v1/arm", LabWire.ArmRequest(assignment: assignment, air: air))
+                        do throws(LinkError) {
+                            _ = try await c.arm(LabWire.ArmRequest(assignment: assignment, air: air))
                             return (i, best, nil)
                         } catch {
                             lastError = "\(error)"
                             // The agent answered and refused (its radio cannot start, it is busy): no retry helps.
-                            if let s = (error as? LabClient.Failure)?.status, (400..<500).contains(s) { break }
+                            if error.isRefusal { break }
                         }
                     }
                     return (i, nil, lastError)
@@ -163,11 +168,12 @@ extension Coordinator {
         await withTaskGroup(of: Void.self) { group in
             for n in r.nodes {
                 group.addTask { [self, r] in
-                    guard let c = clientOrSkip(n, of: r, "release") else { return }
-                    do {
-                        let (status, body, _) = try await c.request("POST", "/v1/runs/\(id)/release")
-                        if status >= 300 && status != 404 { agentError(n.agent, "release of run \(id) refused: HTTP \(status) \(String(decoding: body.prefix(200), as: UTF8.self))") }
-                    } catch { agentError(n.agent, "release of run \(id) failed: \(error)") }
+                    guard let c = linkOrSkip(n, of: r, "release") else { return }
+                    do throws(LinkError) { try await c.release(id) } catch {
+                        if let status = error.status {
+                            if status != 404 { agentError(n.agent, "release of run \(id) refused: HTTP \(status) \(error.message)") }
+                        } else { agentError(n.agent, "release of run \(id) failed: \(error)") }
+                    }
                 }
             }
         }
@@ -180,11 +186,11 @@ extension Coordinator {
             for n in r.nodes where only?.contains(n.name) ?? true {
                 let offset = n.clockBefore?.offset ?? 0
                 group.addTask { [self] in
-                    guard let c = clientOrSkip(n, of: r, "the start") else { return }
+                    guard let c = linkOrSkip(n, of: r, "the start") else { return }
                     var lastError = ""
                     for attempt in 0..<3 {
                         do {
-                            let s: LabWire.AgentStatus = try await c.call("POST", "/v1/start", LabWire.StartRequest(runId: r.id, startAt: startAt + offset))
+                            let s = try await c.start(LabWire.StartRequest(runId: r.id, startAt: startAt + offset))
                             if let m = s.message, s.runId == r.id { logger.info("agent \(n.agent): \(m)", metadata: ["run": .string(r.id), "node": .string(n.name), "agent": .string(n.agent)]) }
                             return
                         } catch { lastError = "\(error)" }
@@ -202,8 +208,8 @@ extension Coordinator {
     func ensureStarted(_ r: inout RunRecord) async {
         var missing = Set<String>()
         for n in r.nodes {
-            guard let c = clientOrSkip(n, of: r, "a status request") else { continue }
-            if let s: LabWire.AgentStatus = try? await c.call("GET", "/v1/status"), s.runId == r.id, s.state == .armed, s.startAt == nil { missing.insert(n.name) }
+            guard let c = linkOrSkip(n, of: r, "a status request") else { continue }
+            if let s = try? await c.status(), s.runId == r.id, s.state == .armed, s.startAt == nil { missing.insert(n.name) }
         }
         if !missing.isEmpty { await sendStarts(r, only: missing) }
     }
@@ -213,8 +219,8 @@ extension Coordinator {
         await withTaskGroup(of: Void.self) { group in
             for n in r.nodes {
                 group.addTask { [self] in
-                    guard let c = clientOrSkip(n, of: r, "the stop") else { return }
-                    do { let _: LabWire.AgentStatus = try await c.call("POST", "/v1/runs/\(r.id)/stop") } catch {
+                    guard let c = linkOrSkip(n, of: r, "the stop") else { return }
+                    do { _ = try await c.stopRun(r.id) } catch {
                         agentError(n.agent, "stop of run \(r.id) failed: \(error)")
                     }
                 }

@@ -3,6 +3,7 @@ import HeraldAnalysis
 import HeraldCore
 import LabHistory
 import LabHTTP
+import LabLink
 import LabNet
 import LabPlan
 import Yams
@@ -49,6 +50,8 @@ public final class Coordinator: @unchecked Sendable {
         public var preflightBound: Double = AgentSelection.defaultPreflight
         /// Health-check every free dongle this often (seconds; nil: only on demand).
         public var healthCheckEvery: Double?
+        /// How the coordinator reaches an agent (default: over HTTP); tests call agents in memory.
+        public var agentLinks: AgentLinkFactory = HTTPAgentLink.factory
         public init(results: URL) { self.results = results }
     }
 
@@ -122,6 +125,19 @@ public final class Coordinator: @unchecked Sendable {
         let port = try await http.start(host: config.host, port: config.port, tls: config.tls)
         url = "\(config.tls == nil ? "http" : "https")://\(HostPort.urlHost(config.host)):\(port)"
         logger.notice("listening on \(config.host):\(port) (results \(config.results.path))")
+        startWork()
+        return port
+    }
+
+    /// Starts the coordinator without serving HTTP, for agents in this process (`LocalCoordinatorLink`,
+    /// with `Config.agentLinks` reaching them): unfinished runs resume, checks and housekeeping start.
+    public func startUnserved() {
+        logger.notice("started without serving (results \(config.results.path))")
+        startWork()
+    }
+
+    /// What `start` does besides serving.
+    private func startWork() {
         // Pick up runs a previous coordinator left unfinished.
         let unfinished = withLock { runs.values.filter { !$0.state.isFinal } }
         for r in unfinished {
@@ -148,7 +164,6 @@ public final class Coordinator: @unchecked Sendable {
                 }
             }
         }
-        return port
     }
 
     public func stop() async {

@@ -1,5 +1,7 @@
 import XCTest
+import HeraldCore
 import LabHTTP
+import LabLink
 import LabPlan
 import LabTestSupport
 @testable import LabCoordinator
@@ -182,10 +184,11 @@ final class DongleHealthTests: XCTestCase {
         try? FileManager.default.removeItem(at: results)
     }
 
-    func coordinator() throws -> Coordinator {
+    func coordinator(quarantineAfter: Int = 2, agentLinks: AgentLinkFactory? = nil) throws -> Coordinator {
         var config = Coordinator.Config(results: results)
         config.insecure = true
-        config.quarantineAfter = 2
+        config.quarantineAfter = quarantineAfter
+        if let agentLinks { config.agentLinks = agentLinks }
         config.missingAfter = 600
         return try Coordinator(config: config, logger: LogCapture.quiet())
     }
@@ -348,6 +351,52 @@ final class DongleHealthTests: XCTestCase {
         XCTAssertEqual(views.first { $0.info.name == "d1" }?.health, .good)
         XCTAssertEqual(views.first { $0.info.name == "d1" }?.history.map(\.kind), [.check, .check, .health, .check, .registered])
     }
+
+    /// A run's pre-flight in memory (the coordinator reaches its agents through StubDongleLinks,
+    /// no HTTP): a1 and a2 are chosen (name order), a3 is the spare; d1 is heard by nobody, fails its check and is quarantined (K = 1), and the spare
+    /// d3 takes its node; the stubs then refuse to arm, which ends the run before its start.
+    func testARunsPreflightQuarantinesTheFailingDongleAndTheSpareTakesItsNode() async throws {
+        let world = StubWorld(mute: ["a1"])
+        let links = Dictionary(uniqueKeysWithValues: (1...3).map { ("http://a\($0).in-memory:1", StubDongleLink(dongle: StubDongle(name: "a\($0)", world: world))) })
+        let c = try coordinator(quarantineAfter: 1, agentLinks: { links[$0.url.absoluteString]! })
+        for n in 1...3 { register(c, n, url: "http://a\(n).in-memory:1") }
+        let plan = "name: p\nduration: 1m\nnodes: [n1, n2]\nradio: {kind: bluez}\nagents: {spares: 1, preflight: 3s}\n"
+        let id = try c.submit(planText: plan, source: "p").id
+        let deadline = Date().addingTimeInterval(30)
+        while c.run(id)?.state.isFinal != true && Date() < deadline { try await Task.sleep(nanoseconds: 50_000_000) }
+        let r = try XCTUnwrap(c.run(id))
+        XCTAssertEqual(r.state, .failed)
+        XCTAssertEqual(r.preflight?.map(\.dongle), ["d1", "d2", "d3"])
+        XCTAssertEqual(r.preflight?.map(\.ok), [false, true, true])
+        XCTAssertEqual(r.nodes.map(\.agent), ["a3", "a2"], "the spare took n1")
+        XCTAssertEqual(r.nodes.first?.dongle?.name, "d3")
+        XCTAssertTrue(r.message?.hasPrefix("arming failed: agent a3") == true, r.message ?? "")
+        XCTAssertTrue(r.message?.contains("HTTP 422: agent a3 is a stub") == true, r.message ?? "")
+        XCTAssertEqual(world.stops.value, 3, "every check was stopped")
+        let d1 = try XCTUnwrap(c.dongleViews(history: 10).first { $0.info.name == "d1" })
+        XCTAssertEqual(d1.health, .bad)
+        XCTAssertTrue(d1.healthReason?.hasPrefix("quarantined: failed 1 checks in a row") == true, d1.healthReason ?? "")
+        XCTAssertEqual(c.dongleViews(history: 10).first { $0.info.name == "d3" }?.health, .good)
+        await c.stop()
+    }
+}
+
+/// A stub agent in memory (`AgentLink`): it answers dongle checks from a StubWorld and refuses
+/// to arm (it runs no node), as an agent whose radio cannot start does (422).
+struct StubDongleLink: AgentLink {
+    let dongle: StubDongle
+    func refuse<T>() throws(LinkError) -> T { throw LinkError(status: 422, message: "agent \(dongle.name) is a stub: it runs no node") }
+    func status() async throws(LinkError) -> LabWire.AgentStatus { LabWire.AgentStatus(name: dongle.name, state: .idle) }
+    func clockSamples(count: Int, settle: Int) async throws(LinkError) -> [LabWire.ClockSample] { [LabWire.ClockSample(offset: 0, roundTrip: 0.0001)] }
+    func arm(_ request: LabWire.ArmRequest) async throws(LinkError) -> LabWire.AgentStatus { try refuse() }
+    func start(_ request: LabWire.StartRequest) async throws(LinkError) -> LabWire.AgentStatus { try refuse() }
+    func startPreflight(_ request: LabWire.PreflightRequest) async throws(LinkError) -> LabWire.PreflightReport { dongle.start(request) }
+    func preflightStatus() async throws(LinkError) -> LabWire.PreflightReport { dongle.poll() }
+    func stopPreflight() async throws(LinkError) -> LabWire.PreflightReport { dongle.stop() }
+    func stopRun(_ run: String) async throws(LinkError) -> LabWire.AgentStatus { try refuse() }
+    func files(of run: String) async throws(LinkError) -> LabWire.FileList { try refuse() }
+    func fetchFile(run: String, name: String, from offset: Int64, appendingTo destination: URL, hasher: inout SHA256) async throws(LinkError) -> FetchedPart { try refuse() }
+    func release(_ run: String) async throws(LinkError) {}
 }
 
 /// What the stub agents hear: every beacon registered by a check, except those of mute agents.
@@ -370,36 +419,46 @@ final class Counter: @unchecked Sendable {
     var value: Int { lock.withLock { n } }
 }
 
-/// An agent that only answers dongle checks, from a StubWorld.
-final class StubAgent: @unchecked Sendable {
-    let http: HTTPService
-    var url = ""
+/// A stub agent's dongle checks, from a StubWorld: what StubAgent answers over HTTP and
+/// StubDongleLink in memory.
+final class StubDongle: @unchecked Sendable {
+    let name: String
+    let world: StubWorld
     private var current: LabWire.PreflightRequest?
     private let lock = NSLock()
+    init(name: String, world: StubWorld) { self.name = name; self.world = world }
 
-    private init(name: String, world: StubWorld) {
-        http = HTTPService(name: name, authenticate: nil, logger: LogCapture.quiet())
-        http.route("POST", "/v1/preflight") { [unowned self] req in
-            let r = try req.decode(LabWire.PreflightRequest.self)
-            self.lock.withLock { self.current = r }
-            world.advertise(name, r.beacon)
-            return .json(self.report(name, r, world: world, final: false))
-        }
-        http.route("GET", "/v1/preflight") { [unowned self] _ in
-            .json(self.report(name, self.lock.withLock { self.current! }, world: world, final: false))
-        }
-        http.route("POST", "/v1/preflight/stop") { [unowned self] _ in
-            world.stops.add()
-            return .json(self.report(name, self.lock.withLock { self.current! }, world: world, final: true))
-        }
+    func start(_ r: LabWire.PreflightRequest) -> LabWire.PreflightReport {
+        lock.withLock { current = r }
+        world.advertise(name, r.beacon)
+        return report(r, final: false)
+    }
+    func poll() -> LabWire.PreflightReport { report(lock.withLock { current! }, final: false) }
+    func stop() -> LabWire.PreflightReport {
+        world.stops.add()
+        return report(lock.withLock { current! }, final: true)
     }
 
-    func report(_ name: String, _ r: LabWire.PreflightRequest, world: StubWorld, final: Bool) -> LabWire.PreflightReport {
+    func report(_ r: LabWire.PreflightRequest, final: Bool) -> LabWire.PreflightReport {
         var p = LabWire.PreflightReport(id: r.id, agent: name)
         p.present = true; p.powered = true; p.advertising = true; p.scanning = true
         p.seen = world.heard(by: name).filter { r.peers.contains($0) }.map { LabWire.PreflightReport.Sighting(beacon: $0, after: 1, rssi: -50) }
         p.finished = final
         return p
+    }
+}
+
+/// An agent that only answers dongle checks, from a StubWorld.
+final class StubAgent: @unchecked Sendable {
+    let http: HTTPService
+    var url = ""
+
+    private init(name: String, world: StubWorld) {
+        http = HTTPService(name: name, authenticate: nil, logger: LogCapture.quiet())
+        let dongle = StubDongle(name: name, world: world)
+        http.route("POST", "/v1/preflight") { req in .json(dongle.start(try req.decode(LabWire.PreflightRequest.self))) }
+        http.route("GET", "/v1/preflight") { _ in .json(dongle.poll()) }
+        http.route("POST", "/v1/preflight/stop") { _ in .json(dongle.stop()) }
     }
 
     static func start(name: String, world: StubWorld) async throws -> StubAgent {
