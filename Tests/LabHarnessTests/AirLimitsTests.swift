@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import LabNet
 import LabTestSupport
+import HeraldRadio
 @testable import RadioAir
 #if canImport(Glibc)
 import Glibc
