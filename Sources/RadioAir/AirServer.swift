@@ -7,9 +7,6 @@ import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// Why a new connection was closed at once.
 enum AirRefused: Error { case full }
@@ -126,10 +123,8 @@ public final class AirServer: @unchecked Sendable {
                 let channel = try bootstrap.bind(to: target).wait()
                 pendingLock.withLock { listeners.append(channel) }
                 return UInt16(channel.localAddress?.port ?? Int(port))
-            } catch let e as IOError {
-                last = String(cString: strerror(e.errnoCode))
             } catch {
-                last = "\(error)"
+                last = AirError.phrase(error)
             }
         }
         throw AirError.socket("cannot listen on \(name): \(last)")
@@ -159,7 +154,7 @@ public final class AirServer: @unchecked Sendable {
                 // A handshake that fails is said once, as before NIO.
                 HandshakeWatch(tls: true, ready: {}, failed: { [weak self] error in
                     if let e = error as? ChannelError, e == .ioOnClosedChannel { return }
-                    self?.logger.notice("refused a connection from \(peer): \(AirTLS.describe(error))", metadata: ["peer": .string(peer)])
+                    self?.logger.notice("refused a connection from \(peer): \(AirError.phrase(error))", metadata: ["peer": .string(peer)])
                 })
             }
             try socket.install(on: channel, tls: handler, watch: watch)

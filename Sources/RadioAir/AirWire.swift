@@ -118,7 +118,7 @@ final class LineSocket: @unchecked Sendable {
             ready.futureResult.whenFailure { _ in connecting.whenSuccess { $0.close(promise: nil) } }
             return try ready.futureResult.wait()
         } catch {
-            throw AirError.socket("\(name): \(AirTLS.describe(error)); \(hint)")
+            throw AirError.socket("\(name): \(AirError.phrase(error)); \(hint)")
         }
     }
 
@@ -389,26 +389,6 @@ enum AirTLS {
     static func isAddress(_ host: String) -> Bool {
         (try? SocketAddress(ipAddress: host, port: 0)) != nil
     }
-
-    /// An error of a connect or a handshake as one short phrase.
-    static func describe(_ error: Error) -> String {
-        switch error {
-        case let e as NIOConnectionError:
-            if let first = e.connectionErrors.first { return describe(first.error) }
-            if let dns = e.dnsAError ?? e.dnsAAAAError { return "cannot resolve \(e.host): \(dns)" }
-            return "cannot resolve \(e.host): no address"
-        case let e as IOError: return String(cString: strerror(e.errnoCode))
-        case let e as ChannelError:
-            switch e {
-            case .connectTimeout: return "timed out connecting"
-            case .ioOnClosedChannel, .eof, .alreadyClosed: return "the connection was closed"
-            default: return "\(e)"
-            }
-        case let e as NIOSSLError: return "TLS: \(e)"
-        case let e as NIOSSLExtraError: return "TLS: \(e)"
-        default: return "\(error)"
-        }
-    }
 }
 
 /// The coordinator's side of the air's contract: a signed notice (`NodeTicket.Notice`) on a
@@ -441,5 +421,25 @@ public enum AirError: Error, CustomStringConvertible {
     case socket(String)
     public var description: String {
         switch self { case .socket(let s): return s }
+    }
+
+    /// An error of a connect or a handshake as one short phrase.
+    static func phrase(_ error: Error) -> String {
+        switch error {
+        case let e as NIOConnectionError:
+            if let first = e.connectionErrors.first { return phrase(first.error) }
+            if let dns = e.dnsAError ?? e.dnsAAAAError { return "cannot resolve \(e.host): \(dns)" }
+            return "cannot resolve \(e.host): no address"
+        case let e as IOError: return String(cString: strerror(e.errnoCode))
+        case let e as ChannelError:
+            switch e {
+            case .connectTimeout: return "timed out connecting"
+            case .ioOnClosedChannel, .eof, .alreadyClosed: return "the connection was closed"
+            default: return "\(e)"
+            }
+        case let e as NIOSSLError: return "TLS: \(e)"
+        case let e as NIOSSLExtraError: return "TLS: \(e)"
+        default: return "\(error)"
+        }
     }
 }

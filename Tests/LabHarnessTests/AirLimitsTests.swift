@@ -233,4 +233,23 @@ final class AirLimitsTests: AirTestCase {
         XCTAssertTrue(try n2.exchange(id: 7), "the other node was dropped too")
         waitUntil(30, "n1 left") { air.attachedCount == 1 }
     }
+
+    /// A peer that does not read is dropped once more than `LineSocket.maxQueued` bytes wait
+    /// for it (past what the kernel's buffers hold): 32 MiB of lines to a listener that never
+    /// reads end with the connection closed, not with 32 MiB queued.
+    func testAPeerThatDoesNotReadIsDropped() throws {
+        let (listener, port) = try Listener.listen(host: "127.0.0.1", port: 0)
+        defer { close(listener) }
+        let socket = try LineSocket.connect(host: "127.0.0.1", port: port, tls: nil, timeout: 10)
+        defer { socket.close() }
+        guard let held = Listener.accept(listener) else { return XCTFail("no connection accepted") }
+        defer { close(held) }
+        let ended = DispatchSemaphore(value: 0)
+        socket.startReading(AirAnswer.self, onMessage: { _ in }, onClose: { ended.signal() })
+        let line = String(repeating: "x", count: 1000)
+        for i in 0..<(32 << 10) { socket.send(AirRequest(id: i, .notice(line))) }
+        // Within 20 s: before the 30 s stall limit, so only the queue's bound can have ended it.
+        XCTAssertEqual(ended.wait(timeout: .now() + 20), .success, "a peer that reads nothing was kept")
+        XCTAssertTrue(socket.hasFailed)
+    }
 }
