@@ -149,7 +149,7 @@ public final class AirServer: @unchecked Sendable {
         guard takePending(peer) else { return channel.eventLoop.makeFailedFuture(AirRefused.full) }
         let socket = LineSocket(channel: channel, lineLimit: Self.maxHelloLine)
         do {
-            let handler = try tls.map { try NIOSSLServerHandler(context: $0) }
+            let handler = tls.map { NIOSSLServerHandler(context: $0) }
             let watch = handler.map { _ in
                 // A handshake that fails is said once, as before NIO.
                 HandshakeWatch(tls: true, ready: {}, failed: { [weak self] error in

@@ -193,7 +193,7 @@ final class LineSocket: @unchecked Sendable {
     /// else changes). `onClose` runs once, when the peer has ended its side or the connection
     /// has closed: after the last message, on the event loop. The owner then closes the socket
     /// once it has answered what it read (a half-closed peer still gets those answers).
-    func startReading<Message: Decodable>(_ kind: Message.Type, onMessage: @escaping @Sendable (Message) -> Void, onJunk: (@Sendable () -> Void)? = nil,
+    func startReading<Message: Decodable & Sendable>(_ kind: Message.Type, onMessage: @escaping @Sendable (Message) -> Void, onJunk: (@Sendable () -> Void)? = nil,
                                           onClose: @escaping @Sendable () -> Void) {
         let read: @Sendable (ByteBuffer) -> Void = { line in
             let message: Message
