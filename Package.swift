@@ -69,7 +69,9 @@ let package = Package(
         // MARK: The lab's ports (AgentLink, CoordinatorLink) and their HTTP adapters.
         .target(name: "LabLink", dependencies: ["HeraldCore", "LabPlan", "LabHTTP"]),
         // MARK: Real-time simulated radio medium for many processes (herald-lab air).
-        .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim", "LabNet", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "RadioAir", dependencies: ["HeraldCore", "HeraldRadio", "RadioSim", "LabNet", .product(name: "Logging", package: "swift-log"),
+                                                  .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"), .product(name: "NIOTLS", package: "swift-nio"),
+                                                  .product(name: "NIOSSL", package: "swift-nio-ssl")]),
         // MARK: Agent (runs a node on a Linux machine) and coordinator (plans, barrier, gather).
         .target(name: "LabAgent", dependencies: ["LabMetrics", "HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "LabLink", "LabNet", "RadioAir", "RadioSim", "BlueZRadio", .product(name: "Logging", package: "swift-log")]),
         .target(name: "LabCoordinator", dependencies: ["LabMetrics", "HeraldCore", "LabPlan", "LabHTTP", "LabLink", "LabNet", "RadioAir", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams"), .product(name: "Logging", package: "swift-log")]),

@@ -94,7 +94,7 @@ public struct HostPort: Hashable, Sendable, CustomStringConvertible {
         return inet_pton(AF_INET, host, &a) == 1
     }
 
-    static func unbracketed(_ host: String) -> String {
+    public static func unbracketed(_ host: String) -> String {
         host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
     }
 }

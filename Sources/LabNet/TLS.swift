@@ -9,6 +9,16 @@ import Glibc
 public final class TLSContext: @unchecked Sendable {
     let raw: OpaquePointer
     public let isServer: Bool
+    /// The PEM files the context was made from: what another TLS stack (the air's, on NIO)
+    /// makes its own context from.
+    public let material: Material
+
+    public enum Material: Sendable, Hashable {
+        /// A server's certificate chain and key.
+        case server(certificate: String, key: String)
+        /// A client's trust: the lab CA's certificates.
+        case client(trusting: String)
+    }
 
     /// OpenSSL writes to sockets with write(2): a peer that has gone raises SIGPIPE, which would
     /// end the process. It is ignored once, before the first TLS context; writes then fail with
@@ -22,6 +32,7 @@ public final class TLSContext: @unchecked Sendable {
         guard let ctx = ctls_server_ctx(certificate, key, &err, err.count) else { throw NetError(.tls, NetError.text(cBuffer: err)) }
         raw = ctx
         isServer = true
+        material = .server(certificate: certificate, key: key)
     }
 
     /// A client trusting only the CA certificates in `trusting` (PEM) and checking the peer's name.
@@ -31,6 +42,7 @@ public final class TLSContext: @unchecked Sendable {
         guard let ctx = ctls_client_ctx(ca, &err, err.count) else { throw NetError(.tls, NetError.text(cBuffer: err)) }
         raw = ctx
         isServer = false
+        material = .client(trusting: ca)
     }
 
     deinit { ctls_ctx_free(raw) }

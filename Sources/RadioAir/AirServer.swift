@@ -4,9 +4,12 @@ import HeraldRadio
 import RadioSim
 import LabNet
 import Logging
-#if canImport(Glibc)
-import Glibc
-#endif
+import NIOCore
+import NIOPosix
+import NIOSSL
+
+/// Why a new connection was closed at once.
+enum AirRefused: Error { case full }
 
 /// `herald-lab air`: the simulated medium as a service on loopback, for many processes in real
 /// time. It runs the same `SimMedium` and propagation model as the virtual-time simulator, on a
@@ -17,10 +20,7 @@ public final class AirServer: @unchecked Sendable {
     private let seed: UInt64
     private let defaultParameters: RadioParameters
     private var medium: SimMedium?
-    private var listenFD: Int32 = -1
     private var nodes: [Int: AttachedNode] = [:]   // by connection id, on the scheduler queue
-    /// Connections that have not attached (no admitted hello yet), on the scheduler queue.
-    private var unattached = Set<Int>()
     private var nextConnection = 0
     /// The air's log (label herald-lab.air): one line per event, node (and run and agent from
     /// its ticket) as metadata; its handler escapes outside text (LabLogHandler).
@@ -54,26 +54,43 @@ public final class AirServer: @unchecked Sendable {
 
     private var ticks: ScheduledTask?
 
-    /// A connection must say hello within this many seconds, or it is closed: a stranger that
-    /// connects and says nothing holds no thread for long.
+    /// A connection must attach (its TLS handshake done and its hello admitted) within this many
+    /// seconds of its accept, or it is closed: a stranger that connects and says nothing, or
+    /// never finishes its handshake, holds nothing for long.
     public var helloTimeout: TimeInterval = 10
     /// At most this many connections at once that have not attached yet (their TLS handshake
     /// or their hello still to come); beyond, a new one is closed at once. Attached nodes do
     /// not count.
     public var maxPending = 256
+    /// At most this many of them from one peer address, so that one host cannot take every
+    /// place (attached nodes do not count: one host may run many agents).
+    public var maxPendingPerPeer = 64
+    /// The longest line a connection may send before it has attached (a hello or a notice is a
+    /// few hundred bytes): junk costs at most this much buffer per pending connection.
+    public static let maxHelloLine = 64 << 10
     private var pending = 0
+    private var pendingByPeer: [String: Int] = [:]
     private let pendingLock = NSLock()
+    /// The listening channels (one per bound address).
+    private var listeners: [Channel] = []
 
-    /// Takes a place among the pending connections, if there is one.
-    private func takePending() -> Bool {
+    /// Takes a place among the pending connections for `peer`, if there is one.
+    private func takePending(_ peer: String) -> Bool {
         pendingLock.withLock {
-            guard pending < maxPending else { return false }
+            guard pending < maxPending, pendingByPeer[peer, default: 0] < maxPendingPerPeer else { return false }
             pending += 1
+            pendingByPeer[peer, default: 0] += 1
             return true
         }
     }
 
-    private func releasePending() { pendingLock.withLock { pending -= 1 } }
+    private func releasePending(_ peer: String) {
+        pendingLock.withLock {
+            pending -= 1
+            let left = pendingByPeer[peer, default: 1] - 1
+            pendingByPeer[peer] = left > 0 ? left : nil
+        }
+    }
 
     /// Connections not attached yet (tests).
     var pendingCount: Int { pendingLock.withLock { pending } }
@@ -81,70 +98,103 @@ public final class AirServer: @unchecked Sendable {
     /// Listens on `host:port` (a name, IPv4 or IPv6 literal, or a wildcard; port 0: any free port)
     /// and returns the bound port.
     /// With `tls`, nodes must speak TLS (the air's certificate, checked against the lab CA).
+    /// Connections run on NIO's shared event loops (`AirLoops`): none holds a thread.
     public func start(host: String = "127.0.0.1", port: UInt16, tls: TLSContext? = nil) throws -> UInt16 {
-        let fd: Int32, bound: UInt16
-        do { (fd, bound) = try Listener.listen(host: host, port: port) } catch let e as NetError {
-            throw AirError.socket(e.message)
+        let ssl: NIOSSLContext?
+        do { ssl = try tls.map { try AirTLS.context($0) } } catch { throw AirError.socket("TLS: \(error)") }
+        let bootstrap = ServerBootstrap(group: AirLoops.group)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.allowRemoteHalfClosure, value: true)
+            .childChannelOption(.writeBufferWaterMark, value: LineSocket.waterMark)
+            .childChannelInitializer { [weak self] channel in
+                guard let self else { return channel.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel) }
+                return self.accepted(channel, tls: ssl)
+            }
+        let name = HostPort(host: host, port: port)
+        var last = "no address"
+        let addresses: [NetAddress]
+        do { addresses = try Listener.addresses(host: host, port: port) } catch let e as NetError { throw AirError.socket(e.message) }
+        for address in addresses {
+            let target: SocketAddress
+            if let v4 = address.ipv4 { target = SocketAddress(v4, host: address.host) } else if let v6 = address.ipv6 { target = SocketAddress(v6, host: address.host) } else { continue }
+            do {
+                let channel = try bootstrap.bind(to: target).wait()
+                pendingLock.withLock { listeners.append(channel) }
+                return UInt16(channel.localAddress?.port ?? Int(port))
+            } catch {
+                last = AirError.phrase(error)
+            }
         }
-        listenFD = fd
-        let thread = Thread { [weak self] in self?.acceptLoop(fd, tls: tls) }
-        thread.start()
-        return bound
+        throw AirError.socket("cannot listen on \(name): \(last)")
     }
 
     public func stop() {
-        if listenFD >= 0 { shutdown(listenFD, Int32(SHUT_RDWR)); Glibc.close(listenFD); listenFD = -1 }
-        scheduler.sync { for n in nodes.values { n.socket.close() } }
+        let open = pendingLock.withLock { defer { listeners = [] }; return listeners }
+        for l in open { l.close(promise: nil) }
+        scheduler.sync {
+            for n in nodes.values { n.socket.close() }
+            for p in unattached.values { p.socket.close() }
+        }
     }
 
     /// How many nodes are attached now.
     public var attachedCount: Int { scheduler.sync { nodes.count } }
 
-    private func acceptLoop(_ fd: Int32, tls: TLSContext?) {
-        while true {
-            guard let c = Listener.accept(fd) else { return }
-            // Too many connections not attached yet: this one is closed at once.
-            guard takePending() else { Glibc.close(c); continue }
-            // The TLS handshake on a thread of its own: a peer that never finishes it holds
-            // nobody else up (the handshake is bounded by the socket's 10 s timeouts).
-            let peer = Sockets.peerHost(c) ?? "?"
-            let handshake = Thread { [weak self] in
-                guard let self else { Glibc.close(c); return }
-                let connection: Connection
-                do { connection = try Connection.accepted(fd: c, name: peer, tls: tls) } catch {
-                    self.logger.notice("refused a connection from \(peer): \(error)", metadata: ["peer": .string(peer)])
-                    Glibc.close(c)
-                    self.releasePending()
-                    return
-                }
-                connection.setTimeouts(seconds: 30)
-                self.adopt(LineSocket(connection))
+    /// A new connection, on its event loop: closed at once when there is no place for it among
+    /// the pending ones (a failed initializer closes the channel); else its pipeline is made.
+    private func accepted(_ channel: Channel, tls: NIOSSLContext?) -> EventLoopFuture<Void> {
+        let peer = channel.remoteAddress?.ipAddress ?? "?"
+        guard takePending(peer) else { return channel.eventLoop.makeFailedFuture(AirRefused.full) }
+        let socket = LineSocket(channel: channel, lineLimit: Self.maxHelloLine)
+        do {
+            let handler = tls.map { NIOSSLServerHandler(context: $0) }
+            let watch = handler.map { _ in
+                // A handshake that fails is said once, as before NIO.
+                HandshakeWatch(tls: true, ready: {}, failed: { [weak self] error in
+                    if let e = error as? ChannelError, e == .ioOnClosedChannel { return }
+                    self?.logger.notice("refused a connection from \(peer): \(AirError.phrase(error))", metadata: ["peer": .string(peer)])
+                })
             }
-            handshake.stackSize = 256 << 10
-            handshake.start()
+            try socket.install(on: channel, tls: handler, watch: watch)
+        } catch {
+            releasePending(peer)
+            return channel.eventLoop.makeFailedFuture(error)
         }
+        adopt(socket, peer: peer)
+        return channel.eventLoop.makeSucceededVoidFuture()
     }
 
-    private func adopt(_ socket: LineSocket) {
-            scheduler.execute { [self] in
-                nextConnection += 1
-                let id = nextConnection
-                unattached.insert(id)
-                socket.startReading(AirRequest.self, onMessage: { [weak self] m in
-                    self?.scheduler.execute { self?.received(m, connection: id, socket: socket) }
-                }, settle: { [weak self] in
-                    // What was read before the end is handled (and answered) before the close.
-                    self?.scheduler.sync {}
-                }, onClose: { [weak self] in
-                    // Every connection's socket is closed when its reader ends, attached or not.
+    /// A connection not attached yet: its peer's address and its socket.
+    private struct Unattached { let peer: String; let socket: LineSocket }
+    /// Connections that have not attached (no admitted hello yet), on the scheduler queue.
+    private var unattached: [Int: Unattached] = [:]
+
+    private func adopt(_ socket: LineSocket, peer: String) {
+        scheduler.execute { [self] in
+            nextConnection += 1
+            let id = nextConnection
+            unattached[id] = Unattached(peer: peer, socket: socket)
+            socket.startReading(AirRequest.self, onMessage: { [weak self] m in
+                self?.scheduler.execute { self?.received(m, connection: id, socket: socket) }
+            }, onJunk: { [weak self] in
+                // A line that is not a message of the contract, before attaching: a stranger's
+                // junk, closed at once (an attached node's is dropped and the node stays).
+                self?.scheduler.execute { if self?.unattached[id] != nil { socket.close() } }
+            }, onClose: { [weak self] in
+                // The peer ended (or the connection closed): what was read before is handled
+                // (and answered) first, then the socket is closed, attached or not.
+                self?.scheduler.execute {
                     socket.close()
-                    self?.scheduler.execute { self?.closed(id) }
-                })
-                // No hello in time: closed (its reader then ends, and `closed` frees its place).
-                _ = scheduler.schedule(after: helloTimeout) { [weak self] in
-                    if self?.unattached.contains(id) == true { socket.close() }
+                    self?.closed(id)
                 }
+            })
+            // Not attached in time (handshake and hello): closed (`closed` frees its place).
+            _ = scheduler.schedule(after: helloTimeout) { [weak self] in
+                if self?.unattached[id] != nil { socket.close() }
             }
+        }
     }
 
     /// Whether a hello is admitted: a valid ticket for the node's name (its claims), or the
@@ -211,7 +261,7 @@ public final class AirServer: @unchecked Sendable {
     }
 
     private func closed(_ id: Int) {
-        if unattached.remove(id) != nil { releasePending() }
+        if let p = unattached.removeValue(forKey: id) { releasePending(p.peer) }
         guard let node = nodes.removeValue(forKey: id) else { return }
         logger.info("\(Self.escaped(node.name)) left", metadata: Self.metadata(node.name, node.claims))
         node.detach()
@@ -246,7 +296,8 @@ public final class AirServer: @unchecked Sendable {
                 n.detach()
                 n.socket.close()
             }
-            if unattached.remove(id) != nil { releasePending() }
+            if let p = unattached.removeValue(forKey: id) { releasePending(p.peer) }
+            socket.lineLimit = LineSocket.maxLine
             let transport = medium!.addNode(name: "\(name)#\(id)", x: m.x ?? 0, y: m.y ?? 0)
             let node = AttachedNode(name: name, transport: transport, socket: socket)
             node.claims = claims

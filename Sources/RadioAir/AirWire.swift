@@ -3,35 +3,122 @@ import HeraldCore
 import HeraldRadio
 import RadioSim
 import LabNet
+import NIOCore
+import NIOPosix
+import NIOSSL
+import NIOTLS
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// A connection (plain or TLS) carrying newline-delimited JSON, with a reader thread.
+/// The event loops every air connection runs on, in the air and in a node's process: NIO's
+/// shared group (one thread a core), so a connection holds no thread of its own.
+enum AirLoops {
+    static var group: MultiThreadedEventLoopGroup { .singleton }
+}
+
+/// One connection of the air's wire (plain or TLS) carrying newline-delimited JSON, on a NIO
+/// channel: [NIOSSLHandler when TLS] → `LineFrameDecoder` (a line over the limit closes the
+/// connection) → `LineHandler` (hands each line to `startReading`'s callback). Writes go out
+/// through a bounded queue: a peer that leaves more than `maxQueued` bytes unread, or takes
+/// nothing for `stallLimit` seconds while the channel is full, is dropped.
 final class LineSocket: @unchecked Sendable {
-    let connection: Connection
-    private let writeQueue = DispatchQueue(label: "heraldlab.air.write")
-    private var closed = false
-    /// A write has failed (the peer has gone, or took nothing for the write timeout): every
-    /// write queued after it is dropped, never tried.
-    private var broken = false
-    private let lock = NSLock()
+    let channel: Channel
     /// A line longer than this closes the connection: nothing the air or a node says is near it.
     static let maxLine = 1 << 20
+    /// Bytes written but not yet taken by the peer beyond which it is dropped at once.
+    static let maxQueued = 4 << 20
+    /// A channel that stays full (past its high water mark) this long is dropped: a peer that
+    /// does not read (as the old writer's 30 s write timeout did).
+    static let stallLimit: TimeAmount = .seconds(30)
+    /// The channel's write buffer marks: past `high` the channel is not writable (the stall clock runs).
+    static let waterMark = ChannelOptions.Types.WriteBufferWaterMark(low: 64 << 10, high: 256 << 10)
 
-    init(_ connection: Connection) {
-        self.connection = connection
+    private let lock = NSLock()
+    /// `close()` was called: nothing more is queued.
+    private var closed = false
+    /// A write has failed (the peer has gone, or stalled): every write queued after it is
+    /// dropped, never tried.
+    private var broken = false
+    /// What the peer said before `startReading` (a node's process only; bounded), and the reader.
+    private var early: [ByteBuffer] = []
+    private var reader: (@Sendable (ByteBuffer) -> Void)?
+    private var ended: (@Sendable () -> Void)?
+    private var endSeen = false
+    /// The longest line accepted now; read by the decoder on the event loop.
+    private var limit: Int
+
+    // On the event loop only:
+    private var queued = 0
+    private var closeWhenWritten = false
+    private var stall: Scheduled<Void>?
+    private var drainWaiters: [() -> Void] = []
+
+    init(channel: Channel, lineLimit: Int = LineSocket.maxLine) {
+        self.channel = channel
+        self.limit = lineLimit
+    }
+
+    /// The longest line accepted from now on (the air allows a small one until a node attaches).
+    var lineLimit: Int {
+        get { lock.withLock { limit } }
+        set { lock.withLock { limit = newValue } }
+    }
+
+    /// The peer's numeric address ("?" when unknown).
+    var peerHost: String { channel.remoteAddress?.ipAddress ?? "?" }
+
+    /// Makes a new channel's pipeline (on its event loop): TLS when given, the handshake's
+    /// watch, the line decoder and the line handler.
+    func install(on channel: Channel, tls: ChannelHandler?, watch: HandshakeWatch?) throws {
+        let ops = channel.pipeline.syncOperations
+        if let tls { try ops.addHandler(tls) }
+        if let watch { try ops.addHandler(watch) }
+        try ops.addHandler(ByteToMessageHandler(LineFrameDecoder(socket: self)))
+        try ops.addHandler(LineHandler(socket: self))
     }
 
     /// Connects to the air at `host:port` (a name, IPv4 or IPv6), over TLS checked against the lab
-    /// CA when `tls` is given.
+    /// CA and the dialled name or address when `tls` is given. Blocks until the connection (and
+    /// its handshake) is up, at most `timeout` seconds in all; never call it on an event loop.
     static func connect(host: String, port: UInt16, tls: TLSContext?, timeout: TimeInterval = 10) throws -> LineSocket {
+        let bare = HostPort.unbracketed(host)
+        let name = "\(HostPort(host: host, port: port))"
+        let hint = "is `herald-lab air` running there\(tls == nil ? "" : " with TLS")?"
         do {
-            let c = try Connection.dial(host: host, port: port, timeout: timeout, tls: tls)
-            c.setTimeouts(seconds: 30)
-            return LineSocket(c)
-        } catch let e as NetError {
-            throw AirError.socket("\(e.message); is `herald-lab air` running there\(tls == nil ? "" : " with TLS")?")
+            let ssl = try tls.map { try AirTLS.context($0) }
+            let seconds = max(0.001, timeout)
+            let ready = AirLoops.group.next().makePromise(of: LineSocket.self)
+            let bootstrap = ClientBootstrap(group: AirLoops.group)
+                .connectTimeout(.milliseconds(Int64(seconds * 1000)))
+                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                .channelOption(.allowRemoteHalfClosure, value: true)
+                .channelOption(.writeBufferWaterMark, value: waterMark)
+                .channelInitializer { channel in
+                    do {
+                        let socket = LineSocket(channel: channel)
+                        // An address is checked against the certificate's IP names; a name is sent
+                        // in SNI and checked against its DNS names (NIOSSL's identity check).
+                        let sni: String? = AirTLS.isAddress(bare) ? nil : bare
+                        let handler = try ssl.map { try NIOSSLClientHandler(context: $0, serverHostname: sni) }
+                        let watch = HandshakeWatch(tls: handler != nil, ready: { ready.succeed(socket) }, failed: { ready.fail($0) })
+                        try socket.install(on: channel, tls: handler, watch: watch)
+                        return channel.eventLoop.makeSucceededVoidFuture()
+                    } catch {
+                        return channel.eventLoop.makeFailedFuture(error)
+                    }
+                }
+            let connecting = bootstrap.connect(host: bare, port: Int(port))
+            connecting.whenFailure { ready.fail($0) }
+            // The handshake too is bounded: the whole connect takes at most `timeout`.
+            let deadline = ready.futureResult.eventLoop.scheduleTask(in: .milliseconds(Int64(seconds * 1000))) {
+                ready.fail(AirConnectTimeout(seconds: seconds))
+            }
+            ready.futureResult.whenComplete { _ in deadline.cancel() }
+            ready.futureResult.whenFailure { _ in connecting.whenSuccess { $0.close(promise: nil) } }
+            return try ready.futureResult.wait()
+        } catch {
+            throw AirError.socket("\(name): \(AirError.phrase(error)); \(hint)")
         }
     }
 
@@ -44,83 +131,263 @@ final class LineSocket: @unchecked Sendable {
             fail()
             return
         }
-        var line = encoded
-        line.append(10)
-        let data = line
-        lock.lock(); let isClosed = closed || broken; lock.unlock()
-        guard !isClosed else { return }
-        writeQueue.async { [self] in
-            guard !lock.withLock({ broken }) else { return }
-            do { try connection.write(data) } catch { fail() }
+        guard !lock.withLock({ closed || broken }) else { return }
+        channel.eventLoop.execute { self.write(encoded) }
+    }
+
+    /// On the event loop: one line out, within the queue's bound.
+    private func write(_ encoded: Data) {
+        guard !hasFailed else { return }
+        let count = encoded.count + 1
+        guard queued + count <= Self.maxQueued else { return fail() }
+        queued += count
+        var buffer = channel.allocator.buffer(capacity: count)
+        buffer.writeBytes(encoded)
+        buffer.writeInteger(UInt8(10))
+        channel.writeAndFlush(buffer).whenComplete { result in
+            self.queued -= count
+            if case .failure = result { self.fail() }
+            if self.queued == 0 { self.written() }
         }
+    }
+
+    /// On the event loop: everything queued has been taken (or dropped).
+    private func written() {
+        let waiters = drainWaiters
+        drainWaiters = []
+        for w in waiters { w() }
+        if closeWhenWritten { channel.close(promise: nil) }
+    }
+
+    /// On the event loop: the channel's buffer passed its high mark (not writable) or fell back.
+    fileprivate func writability(_ writable: Bool) {
+        stall?.cancel()
+        stall = writable ? nil : channel.eventLoop.scheduleTask(in: Self.stallLimit) { self.fail() }
     }
 
     /// Whether a write has failed (the connection is being closed).
     var hasFailed: Bool { lock.withLock { broken } }
 
     /// The first failed write ends the connection at once: what is still queued is dropped, and
-    /// the socket is shut down now (not after the queue) so that the reader wakes, ends, and
-    /// the connection's owner hears of it (`onClose`).
+    /// the channel is closed now (not after the queue), so its owner hears of it (`onClose`).
     private func fail() {
         lock.withLock { broken = true }
-        connection.shutdown()
-        close()
+        channel.close(promise: nil)
     }
 
-    /// Waits until every write queued so far has been tried or dropped (tests).
-    func drain() { writeQueue.sync {} }
-
-    /// Reads lines until EOF on a thread of its own; `onMessage` gets each decoded message. A
-    /// line over `maxLine` bytes ends the connection (nothing unbounded is buffered), and only
-    /// new bytes are searched for a line end (a long line costs linear time, not quadratic).
-    /// `settle`, when given, runs after the last message and before the socket is closed (the
-    /// air waits there until the messages read so far are handled, so that the answers to them,
-    /// a refusal included, go out before the close).
-    func startReading<Message: Decodable>(_ kind: Message.Type, onMessage: @escaping @Sendable (Message) -> Void, settle: (@Sendable () -> Void)? = nil,
-                      onClose: @escaping @Sendable () -> Void) {
-        let connection = self.connection
-        let thread = Thread { [self] in
-            var pending = [UInt8]()
-            var buf = [UInt8](repeating: 0, count: 65536)
-            let decoder = JSONDecoder()
-            reading: while true {
-                let n: Int
-                do { n = try connection.read(into: &buf) } catch let e as NetError where e.kind == .timeout { continue } catch { break }
-                if n == 0 { break }
-                var scan = pending.count
-                pending.append(contentsOf: buf[0..<n])
-                var start = 0
-                while let nl = pending[scan...].firstIndex(of: 10) {
-                    let line = Data(pending[start..<nl])
-                    start = nl + 1
-                    scan = start
-                    // A line that is not a message of the contract (junk, an unknown kind) is
-                    // dropped: the peer gets no answer to it, and nothing else changes.
-                    if let m = try? decoder.decode(Message.self, from: line) { onMessage(m) }
-                }
-                pending.removeFirst(start)
-                if pending.count > Self.maxLine { break reading }
-            }
-            settle?()
-            close()
-            onClose()
+    /// Waits until every write queued so far has been taken or dropped (tests; not on an event loop).
+    func drain() {
+        let done = channel.eventLoop.submit { () -> EventLoopFuture<Void> in
+            let p = self.channel.eventLoop.makePromise(of: Void.self)
+            if self.queued == 0 || !self.channel.isActive { p.succeed(()) } else { self.drainWaiters.append { p.succeed(()) } }
+            self.channel.closeFuture.whenComplete { _ in p.succeed(()) }
+            return p.futureResult
+        }.flatMap { $0 }
+        do { try done.wait() } catch {
+            // The channel closed: nothing is left to wait for.
         }
-        thread.stackSize = 1 << 20
-        thread.start()
+    }
+
+    /// Hands each line to `onMessage` decoded as `Message`; a line that is not one (junk, an
+    /// unknown kind) goes to `onJunk` (dropped when nil: the peer gets no answer, and nothing
+    /// else changes). `onClose` runs once, when the peer has ended its side or the connection
+    /// has closed: after the last message, on the event loop. The owner then closes the socket
+    /// once it has answered what it read (a half-closed peer still gets those answers).
+    func startReading<Message: Decodable & Sendable>(_ kind: Message.Type, onMessage: @escaping @Sendable (Message) -> Void, onJunk: (@Sendable () -> Void)? = nil,
+                                          onClose: @escaping @Sendable () -> Void) {
+        let read: @Sendable (ByteBuffer) -> Void = { line in
+            let message: Message
+            do { message = try JSONDecoder().decode(Message.self, from: Data(line.readableBytesView)) } catch {
+                onJunk?()
+                return
+            }
+            onMessage(message)
+        }
+        channel.eventLoop.execute {
+            let (backlog, endedEarly) = self.lock.withLock { () -> ([ByteBuffer], Bool) in
+                self.reader = read
+                self.ended = onClose
+                defer { self.early = [] }
+                return (self.early, self.endSeen)
+            }
+            for line in backlog { read(line) }
+            if endedEarly { onClose() }
+        }
+    }
+
+    /// On the event loop: a line from the decoder.
+    fileprivate func received(_ line: ByteBuffer) {
+        let read: (@Sendable (ByteBuffer) -> Void)? = lock.withLock {
+            if reader == nil {
+                early.append(line)
+                if early.count > 64 { broken = true }
+            }
+            return reader
+        }
+        if let read { read(line) } else if hasFailed { channel.close(promise: nil) }
+    }
+
+    /// On the event loop: the peer ended its side, or the channel closed. Once.
+    fileprivate func inputEnded() {
+        let onEnd: (@Sendable () -> Void)? = lock.withLock {
+            guard !endSeen else { return nil }
+            endSeen = true
+            return ended
+        }
+        onEnd?()
     }
 
     func close() {
-        lock.lock()
-        let was = closed
-        closed = true
-        lock.unlock()
-        if !was {
-            // After what was sent before: a refusal reaches the peer before the connection ends.
-            writeQueue.async {
-                self.connection.shutdown()
-                self.connection.close()
-            }
+        guard !lock.withLock({ defer { closed = true }; return closed }) else { return }
+        // After what was sent before: a refusal reaches the peer before the connection ends.
+        channel.eventLoop.execute {
+            if self.queued == 0 || self.hasFailed { self.channel.close(promise: nil) } else { self.closeWhenWritten = true }
         }
+    }
+}
+
+/// A connect that did not finish within its time (the TCP connect and the TLS handshake).
+struct AirConnectTimeout: Error, CustomStringConvertible {
+    let seconds: Double
+    var description: String { String(format: "timed out connecting (%.0f s)", seconds) }
+}
+
+/// A line longer than the socket's limit: the connection is closed.
+struct AirLineTooLong: Error, CustomStringConvertible {
+    let limit: Int
+    var description: String { "a line longer than \(limit) bytes" }
+}
+
+/// Splits the stream at newlines. Only new bytes are searched for a line end (a long line costs
+/// linear time), and a line over the socket's limit fails the channel before it is buffered
+/// further (nothing unbounded is kept). A partial line at the end of the stream is dropped.
+struct LineFrameDecoder: ByteToMessageDecoder {
+    typealias InboundOut = ByteBuffer
+    let socket: LineSocket
+    private var scanned = 0
+
+    init(socket: LineSocket) { self.socket = socket }
+
+    mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        let view = buffer.readableBytesView
+        let limit = socket.lineLimit
+        guard let nl = view.dropFirst(scanned).firstIndex(of: 10) else {
+            scanned = view.count
+            if scanned > limit { throw AirLineTooLong(limit: limit) }
+            return .needMoreData
+        }
+        let length = nl - view.startIndex
+        scanned = 0
+        guard length <= limit else { throw AirLineTooLong(limit: limit) }
+        let line = buffer.readSlice(length: length)!
+        buffer.moveReaderIndex(forwardBy: 1)
+        context.fireChannelRead(wrapInboundOut(line))
+        return .continue
+    }
+
+    mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
+        while try decode(context: context, buffer: &buffer) == .continue {}
+        buffer.moveReaderIndex(to: buffer.writerIndex)
+        return .needMoreData
+    }
+}
+
+/// The end of a line socket's pipeline: lines to the socket's reader, the peer's end and every
+/// error to its owner (an error closes the connection).
+final class LineHandler: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = ByteBuffer
+    let socket: LineSocket
+    init(socket: LineSocket) { self.socket = socket }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) { socket.received(unwrapInboundIn(data)) }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        socket.writability(context.channel.isWritable)
+        context.fireChannelWritabilityChanged()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let e = event as? ChannelEvent, e == .inputClosed { socket.inputEnded() }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        socket.inputEnded()
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        context.fireErrorCaught(error)
+        context.close(promise: nil)
+    }
+}
+
+/// Whether a connection came up: TCP, and with TLS the handshake (and, on a node's side, the
+/// check of the air's certificate). `ready` or `failed` is called once.
+final class HandshakeWatch: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = ByteBuffer
+    private let tls: Bool
+    private var ready: (() -> Void)?
+    private var failed: ((Error) -> Void)?
+    init(tls: Bool, ready: @escaping () -> Void, failed: @escaping (Error) -> Void) { self.tls = tls; self.ready = ready; self.failed = failed }
+
+    private func finish(_ error: Error?) {
+        let (r, f) = (ready, failed)
+        ready = nil
+        failed = nil
+        if let error { f?(error) } else { r?() }
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) { if !tls && context.channel.isActive { finish(nil) } }
+
+    func channelActive(context: ChannelHandlerContext) {
+        if !tls { finish(nil) }
+        context.fireChannelActive()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let e = event as? TLSUserEvent, case .handshakeCompleted = e { finish(nil) }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        finish(error)
+        context.fireErrorCaught(error)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        finish(ChannelError.ioOnClosedChannel)
+        context.fireChannelInactive()
+    }
+}
+
+/// The air's TLS on NIO: contexts made from the very PEM files a `TLSContext` was made from
+/// (the service's cert.pem and key.pem, or the lab CA's ca.pem), once per `TLSContext`.
+enum AirTLS {
+    private static let lock = NSLock()
+    nonisolated(unsafe) private static var made: [ObjectIdentifier: (TLSContext, NIOSSLContext)] = [:]
+
+    static func context(_ tls: TLSContext) throws -> NIOSSLContext {
+        if let hit = lock.withLock({ made[ObjectIdentifier(tls)] }) { return hit.1 }
+        let configuration: TLSConfiguration
+        switch tls.material {
+        case .server(let certificate, let key):
+            configuration = .makeServerConfiguration(certificateChain: try NIOSSLCertificate.fromPEMFile(certificate).map { .certificate($0) },
+                                                     privateKey: .privateKey(try NIOSSLPrivateKey(file: key, format: .pem)))
+        case .client(let ca):
+            var c = TLSConfiguration.makeClientConfiguration()
+            c.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(ca))
+            c.certificateVerification = .fullVerification
+            configuration = c
+        }
+        let context = try NIOSSLContext(configuration: configuration)
+        // The TLSContext is kept with it: its identifier is never another context's.
+        lock.withLock { made[ObjectIdentifier(tls)] = (tls, context) }
+        return context
+    }
+
+    static func isAddress(_ host: String) -> Bool {
+        (try? SocketAddress(ipAddress: host, port: 0)) != nil
     }
 }
 
@@ -131,25 +398,21 @@ public enum AirNotices {
     /// given) and waits at most `timeout` seconds for the answer: nil when the air took it, else
     /// why not (the air's refusal or the connection's error).
     public static func tell(_ signed: String, host: String, port: UInt16, tls: TLSContext?, timeout: TimeInterval = 5) -> String? {
-        do {
-            let c = try Connection.dial(host: host, port: port, timeout: timeout, tls: tls)
-            defer { c.close() }
-            c.setTimeouts(seconds: timeout)
-            try c.write(try JSONEncoder().encode(AirRequest(id: 1, .notice(signed))) + Data([10]))
-            var got = [UInt8](), buf = [UInt8](repeating: 0, count: 1024)
-            while !got.contains(10) && got.count < 4096 {
-                let n = try c.read(into: &buf)
-                if n == 0 { break }
-                got += buf[0..<n]
-            }
-            guard let end = got.firstIndex(of: 10) else { return "no answer from the air" }
-            switch try JSONDecoder().decode(AirAnswer.self, from: Data(got[..<end])).news {
-            case .noticeTaken: return nil
-            case .noticeRefused(let why): return "the air refused it: \(why)"
-            default: return "the air answered with something else than a notice's answer"
-            }
-        } catch {
-            return "\(error)"
+        let socket: LineSocket
+        do { socket = try LineSocket.connect(host: host, port: port, tls: tls, timeout: timeout) } catch { return "\(error)" }
+        defer { socket.close() }
+        let answer = socket.channel.eventLoop.makePromise(of: AirAnswer?.self)
+        socket.startReading(AirAnswer.self, onMessage: { answer.succeed($0) }, onClose: { answer.succeed(nil) })
+        let late = socket.channel.eventLoop.scheduleTask(in: .milliseconds(Int64(max(0.001, timeout) * 1000))) { answer.succeed(nil) }
+        socket.send(AirRequest(id: 1, .notice(signed)))
+        let got: AirAnswer?
+        do { got = try answer.futureResult.wait() } catch { return "\(error)" }
+        late.cancel()
+        switch got?.news {
+        case nil: return "no answer from the air"
+        case .noticeTaken?: return nil
+        case .noticeRefused(let why)?: return "the air refused it: \(why)"
+        default: return "the air answered with something else than a notice's answer"
         }
     }
 }
@@ -158,5 +421,25 @@ public enum AirError: Error, CustomStringConvertible {
     case socket(String)
     public var description: String {
         switch self { case .socket(let s): return s }
+    }
+
+    /// An error of a connect or a handshake as one short phrase.
+    static func phrase(_ error: Error) -> String {
+        switch error {
+        case let e as NIOConnectionError:
+            if let first = e.connectionErrors.first { return phrase(first.error) }
+            if let dns = e.dnsAError ?? e.dnsAAAAError { return "cannot resolve \(e.host): \(dns)" }
+            return "cannot resolve \(e.host): no address"
+        case let e as IOError: return String(cString: strerror(e.errnoCode))
+        case let e as ChannelError:
+            switch e {
+            case .connectTimeout: return "timed out connecting"
+            case .ioOnClosedChannel, .eof, .alreadyClosed: return "the connection was closed"
+            default: return "\(e)"
+            }
+        case let e as NIOSSLError: return "TLS: \(e)"
+        case let e as NIOSSLExtraError: return "TLS: \(e)"
+        default: return "\(error)"
+        }
     }
 }

@@ -9,21 +9,7 @@ import Glibc
 
 /// The air's connections when their peer has gone (issue 19, item 2): the first failed write
 /// ends the connection, what was queued behind it is dropped, and nothing keeps using CPU.
-final class AirPeerGoneTests: XCTestCase {
-    var dir: URL!
-
-    override func setUpWithError() throws {
-        dir = FileManager.default.temporaryDirectory.appendingPathComponent("airgone-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        try LabCA.create(commonName: "test CA", days: 1, certificate: path("ca.pem"), key: path("ca-key.pem"))
-        try LabCA.issue(caCertificate: path("ca.pem"), caKey: path("ca-key.pem"), commonName: "air",
-                        names: ["127.0.0.1"], days: 1, certificate: path("cert.pem"), key: path("key.pem"))
-    }
-
-    override func tearDownWithError() throws { try? FileManager.default.removeItem(at: dir) }
-
-    func path(_ name: String) -> String { dir.appendingPathComponent(name).path }
-
+final class AirPeerGoneTests: AirTestCase {
     static func cpuSeconds() -> Double {
         var usage = rusage()
         getrusage(RUSAGE_SELF.rawValue, &usage)
@@ -37,43 +23,43 @@ final class AirPeerGoneTests: XCTestCase {
         setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, socklen_t(MemoryLayout<linger>.size))
     }
 
-    /// A connected pair on loopback: the server's end (TLS or plain) and the client's.
-    func pair(tls: Bool) throws -> (server: Connection, client: Connection) {
+    /// A node's line socket (NIO) connected to a server end made here over LabNet (TLS or
+    /// plain, on the OpenSSL of an older air): the server's end and the node's socket.
+    func pair(tls: Bool) throws -> (server: Connection, client: LineSocket) {
         let (listener, port) = try Listener.listen(host: "127.0.0.1", port: 0)
         defer { close(listener) }
-        let serverTLS = tls ? try TLSContext(certificate: path("cert.pem"), key: path("key.pem")) : nil
-        let clientTLS = tls ? try TLSContext(trusting: path("ca.pem")) : nil
+        let serverTLS = tls ? try serverTLS() : nil
+        let clientTLS = tls ? try clientTLS() : nil
         let box = ConnectionBox()
         let accepted = Thread {
             guard let fd = Listener.accept(listener) else { return }
             box.set(Result { try Connection.accepted(fd: fd, name: "client", tls: serverTLS, timeout: 10) })
         }
         accepted.start()
-        let client = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: clientTLS)
+        let client = try LineSocket.connect(host: "127.0.0.1", port: port, tls: clientTLS, timeout: 10)
         let server = try box.wait().get()
         server.setTimeouts(seconds: 30)
         return (server, client)
     }
 
     /// A thousand lines queued for a peer that has reset: the first failed write drops the rest
-    /// and shuts the socket down (the reader ends), on TLS and plain connections alike.
+    /// and closes the connection (its reader ends), on TLS and plain connections alike.
     func testLinesQueuedForAPeerThatHasGoneAreDropped() throws {
         for tls in [true, false] {
-            let (server, client) = try pair(tls: tls)
-            let socket = LineSocket(server)
-            Self.resetOnClose(client.fd)
-            client.close()
-            // Queued before anyone reads: only a failed write can end the connection here.
-            for i in 0..<1000 { socket.send(AirAnswer(id: i, .tick)) }
+            let (server, socket) = try pair(tls: tls)
+            Self.resetOnClose(server.fd)
+            server.close()
+            for i in 0..<1000 { socket.send(AirRequest(id: i, .powerOn)) }
             // The queue drains (a write that retried for ever would hold it): bounded wait.
             let drained = DispatchSemaphore(value: 0)
             Thread { socket.drain(); drained.signal() }.start()
             XCTAssertEqual(drained.wait(timeout: .now() + 30), .success, "tls \(tls): the write queue never drained")
-            XCTAssertTrue(socket.hasFailed, "tls \(tls)")
-            // A reader started now ends at once: the socket was shut down and closed.
+            // The reader ends: the connection was closed.
             let ended = DispatchSemaphore(value: 0)
             socket.startReading(AirAnswer.self, onMessage: { _ in }, onClose: { ended.signal() })
             XCTAssertEqual(ended.wait(timeout: .now() + 30), .success, "tls \(tls): the reader did not end")
+            XCTAssertTrue(socket.hasFailed || !socket.channel.isActive, "tls \(tls)")
+            socket.close()
         }
     }
 
@@ -82,9 +68,9 @@ final class AirPeerGoneTests: XCTestCase {
     /// 1 % of a core over 10 s, a bound on CPU time, not a timing).
     func testAirDropsPeersThatHaveGoneAndStaysIdle() throws {
         let air = AirServer(token: "secret", logger: LogCapture.quiet())
-        let port = try air.start(host: "127.0.0.1", port: 0, tls: try TLSContext(certificate: path("cert.pem"), key: path("key.pem")))
+        let port = try air.start(host: "127.0.0.1", port: 0, tls: try serverTLS())
         defer { air.stop() }
-        let clientTLS = try TLSContext(trusting: path("ca.pem"))
+        let clientTLS = try clientTLS()
         func line(_ object: [String: Any]) -> String {
             String(decoding: try! JSONSerialization.data(withJSONObject: object), as: UTF8.self) + "\n"
         }
@@ -122,17 +108,6 @@ extension AirPeerGoneTests {
     /// item 2): each is closed once the hello timeout has passed, and beyond `maxPending`
     /// connections not yet attached a new one is closed at once; a node then attaches.
     func testSilentStrangersAreClosedAndBounded() throws {
-        /// Whether the air ends the connection (EOF or reset) within `seconds` (a bound, not a timing).
-        func closedByAir(_ fd: Int32, within seconds: Double) -> Bool {
-            Sockets.setTimeouts(fd, seconds: seconds)
-            var buf = [UInt8](repeating: 0, count: 256)
-            while true {
-                let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
-                if n > 0 { continue }
-                if n == 0 { return true }
-                return errno == ECONNRESET
-            }
-        }
         func hello(_ port: UInt16) throws -> String {
             let node = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10)
             defer { node.close() }
@@ -151,7 +126,7 @@ extension AirPeerGoneTests {
         defer { air.stop() }
         let silent = try (0..<4).map { _ in try Dialer.connect(host: "127.0.0.1", port: port, timeout: 5) }
         for fd in silent {
-            XCTAssertTrue(closedByAir(fd, within: 20), "a silent connection was left open")
+            XCTAssertTrue(Self.closedByAir(fd, within: 20), "a silent connection was left open")
             close(fd)
         }
         let deadline = Date().addingTimeInterval(20)
@@ -170,7 +145,7 @@ extension AirPeerGoneTests {
         while bounded.pendingCount < 4 && Date() < deadline { usleep(20_000) }
         XCTAssertEqual(bounded.pendingCount, 4)
         let fifth = try Dialer.connect(host: "127.0.0.1", port: port2, timeout: 5)
-        XCTAssertTrue(closedByAir(fifth, within: 20), "a fifth pending connection was kept")
+        XCTAssertTrue(Self.closedByAir(fifth, within: 20), "a fifth pending connection was kept")
         close(fifth)
     }
 }
