@@ -17,6 +17,7 @@ memory, forged log lines (inputs carry a line break and "forged"; no log line ma
 """
 import argparse
 import collections
+import errno
 import json
 import os
 import random
@@ -124,10 +125,13 @@ def exchange(port, data, timeout=3.0, limit=1 << 20):
         try:
             s.sendall(data)
             s.shutdown(socket.SHUT_WR)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
         except socket.timeout:
             outcome = "timeout"
+        except OSError as e:
+            # The peer refused the rest and closed (a reset can make even shutdown() fail with
+            # ENOTCONN): what it answered before that is read below.
+            if e.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                raise
         deadline = time.monotonic() + timeout
         while outcome is None and len(got) < limit and time.monotonic() < deadline:
             try:
