@@ -111,7 +111,7 @@ let package = Package(
         .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabLink", "HeraldCore", "LabPlan", "LabHTTP", "LabNode", "HeraldAnalysis", "LabTestSupport", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore", "LabTestSupport"]),
         .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet", "LabTestSupport"]),
-        .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabLink", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport"]),
+        .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabLink", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio")]),
         .testTarget(name: "EndToEndTests", dependencies: ["LabPlan"]),
     ]
 )

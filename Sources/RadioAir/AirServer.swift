@@ -105,7 +105,7 @@ public final class AirServer: @unchecked Sendable {
         let bootstrap = ServerBootstrap(group: AirLoops.group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
             .childChannelOption(.allowRemoteHalfClosure, value: true)
             .childChannelOption(.writeBufferWaterMark, value: LineSocket.waterMark)
             .childChannelInitializer { [weak self] channel in

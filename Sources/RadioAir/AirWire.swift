@@ -91,7 +91,7 @@ final class LineSocket: @unchecked Sendable {
             let ready = AirLoops.group.next().makePromise(of: LineSocket.self)
             let bootstrap = ClientBootstrap(group: AirLoops.group)
                 .connectTimeout(.milliseconds(Int64(seconds * 1000)))
-                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                .channelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .channelOption(.allowRemoteHalfClosure, value: true)
                 .channelOption(.writeBufferWaterMark, value: waterMark)
                 .channelInitializer { channel in

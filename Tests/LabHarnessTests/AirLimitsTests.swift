@@ -3,6 +3,7 @@ import XCTest
 import LabNet
 import LabTestSupport
 import HeraldRadio
+import NIOCore
 @testable import RadioAir
 #if canImport(Glibc)
 import Glibc
@@ -134,6 +135,19 @@ final class AirLimitsTests: AirTestCase {
         XCTAssertLessThan(after - before, 50, "threads grew with connections")
         XCTAssertTrue(try n1.exchange(id: 1), "the attached node's call was answered")
         XCTAssertTrue(try Node.attached(port: port, name: "n2").exchange(id: 1), "a new node beside 1,000 idle connections was not answered")
+    }
+
+    /// A node's socket has TCP_NODELAY at the TCP level and nothing at the socket level: the
+    /// option once went in as `.socketOption(.tcp_nodelay)`, which is SOL_SOCKET's option 1,
+    /// SO_DEBUG, refused with EACCES to every process without CAP_NET_ADMIN (an agent run as
+    /// its unit's user could not reach the air; root, as the tests run, could).
+    func testANodeSocketSetsNoDelayAtTheTCPLevelOnly() throws {
+        let (air, port) = try startAir()
+        defer { air.stop() }
+        let socket = try LineSocket.connect(host: "127.0.0.1", port: port, tls: nil)
+        defer { socket.close() }
+        XCTAssertNotEqual(try socket.channel.getOption(.tcpOption(.tcp_nodelay)).wait(), 0, "TCP_NODELAY")
+        XCTAssertEqual(try socket.channel.getOption(ChannelOptions.Types.SocketOption(level: NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET), name: NIOBSDSocket.Option(rawValue: SO_DEBUG))).wait(), 0, "SO_DEBUG")
     }
 
     /// (b) 200 junk senders (half a line with no end past the hello's limit, half lines that are
