@@ -82,24 +82,26 @@ public enum LabCA {
 /// set once at start from `--ca` (or the credentials folder) before any connection is made.
 public enum LabTrust {
     nonisolated(unsafe) private static var context: TLSContext?
-    nonisolated(unsafe) private static var file: String?
     private static let lock = NSLock()
 
     public static var client: TLSContext? { lock.withLock { context } }
 
     /// The lab CA's PEM file that `client` was made from (LabClient's TLS reads it too).
-    public static var caFile: String? { lock.withLock { file } }
+    public static var caFile: String? {
+        guard case .client(let ca)? = client?.material else { return nil }
+        return ca
+    }
 
     /// Trusts the CA certificates in the PEM file `ca` from now on; returns the client context.
     @discardableResult
     public static func trust(caFile ca: String) throws -> TLSContext {
         let c = try TLSContext(trusting: ca)
-        lock.withLock { context = c; file = ca }
+        lock.withLock { context = c }
         return c
     }
 
     /// Trusts no CA any more: https and TLS air addresses are refused until `trust` again.
-    public static func forget() { lock.withLock { context = nil; file = nil } }
+    public static func forget() { lock.withLock { context = nil } }
 
     /// The client context for a URL's scheme: nil for http, the lab CA for https.
     public static func context(for url: URL) throws -> TLSContext? {
