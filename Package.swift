@@ -28,6 +28,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
     ],
     targets: [
         // MARK: The release and the commit a binary was built from (a build-time plugin writes the commit).
@@ -57,11 +60,15 @@ let package = Package(
         .target(name: "HeraldAnalysis", dependencies: ["HeraldCore"]),
         .target(name: "LabHistory", dependencies: ["HeraldAnalysis", .product(name: "GRDB", package: "GRDB.swift")]),
         // MARK: One dialer and one listener for every TCP connection (names, IPv4, IPv6, TCP_NODELAY).
-        .target(name: "LabNet", dependencies: ["CTLS"]),
+        .target(name: "LabNet", dependencies: ["CTLS", .product(name: "NIOSSL", package: "swift-nio-ssl")]),
         // TLS over the system's OpenSSL (libssl3): contexts, handshakes, records, the lab CA.
         .target(name: "CTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
-        // MARK: HTTP plumbing shared by agent and coordinator (our HTTP/1.1 server on one epoll loop; LabClient on AsyncHTTPClient; auth).
+        // MARK: HTTP plumbing shared by agent and coordinator (HTTPService on Hummingbird 2; LabClient on AsyncHTTPClient; auth).
         .target(name: "LabHTTP", dependencies: ["HeraldCore", "LabNet", "CLinuxEvents", .product(name: "Logging", package: "swift-log"),
+                                                   .product(name: "Hummingbird", package: "hummingbird"), .product(name: "HummingbirdCore", package: "hummingbird"),
+                                                   .product(name: "HTTPTypes", package: "swift-http-types"), .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                                                   .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
+                                                   .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                                                    .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "NIOCore", package: "swift-nio"),
                                                    .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                                                    .product(name: "NIOSSL", package: "swift-nio-ssl")]),

@@ -2,6 +2,8 @@ import Foundation
 import HeraldCore
 import LabNet
 import Logging
+import NIOSSL
+import ServiceLifecycle
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -9,8 +11,9 @@ import Glibc
 /// A JSON HTTP/1.1 service: routes with `:parameters`, authentication before routing (401 on
 /// every route but the public ones such as `GET /health`, known or not, and a log line), roles
 /// per route (403), and limits enforced before the work is done (`Limits`). Used by the agent
-/// and the coordinator. Its connections are served by the process's one `EventLoop` and its
-/// bounded workers (see ARCHITECTURE.md, "Our own HTTP/1.1 server").
+/// and the coordinator. Its connections are served by
+/// the gate, limits and deadlines of `LabHTTPChannel` on Hummingbird 2's server (see
+/// ARCHITECTURE.md, "HTTP on Hummingbird").
 public final class HTTPService: @unchecked Sendable {
     /// Who may call: what a bearer credential authenticates as.
     public enum Role: String, Sendable, Hashable, CaseIterable {
@@ -54,11 +57,17 @@ public final class HTTPService: @unchecked Sendable {
         public var maxRequestLine = 8 * 1024
         /// Header fields in one request (431 beyond).
         public var maxHeaderCount = 100
-        /// Connections open at once, idle ones included; one more is answered 503 and closed.
-        public var maxConnections = 256
+        /// Connections open at once, idle ones included; one more is answered 503 (a TLS alert on
+        /// a TLS port) and closed at accept.
+        public var maxConnections = 1024
+        /// Connections one address that has not authenticated lately may hold.
+        public var maxConnectionsPerAddress = 32
+        /// Places of `maxConnections` only addresses that authenticated lately may take.
+        public var reservedForKnown = 128
 
         public init(headerTimeout: Double = 10, idleTimeout: Double = 10, bodyTimeout: Double = 30, writeTimeout: Double = 30,
-                    maxHeaderBytes: Int = 16 * 1024, maxRequestLine: Int = 8 * 1024, maxHeaderCount: Int = 100, maxConnections: Int = 256) {
+                    maxHeaderBytes: Int = 16 * 1024, maxRequestLine: Int = 8 * 1024, maxHeaderCount: Int = 100, maxConnections: Int = 1024,
+                    maxConnectionsPerAddress: Int = 32, reservedForKnown: Int = 128) {
             self.headerTimeout = headerTimeout
             self.idleTimeout = idleTimeout
             self.bodyTimeout = bodyTimeout
@@ -67,6 +76,8 @@ public final class HTTPService: @unchecked Sendable {
             self.maxRequestLine = maxRequestLine
             self.maxHeaderCount = maxHeaderCount
             self.maxConnections = maxConnections
+            self.maxConnectionsPerAddress = maxConnectionsPerAddress
+            self.reservedForKnown = reservedForKnown
         }
     }
 
@@ -110,23 +121,12 @@ public final class HTTPService: @unchecked Sendable {
     public let logger: Logger
     public static let defaultBodyLimit = 1 << 20
 
-    private let authenticate: Authenticate?
-    /// The TLS context connections are wrapped with (set by `start`).
-    private var tls: TLSContext?
-    private let tlsLock = NSLock()
-    private var routes: [Route] = []
-    private let routesLock = NSLock()
-
-    // Guarded by `EventLoop.shared.lock`: the listener and the connections.
-    var listener: UInt64?
-    var stopping = false
-    /// Connections counted against `limits.maxConnections` (idle and being served).
-    var open = 0
-    /// Connections being served (on a worker or in a handler), for `stop()` to shut down.
-    var active: [UInt64: ServerConnection] = [:]
-    private var refusedOverLimit = 0
-    private var lastRefusalLog = -Double.infinity
-    private var lastAcceptFailureLog = -Double.infinity
+    let authenticate: Authenticate?
+    var routes: [Route] = []
+    let routesLock = NSLock()
+    /// The running server: its service group, the task running it, and its gate.
+    private var running: (group: ServiceGroup, task: Task<Void, Never>, gate: ConnectionGate)?
+    private let runningLock = NSLock()
 
     /// `authenticate` nil turns authentication off (only for `--insecure` on loopback): every
     /// route is then open and `Request.principal` is nil.
@@ -174,61 +174,45 @@ public final class HTTPService: @unchecked Sendable {
                             isPublic: isPublic, bodyLimit: max(0, bodyLimit), allow: allow))
     }
 
-    /// Starts listening on `host:port` (a name, an IPv4 or IPv6 literal, or a wildcard as
-    /// `Listener` takes them; port 0: any free port); returns the bound port.
-    /// With `tls`, every connection is TLS (the handshake on workers, 50 ms at a time, within the
-    /// header deadline).
+    /// Starts listening on `host:port` (a name, an IPv4 or IPv6 literal, or a wildcard; port 0:
+    /// any free port); returns the bound port. With `tls`, every connection is TLS (swift-nio-ssl,
+    /// the handshake within the first head's deadline).
     public func start(host: String = "127.0.0.1", port: UInt16, tls: TLSContext? = nil) async throws -> UInt16 {
-        tlsLock.withLock { self.tls = tls }
-        let fd: Int32, bound: UInt16
-        do {
-            (fd, bound) = try Listener.listen(host: host, port: port, backlog: 1024)
-        } catch let e as NetError {
-            throw HTTPError(.internalServerError, "\(name): \(e.message)")
+        let ssl: NIOSSLContext?
+        do { ssl = try tls?.nioContext() } catch {
+            throw HTTPError(.internalServerError, "\(name): TLS: \(error)")
         }
-        let loop = EventLoop.shared
-        loop.lock.withLock { stopping = false }
-        do {
-            let id = try loop.addListener(fd, service: self)
-            loop.lock.withLock { listener = id }
-        } catch {
-            Glibc.close(fd)
-            throw HTTPError(.internalServerError, "\(name): \(error)")
-        }
+        let gate = ConnectionGate(total: limits.maxConnections, perAddress: limits.maxConnectionsPerAddress, reserved: limits.reservedForKnown)
+        let (group, bound) = try await serve(host: host, port: port, tls: ssl, gate: gate)
+        runningLock.withLock { running = (group.0, group.1, gate) }
         return bound
     }
 
-    /// Closes the listening socket, closes idle connections and shuts down those being served
-    /// (a worker blocked reading one returns at once); returns when they are closed, or after
-    /// about a second (a handler still running finds its connection gone when it answers).
+    /// Stops listening, closes every connection (a handler still running finds its connection
+    /// gone when it answers), and returns once the server has ended, or after about a second.
     public func stop() async {
-        let loop = EventLoop.shared
-        let id = loop.lock.withLock { () -> UInt64? in
-            stopping = true
-            defer { listener = nil }
-            return listener
-        }
-        if let id { loop.removeListener(id) }
-        loop.closeParked(of: self)
-        loop.lock.withLock {
-            for c in active.values { _ = Glibc.shutdown(c.fd, Int32(SHUT_RDWR)) }
-        }
+        guard let (group, task, gate) = runningLock.withLock({ () -> (ServiceGroup, Task<Void, Never>, ConnectionGate)? in
+            defer { running = nil }
+            return running
+        }) else { return }
+        await group.triggerGracefulShutdown()
+        gate.closeAll()
         let deadline = monotonicNow() + 1
-        while monotonicNow() < deadline, loop.lock.withLock({ open > 0 }) {
+        while monotonicNow() < deadline, gate.count() > 0 {
             try? await Task.sleep(nanoseconds: 10_000_000)
         }
+        task.cancel()
     }
 
-    /// Whether connections are TLS (the event loop refuses those over the limit with an alert).
-    var isTLS: Bool { tlsLock.withLock { tls != nil } }
+    /// Open connections: in all, or from one address (tests, figures).
+    public func openConnections(from address: String? = nil) -> Int {
+        runningLock.withLock { running?.gate }?.count(address) ?? 0
+    }
 
-    /// Wraps an accepted socket as the connection requests are read from and answered on. Over
-    /// TLS the handshake is only begun here: `serve` moves it on a slice at a time and gives the
-    /// connection back to the loop between slices, within the header deadline. On a throw the
-    /// descriptor is still the caller's to close.
-    func wrapConnection(_ c: ServerConnection) throws -> Connection {
-        guard let tls = tlsLock.withLock({ tls }) else { return Connection(fd: c.fd, name: c.remote) }
-        return try Connection.acceptingTLS(fd: c.fd, name: c.remote, tls: tls)
+    /// The address presented a valid credential: it may use the places kept for those.
+    func vouch(for address: String?) {
+        guard let address, let gate = runningLock.withLock({ running?.gate }) else { return }
+        gate.vouch(for: address)
     }
 
     // MARK: Routing and authentication
@@ -238,7 +222,7 @@ public final class HTTPService: @unchecked Sendable {
         case route(Route, [String: String], Principal?)
     }
 
-    private func match(_ method: String, _ segments: [String]) -> (Route, [String: String])? {
+    func match(_ method: String, _ segments: [String]) -> (Route, [String: String])? {
         routesLock.lock(); let rs = routes; routesLock.unlock()
         func find(_ method: String) -> (Route, [String: String])? {
             for r in rs where r.method == method && r.parts.count == segments.count {
@@ -257,11 +241,12 @@ public final class HTTPService: @unchecked Sendable {
 
     /// Authentication before routing: without a valid credential nobody learns which routes
     /// exist (an unknown route is 401 too, never 404); then the route, then the role.
-    func admit(_ head: RequestHead) -> Admission {
-        let matched = match(head.method, head.segments)
+    func admit(method: String, segments: [String], authorization: String?) -> Admission {
+        let path = "/" + segments.joined(separator: "/")
+        let matched = match(method, segments)
         var principal: Principal?
         if let authenticate {
-            let bearer = head.headers["authorization"].flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
+            let bearer = authorization.flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
             if let bearer { principal = authenticate(bearer) }
             if matched?.0.isPublic != true && principal == nil {
                 return .refuse(.unauthorized, "a valid token is required (Authorization: Bearer <token>)",
@@ -269,7 +254,7 @@ public final class HTTPService: @unchecked Sendable {
             }
         }
         guard let (route, params) = matched else {
-            return .refuse(.notFound, "no route \(head.method) \(Self.escaped(head.path))", logged: nil)
+            return .refuse(.notFound, "no route \(method) \(Self.escaped(path))", logged: nil)
         }
         if authenticate != nil, !route.isPublic, let principal, !(route.allow?.contains(principal.role) ?? (principal.role != .scraper)) {
             return .refuse(.forbidden, "not allowed for role \(principal.role.rawValue)",
@@ -288,26 +273,6 @@ public final class HTTPService: @unchecked Sendable {
             logger.error("\(request.method) \(Self.escaped(request.path)) failed: \(Self.escaped("\(error)"))", metadata: ["peer": .string(request.remote)])
             return .error(.internalServerError, "\(error)")
         }
-    }
-
-    // MARK: Log lines about connections (lock held: written off the loop)
-
-    func noteRefusedOverLimit(now: Double) {
-        refusedOverLimit += 1
-        guard now - lastRefusalLog >= 5 else { return }
-        let line: Logger.Message = "refused \(refusedOverLimit) connection(s) over the limit of \(limits.maxConnections) open (503)"
-        refusedOverLimit = 0
-        lastRefusalLog = now
-        let logger = self.logger
-        DispatchQueue.global().async { logger.warning(line) }
-    }
-
-    func noteAcceptFailure(_ why: String, now: Double) {
-        guard now - lastAcceptFailureLog >= 5 else { return }
-        lastAcceptFailureLog = now
-        let line: Logger.Message = "cannot accept connections: \(why); pausing"
-        let logger = self.logger
-        DispatchQueue.global().async { logger.error(line) }
     }
 
     /// Text from the network as it may go into a log line: control characters, direction marks,

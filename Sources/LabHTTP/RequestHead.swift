@@ -42,6 +42,19 @@ struct RequestHead {
     /// Whether a body follows the head.
     var hasBody: Bool { chunked || (contentLength ?? 0) > 0 }
 
+    /// Judges a head as NIO's decoder gave it (method, target, version and fields in the order
+    /// they came) by the same rules as one read off the wire.
+    static func parse(method: String, target: String, major: Int, minor: Int, fields: [(String, String)]) throws -> RequestHead {
+        // NIO decodes field bytes that are not UTF-8 as U+FFFD: such a head is refused as one
+        // read off the wire would be.
+        if target.contains("\u{FFFD}") { throw Refusal(.badRequest, "the request line is not ASCII") }
+        for (name, value) in fields where name.contains("\u{FFFD}") || value.contains("\u{FFFD}") {
+            throw Refusal(.badRequest, "header value is not UTF-8")
+        }
+        let line = Array("\(method) \(target) HTTP/\(major).\(minor)".utf8)
+        return try parse(requestLine: line[...], lines: fields.map { Array("\($0.0): \($0.1)".utf8)[...] })
+    }
+
     /// Parses `requestLine` and the header `lines` (without their CRLF).
     static func parse(requestLine: ArraySlice<UInt8>, lines: [ArraySlice<UInt8>]) throws -> RequestHead {
         // Request line: METHOD SP target SP HTTP/x.y, printable ASCII only.
@@ -116,7 +129,13 @@ struct RequestHead {
         let connection = Set((headers["connection"] ?? "").lowercased().split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
         let keepAlive = http10 ? connection.contains("keep-alive") && !connection.contains("close") : !connection.contains("close")
 
-        // The target: path segments and query, each part percent-decoded exactly once.
+        let (segments, query) = try decodeTarget(target, method: method)
+        return RequestHead(method: method, target: target, http10: http10, headers: headers, segments: segments, query: query,
+                           contentLength: contentLength, chunked: chunked, keepAlive: keepAlive, expectContinue: expectContinue)
+    }
+
+    /// The target's path segments and query, each part percent-decoded exactly once.
+    static func decodeTarget(_ target: String, method: String) throws -> (segments: [String], query: [String: String]) {
         let rawPath: Substring, rawQuery: Substring?
         if let q = target.firstIndex(of: "?") {
             rawPath = target[..<q]
@@ -149,8 +168,7 @@ struct RequestHead {
                 query[name] = value
             }
         }
-        return RequestHead(method: method, target: target, http10: http10, headers: headers, segments: segments, query: query,
-                           contentLength: contentLength, chunked: chunked, keepAlive: keepAlive, expectContinue: expectContinue)
+        return (segments, query)
     }
 
     /// `%XX` decoded once; nil for a `%` not followed by two hex digits.

@@ -361,30 +361,10 @@ final class HandshakeWatch: ChannelInboundHandler, @unchecked Sendable {
     }
 }
 
-/// The air's TLS on NIO: contexts made from the very PEM files a `TLSContext` was made from
-/// (the service's cert.pem and key.pem, or the lab CA's ca.pem), once per `TLSContext`.
+/// The air's TLS on NIO: the contexts `TLSContext.nioContext()` makes from the service's
+/// cert.pem and key.pem, or the lab CA's ca.pem.
 enum AirTLS {
-    private static let lock = NSLock()
-    nonisolated(unsafe) private static var made: [ObjectIdentifier: (TLSContext, NIOSSLContext)] = [:]
-
-    static func context(_ tls: TLSContext) throws -> NIOSSLContext {
-        if let hit = lock.withLock({ made[ObjectIdentifier(tls)] }) { return hit.1 }
-        let configuration: TLSConfiguration
-        switch tls.material {
-        case .server(let certificate, let key):
-            configuration = .makeServerConfiguration(certificateChain: try NIOSSLCertificate.fromPEMFile(certificate).map { .certificate($0) },
-                                                     privateKey: .privateKey(try NIOSSLPrivateKey(file: key, format: .pem)))
-        case .client(let ca):
-            var c = TLSConfiguration.makeClientConfiguration()
-            c.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(ca))
-            c.certificateVerification = .fullVerification
-            configuration = c
-        }
-        let context = try NIOSSLContext(configuration: configuration)
-        // The TLSContext is kept with it: its identifier is never another context's.
-        lock.withLock { made[ObjectIdentifier(tls)] = (tls, context) }
-        return context
-    }
+    static func context(_ tls: TLSContext) throws -> NIOSSLContext { try tls.nioContext() }
 
     static func isAddress(_ host: String) -> Bool {
         (try? SocketAddress(ipAddress: host, port: 0)) != nil

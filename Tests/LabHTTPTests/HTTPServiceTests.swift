@@ -233,10 +233,10 @@ final class HTTPServiceTests: XCTestCase {
         XCTAssertEqual(c.answer()?.status, 404)
     }
 
-    /// A handler that takes its time holds no worker and no loop: other requests are answered.
+    /// A handler that takes its time holds no thread and no loop: other requests are answered.
     func testSlowHandlerDoesNotHoldOthers() async throws {
         let gate = Gate()
-        let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
+        let service = HTTPService(name: "t", token: nil, limits: .init(maxConnectionsPerAddress: 100), logger: LogCapture.quiet())
         service.route("GET", "/slow") { _ in
             await gate.wait()
             return .json(["slow": "done"])
@@ -270,7 +270,7 @@ final class HTTPServiceTests: XCTestCase {
         XCTAssertThrowsError(try RawClient(port: port)) { error in
             XCTAssertTrue("\(error)".contains("Connection refused"), "\(error)")
         }
-        XCTAssertEqual(EventLoop.shared.lock.withLock { service.open }, 0)
+        XCTAssertEqual(service.openConnections(), 0)
     }
 
     func testStartReportsABusyPort() async throws {
