@@ -117,7 +117,8 @@ let package = Package(
                     exclude: ["fake_bluetoothd.py"]),
         .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabLink", "HeraldCore", "LabPlan", "LabHTTP", "LabNode", "HeraldAnalysis", "LabTestSupport", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore", "LabTestSupport"]),
-        .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet", "LabTestSupport"]),
+        .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio"),
+                                                       .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabLink", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio")]),
         .testTarget(name: "EndToEndTests", dependencies: ["LabPlan"]),
     ]

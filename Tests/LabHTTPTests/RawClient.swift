@@ -24,6 +24,27 @@ final class RawClient: @unchecked Sendable {
         Sockets.setTimeouts(fd, seconds: timeout)
     }
 
+    /// A client connecting from the loopback address `source` (127.0.0.2 and so on: another
+    /// host, as the server sees it).
+    init(port: UInt16, from source: String, timeout: Double = 10) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var local = sockaddr_in()
+        local.sin_family = sa_family_t(AF_INET)
+        local.sin_addr.s_addr = inet_addr(source)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &local) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        let rc = bound != 0 ? bound : withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard rc == 0 else { Glibc.close(fd); throw NetError(.connect, "connect from \(source): \(NetError.text(errno: errno))") }
+        Sockets.setTimeouts(fd, seconds: timeout)
+    }
+
     /// A client whose receive buffer is `receiveBuffer` bytes (set before it connects, so that
     /// the window it offers stays that small).
     init(port: UInt16, receiveBuffer: Int32, timeout: Double = 10) throws {

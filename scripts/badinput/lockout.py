@@ -142,6 +142,12 @@ def main():
     ap.add_argument("--window", type=float, default=30.0)
     ap.add_argument("--keep", help="a folder for the lab's logs (default: a temporary one, removed)")
     a = ap.parse_args()
+    return run(a.binary, idle=a.idle, slow=a.slow, half_tls=a.half_tls, air_idle=a.air_idle, junk=a.junk, window=a.window, keep=a.keep)
+
+
+def run(binary, idle=2000, slow=500, half_tls=200, air_idle=1000, junk=200, window=30.0, keep=None):
+    """The whole test (main's flags as arguments); 0 pass, 1 fail, 2 no lab."""
+    a = argparse.Namespace(idle=idle, slow=slow, half_tls=half_tls, air_idle=air_idle, junk=junk, window=window, keep=keep)
     for name in ["idle", "slow", "half_tls", "air_idle", "junk"]:
         if not 0 <= getattr(a, name) <= 5000:
             print(f"lockout.py: --{name.replace('_', '-')} must be 0 to 5000", file=sys.stderr)
@@ -155,7 +161,7 @@ def main():
         print(f"lockout.py: needs {need} open files, the hard limit is {hard}", file=sys.stderr)
         return 2
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the lab's processes inherit it
-    binary = os.path.abspath(a.binary)
+    binary = os.path.abspath(binary)
     root = a.keep or tempfile.mkdtemp(prefix="lockout-")
     os.makedirs(root, exist_ok=True)
     lab = Lab(binary, root)

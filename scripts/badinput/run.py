@@ -26,6 +26,7 @@ import time
 
 import hostile_http
 import identity_attacks
+import lockout
 import mutate_logs
 import mutate_plans
 import spin_attacks
@@ -129,6 +130,8 @@ def main():
     ap.add_argument("--max-sim-nodes", type=int, default=30)
     ap.add_argument("--http-requests", type=int, default=1000, help="hostile inputs per service (0: skip the HTTP part)")
     ap.add_argument("--http-budget", type=float, default=90, help="seconds of hostile network traffic at most")
+    ap.add_argument("--lockout", type=int, default=1, help="1: run the lockout test (lockout.py), 0: skip it")
+    ap.add_argument("--lockout-window", type=float, default=30, help="seconds the operator is timed under the attack")
     args = ap.parse_args()
 
     started = time.monotonic()
@@ -250,6 +253,13 @@ def main():
         bad += spin_attacks.run(binary, sandbox)["bad"]
     # Identity attacks on a TLS lab (issue 19): revocation mid-run, ticket and heartbeat replay, injection.
     bad += identity_attacks.run(binary, args.seed, sandbox)["bad"]
+    # Lockout by strangers (issue 22): 2,000 idle, 500 slowloris and 200 half-done TLS handshakes
+    # from one address while the operator and the agents must be answered within 1 s.
+    if args.lockout:
+        code = lockout.run(binary, window=args.lockout_window)
+        if code != 0:
+            print(f"badinput lockout: FAIL (exit {code})")
+            bad += 1
     print("badinput: " + ("FAIL" if bad else "PASS"))
     return 1 if bad else 0
 
