@@ -1,7 +1,7 @@
 import Foundation
 
 extension HTTPResponse {
-    /// A file streamed from disk, never held in memory (sendfile; 256 KiB at a time over TLS).
+    /// A file streamed from disk, never held in memory (256 KiB at a time through Hummingbird's body writer).
     /// With a `Range: bytes=…` header (`range`), answers 206 with that part and `Content-Range`,
     /// so an interrupted download can resume; a range that cannot be satisfied or is not a
     /// valid byte range is 416 with `Content-Range: bytes */LEN` (RFC 9110 15.5.17), never a

@@ -48,8 +48,7 @@ public struct HTTPStatusCode: Sendable, Hashable, CustomStringConvertible {
 public struct HTTPResponse: Sendable {
     public enum Body: Sendable {
         case data(Data)
-        /// `range` of an open regular file, streamed when the answer is written: by sendfile on a
-        /// plain connection, read 256 KiB at a time over TLS.
+        /// `range` of an open regular file, streamed when the answer is written, 256 KiB at a time.
         case file(OpenFile, Range<Int>)
         /// A body written over time (server-sent events): the closure writes chunks with `write` until it returns; `write` throws once the peer has gone. Sent chunked, never buffered whole.
         case stream(@Sendable (_ write: @Sendable (Data) async throws -> Void) async throws -> Void)
