@@ -70,7 +70,7 @@ extension HTTPService {
 
     /// Runs Hummingbird's server with this service's routes behind `AuthenticationMiddleware`,
     /// each connection through `LabHTTPChannel`; returns once it listens.
-    func serve(host: String, port: UInt16, tls: NIOSSLContext?, gate: ConnectionGate) async throws -> ((ServiceGroup, Task<Void, Never>), UInt16) {
+    func serve(host: String, port: UInt16, tls: NIOSSLContext?, gate: ConnectionGate) async throws -> ((ServiceGroup, Task<Void, Never>, any Channel), UInt16) {
         let router = Router(context: LabRequestContext.self, options: .autoGenerateHeadEndpoints)
         let table = routesLock.withLock { routes }
         var seen = Set<String>()
@@ -104,7 +104,7 @@ extension HTTPService {
         let listening = Listening()
         let app = Application(responder: responder, server: builder,
                               configuration: .init(address: .hostname(address, port: Int(port)), serverName: nil, backlog: 1024, reuseAddress: true),
-                              onServerRunning: { channel in listening.succeed(UInt16(channel.localAddress?.port ?? 0)) },
+                              onServerRunning: { channel in listening.succeed(UInt16(channel.localAddress?.port ?? 0), channel) },
                               logger: hbLogger)
         let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [], logger: hbLogger))
         let name = self.name
@@ -118,8 +118,8 @@ extension HTTPService {
             }
         }
         do {
-            let bound = try await listening.wait()
-            return ((group, task), bound)
+            let (bound, channel) = try await listening.wait()
+            return ((group, task, channel), bound)
         } catch {
             task.cancel()
             throw error
@@ -265,17 +265,18 @@ struct MiddlewareFixedResponder<Next: HTTPResponder>: HTTPResponder where Next.C
     }
 }
 
-/// The bound port once the server listens, or why it could not.
+/// The bound port and the listening channel once the server listens, or why it could not.
 final class Listening: @unchecked Sendable {
+    typealias Bound = (UInt16, any Channel)
     private let lock = NSLock()
-    private var result: Result<UInt16, Error>?
-    private var waiter: CheckedContinuation<UInt16, Error>?
+    private var result: Result<Bound, Error>?
+    private var waiter: CheckedContinuation<Bound, Error>?
 
-    func succeed(_ port: UInt16) { settle(.success(port)) }
+    func succeed(_ port: UInt16, _ channel: any Channel) { settle(.success((port, channel))) }
     func fail(_ error: Error) { settle(.failure(error)) }
 
-    private func settle(_ r: Result<UInt16, Error>) {
-        let w: CheckedContinuation<UInt16, Error>? = lock.withLock {
+    private func settle(_ r: Result<Bound, Error>) {
+        let w: CheckedContinuation<Bound, Error>? = lock.withLock {
             guard result == nil else { return nil }
             result = r
             defer { waiter = nil }
@@ -284,9 +285,9 @@ final class Listening: @unchecked Sendable {
         w?.resume(with: r)
     }
 
-    func wait() async throws -> UInt16 {
+    func wait() async throws -> Bound {
         try await withCheckedThrowingContinuation { c in
-            let r: Result<UInt16, Error>? = lock.withLock {
+            let r: Result<Bound, Error>? = lock.withLock {
                 if let result { return result }
                 waiter = c
                 return nil

@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import LabNet
 import Logging
+import NIOCore
 import NIOSSL
 import ServiceLifecycle
 #if canImport(Glibc)
@@ -125,7 +126,7 @@ public final class HTTPService: @unchecked Sendable {
     var routes: [Route] = []
     let routesLock = NSLock()
     /// The running server: its service group, the task running it, and its gate.
-    private var running: (group: ServiceGroup, task: Task<Void, Never>, gate: ConnectionGate)?
+    private var running: (group: ServiceGroup, task: Task<Void, Never>, gate: ConnectionGate, listener: any Channel)?
     private let runningLock = NSLock()
 
     /// `authenticate` nil turns authentication off (only for `--insecure` on loopback): every
@@ -183,18 +184,24 @@ public final class HTTPService: @unchecked Sendable {
             throw HTTPError(.internalServerError, "\(name): TLS: \(error)")
         }
         let gate = ConnectionGate(total: limits.maxConnections, perAddress: limits.maxConnectionsPerAddress, reserved: limits.reservedForKnown)
-        let (group, bound) = try await serve(host: host, port: port, tls: ssl, gate: gate)
-        runningLock.withLock { running = (group.0, group.1, gate) }
+        let (server, bound) = try await serve(host: host, port: port, tls: ssl, gate: gate)
+        runningLock.withLock { running = (server.0, server.1, gate, server.2) }
         return bound
     }
 
     /// Stops listening, closes every connection (a handler still running finds its connection
     /// gone when it answers), and returns once the server has ended, or after about a second.
     public func stop() async {
-        guard let (group, task, gate) = runningLock.withLock({ () -> (ServiceGroup, Task<Void, Never>, ConnectionGate)? in
+        guard let (group, task, gate, listener) = runningLock.withLock({ () -> (ServiceGroup, Task<Void, Never>, ConnectionGate, any Channel)? in
             defer { running = nil }
             return running
         }) else { return }
+        // The listening socket is closed here, not later by the service group's shutdown: when
+        // stop() returns, a connect is refused.
+        gate.closeAll()
+        do { try await listener.close() } catch {
+            // Already closed by the group: the port is closed either way.
+        }
         await group.triggerGracefulShutdown()
         gate.closeAll()
         let deadline = monotonicNow() + 1
