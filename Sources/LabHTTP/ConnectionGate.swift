@@ -96,6 +96,4 @@ final class ConnectionGate: @unchecked Sendable {
         }
         for c in all { c.close(promise: nil) }
     }
-
-    func reopen() { lock.withLock { closed = false } }
 }

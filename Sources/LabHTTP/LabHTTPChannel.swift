@@ -39,8 +39,8 @@ struct LabHTTPChannel: ServerChildChannel, HTTPChannelHandler {
     static let alert: [UInt8] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50]
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        let address = channel.remoteAddress?.ipAddress ?? "unknown"
-        let remote = channel.remoteAddress.map { a in a.port.map { a.protocol == .inet6 ? "[\(address)]:\($0)" : "\(address):\($0)" } ?? address } ?? "unknown"
+        let peer = HTTPService.remote(of: channel)
+        let address = peer.address ?? "unknown", remote = peer.text
         let verdict = gate.enter(address, channel)
         return channel.eventLoop.makeCompletedFuture {
             let sync = channel.pipeline.syncOperations
@@ -53,15 +53,7 @@ struct LabHTTPChannel: ServerChildChannel, HTTPChannelHandler {
             }
             channel.closeFuture.whenComplete { [gate] _ in gate.leave(address, channel) }
             if let tls { try sync.addHandler(NIOSSLServerHandler(context: tls)) }
-            let rules = HeadRules(limits: limits, remote: remote, logger: serviceLogger)
-            try sync.addHandler(HeadGuard(rules: rules, limits: limits))
-            var decoderLimits = NIOHTTPDecoderLimitConfiguration()
-            decoderLimits.maxHeaderFieldSize = limits.maxHeaderBytes
-            decoderLimits.maxHeaderListSize = limits.maxHeaderBytes
-            decoderLimits.maxHeaderFieldCount = limits.maxHeaderCount
-            try sync.configureHTTPServerPipeline(withPipeliningAssistance: false, withErrorHandling: false, withOutboundHeaderValidation: false,
-                                                 withEncoderConfiguration: .init(), withDecoderLimitConfiguration: decoderLimits)
-            try sync.addHandler(rules)
+            try HeadRules.addHTTP(to: sync, limits: limits, remote: remote, logger: serviceLogger)
             try sync.addHandler(HTTP1ToHTTPServerCodec(secure: tls != nil))
             return try NIOAsyncChannel(wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
         }
@@ -206,6 +198,22 @@ final class HeadRules: ChannelDuplexHandler, RemovableChannelHandler {
         self.limits = limits
         self.remote = remote
         self.logger = logger
+    }
+
+    /// HeadGuard, NIO's HTTP/1.1 codec with the head limits, then HeadRules: the part of a
+    /// connection's pipeline between TLS and Hummingbird's codec (the server's and the tests').
+    @discardableResult
+    static func addHTTP(to sync: ChannelPipeline.SynchronousOperations, limits: HTTPService.Limits, remote: String, logger: Logger) throws -> HeadRules {
+        let rules = HeadRules(limits: limits, remote: remote, logger: logger)
+        try sync.addHandler(HeadGuard(rules: rules, limits: limits))
+        var decoderLimits = NIOHTTPDecoderLimitConfiguration()
+        decoderLimits.maxHeaderFieldSize = limits.maxHeaderBytes
+        decoderLimits.maxHeaderListSize = limits.maxHeaderBytes
+        decoderLimits.maxHeaderFieldCount = limits.maxHeaderCount
+        try sync.configureHTTPServerPipeline(withPipeliningAssistance: false, withErrorHandling: false, withOutboundHeaderValidation: false,
+                                             withEncoderConfiguration: .init(), withDecoderLimitConfiguration: decoderLimits)
+        try sync.addHandler(rules)
+        return rules
     }
 
     func handlerAdded(context: ChannelHandlerContext) {

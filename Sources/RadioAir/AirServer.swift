@@ -101,7 +101,7 @@ public final class AirServer: @unchecked Sendable {
     /// Connections run on NIO's shared event loops (`AirLoops`): none holds a thread.
     public func start(host: String = "127.0.0.1", port: UInt16, tls: TLSContext? = nil) throws -> UInt16 {
         let ssl: NIOSSLContext?
-        do { ssl = try tls.map { try AirTLS.context($0) } } catch { throw AirError.socket("TLS: \(error)") }
+        do { ssl = try tls.map { try $0.nioContext() } } catch { throw AirError.socket("TLS: \(error)") }
         let bootstrap = ServerBootstrap(group: AirLoops.group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)

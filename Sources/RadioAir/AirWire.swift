@@ -86,7 +86,7 @@ final class LineSocket: @unchecked Sendable {
         let name = "\(HostPort(host: host, port: port))"
         let hint = "is `herald-lab air` running there\(tls == nil ? "" : " with TLS")?"
         do {
-            let ssl = try tls.map { try AirTLS.context($0) }
+            let ssl = try tls.map { try $0.nioContext() }
             let seconds = max(0.001, timeout)
             let ready = AirLoops.group.next().makePromise(of: LineSocket.self)
             let bootstrap = ClientBootstrap(group: AirLoops.group)
@@ -361,11 +361,8 @@ final class HandshakeWatch: ChannelInboundHandler, @unchecked Sendable {
     }
 }
 
-/// The air's TLS on NIO: the contexts `TLSContext.nioContext()` makes from the service's
-/// cert.pem and key.pem, or the lab CA's ca.pem.
+/// The air's TLS helpers (its contexts are `TLSContext.nioContext()`, shared with HTTP).
 enum AirTLS {
-    static func context(_ tls: TLSContext) throws -> NIOSSLContext { try tls.nioContext() }
-
     static func isAddress(_ host: String) -> Bool {
         (try? SocketAddress(ipAddress: host, port: 0)) != nil
     }

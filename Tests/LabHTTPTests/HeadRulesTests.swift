@@ -13,16 +13,7 @@ final class HeadRulesTests: XCTestCase {
 
     func channel() throws -> (EmbeddedChannel, HeadRules) {
         let channel = EmbeddedChannel()
-        let rules = HeadRules(limits: limits, remote: "192.0.2.1:40000", logger: LogCapture.quiet())
-        let sync = channel.pipeline.syncOperations
-        try sync.addHandler(HeadGuard(rules: rules, limits: limits))
-        var decoder = NIOHTTPDecoderLimitConfiguration()
-        decoder.maxHeaderListSize = limits.maxHeaderBytes
-        decoder.maxHeaderFieldSize = limits.maxHeaderBytes
-        decoder.maxHeaderFieldCount = limits.maxHeaderCount
-        try sync.configureHTTPServerPipeline(withPipeliningAssistance: false, withErrorHandling: false, withOutboundHeaderValidation: false,
-                                             withEncoderConfiguration: .init(), withDecoderLimitConfiguration: decoder)
-        try sync.addHandler(rules)
+        let rules = try HeadRules.addHTTP(to: channel.pipeline.syncOperations, limits: limits, remote: "192.0.2.1:40000", logger: LogCapture.quiet())
         try channel.connect(to: SocketAddress(ipAddress: "192.0.2.1", port: 40000)).wait()
         return (channel, rules)
     }
@@ -39,6 +30,14 @@ final class HeadRulesTests: XCTestCase {
     }
 
     func isOpen(_ channel: EmbeddedChannel) -> Bool { channel.isActive }
+
+    /// What a route's answer looks like to HeadRules: 200 with an empty body.
+    func answerOK(_ channel: EmbeddedChannel) throws {
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Length", value: "0")
+        try channel.writeOutbound(HTTPServerResponsePart.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: headers)))
+        try channel.writeOutbound(HTTPServerResponsePart.end(nil))
+    }
 
     func testSilenceIsClosedWithoutAWordAtTheIdleDeadline() throws {
         let (channel, _) = try channel()
@@ -90,10 +89,7 @@ final class HeadRulesTests: XCTestCase {
         // A handler may take its time: no deadline while it runs.
         channel.embeddedEventLoop.advanceTime(by: .seconds(60))
         XCTAssertTrue(isOpen(channel))
-        var headers = HTTPHeaders()
-        headers.add(name: "Content-Length", value: "0")
-        try channel.writeOutbound(HTTPServerResponsePart.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: headers)))
-        try channel.writeOutbound(HTTPServerResponsePart.end(nil))
+        try answerOK(channel)
         XCTAssertTrue(try written(channel).hasPrefix("HTTP/1.1 200 OK\r\n"))
         channel.embeddedEventLoop.advanceTime(by: .seconds(2))
         try send(channel, "GET /hea")
@@ -111,10 +107,7 @@ final class HeadRulesTests: XCTestCase {
         try send(channel, "GET /health HTTP/1.0\r\n\r\n")
         _ = try channel.readInbound(as: HTTPServerRequestPart.self)
         _ = try channel.readInbound(as: HTTPServerRequestPart.self)
-        var headers = HTTPHeaders()
-        headers.add(name: "Content-Length", value: "0")
-        try channel.writeOutbound(HTTPServerResponsePart.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: headers)))
-        try channel.writeOutbound(HTTPServerResponsePart.end(nil))
+        try answerOK(channel)
         XCTAssertTrue(try written(channel).lowercased().contains("connection: close"))
         XCTAssertFalse(isOpen(channel))
     }
