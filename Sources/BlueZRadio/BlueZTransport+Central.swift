@@ -130,13 +130,21 @@ extension BlueZTransport {
     }
 
     public func connect(_ address: RadioAddress, timeout: TimeInterval, completion: @escaping (Result<Void, TransportError>) -> Void) {
+        connect(address, timeout: timeout, borrowing: true, completion: completion)
+    }
+
+    /// `borrowing`: a link that is up with its services resolved (the peer's, perhaps) is used as
+    /// it is. Without it Device1.Connect is always called: after bluetoothd has answered "Not
+    /// connected", the objects may still say Connected until its PropertiesChanged is handled.
+    private func connect(_ address: RadioAddress, timeout: TimeInterval, borrowing: Bool,
+                         completion: @escaping (Result<Void, TransportError>) -> Void) {
         let path: String
         switch devicePath(address) {
         case .success(let p): path = p
         case .failure(let e): completion(.failure(e)); return
         }
         let props = objects[path, BlueZ.device] ?? [:]
-        if props["Connected"]?.boolValue == true, props["ServicesResolved"]?.boolValue == true {
+        if borrowing, props["Connected"]?.boolValue == true, props["ServicesResolved"]?.boolValue == true {
             if !outgoing.contains(address) { borrowedLinks[address] = timeout }
             outgoing.insert(address)
             completion(.success(())); return
@@ -218,7 +226,7 @@ extension BlueZTransport {
                   Self.saysNotConnected(error) || self.linkIsDown(address) else { completion(result); return }
             self.note("read from \(address) failed (\(error)) as the peer closed the link it had opened; connecting on our own and reading again")
             self.outgoing.remove(address)
-            self.connect(address, timeout: timeout) { connected in
+            self.connect(address, timeout: timeout, borrowing: false) { connected in
                 switch connected {
                 case .success: self.readOnce(address, service: service, characteristic: uuid, completion)
                 case .failure(let e): completion(.failure(e))

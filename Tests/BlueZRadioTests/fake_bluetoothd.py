@@ -29,7 +29,7 @@ Test control at /org/heraldlab/fake (org.heraldlab.Fake):
   PeerLink()              the remote connects to us (Connected and ServicesResolved true without a
                           Connect; at once, or when it is discovered), and closes that link at our next ReadValue, which then fails
                           "Failed: Not connected" as bluetoothd 5.82 answers (two nodes reading
-                          each other at once)
+                          each other at once); the link's PropertiesChanged follows the answer 20 ms later
 State() includes 'power' (every Powered value set), 'wedgedCalls', 'replugs', 'stalledConnects' and
 'peerLinkDrops'.
 
@@ -369,7 +369,10 @@ class Fake:
             if m == 'ReadValue' and path == PAYLOAD_CHAR and self.peer_link:
                 self.peer_link = False
                 self.state['peerLinkDrops'] += 1
-                self.changed(REMOTE, 'org.bluez.Device1', {'ServicesResolved': Variant('b', False), 'Connected': Variant('b', False)})
+                # The answer goes first and the link's PropertiesChanged 20 ms after it: a client
+                # that trusts its copy of Connected right after the answer finds the link still up.
+                asyncio.get_running_loop().call_later(0.02, lambda: self.changed(
+                    REMOTE, 'org.bluez.Device1', {'ServicesResolved': Variant('b', False), 'Connected': Variant('b', False)}))
                 return Message.new_error(msg, 'org.bluez.Error.Failed', 'Not connected')
             if m == 'ReadValue' and path == PAYLOAD_CHAR:
                 self.state['reads'] += 1
