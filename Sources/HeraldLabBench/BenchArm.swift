@@ -87,7 +87,11 @@ struct BenchArm: AsyncParsableCommand {
         try await Task.sleep(nanoseconds: UInt64(max(settle, 2 * heartbeat) * 1e9))
         let columns = Int(Double(agents).squareRoot().rounded(.up))
         let plan = "name: arm\(agents)\nduration: 10s\nnodes: {count: \(agents), prefix: n, grid: {columns: \(columns), spacing: 2m}}\n"
-        struct Run: Decodable { var id: String; var state: RunRecord.State; var message: String? }
+        struct Run: Decodable {
+            var id: String; var state: RunRecord.State; var message: String?
+            struct Node: Decodable { var clockBefore: LabWire.ClockSample? }
+            var nodes: [Node]?
+        }
         var times = [Double]()
         for attempt in 1...max(1, repeats) {
             let t0 = Date()
@@ -108,6 +112,13 @@ struct BenchArm: AsyncParsableCommand {
             log(String(format: "arm %d agents (clock probes, assignment, start instant to each): %.3f s (target <= 3 s); state %@; coordinator RSS %.0f MB, peak %.0f MB (target < 300 MB)",
                        agents, armed, run.state.rawValue, rss.current, rss.peak) + (run.state == .running ? "" : ": \(run.message ?? "")"))
             log(String(format: "  CPU while arming: coordinator %.2f s, agents' process %.2f s", cpu1.0 - cpu0.0, cpu1.1 - cpu0.1))
+            // Each node's best clock probe: the probes stop early once one is within 1 ms.
+            let trips = (run.nodes ?? []).compactMap { $0.clockBefore?.roundTrip }.sorted()
+            if !trips.isEmpty {
+                let at = { (q: Double) in trips[min(trips.count - 1, Int(q * Double(trips.count)))] * 1000 }
+                log(String(format: "  best clock-probe round trip per node: median %.2f ms, 90th percentile %.2f ms, worst %.2f ms; %d of %d within 1 ms",
+                           at(0.5), at(0.9), trips.last! * 1000, trips.filter { $0 <= 0.001 }.count, trips.count))
+            }
             if attempt < repeats {
                 // End the run at once so that the agents are free for the next.
                 _ = try? await client.request("POST", "/v1/runs/\(run.id)/abort")

@@ -47,8 +47,11 @@ struct RequestHead {
     static func parse(method: String, target: String, major: Int, minor: Int, fields: [(String, String)]) throws -> RequestHead {
         // NIO decodes field bytes that are not UTF-8 as U+FFFD: such a head is refused as one
         // read off the wire would be.
-        if target.contains("\u{FFFD}") { throw Refusal(.badRequest, "the request line is not ASCII") }
-        for (name, value) in fields where name.contains("\u{FFFD}") || value.contains("\u{FFFD}") {
+        // (Scalar searches: String.contains(String) goes through Foundation's locale-aware search,
+        // a tenth of the coordinator's CPU at a thousand heartbeats a second.)
+        let replacement: Unicode.Scalar = "\u{FFFD}"
+        if target.unicodeScalars.contains(replacement) { throw Refusal(.badRequest, "the request line is not ASCII") }
+        for (name, value) in fields where name.unicodeScalars.contains(replacement) || value.unicodeScalars.contains(replacement) {
             throw Refusal(.badRequest, "header value is not UTF-8")
         }
         let line = Array("\(method) \(target) HTTP/\(major).\(minor)".utf8)
@@ -80,7 +83,7 @@ struct RequestHead {
             throw Refusal(.badRequest, "malformed HTTP version")
         }
         guard target.hasPrefix("/") else { throw Refusal(.badRequest, "the request target must be a path (origin form)") }
-        guard !target.contains("#") else { throw Refusal(.badRequest, "fragment in the request target") }
+        guard !target.utf8.contains(UInt8(ascii: "#")) else { throw Refusal(.badRequest, "fragment in the request target") }
 
         // Header fields.
         var headers = [String: String]()

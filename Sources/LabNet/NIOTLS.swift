@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import NIOSSL
 
 extension TLSContext {
@@ -29,5 +30,15 @@ extension TLSContext {
         // The TLSContext is kept with it: its identifier is never another context's.
         Self.nioLock.withLock { Self.nioMade[ObjectIdentifier(self)] = (self, context) }
         return context
+    }
+}
+
+extension TLSContext {
+    /// A client handler for a connection to `host` (a name, or an IPv4 or IPv6 literal, without
+    /// brackets): a name is sent in SNI and checked against the certificate's DNS names, an address
+    /// against its IP names (NIOSSL checks the connected address when no name is given).
+    public func clientHandler(for host: String) throws -> NIOSSLClientHandler {
+        let isAddress = (try? SocketAddress(ipAddress: host, port: 0)) != nil
+        return try NIOSSLClientHandler(context: nioContext(), serverHostname: isAddress ? nil : host)
     }
 }

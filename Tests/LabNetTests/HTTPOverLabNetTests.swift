@@ -102,6 +102,11 @@ final class HTTPOverLabNetTests: XCTestCase {
         let (_, port) = try await start(on: "localhost")
         let samples = try await ClockProbe.measure(url("localhost", port), token: nil, count: 4)
         XCTAssertEqual(samples.count, 4)
+        // One clock on both ends: the true offset, 0, lies within every exchange's bounds, unless a
+        // stamp was taken on the wrong side of the exchange (t0 after the agent's t1, t3 before t2).
+        for s in samples {
+            XCTAssertLessThanOrEqual(abs(s.offset), s.roundTrip / 2 + 1e-6, "\(samples)")
+        }
     }
 
     func testClockProbeErrorsNameTheURL() async throws {
