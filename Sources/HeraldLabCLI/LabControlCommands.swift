@@ -25,7 +25,10 @@ struct CoordinatorOptions: ParsableArguments {
     func call<T: Decodable>(_ method: String, _ path: String, as: T.Type = T.self) async throws -> T {
         let c = try client()
         do { return try await c.call(method, path) } catch {
-            log("herald-lab: \(method) \(c.base.absoluteString)\(path): \(error)")
+            // A failure to connect or to get an answer names the request already; an HTTP
+            // refusal ("HTTP 403: ...") does not.
+            let text = OutsideText.escaped("\(error)", limit: 2000)
+            log("herald-lab: " + (text.hasPrefix("\(method) ") ? text : "\(method) \(c.base.absoluteString)\(path): \(text)"))
             throw ExitCode(2)
         }
     }

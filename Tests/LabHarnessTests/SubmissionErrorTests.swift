@@ -83,6 +83,12 @@ final class SubmissionErrorTests: XCTestCase {
             XCTAssertEqual(code, 2, "\(c.what): \(out)")
             XCTAssertTrue(out.contains("herald-lab run: cannot submit the plan to \(c.url)"), "\(c.what): \(out)")
         }
+        // A listing says the request once, then why.
+        let (listCode, listOut) = try lab.cli(["agents", "--coordinator", "http://127.0.0.1:\(refused)", "--token-file", lab.tokenFile.path],
+                                              environment: ["PATH": "/usr/bin:/bin"], timeout: 60)
+        XCTAssertEqual(listCode, 2, listOut)
+        XCTAssertTrue(listOut.contains("herald-lab: GET http://127.0.0.1:\(refused)/v1/agents: cannot connect to 127.0.0.1:\(refused): Connection refused"), listOut)
+        XCTAssertEqual(listOut.components(separatedBy: "GET ").count, 2, "the request named once: \(listOut)")
         // The right CA reaches it (the stand-in coordinator has no /v1/runs: 404, still exit 2,
         // as a refusal).
         let (code, out) = try lab.cli(["run", plan.path, "--coordinator", "https://127.0.0.1:\(tlsPort)", "--token-file", lab.tokenFile.path,
