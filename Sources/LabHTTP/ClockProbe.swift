@@ -84,7 +84,9 @@ public enum ClockProbe {
                 problem = failure(e.kind, e.message)
                 break
             } catch {
-                problem = failure(.closed, LabHTTPClient.describe(error, url: url, timeout: timeout))
+                // A handshake the lab CA does not vouch for fails here, at the first exchange.
+                let tlsFailure = error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError
+                problem = failure(tlsFailure ? .tls : .closed, LabHTTPClient.describe(error, url: url, timeout: timeout))
                 break
             }
             guard exchange.status == 200 else {

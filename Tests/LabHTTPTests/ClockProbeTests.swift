@@ -1,0 +1,65 @@
+import Foundation
+import XCTest
+import LabNet
+import LabTestSupport
+@testable import LabHTTP
+
+/// The clock probe over TLS: it checks the agent's certificate against the lab CA, and a server
+/// another CA signed is a TLS failure that names the URL, not a closed connection.
+final class ClockProbeTests: XCTestCase {
+    var services: [HTTPService] = []
+    var dirs: [URL] = []
+
+    override func tearDown() async throws {
+        for s in services { await s.stop() }
+        for d in dirs { try? FileManager.default.removeItem(at: d) }
+        LabTrust.forget()
+    }
+
+    func makeDir() throws -> URL {
+        let d = FileManager.default.temporaryDirectory.appendingPathComponent("probe-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: d, withIntermediateDirectories: true)
+        dirs.append(d)
+        return d
+    }
+
+    func testProbesOverTLSAgainstTheLabCAOnly() async throws {
+        let ours = try makeDir(), other = try makeDir()
+        let (server, _) = try makeTestTLS(in: ours)
+        _ = try makeTestTLS(in: other)
+        let service = HTTPService(name: "agent", token: nil, logger: LogCapture.quiet())
+        service.route("POST", "/v1/clock") { _ in
+            let t = Date().timeIntervalSince1970
+            return .json(["received": t, "sent": t])
+        }
+        let port = try await service.start(host: "127.0.0.1", port: 0, tls: server)
+        services.append(service)
+        let url = URL(string: "https://127.0.0.1:\(port)")!
+
+        // Trusting another CA: the handshake fails, and the error says TLS.
+        try LabTrust.trust(caFile: other.appendingPathComponent("ca.pem").path)
+        do {
+            _ = try await ClockProbe.measure(url, token: nil, count: 2, timeout: 5)
+            XCTFail("probed a server another CA signed")
+        } catch let e as NetError {
+            XCTAssertEqual(e.kind, .tls, "\(e)")
+            XCTAssertTrue(e.message.hasPrefix("clock probe of \(url.absoluteString): TLS"), e.message)
+        }
+
+        // The right CA: samples, each with the true offset (0, one clock) within its bounds.
+        try LabTrust.trust(caFile: ours.appendingPathComponent("ca.pem").path)
+        let samples = try await ClockProbe.measure(url, token: nil, count: 4)
+        XCTAssertEqual(samples.count, 4)
+        for s in samples { XCTAssertLessThanOrEqual(abs(s.offset), s.roundTrip / 2 + 1e-6, "\(samples)") }
+
+        // Without any CA, https is refused before a connection is made.
+        LabTrust.forget()
+        do {
+            _ = try await ClockProbe.measure(url, token: nil, count: 1)
+            XCTFail("probed https without the lab CA")
+        } catch let e as NetError {
+            XCTAssertEqual(e.kind, .tls)
+            XCTAssertTrue(e.message.contains("https needs the lab CA"), e.message)
+        }
+    }
+}
