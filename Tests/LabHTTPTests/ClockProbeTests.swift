@@ -1,5 +1,8 @@
 import Foundation
 import XCTest
+#if canImport(Glibc)
+import Glibc
+#endif
 import LabNet
 import LabTestSupport
 @testable import LabHTTP
@@ -60,6 +63,30 @@ final class ClockProbeTests: XCTestCase {
         } catch let e as NetError {
             XCTAssertEqual(e.kind, .tls)
             XCTAssertTrue(e.message.contains("https needs the lab CA"), e.message)
+        }
+    }
+
+    /// An agent that vanishes mid-answer: the probe ends at once with the reason, naming the URL,
+    /// and keeps no half exchange as a sample.
+    func testAPeerThatVanishesMidAnswerEndsTheProbe() async throws {
+        let (fd, port) = try Listener.listen(host: "127.0.0.1", port: 0)
+        defer { close(fd) }
+        Thread {
+            while let c = Listener.accept(fd) {
+                var buf = [UInt8](repeating: 0, count: 4096)
+                _ = read(c, &buf, buf.count)
+                let part = Array("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n{\"rec".utf8)
+                _ = write(c, part, part.count)
+                close(c)
+            }
+        }.start()
+        let url = URL(string: "http://127.0.0.1:\(port)")!
+        do {
+            _ = try await ClockProbe.measure(url, token: nil, count: 3, timeout: 5)
+            XCTFail("measured a peer that vanished")
+        } catch let e as NetError {
+            XCTAssertEqual(e.kind, .closed, "\(e)")
+            XCTAssertTrue(e.message.hasPrefix("clock probe of \(url.absoluteString): "), e.message)
         }
     }
 }
