@@ -142,7 +142,7 @@ struct RunCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
         let outDir = URL(fileURLWithPath: out)
-        do { try Self.fetchBundle(client, current, into: outDir) } catch {
+        do { try await Self.fetchBundle(client, current, into: outDir) } catch {
             log("herald-lab run: \(error)")
             throw ExitCode(2)
         }
@@ -218,7 +218,7 @@ struct RunCommand: AsyncParsableCommand {
     /// coordinator's hash and unpacks it: into `dir/<run id>`, or `dir/<folder>` when given.
     /// Returns the bundle folder.
     @discardableResult
-    static func fetchBundle(_ client: LabClient, _ current: RunRecord, into outDir: URL, folder: String? = nil) throws -> URL {
+    static func fetchBundle(_ client: LabClient, _ current: RunRecord, into outDir: URL, folder: String? = nil) async throws -> URL {
         try FileManager.default.createDirectory(at: outDir, withIntermediateDirectories: true)
         let name = folder ?? current.id
         let tarURL = outDir.appendingPathComponent("\(name).tar.gz")
@@ -226,7 +226,7 @@ struct RunCommand: AsyncParsableCommand {
         FileManager.default.createFile(atPath: part.path, contents: nil)
         var hasher = SHA256()
         do {
-            let result = try FileDownload.get(client.base.appendingPathComponent("v1/runs/\(current.id)/bundle"), headers: client.token.map { ["Authorization": "Bearer \($0)"] } ?? [:],
+            let result = try await FileDownload.get(client.base.appendingPathComponent("v1/runs/\(current.id)/bundle"), headers: client.token.map { ["Authorization": "Bearer \($0)"] } ?? [:],
                                               appendingTo: part, hasher: &hasher, timeout: 120)
             guard result.status == 200 else { throw LabClient.Failure(status: result.status, message: "unexpected status") }
         } catch {

@@ -1,7 +1,11 @@
+import AsyncHTTPClient
+import CLinuxEvents
 import Foundation
 import HeraldCore
 import LabNet
-import CLinuxEvents
+import NIOCore
+import NIOHTTP1
+import NIOSSL
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -10,10 +14,15 @@ import Glibc
 /// and the checksum is ready when the last byte lands. Used to gather logs (about a gigabyte a
 /// second on loopback, where URLSession on Linux manages a tenth of that).
 ///
-/// The body is received into a ring of 1 MiB buffers, each filled completely before it is
-/// handed on, so that every chunk but the first and the last covers whole pages of the file.
-/// Two consumers take each chunk at once, each on its own thread: the hasher (in order) and the
-/// writer (at the chunk's offset); a buffer is received into again once both are done with it.
+/// The transport is the process's AsyncHTTPClient (`LabHTTPClient.shared`: http, or https
+/// against the lab CA), with a response delegate on the request's event loop; no thread waits
+/// on the socket, and the caller awaits. Each part of the body the client reads is copied into a
+/// ring of 1 MiB buffers, each filled completely before it is handed on, so that every chunk but
+/// the first and the last covers whole pages of the file. Two consumers take each chunk at once,
+/// each on its own thread: the hasher (in order) and the writer (at the chunk's offset); a
+/// buffer is received into again once both are done with it. When no buffer is free the
+/// delegate answers the part with a future that completes when one is, and the client reads
+/// nothing more from the socket until then (back-pressure, without blocking the event loop).
 /// The writer sends whole pages straight to the disk (O_DIRECT: no copy into the page cache,
 /// and nothing left for the final fsync to write back) and what is not whole pages (the start
 /// of a resumed download in the middle of a page, the end of the body) through the page cache;
@@ -39,158 +48,335 @@ public enum FileDownload {
         case directRefusedAtFirstWrite
     }
 
-    /// GETs `url` (http only) with `headers`; on 200 the file is truncated first, on 206 the body is
-    /// appended. Every written byte is fed to `hasher` in order. Throws when the body ends before
-    /// its Content-Length or a write fails; the file then holds the body's start, in order (a
-    /// download can resume from its size).
-    public static func get(_ url: URL, headers: [String: String], appendingTo file: URL, hasher: inout SHA256, timeout: TimeInterval = 60) throws -> Result {
-        try get(url, headers: headers, appendingTo: file, hasher: &hasher, timeout: timeout, mode: .direct)
+    /// GETs `url` (http, or https checked against the lab CA) with `headers`; on 200 the file is
+    /// truncated first, on 206 the body is appended. Every written byte is fed to `hasher` in
+    /// order. A chunked body is taken as it comes (its length is known at its end only). Throws
+    /// `LabClient.Failure` with the status and the body's first bytes on any other status; and
+    /// when the body ends before its Content-Length (or a chunked body before its last chunk),
+    /// nothing arrives for `timeout` seconds while the download waits on the server (connecting,
+    /// the head, the body; not while it waits on its own disk), or a write fails. The file then
+    /// holds the body's start, in order (a download can resume from its size).
+    public static func get(_ url: URL, headers: [String: String], appendingTo file: URL, hasher: inout SHA256, timeout: TimeInterval = 60) async throws -> Result {
+        try await get(url, headers: headers, appendingTo: file, hasher: &hasher, timeout: timeout, mode: .direct)
     }
 
+    /// `beforeWrite` (tests) is called on the writer's thread before each batch of chunks it writes.
     static func get(_ url: URL, headers: [String: String], appendingTo file: URL, hasher: inout SHA256, timeout: TimeInterval = 60,
-                    mode: WriteMode) throws -> Result {
-        let target: HostPort
-        let fd: Connection
+                    mode: WriteMode, beforeWrite: (@Sendable () -> Void)? = nil) async throws -> Result {
+        func failure(_ message: String) -> LabClient.Failure {
+            LabClient.Failure(status: nil, message: "download of \(url.absoluteString): \(message)")
+        }
+        guard timeout.isFinite, timeout > 0, timeout <= 86_400 else { throw failure("timeout \(timeout) s is not 0 to 86400 s") }
+        var request: HTTPClient.Request
         do {
-            target = try HostPort(url: url)
-            fd = try Connection.dial(url: url, timeout: timeout)
+            request = try HTTPClient.Request(url: url.absoluteString, method: .GET)
+            request.tlsConfiguration = try LabHTTPClient.tls(for: url)
         } catch let e as NetError {
-            throw LabClient.Failure(status: nil, message: "download of \(url.absoluteString): \(e.message)")
+            throw failure(e.message)
+        } catch {
+            throw failure(LabHTTPClient.describe(error, url: url, timeout: timeout))
         }
-        defer { fd.close() }
-        fd.setTimeouts(seconds: timeout)
-        func failure(_ e: Error) -> LabClient.Failure {
-            LabClient.Failure(status: nil, message: "download of \(url.absoluteString): \((e as? NetError)?.message ?? "\(e)")")
+        for (name, value) in headers.sorted(by: { $0.key < $1.key }) where !["host", "connection", "content-length"].contains(name.lowercased()) {
+            request.headers.add(name: name, value: value)
         }
-        let components = URLComponents(url: url, resolvingAgainstBaseURL: true)
-        var path = components?.percentEncodedPath ?? "/"
-        if path.isEmpty { path = "/" }
-        if let q = components?.percentEncodedQuery { path += "?" + q }
-        var request = "GET \(path) HTTP/1.1\r\nHost: \(target)\r\nConnection: close\r\n"
-        for (k, v) in headers { request += "\(k): \(v)\r\n" }
-        request += "\r\n"
-        do { try fd.write(request) } catch { throw failure(error) }
 
-        // Read the head (and perhaps the body's start).
-        var buffer = [UInt8](repeating: 0, count: 64 << 10)
-        var head = [UInt8]()
-        var bodyStart = 0
-        var filled = 0
-        while true {
-            let n: Int
-            do { n = try fd.read(into: &buffer, from: filled) } catch { throw failure(error) }
-            guard n > 0 else { throw LabClient.Failure(status: nil, message: "connection closed before the response head") }
-            filled += n
-            if let end = find(buffer, filled, [13, 10, 13, 10]) {
-                head = Array(buffer[0..<end])
-                bodyStart = end + 4
-                break
+        let client = LabHTTPClient.shared
+        // The delegate and the connection on one event loop: no hop per part of the body.
+        let loop = client.eventLoopGroup.next()
+        let receiver = Receiver(file: file, mode: mode, hasher: hasher, loop: loop, idle: timeout, beforeWrite: beforeWrite)
+        let task = client.execute(request: request, delegate: receiver, eventLoop: .delegateAndChannel(on: loop))
+        receiver.watch(task)
+        var requestError: Error?
+        do {
+            try await withTaskCancellationHandler {
+                try await task.futureResult.get()
+            } onCancel: {
+                task.cancel()
             }
-            guard filled < buffer.count else { throw LabClient.Failure(status: nil, message: "response head too large") }
+        } catch {
+            requestError = error
         }
-        let lines = String(decoding: head, as: UTF8.self).components(separatedBy: "\r\n")
-        let parts = lines.first?.split(separator: " ") ?? []
-        guard parts.count >= 2, let status = Int(parts[1]) else { throw LabClient.Failure(status: nil, message: "bad status line") }
-        var length: Int64?
-        for l in lines.dropFirst() {
-            let kv = l.split(separator: ":", maxSplits: 1)
-            guard kv.count == 2 else { continue }
-            let k = kv[0].trimmingCharacters(in: .whitespaces).lowercased(), v = kv[1].trimmingCharacters(in: .whitespaces)
-            if k == "content-length" {
-                guard let n = Int64(v), n >= 0 else { throw LabClient.Failure(status: status, message: "bad Content-Length \"\(v.prefix(40))\"") }
-                length = n
-            }
-            if k == "transfer-encoding", v.lowercased().contains("chunked") { throw LabClient.Failure(status: status, message: "chunked downloads are not supported") }
+        // The receiver hands its last chunk on (it has, unless the client failed the request
+        // without telling it), then the consumers finish with the ring before it goes.
+        let failedWith = requestError
+        try? await loop.submit { receiver.close(failedWith) }.get()
+        let outcome = await receiver.pipeline?.finish()
+        if let outcome { hasher = outcome.hasher }
+
+        let status = receiver.status
+        if let e = receiver.openError ?? outcome?.writeError { throw failure("\(e)") }
+        if let e = receiver.badHead { throw e }
+        guard status != 0 else {
+            // No head: the connect, the request or the wait for the answer failed.
+            if requestError is Receiver.Stalled { throw failure(LabHTTPClient.noAnswer(within: timeout)) }
+            throw failure(LabHTTPClient.describe(requestError ?? HTTPClientError.remoteConnectionClosed, url: url, timeout: timeout))
         }
         guard status == 200 || status == 206 else {
-            throw LabClient.Failure(status: status, message: String(decoding: buffer[bodyStart..<filled], as: UTF8.self))
+            throw LabClient.Failure(status: status, message: String(decoding: receiver.refusal, as: UTF8.self))
         }
-        let sink: FileSink
-        do { sink = try FileSink(file, truncate: status == 200, mode: mode) } catch { throw failure(error) }
-        let pipeline = Pipeline(hasher, sink)
-        var outcome: Pipeline.Outcome?
-        // On every way out, the consumers finish with the ring before it goes.
-        defer { if outcome == nil { hasher = pipeline.finish().hasher } }
-
-        var leftover = bodyStart..<filled // body bytes that came with the head
-        var received: Int64 = 0
-        var offset = sink.start
-        var ended = false
-        while !ended && length.map({ received < $0 }) ?? true {
-            if let e = pipeline.writeError { throw failure(e) }
-            let slot = pipeline.acquire()
-            // The first chunk starts as far into its buffer as its offset is into a page: the
-            // page boundaries of the file then fall on page boundaries of the buffers.
-            let lead = Int(offset % Int64(Pipeline.page))
-            var want = Pipeline.slotSize - lead
-            if let length { want = Int(min(Int64(want), length - received)) }
-            let data = slot + lead
-            var got = 0
-            if !leftover.isEmpty {
-                let k = min(leftover.count, want)
-                buffer.withUnsafeBytes { data.copyMemory(from: $0.baseAddress! + leftover.lowerBound, byteCount: k) }
-                leftover = (leftover.lowerBound + k)..<leftover.upperBound
-                got = k
+        let written = outcome?.written ?? 0
+        let length = receiver.length
+        if let requestError {
+            if requestError is Receiver.Stalled {
+                throw failure("nothing received for \(Int(timeout.rounded(.up))) s, after \(written) of \(length.map { "\($0)" } ?? "?") bytes")
             }
-            var readError: Error?
-            while got < want {
-                do {
-                    let n = try fd.read(into: UnsafeMutableRawBufferPointer(start: data + got, count: want - got))
-                    if n == 0 { ended = true; break }
-                    got += n
-                } catch {
-                    readError = error
-                    break
+            guard closedEarly(requestError) else { throw failure(LabHTTPClient.describe(requestError, url: url, timeout: timeout)) }
+            if let length { throw LabClient.Failure(status: status, message: "connection closed after \(written) of \(length) bytes") }
+            throw LabClient.Failure(status: status, message: "connection closed after \(written) bytes, before the body's end")
+        }
+        if let length, written != length {
+            throw LabClient.Failure(status: status, message: "connection closed after \(written) of \(length) bytes")
+        }
+        guard written == receiver.received else {
+            throw LabClient.Failure(status: status, message: "\(written) of the \(receiver.received) bytes received were written")
+        }
+        return Result(status: status, bytes: written, direct: outcome?.direct ?? false)
+    }
+
+    /// Whether `error` is the connection ending in the middle of the body.
+    static func closedEarly(_ error: Error) -> Bool {
+        if let e = error as? HTTPClientError, e == .remoteConnectionClosed { return true }
+        if let e = error as? HTTPParserError, e == .invalidEOFState { return true }
+        if let e = error as? NIOSSLError, e == .uncleanShutdown { return true }
+        if let e = error as? IOError, [ECONNRESET, EPIPE].contains(e.errnoCode) { return true }
+        return false
+    }
+
+    /// AsyncHTTPClient's delegate for one download, called on `loop` (the connection's): opens
+    /// the file and starts the ring at a 200 or 206 head, copies each part of the body into the
+    /// ring's current buffer, and hands each full buffer on. Everything but `init`, `watch` and
+    /// the properties `get` reads once the request is over runs on `loop`.
+    final class Receiver: HTTPClientResponseDelegate, @unchecked Sendable {
+        typealias Response = Void
+
+        /// The most of a refusal's body kept for its message.
+        static let refusalBytes = 64 << 10
+
+        /// No byte for `idle`, while waiting on the server.
+        struct Stalled: Error {}
+        /// A refusal's body is long enough.
+        struct Enough: Error {}
+
+        let file: URL
+        let mode: WriteMode
+        let hasher: SHA256
+        let loop: EventLoop
+        let idle: TimeAmount
+        let beforeWrite: (@Sendable () -> Void)?
+
+        private(set) var status = 0
+        /// The body's Content-Length; nil for a chunked body, or one that ends with the connection.
+        private(set) var length: Int64?
+        /// The first bytes of a refusal's body (not 200 or 206).
+        private(set) var refusal = [UInt8]()
+        /// A head that cannot be taken (a bad Content-Length).
+        private(set) var badHead: LabClient.Failure?
+        /// The file could not be opened.
+        private(set) var openError: Error?
+        /// Started at a 200 or 206 head.
+        private(set) var pipeline: Pipeline?
+        /// Body bytes copied into the ring.
+        private(set) var received: Int64 = 0
+
+        /// Where the next byte goes in the file.
+        private var offset: Int64 = 0
+        /// The buffer being filled: its start, where its chunk starts, how much it takes and holds.
+        private var slot: UnsafeMutableRawPointer?
+        private var data: UnsafeMutableRawPointer?
+        private var capacity = 0
+        private var filled = 0
+        /// What is left of a part that found no free buffer, and the answer AsyncHTTPClient waits on.
+        private var pending: ByteBuffer?
+        private var resume: EventLoopPromise<Void>?
+        private var lastProgress = NIODeadline.now()
+        private var watchdog: Scheduled<Void>?
+        private var task: HTTPClient.Task<Void>?
+        private var closed = false
+
+        init(file: URL, mode: WriteMode, hasher: SHA256, loop: EventLoop, idle: TimeInterval, beforeWrite: (@Sendable () -> Void)? = nil) {
+            self.file = file
+            self.beforeWrite = beforeWrite
+            self.mode = mode
+            self.hasher = hasher
+            self.loop = loop
+            self.idle = .nanoseconds(Int64(idle * 1e9))
+        }
+
+        private var accepted: Bool { status == 200 || status == 206 }
+
+        /// Fails `task` once nothing has arrived for `idle` while waiting on the server (time
+        /// spent waiting for a free buffer, that is for the disk or the hasher, does not count).
+        func watch(_ task: HTTPClient.Task<Void>) {
+            loop.execute { [self] in
+                guard !closed else { return }
+                self.task = task
+                lastProgress = .now()
+                check(at: lastProgress + idle)
+            }
+        }
+
+        private func check(at deadline: NIODeadline) {
+            watchdog = loop.scheduleTask(deadline: deadline) { [self] in
+                guard !closed else { return }
+                let now = NIODeadline.now()
+                if resume != nil {
+                    check(at: now + idle)
+                } else if now - lastProgress >= idle {
+                    task?.fail(reason: Stalled())
+                } else {
+                    check(at: lastProgress + idle)
                 }
             }
-            // What arrived is written even when the stream broke: a retry resumes after it.
-            if got > 0 { pipeline.submit(slot, data: data, count: got, at: offset) } else { pipeline.release(slot) }
-            offset += Int64(got)
-            received += Int64(got)
-            if let readError { throw failure(readError) }
         }
-        let o = pipeline.finish()
-        outcome = o
-        hasher = o.hasher
-        if let e = o.writeError { throw failure(e) }
-        if let length, o.written != length {
-            throw LabClient.Failure(status: status, message: "connection closed after \(o.written) of \(length) bytes")
+
+        func didReceiveHead(task: HTTPClient.Task<Void>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+            lastProgress = .now()
+            status = Int(head.status.code)
+            guard accepted else { return loop.makeSucceededVoidFuture() }
+            if let v = head.headers.first(name: "content-length") {
+                guard let n = Int64(v.trimmingCharacters(in: .whitespaces)), n >= 0 else {
+                    badHead = LabClient.Failure(status: status, message: "bad Content-Length \"\(v.prefix(40))\"")
+                    return loop.makeFailedFuture(badHead!)
+                }
+                length = n
+            }
+            // open(2) and lseek(2) here, on the loop (brief); truncating is the writer's first job.
+            let sink: FileSink
+            do { sink = try FileSink(file, mode: mode) } catch {
+                openError = error
+                return loop.makeFailedFuture(error)
+            }
+            let truncate = status == 200
+            offset = truncate ? 0 : sink.size
+            let pipeline = Pipeline(hasher, sink, beforeWrite: beforeWrite)
+            if truncate { pipeline.truncateFirst() }
+            self.pipeline = pipeline
+            return loop.makeSucceededVoidFuture()
         }
-        guard o.written == received else {
-            throw LabClient.Failure(status: status, message: "\(o.written) of the \(received) bytes received were written")
+
+        func didReceiveBodyPart(task: HTTPClient.Task<Void>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+            lastProgress = .now()
+            guard !closed else { return loop.makeSucceededVoidFuture() }
+            guard let pipeline else {
+                // A refusal: its first bytes are its message.
+                refusal += buffer.readableBytesView.prefix(Self.refusalBytes - refusal.count)
+                return refusal.count < Self.refusalBytes ? loop.makeSucceededVoidFuture() : loop.makeFailedFuture(Enough())
+            }
+            if let e = pipeline.writeError { return loop.makeFailedFuture(e) } // stop early: nothing more is written
+            var rest = buffer
+            if pour(&rest, into: pipeline) { return loop.makeSucceededVoidFuture() }
+            let promise = loop.makePromise(of: Void.self)
+            pending = rest
+            resume = promise
+            return promise.futureResult
         }
-        return Result(status: status, bytes: o.written, direct: o.direct)
+
+        /// Copies `buffer` into the ring, handing on each buffer it fills. False when a buffer
+        /// was needed and none was free: the rest is left in `buffer`, and `freed` is called
+        /// on the loop once one is.
+        private func pour(_ buffer: inout ByteBuffer, into pipeline: Pipeline) -> Bool {
+            while buffer.readableBytes > 0 {
+                if slot == nil {
+                    guard let s = pipeline.acquire(orWhenFree: { [self] in loop.execute { self.freed() } }) else { return false }
+                    // The first chunk starts as far into its buffer as its offset is into a
+                    // page: the page boundaries of the file then fall on page boundaries of the
+                    // buffers.
+                    let lead = Int(offset % Int64(Pipeline.page))
+                    slot = s
+                    data = s + lead
+                    capacity = Pipeline.slotSize - lead
+                    filled = 0
+                }
+                let k = min(buffer.readableBytes, capacity - filled)
+                let to = data! + filled
+                buffer.withUnsafeReadableBytes { to.copyMemory(from: $0.baseAddress!, byteCount: k) }
+                buffer.moveReaderIndex(forwardBy: k)
+                filled += k
+                received += Int64(k)
+                if filled == capacity { handOn(pipeline) }
+            }
+            return true
+        }
+
+        /// The current buffer to the consumers (or back to the ring, empty).
+        private func handOn(_ pipeline: Pipeline) {
+            guard let slot else { return }
+            if filled > 0 {
+                pipeline.submit(slot, data: data!, count: filled, at: offset)
+                offset += Int64(filled)
+            } else {
+                pipeline.release(slot)
+            }
+            self.slot = nil
+            filled = 0
+        }
+
+        /// A buffer is free: the waiting part goes on.
+        private func freed() {
+            guard !closed, let pipeline, var rest = pending, let promise = resume else { return }
+            lastProgress = .now()
+            if let e = pipeline.writeError {
+                (pending, resume) = (nil, nil)
+                promise.fail(e)
+            } else if pour(&rest, into: pipeline) {
+                (pending, resume) = (nil, nil)
+                promise.succeed()
+            } else {
+                pending = rest
+            }
+        }
+
+        func didFinishRequest(task: HTTPClient.Task<Void>) throws {
+            close(nil)
+        }
+
+        func didReceiveError(task: HTTPClient.Task<Void>, _ error: Error) {
+            close(error)
+        }
+
+        /// The request is over: what was received goes to the consumers even when the stream
+        /// broke (a retry resumes after it); part of a body still waiting for a buffer is
+        /// dropped, and the file holds the body's start. Once; on the loop.
+        func close(_ error: Error?) {
+            guard !closed else { return }
+            closed = true
+            watchdog?.cancel()
+            (watchdog, task) = (nil, nil)
+            guard let pipeline else { return }
+            pipeline.cancelWait()
+            if let promise = resume {
+                (pending, resume) = (nil, nil)
+                promise.fail(error ?? HTTPClientError.cancelled)
+            }
+            handOn(pipeline)
+        }
     }
 
     /// The file a body goes to: a descriptor through the page cache, and one with O_DIRECT for
-    /// whole pages while the file system takes it. Used by the writer's thread only.
+    /// whole pages while the file system takes it. Opened where the head arrives; used by the
+    /// writer's thread only from then on.
     final class FileSink: @unchecked Sendable {
         static let page = 4096
         let path: String
-        /// Where the body starts: 0, or the file's size for a resumed download.
-        let start: Int64
+        /// The file's size when opened: where a 206's body starts.
+        let size: Int64
         private let fd: Int32
         private var directFD: Int32?
         private var refuseNextDirectWrite: Bool
-        /// Bytes written, all of them in order from `start`.
+        /// Bytes written, all of them in order from where the body starts.
         private(set) var written: Int64 = 0
         /// Write-back of what went through the page cache is started as it grows (without
         /// waiting), so that the final fsync finds little left to write.
         private var writebackFrom: Int64
         private var unflushed = 0
 
-        init(_ url: URL, truncate: Bool, mode: WriteMode) throws {
+        init(_ url: URL, mode: WriteMode) throws {
             path = url.path
             fd = open(path, O_WRONLY | O_CLOEXEC)
             guard fd >= 0 else { throw Self.error("cannot open \(url.path) for writing", errno) }
-            var end: Int64 = 0
-            if truncate {
-                guard ftruncate(fd, 0) == 0 else { let e = errno; close(fd); throw Self.error("cannot truncate \(url.path)", e) }
-            } else {
-                end = Int64(lseek(fd, 0, SEEK_END))
-                guard end >= 0 else { let e = errno; close(fd); throw Self.error("cannot seek in \(url.path)", e) }
-            }
-            start = end
+            let end = Int64(lseek(fd, 0, SEEK_END))
+            guard end >= 0 else { let e = errno; close(fd); throw Self.error("cannot seek in \(url.path)", e) }
+            size = end
             writebackFrom = end
             refuseNextDirectWrite = mode == .directRefusedAtFirstWrite
             if mode != .buffered {
@@ -209,6 +395,12 @@ public enum FileDownload {
 
         static func error(_ what: String, _ e: Int32) -> Error {
             LabClient.Failure(status: nil, message: "\(what): \(NetError.text(errno: e))")
+        }
+
+        /// Empties the file (a 200's body starts at 0), before anything is written.
+        func truncate() throws {
+            guard ftruncate(fd, 0) == 0 else { throw Self.error("cannot truncate \(path)", errno) }
+            writebackFrom = 0
         }
 
         /// Writes chunks that follow one another in the file (in order): the whole pages of
@@ -321,8 +513,9 @@ public enum FileDownload {
     }
 
     /// The ring of buffers between the socket and the two consumers (hasher and writer, each a
-    /// thread of its own): `acquire` waits until a buffer is free, `submit` hands a filled one
-    /// to both, and the second of them to be done frees it.
+    /// thread of its own): `acquire` takes a free buffer or, when there is none, keeps a call
+    /// for when one frees; `submit` hands a filled one to both, and the second of them to be
+    /// done frees it.
     final class Pipeline: @unchecked Sendable {
         static let slotSize = 1 << 20
         static let slots = 16
@@ -330,7 +523,7 @@ public enum FileDownload {
         /// Direct writes of several chunks in one call, up to this many bytes.
         static let maxWrite = 4 << 20
 
-        struct Outcome {
+        struct Outcome: @unchecked Sendable {
             var hasher: SHA256
             var written: Int64
             var writeError: Error?
@@ -344,20 +537,28 @@ public enum FileDownload {
             var offset: Int64
         }
 
+        /// The writer's work: the file emptied first (200), then chunks.
+        private enum Job {
+            case truncate
+            case write(Chunk)
+        }
+
         private let memory: UnsafeMutableRawPointer
-        private let free = DispatchSemaphore(value: Pipeline.slots)
         private let lock = NSLock()
         private var freeSlots: [Int]
         /// Consumers still using each slot (0, 1 or 2).
         private var users: [Int]
+        /// Called (once) when a slot frees after `acquire` found none.
+        private var waiter: (@Sendable () -> Void)?
+        /// Consumers whose thread has not ended.
+        private var running = 2
         private var hasher: SHA256
         private let sink: FileSink
         private var error: Error?
         private var hashing: Consumer<Chunk>!
-        private var writing: Consumer<Chunk>!
-        private var outcome: Outcome?
+        private var writing: Consumer<Job>!
 
-        init(_ hasher: SHA256, _ sink: FileSink) {
+        init(_ hasher: SHA256, _ sink: FileSink, beforeWrite: (@Sendable () -> Void)? = nil) {
             self.hasher = hasher
             self.sink = sink
             // Huge pages where the system gives them (THP): a few faults instead of thousands,
@@ -372,8 +573,17 @@ public enum FileDownload {
                     self.done(c.slot)
                 }
             }
-            writing = Consumer(name: "herald.dl.write", batch: Self.maxWrite / Self.slotSize) { [unowned self] chunks in
-                if self.writeError == nil {
+            writing = Consumer(name: "herald.dl.write", batch: Self.maxWrite / Self.slotSize) { [unowned self] jobs in
+                beforeWrite?()
+                var chunks = [Chunk]()
+                for job in jobs {
+                    switch job {
+                    case .truncate:
+                        do { try self.sink.truncate() } catch { self.lock.withLock { self.error = self.error ?? error } }
+                    case .write(let c): chunks.append(c)
+                    }
+                }
+                if self.writeError == nil, !chunks.isEmpty {
                     do { try self.sink.write(chunks.map { ($0.data, $0.count, $0.offset) }) } catch {
                         self.lock.withLock { self.error = error }
                     }
@@ -387,18 +597,36 @@ public enum FileDownload {
         /// The first write error, once there is one (nothing more is written after it).
         var writeError: Error? { lock.withLock { error } }
 
-        /// A free buffer (its start; 1 MiB, page-aligned).
-        func acquire() -> UnsafeMutableRawPointer {
-            free.wait()
-            let i = lock.withLock { freeSlots.removeLast() }
-            return memory + i * Self.slotSize
+        /// The file is emptied before any chunk is written (a 200). Before the first `submit`.
+        func truncateFirst() {
+            writing.send(.truncate)
+        }
+
+        /// A free buffer (its start; 1 MiB, page-aligned); or nil, and `wake` is called (from
+        /// a consumer's thread) when one frees, unless `cancelWait` comes first.
+        func acquire(orWhenFree wake: @escaping @Sendable () -> Void) -> UnsafeMutableRawPointer? {
+            let i = lock.withLock { () -> Int? in
+                if let i = freeSlots.popLast() { return i }
+                waiter = wake
+                return nil
+            }
+            return i.map { memory + $0 * Self.slotSize }
+        }
+
+        /// Forgets the call `acquire` keeps.
+        func cancelWait() {
+            lock.withLock { waiter = nil }
         }
 
         /// Frees a buffer unused.
         func release(_ slot: UnsafeMutableRawPointer) {
             let i = (slot - UnsafeMutableRawPointer(memory)) / Self.slotSize
-            lock.withLock { freeSlots.append(i) }
-            free.signal()
+            var wake: (@Sendable () -> Void)?
+            lock.withLock {
+                freeSlots.append(i)
+                (wake, waiter) = (waiter, nil)
+            }
+            wake?()
         }
 
         /// Hands `count` bytes at `data` (within `slot`), which go at `offset` in the file, to
@@ -408,28 +636,32 @@ public enum FileDownload {
             lock.withLock { users[i] = 2 }
             let chunk = Chunk(slot: i, data: UnsafeRawPointer(data), count: count, offset: offset)
             hashing.send(chunk)
-            writing.send(chunk)
+            writing.send(.write(chunk))
         }
 
         private func done(_ i: Int) {
-            let last = lock.withLock { () -> Bool in
+            var wake: (@Sendable () -> Void)?
+            lock.withLock {
                 users[i] -= 1
-                guard users[i] == 0 else { return false }
+                guard users[i] == 0 else { return }
                 freeSlots.append(i)
-                return true
+                (wake, waiter) = (waiter, nil)
             }
-            if last { free.signal() }
+            wake?()
         }
 
-        /// Waits for both consumers to finish what they were given; the hasher, the bytes
-        /// written and the first write error. Once; later calls return the same.
-        func finish() -> Outcome {
-            if let outcome { return outcome }
-            hashing.finish()
-            writing.finish()
-            let o = Outcome(hasher: hasher, written: sink.written, writeError: writeError, direct: sink.direct)
-            outcome = o
-            return o
+        /// Once both consumers have finished what they were given (their threads end): the
+        /// hasher, the bytes written and the first write error. Once, after the last `submit`;
+        /// waits without blocking a thread.
+        func finish() async -> Outcome {
+            await withCheckedContinuation { (done: CheckedContinuation<Outcome, Never>) in
+                let ended: @Sendable () -> Void = { [self] in
+                    guard lock.withLock({ running -= 1; return running }) == 0 else { return }
+                    done.resume(returning: Outcome(hasher: hasher, written: sink.written, writeError: writeError, direct: sink.direct))
+                }
+                hashing.finish(then: ended)
+                writing.finish(then: ended)
+            }
         }
     }
 
@@ -438,7 +670,7 @@ public enum FileDownload {
         private let condition = NSCondition()
         private var queue = [Item]()
         private var closed = false
-        private let exited = DispatchSemaphore(value: 0)
+        private var ended: (@Sendable () -> Void)?
 
         init(name: String, batch: Int, _ work: @escaping @Sendable ([Item]) -> Void) {
             let thread = Thread { [self] in
@@ -452,7 +684,10 @@ public enum FileDownload {
                     if items.isEmpty { break } // closed, and nothing left
                     work(items)
                 }
-                exited.signal()
+                condition.lock()
+                let then = ended
+                condition.unlock()
+                then?()
             }
             thread.stackSize = 256 * 1024
             thread.start()
@@ -465,19 +700,13 @@ public enum FileDownload {
             condition.unlock()
         }
 
-        /// Waits until everything sent is done and the thread has ended.
-        func finish() {
+        /// The thread does what was sent, then calls `then` and ends.
+        func finish(then: @escaping @Sendable () -> Void) {
             condition.lock()
             closed = true
+            ended = then
             condition.signal()
             condition.unlock()
-            exited.wait()
         }
-    }
-
-    private static func find(_ buf: [UInt8], _ count: Int, _ pattern: [UInt8]) -> Int? {
-        guard count >= pattern.count else { return nil }
-        for i in 0...(count - pattern.count) where buf[i] == pattern[0] && buf[i + 1] == pattern[1] && buf[i + 2] == pattern[2] && buf[i + 3] == pattern[3] { return i }
-        return nil
     }
 }

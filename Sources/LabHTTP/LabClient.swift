@@ -109,6 +109,13 @@ enum LabHTTPClient {
             decompression: .disabled)
         configuration.httpVersion = .http1Only
         configuration.connectionPool.retryConnectionEstablishment = false
+        // Socket reads of up to 1 MiB where the data is there (NIO's default stops at 64 KiB): a
+        // download's body then reaches FileDownload in far fewer parts, each a pass through the
+        // HTTP decoder and AsyncHTTPClient's state machines. Small answers keep small buffers
+        // (the allocator grows only when reads fill it).
+        configuration.http1_1ConnectionDebugInitializer = { channel in
+            channel.setOption(ChannelOptions.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048, maximum: 1 << 20))
+        }
         return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
     }()
 

@@ -40,7 +40,7 @@ public struct HTTPAgentLink: AgentLink {
         var headers = ["Authorization": "Bearer \(client.token ?? "")"]
         if offset > 0 { headers["Range"] = "bytes=\(offset)-" }
         do {
-            let result = try FileDownload.get(url, headers: headers, appendingTo: destination, hasher: &hasher, timeout: 60)
+            let result = try await FileDownload.get(url, headers: headers, appendingTo: destination, hasher: &hasher, timeout: 60)
             return result.status == 200 && offset > 0 ? .whole : .rest
         } catch { throw LinkError(error) }
     }

@@ -10,8 +10,9 @@ import Glibc
 
 /// FileDownload against the server's file answers (sent with sendfile): bodies that are not whole
 /// pages or whole buffers, downloads resumed in the middle of a page, a body that ends early, and
-/// the page-cache path for file systems that refuse O_DIRECT. Every check is on the bytes and the
-/// checksum; none on time.
+/// the page-cache path for file systems that refuse O_DIRECT; and against raw servers: the ring
+/// full (back-pressure), chunked bodies, a silent server. Every check is on the bytes and the
+/// checksum; on time only where a timeout is the point.
 final class FileDownloadTests: XCTestCase {
     var services: [HTTPService] = []
     var dir: URL!
@@ -57,18 +58,16 @@ final class FileDownloadTests: XCTestCase {
         try data.write(to: served.appendingPathComponent(name))
     }
 
-    /// Downloads `name` into `file` (off the test's thread, as the coordinator does), resuming
-    /// from `from` bytes when given; the result and the hex digest of `prefix` + the body.
+    /// Downloads `name` into `file`, resuming from `from` bytes when given; the result and the
+    /// hex digest of `prefix` + the body.
     func download(_ port: UInt16, _ name: String, to file: URL, from: Int? = nil, prefix: Data = Data(),
                   mode: FileDownload.WriteMode = .direct) async throws -> (FileDownload.Result, String) {
         let url = URL(string: "http://127.0.0.1:\(port)/files/\(name)")!
         let headers = from.map { ["Range": "bytes=\($0)-"] } ?? [:]
-        return try await Task.detached { () throws -> (FileDownload.Result, String) in
-            var hasher = SHA256()
-            hasher.update(prefix)
-            let result = try FileDownload.get(url, headers: headers, appendingTo: file, hasher: &hasher, timeout: 10, mode: mode)
-            return (result, hasher.finalizeHex())
-        }.value
+        var hasher = SHA256()
+        hasher.update(prefix)
+        let result = try await FileDownload.get(url, headers: headers, appendingTo: file, hasher: &hasher, timeout: 10, mode: mode)
+        return (result, hasher.finalizeHex())
     }
 
     /// Bodies that are not a multiple of a page (4096) or of a buffer (1 MiB), and a few that are,
@@ -179,16 +178,178 @@ final class FileDownloadTests: XCTestCase {
         let file = dir.appendingPathComponent("out")
         FileManager.default.createFile(atPath: file.path, contents: nil)
         let url = URL(string: "http://127.0.0.1:\(port)/files/f")!
-        let outcome = await Task.detached { () -> Error? in
-            var hasher = SHA256()
-            do {
-                _ = try FileDownload.get(url, headers: [:], appendingTo: file, hasher: &hasher, timeout: 10)
-                return nil
-            } catch { return error }
-        }.value
+        var hasher = SHA256()
+        var outcome: Error?
+        do { _ = try await FileDownload.get(url, headers: [:], appendingTo: file, hasher: &hasher, timeout: 10) } catch { outcome = error }
         let error = try XCTUnwrap(outcome, "a short body was taken as whole")
         XCTAssertTrue("\(error)".contains("connection closed after \(sent.count) of \(3 * Self.mib) bytes"), "\(error)")
         XCTAssertTrue(try Data(contentsOf: file) == sent, "the file holds what came, in order")
+    }
+
+    /// Back-pressure: while the writer is held, the download takes no more of a 96 MiB body
+    /// than the ring (16 MiB) and the sockets' buffers hold, the client's event loops all still
+    /// answer (nothing waits on them), another request goes through, and the wait for the disk
+    /// does not count as the server being silent (timeout 1 s, writer held longer). Once the
+    /// writer goes on, the file and the checksum are exact.
+    func testBackPressureWhenTheRingIsFull() async throws {
+        let body = Self.content(96 * Self.mib)
+        let head = Data("HTTP/1.1 200 OK\r\nContent-Length: \(body.count)\r\n\r\n".utf8)
+        let server = try OneShotServer(head + body)
+        let file = dir.appendingPathComponent("out")
+        FileManager.default.createFile(atPath: file.path, contents: nil)
+        let gate = DispatchSemaphore(value: 0)
+        let url = URL(string: "http://127.0.0.1:\(server.port)/f")!
+        let download = Task { () throws -> (FileDownload.Result, String) in
+            var hasher = SHA256()
+            // The writer waits at the gate until it opens, then every batch passes.
+            let result = try await FileDownload.get(url, headers: [:], appendingTo: file, hasher: &hasher, timeout: 1, mode: .direct,
+                                                    beforeWrite: { gate.wait(); gate.signal() })
+            return (result, hasher.finalizeHex())
+        }
+        // Until the server has sent nothing more for 1.5 s (the client has stopped reading).
+        var last = -1, still = Date()
+        let start = Date()
+        while Date().timeIntervalSince(still) < 1.5 && Date().timeIntervalSince(start) < 30 {
+            try await Task.sleep(nanoseconds: 100_000_000)
+            let now = server.sent
+            if now != last { (last, still) = (now, Date()) }
+        }
+        let taken = server.sent - head.count
+        XCTAssertGreaterThanOrEqual(taken, 16 * Self.mib, "the ring was not filled")
+        XCTAssertLessThan(taken, 48 * Self.mib, "the client read on while no buffer was free")
+        // Every event loop of the client answers, and another request goes through them.
+        let answered = Counter()
+        var loops = 0
+        for loop in LabHTTPClient.shared.eventLoopGroup.makeIterator() {
+            loops += 1
+            loop.execute { answered.add() }
+        }
+        for _ in 0..<50 where answered.value < loops { try await Task.sleep(nanoseconds: 100_000_000) }
+        guard answered.value == loops else {
+            XCTFail("an event loop is blocked")
+            gate.signal() // (what blocks it may wait for the writer)
+            _ = try? await download.value
+            return
+        }
+        let port = try await startServer()
+        let health: [String: String] = try await LabClient(base: URL(string: "http://127.0.0.1:\(port)")!, token: nil).call("GET", "/health", timeout: 5)
+        XCTAssertEqual(health["status"], "ok")
+        gate.signal()
+        let (result, sha) = try await download.value
+        XCTAssertEqual(result.status, 200)
+        XCTAssertEqual(result.bytes, Int64(body.count))
+        XCTAssertEqual(sha, SHA256.hash(body))
+        XCTAssertTrue(try Data(contentsOf: file) == body, "the file is not the body")
+    }
+
+    /// A resumed download (206 from inside a page) whose body ends early while the writer lags
+    /// (the ring full, parts waiting for a buffer): an error naming what was written, the file
+    /// is the part it had and that much of the rest, in order, and the hasher ends at its checksum.
+    func testResumedBodyThatEndsEarlyWhileTheWriterLagsKeepsTheFileStart() async throws {
+        let whole = Self.content(40 * Self.mib + 333)
+        let have = 5000
+        let rest = whole[have...]
+        let head = Data("HTTP/1.1 206 Partial Content\r\nContent-Length: \(rest.count)\r\nContent-Range: bytes \(have)-\(whole.count - 1)/\(whole.count)\r\n\r\n".utf8)
+        let sent = rest.prefix(25 * Self.mib + 777)
+        let server = try OneShotServer(head + sent)
+        let file = dir.appendingPathComponent("out")
+        try whole.prefix(have).write(to: file)
+        var hasher = SHA256()
+        hasher.update(whole.prefix(have))
+        let url = URL(string: "http://127.0.0.1:\(server.port)/f")!
+        var outcome: Error?
+        do {
+            _ = try await FileDownload.get(url, headers: ["Range": "bytes=\(have)-"], appendingTo: file, hasher: &hasher, timeout: 10, mode: .direct,
+                                           beforeWrite: { usleep(30_000) }) // a slow disk
+        } catch { outcome = error }
+        let error = "\(try XCTUnwrap(outcome, "a short body was taken as whole"))"
+        let pattern = try NSRegularExpression(pattern: "connection closed after ([0-9]+) of \(rest.count) bytes")
+        let match = try XCTUnwrap(pattern.firstMatch(in: error, range: NSRange(error.startIndex..., in: error)), error)
+        let written = try XCTUnwrap(Int(error[Range(match.range(at: 1), in: error)!]))
+        XCTAssertGreaterThan(written, 0)
+        XCTAssertLessThanOrEqual(written, sent.count)
+        XCTAssertTrue(try Data(contentsOf: file) == whole.prefix(have + written), "the file is not the body's start, in order")
+        XCTAssertEqual(hasher.finalizeHex(), SHA256.hash(whole.prefix(have + written)))
+    }
+
+    /// A chunked body is written as it comes; one that ends before its last chunk is an error
+    /// and the file holds what came.
+    func testChunkedBodies() async throws {
+        let body = Self.content(2 * Self.mib + 4321)
+        var answer = Data("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".utf8)
+        var at = 0
+        for size in [1000, Self.mib + 5, 70_000, 4096] + [body.count] {
+            let n = min(size, body.count - at)
+            guard n > 0 else { break }
+            answer += Data(String(n, radix: 16).utf8) + Data("\r\n".utf8) + body[at..<(at + n)] + Data("\r\n".utf8)
+            at += n
+        }
+        let file = dir.appendingPathComponent("out")
+        try Data(repeating: 0xEE, count: 3 * Self.mib).write(to: file)
+        let whole = try OneShotServer(answer + Data("0\r\n\r\n".utf8))
+        var hasher = SHA256()
+        let result = try await FileDownload.get(URL(string: "http://127.0.0.1:\(whole.port)/f")!, headers: [:], appendingTo: file, hasher: &hasher, timeout: 10)
+        XCTAssertEqual(result.status, 200)
+        XCTAssertEqual(result.bytes, Int64(body.count))
+        XCTAssertEqual(hasher.finalizeHex(), SHA256.hash(body))
+        XCTAssertTrue(try Data(contentsOf: file) == body)
+
+        let cut = try OneShotServer(answer) // no last chunk
+        hasher = SHA256()
+        do {
+            _ = try await FileDownload.get(URL(string: "http://127.0.0.1:\(cut.port)/f")!, headers: [:], appendingTo: file, hasher: &hasher, timeout: 10)
+            XCTFail("a chunked body without its last chunk was taken as whole")
+        } catch {
+            XCTAssertTrue("\(error)".contains("connection closed after \(body.count) bytes, before the body's end"), "\(error)")
+        }
+        XCTAssertTrue(try Data(contentsOf: file) == body)
+    }
+
+    /// A server that goes silent in the middle of the body: an error after the timeout (no
+    /// progress for that long), not later, and the file holds what came.
+    func testSilentServerTimesOut() async throws {
+        let part = Self.content(3 * Self.mib + 10)
+        let server = try OneShotServer(Data("HTTP/1.1 200 OK\r\nContent-Length: \(10 * Self.mib)\r\n\r\n".utf8) + part, linger: 10)
+        let file = dir.appendingPathComponent("out")
+        FileManager.default.createFile(atPath: file.path, contents: nil)
+        var hasher = SHA256()
+        let t0 = Date()
+        do {
+            _ = try await FileDownload.get(URL(string: "http://127.0.0.1:\(server.port)/f")!, headers: [:], appendingTo: file, hasher: &hasher, timeout: 1)
+            XCTFail("a silent server was waited for")
+        } catch {
+            XCTAssertTrue("\(error)".contains("nothing received for 1 s, after \(part.count) of \(10 * Self.mib) bytes"), "\(error)")
+        }
+        let waited = Date().timeIntervalSince(t0)
+        XCTAssertGreaterThanOrEqual(waited, 0.9)
+        XCTAssertLessThan(waited, 5)
+        XCTAssertTrue(try Data(contentsOf: file) == part)
+        XCTAssertEqual(hasher.finalizeHex(), SHA256.hash(part))
+        // Silent before the head: the file is not touched.
+        let mute = try OneShotServer(Data(), linger: 10)
+        do {
+            _ = try await FileDownload.get(URL(string: "http://127.0.0.1:\(mute.port)/f")!, headers: [:], appendingTo: file, hasher: &hasher, timeout: 1)
+            XCTFail("a server that never answered was waited for")
+        } catch {
+            XCTAssertTrue("\(error)".hasSuffix("/f: no answer within 1 s"), "\(error)")
+        }
+        XCTAssertTrue(try Data(contentsOf: file) == part)
+    }
+
+    /// Another status than 200 or 206: its status and the body's first bytes; the file is untouched.
+    func testRefusalCarriesStatusAndBody() async throws {
+        let port = try await startServer()
+        let file = dir.appendingPathComponent("out")
+        try Data("kept".utf8).write(to: file)
+        var hasher = SHA256()
+        do {
+            _ = try await FileDownload.get(URL(string: "http://127.0.0.1:\(port)/files/none")!, headers: [:], appendingTo: file, hasher: &hasher, timeout: 10)
+            XCTFail("a 404 was taken")
+        } catch let e as LabClient.Failure {
+            XCTAssertEqual(e.status, 404)
+            XCTAssertTrue(e.message.contains("no such file"), e.message)
+        }
+        XCTAssertEqual(try Data(contentsOf: file), Data("kept".utf8))
     }
 
     /// A target that cannot be opened, and writes that fail (/dev/full: no space left), are
@@ -198,13 +359,9 @@ final class FileDownloadTests: XCTestCase {
         try serve(Self.content(20 * Self.mib + 5), as: "f")
         func failure(_ target: URL, headers: [String: String] = [:]) async throws -> String {
             let url = URL(string: "http://127.0.0.1:\(port)/files/f")!
-            let outcome = await Task.detached { () -> Error? in
-                var hasher = SHA256()
-                do {
-                    _ = try FileDownload.get(url, headers: headers, appendingTo: target, hasher: &hasher, timeout: 10)
-                    return nil
-                } catch { return error }
-            }.value
+            var hasher = SHA256()
+            var outcome: Error?
+            do { _ = try await FileDownload.get(url, headers: headers, appendingTo: target, hasher: &hasher, timeout: 10) } catch { outcome = error }
             return "\(try XCTUnwrap(outcome, "no error writing to \(target.path)"))"
         }
         let missing = dir.appendingPathComponent("missing/out")
@@ -269,4 +426,53 @@ final class FileDownloadTests: XCTestCase {
         c.send(get("/files/big.csv", extra: "Range: bytes=0-99\r\n"))
         XCTAssertTrue(try XCTUnwrap(c.answer()).body == body.prefix(100))
     }
+}
+
+/// A count several threads add to.
+final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var n = 0
+    func add() { lock.withLock { n += 1 } }
+    func set(_ v: Int) { lock.withLock { n = v } }
+    var value: Int { lock.withLock { n } }
+}
+
+/// A server of one connection over plain sockets: reads the request to its end, sends `answer`
+/// (head and body) 64 KiB at a time, waits `linger` seconds and closes. `sent` is how much of
+/// the answer the kernel has taken so far.
+final class OneShotServer: @unchecked Sendable {
+    let port: UInt16
+    private let listener: Int32
+    private let count = Counter()
+    var sent: Int { count.value }
+
+    init(_ answer: Data, linger: TimeInterval = 0) throws {
+        let (fd, port) = try Listener.listen(host: "127.0.0.1", port: 0)
+        (listener, self.port) = (fd, port)
+        let count = self.count
+        Thread {
+            guard let c = Listener.accept(fd) else { return }
+            defer { close(c) }
+            // The request, to its end, before answering (so that closing sends no reset).
+            var request = [UInt8]()
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while !request.suffix(4).elementsEqual([13, 10, 13, 10]) {
+                let n = chunk.withUnsafeMutableBytes { recv(c, $0.baseAddress!, $0.count, 0) }
+                if n <= 0 { return }
+                request += chunk[0..<n]
+            }
+            answer.withUnsafeBytes { raw in
+                var off = 0
+                while off < raw.count {
+                    let n = send(c, raw.baseAddress! + off, min(64 << 10, raw.count - off), Int32(MSG_NOSIGNAL))
+                    if n <= 0 { return }
+                    off += n
+                    count.set(off)
+                }
+            }
+            if linger > 0 { Thread.sleep(forTimeInterval: linger) }
+        }.start()
+    }
+
+    deinit { close(listener) }
 }
