@@ -325,7 +325,7 @@ class Lab:
         self.cred = os.path.join(self.work, "cred")
         self.enrolled = set()
         self.results = os.path.join(self.work, "coordinator-results")
-        self.coord_flags = None
+        self.coord_setting = None  # (results folder, air address, extra flags) of the last start
         self.air = os.environ.get("NETLAB_AIR", f"coord.lab:{AIR_PORT}")
         self.agent_host_ip = os.environ.get("NETLAB_AGENT_HOST_IP") == "1"
         self._token = None
@@ -472,16 +472,14 @@ class Lab:
         self.procs.start("air", ["ip", "netns", "exec", ns("coord"), self.bin, "air", "--host", "0.0.0.0", "--port", str(AIR_PORT), *self.auth_flags()])
 
     def start_coordinator(self, results=None, air=None, extra=()):
-        if results is not None or self.coord_flags is None:
-            self.coord_flags = ["--host", "0.0.0.0", "--port", str(COORD_PORT), *self.auth_flags(),
-                                "--results", results or self.results, "--air", air or self.air, *extra]
+        if results is not None or self.coord_setting is None:
             self.coord_setting = (results or self.results, air or self.air, list(extra))
+        folder, air_address, more = self.coord_setting
         if self.from_units:
             # coordinator.env as install-coordinator.sh wrote it, with the scenario's air address and
             # extra flags in COORDINATOR_AIR and COORDINATOR_ARGS; the unit's results folder
             # (/var/lib/herald-lab/coordinator) is the scenario's, bound in the coordinator's own
             # mount namespace as the agents' data folders are.
-            folder, air_address, more = self.coord_setting
             self.set_env("coordinator.env", COORDINATOR_AIR=air_address, COORDINATOR_ARGS=" ".join(more))
             argv, env_text = self.unit_argv("herald-lab-coordinator.service", "coordinator.env")
             with open(os.path.join(self.out, "logs", "coordinator.cmdline"), "w") as f:
@@ -490,7 +488,8 @@ class Lab:
             script = 'mkdir -p /var/lib/herald-lab/coordinator && mount --bind "$0" /var/lib/herald-lab/coordinator && exec "$@"'
             self.procs.start("coordinator", ["ip", "netns", "exec", ns("coord"), "sh", "-c", script, folder, *argv])
         else:
-            self.procs.start("coordinator", ["ip", "netns", "exec", ns("coord"), self.bin, "coordinator", *self.coord_flags])
+            self.procs.start("coordinator", ["ip", "netns", "exec", ns("coord"), self.bin, "coordinator", "--host", "0.0.0.0", "--port", str(COORD_PORT),
+                                              *self.auth_flags(), "--results", folder, "--air", air_address, *more])
         if not self.wait_http(self.coord_url("/health"), 20):
             raise RuntimeError("the coordinator did not answer /health within 20 s (logs/coordinator.log)")
 

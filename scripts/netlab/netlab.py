@@ -275,7 +275,7 @@ def reset(L, C, why):
     C.note(f"reset: {why}")
     L.stop_services()
     L.results = L.results.rstrip("0123456789-") + f"-{int(time.time())}"
-    L.coord_flags = None
+    L.coord_setting = None
     lab.set_hosts_extra([])
     L.start_all(fresh=True)
 
