@@ -148,7 +148,12 @@ struct RunCommand: AsyncParsableCommand {
         }
         let bundle = outDir.appendingPathComponent(current.id)
         print("bundle: \(bundle.path)")
-        if let m = try? Manifest.read(from: bundle.appendingPathComponent("manifest.json")) {
+        let manifest: Manifest?
+        do { manifest = try Manifest.read(from: bundle.appendingPathComponent("manifest.json")) } catch {
+            log("herald-lab run: \(OutsideText.escaped("\(bundle.path)/manifest.json")): \(OutsideText.escaped("\(error)")) (no clock offsets or skew to show)")
+            manifest = nil
+        }
+        if let m = manifest {
             let offsets = m.nodes.map { String(format: "%@ %+.2f ms", $0.name, $0.clockOffset * 1000) }.joined(separator: ", ")
             if let s = m.startSkew { print(String(format: "start skew: p50 %.3f ms, p99 %.3f ms, max %.3f ms; clock offsets: %@", s.p50Ms, s.p99Ms, s.maxMs, offsets)) }
             if let pf = m.preflight {
@@ -159,7 +164,15 @@ struct RunCommand: AsyncParsableCommand {
             if !partial.isEmpty { print("nodes not complete: " + partial.map { OutsideText.escaped("\($0.name) \($0.state.rawValue)\($0.message.map { " (\($0))" } ?? "")") }.joined(separator: ", ")) }
         }
         if current.state == .aborted { log("herald-lab run: run \(current.id) was aborted; its bundle holds what the nodes logged until then") }
-        if let summary = try? ReportWriter.readSummary(bundle.appendingPathComponent("report/summary.json")) {
+        let summaryFile = bundle.appendingPathComponent("report/summary.json")
+        var summary: AnalysisResult?
+        if FileManager.default.fileExists(atPath: summaryFile.path) {
+            do { summary = try ReportWriter.readSummary(summaryFile) } catch {
+                log("herald-lab run: \(OutsideText.escaped(summaryFile.path)): \(OutsideText.escaped("\(error)"))")
+                throw ExitCode(2)
+            }
+        }
+        if let summary {
             print(Summary.text(summary, mode: .strict))
             print("report: \(bundle.appendingPathComponent("report/report.html").path)")
             try copyForCI(from: bundle.appendingPathComponent("report"))

@@ -99,7 +99,11 @@ public enum FileDownload {
         // The receiver hands its last chunk on (it has, unless the client failed the request
         // without telling it), then the consumers finish with the ring before it goes.
         let failedWith = requestError
-        try? await loop.submit { receiver.close(failedWith) }.get()
+        do { try await loop.submit { receiver.close(failedWith) }.get() } catch {
+            // The loop is shut down (the process is stopping): nothing runs on it any more, so
+            // the receiver is closed here, and what it received still reaches the file.
+            receiver.close(failedWith ?? error)
+        }
         let outcome = await receiver.pipeline?.finish()
         if let outcome { hasher = outcome.hasher }
 
