@@ -169,7 +169,14 @@ extension Coordinator {
             let recent = Array(runs.suffix(30))
             guard let first = recent.first else { continue }
             var results = [AnalysisResult?]()
-            for r in recent { results.append(try? store.summary(of: r)) }
+            var unreadable = [String]()
+            for r in recent {
+                do { results.append(try store.summary(of: r)) } catch {
+                    // A stored row that does not decode is named on the page, never left out unsaid.
+                    results.append(nil)
+                    unreadable.append("run \(r.runId) (history row \(r.id.map(String.init) ?? "?")): \(error)")
+                }
+            }
             // Each run judged against up to 10 runs before it, as `regress --baseline history` would.
             var judgements = [Regression.Judgement?]()
             for i in recent.indices {
@@ -177,7 +184,11 @@ extension Coordinator {
                 let before = results[max(0, i - 10)..<i].compactMap { $0 }
                 judgements.append(before.isEmpty ? nil : Regression.judge(current: current, history: before, tolerancePct: current.thresholds.regressionTolerancePct))
             }
-            body += "<h2>\(Self.h(first.plan))\(first.variant.isEmpty ? "" : " · " + Self.h(first.variant))\(first.testbed.isEmpty ? "" : " · testbed " + Self.h(first.testbed)) <span class=\"small\">(\(runs.count) runs)</span></h2><div class=\"trend\">"
+            body += "<h2>\(Self.h(first.plan))\(first.variant.isEmpty ? "" : " · " + Self.h(first.variant))\(first.testbed.isEmpty ? "" : " · testbed " + Self.h(first.testbed)) <span class=\"small\">(\(runs.count) runs)</span></h2>"
+            if !unreadable.isEmpty {
+                body += "<p class=\"fail unreadable\">Left out of the chart and the band, their stored summaries cannot be read (history.sqlite): " + unreadable.map { Self.h($0) }.joined(separator: "; ") + "</p>"
+            }
+            body += "<div class=\"trend\">"
             for m in Metric.allCases {
                 let points = recent.indices.map { i -> TrendChart.Point in
                     let finding = judgements[i]?.findings.first { $0.metric == m.rawValue }

@@ -1,6 +1,8 @@
 import XCTest
 import HeraldAnalysis
 import HeraldCore
+import LabHistory
+import GRDB
 import LabHTTP
 import LabNet
 import LabNode
@@ -311,6 +313,32 @@ final class DashboardTests: XCTestCase {
             rec.bundle = bundle.path
             try c.save(rec)
         }
+    }
+
+    /// A history row whose stored summary no longer decodes is named on the Trends page, not
+    /// dropped from the chart and the regression band without a word.
+    func testTrendsNamesAStoredSummaryThatCannotBeRead() async throws {
+        let (c, client) = try await start()
+        let yaml = "name: trendplan\nduration: 20s\nnodes: {count: 3}\nradio: {kind: sim}\n"
+        let plan = try Plan.parse(yaml: yaml)
+        try FileManager.default.createDirectory(at: c.config.results, withIntermediateDirectories: true)
+        let store = try HistoryStore(url: c.config.results.appendingPathComponent("history.sqlite"))
+        for seed in UInt64(1)...3 {
+            let bundle = c.config.results.appendingPathComponent("trendplan-\(seed)")
+            _ = try Simulation(plan: plan, planText: yaml, seed: seed, output: bundle, threads: 1).run()
+            _ = try store.record(try Analyser.analyse(bundle).result, reportPath: "")
+        }
+        let damaged = try XCTUnwrap(try store.runs().dropFirst().first)
+        let db = try DatabaseQueue(path: c.config.results.appendingPathComponent("history.sqlite").path)
+        try await db.write { try $0.execute(sql: "UPDATE run SET summaryJSON = '{\"cut off' WHERE id = ?", arguments: [damaged.id]) }
+        let (cookie, _) = try await session(client)
+        let (status, body, _) = try await client.request("GET", "/trends", headers: ["Cookie": cookie])
+        XCTAssertEqual(status, 200)
+        let page = String(decoding: body, as: UTF8.self)
+        XCTAssertTrue(page.contains("class=\"fail unreadable\""), page)
+        XCTAssertTrue(page.contains("run \(damaged.runId) (history row \(damaged.id!))"), "the damaged row is named")
+        XCTAssertEqual(page.components(separatedBy: "(history row ").count - 1, 1, "only the damaged row")
+        XCTAssertTrue(page.contains("(3 runs)"), "the plan's runs are still charted")
     }
 
     func testTrendsListsAFinishedStudyAndItsPageShowsTheEffects() async throws {
