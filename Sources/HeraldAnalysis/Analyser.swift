@@ -259,17 +259,22 @@ public enum Analyser {
             summary.problems.append("\(error)")
             return
         }
-        _ = try? CSVScanner.scan(url: url, root: root) { p, line, _ in
-            guard line.count >= 3, let t = LogTime.parse(p, line.starts[0], line.ends[0]) else {
-                return p.equals(line.starts[0], line.ends[0], "time") // header (optional) is fine
+        // A read that fails part-way is a problem of the device, as a file that cannot be opened is.
+        do {
+            _ = try CSVScanner.scan(url: url, root: root) { p, line, _ in
+                guard line.count >= 3, let t = LogTime.parse(p, line.starts[0], line.ends[0]) else {
+                    return p.equals(line.starts[0], line.ends[0], "time") // header (optional) is fine
+                }
+                let source = p.string(line.starts[1], line.ends[1])
+                guard let level = Double(p.string(line.starts[2], line.ends[2])), level.isFinite, level >= 0, level <= 100 else { return false }
+                summary.batterySource = source
+                if summary.batteryFirst == nil { summary.batteryFirst = level }
+                summary.batteryLast = level
+                if let k = timeline.index(t.absolute + shift), k < series.battery.count { series.battery[k] = Float(level) }
+                return true
             }
-            let source = p.string(line.starts[1], line.ends[1])
-            guard let level = Double(p.string(line.starts[2], line.ends[2])), level.isFinite, level >= 0, level <= 100 else { return false }
-            summary.batterySource = source
-            if summary.batteryFirst == nil { summary.batteryFirst = level }
-            summary.batteryLast = level
-            if let k = timeline.index(t.absolute + shift), k < series.battery.count { series.battery[k] = Float(level) }
-            return true
+        } catch {
+            summary.problems.append("\(error)")
         }
     }
 }

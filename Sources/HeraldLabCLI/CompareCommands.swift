@@ -32,12 +32,10 @@ struct CompareCommand: ParsableCommand {
         var design: Comparison.Design
         var order = [StudyReport.OrderedRun]()
         var title = "Comparison"
-        if bundles.count == 1, let study = try loadStudyFolder(bundles[0], command: "compare") {
+        if bundles.count == 1, let (study, index) = try loadStudy(bundles[0], command: "compare") {
             design = study
-            if let index = try? StudyIndex.load(URL(fileURLWithPath: bundles[0])) {
-                title = "Study \(index.study)"
-                order = index.runs.map { StudyReport.OrderedRun(index: $0.index, block: $0.block, level: $0.level, seed: $0.seed, bundle: $0.bundle) }
-            }
+            title = "Study \(index.study)"
+            order = index.runs.map { StudyReport.OrderedRun(index: $0.index, block: $0.block, level: $0.level, seed: $0.seed, bundle: $0.bundle) }
         } else {
             guard bundles.count >= 1 else { log("herald-lab compare: give a study folder or at least two bundles"); throw ExitCode(2) }
             var runs = [AnalysisResult]()
@@ -262,10 +260,15 @@ struct HistoryCommand: ParsableCommand {
 
 /// A study folder's design, or nil when `path` is not a folder with study.json (exit 2 on a bad one).
 func loadStudyFolder(_ path: String, command: String) throws -> Comparison.Design? {
+    try loadStudy(path, command: command)?.design
+}
+
+/// A study folder's design and its index, read once; nil when the folder holds no study.
+func loadStudy(_ path: String, command: String) throws -> (design: Comparison.Design, index: StudyIndex)? {
     let folder = URL(fileURLWithPath: path)
     do {
         guard let index = try StudyIndex.load(folder) else { return nil }
-        return try Comparison.design(study: folder, index: index)
+        return (try Comparison.design(study: folder, index: index), index)
     } catch {
         log("herald-lab \(command): \(Format.label(path)): \(error)")
         throw ExitCode(2)
