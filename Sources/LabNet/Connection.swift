@@ -1,17 +1,14 @@
-import CTLS
 import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// One connected byte stream, as every part of the product reads and writes sockets: a blocking
-/// TCP socket from `Dialer` or `Listener`, with or without TLS over it. Reads and writes are
-/// bounded by the socket's timeouts (`setTimeouts`); a timeout is a `NetError(.timeout)`. A peer
-/// that has gone (reset, broken pipe, TLS close under a write, a fatal alert) is a
-/// `NetError(.closed)` at the first read or write that meets it, never a retry: the caller closes
-/// the connection and drops what it still had to send.
-/// Not safe for concurrent readers or concurrent writers (one of each is fine for plain
-/// sockets; TLS needs one thread at a time).
+/// One connected byte stream: a blocking TCP socket from `Dialer` or `Listener`. Reads and
+/// writes are bounded by the socket's timeouts (`setTimeouts`); a timeout is a
+/// `NetError(.timeout)`. A peer that has gone (reset, broken pipe) is a `NetError(.closed)` at
+/// the first read or write that meets it, never a retry: the caller closes the connection and
+/// drops what it still had to send. (TLS is on swift-nio-ssl, over NIO's channels: not here.)
+/// Not safe for concurrent readers or concurrent writers (one of each is fine).
 public final class Connection: @unchecked Sendable {
     /// The socket; owned by the connection, closed by `close()`.
     public let fd: Int32
@@ -19,119 +16,18 @@ public final class Connection: @unchecked Sendable {
     public let name: String
     private var closed = false
     private let lock = NSLock()
-    /// The TLS session (ctls_conn), when the stream is TLS. After the handshake its socket is
-    /// non-blocking; reads and writes wait with poll() for at most `timeout`, and the session is
-    /// used by one thread at a time (`tlsLock`), so that one reader and one writer can share it.
-    private var tls: OpaquePointer?
-    private let tlsLock = NSLock()
     private var timeout: Double?
 
-    /// Takes ownership of a connected socket (plain).
+    /// Takes ownership of a connected socket.
     public init(fd: Int32, name: String) {
         self.fd = fd
         self.name = name
     }
 
-    /// Whether the stream is TLS (set once, at the handshake; stays true after close).
-    public private(set) var isTLS = false
-
-    /// Dials `host:port` (see `Dialer.connect`); with `tls`, handshakes and checks that the
-    /// server's certificate is the lab CA's and names `host`.
-    public static func dial(host: String, port: UInt16, timeout: TimeInterval = 10, tls: TLSContext? = nil) throws -> Connection {
+    /// Dials `host:port` (see `Dialer.connect`).
+    public static func dial(host: String, port: UInt16, timeout: TimeInterval = 10) throws -> Connection {
         let fd = try Dialer.connect(host: host, port: port, timeout: timeout)
-        let c = Connection(fd: fd, name: "\(HostPort(host: host, port: port))")
-        if let tls {
-            c.setTimeouts(seconds: timeout)
-            var err = [CChar](repeating: 0, count: 512)
-            guard let session = ctls_connect(tls.raw, fd, HostPort.unbracketed(host), &err, err.count) else {
-                c.close()
-                throw NetError(.tls, "\(c.name): \(NetError.text(cBuffer: err))")
-            }
-            c.tls = session
-            c.isTLS = true
-        }
-        return c
-    }
-
-    /// Takes an accepted socket; with `tls`, handshakes as the server, bounded by `timeout` in
-    /// all. When it throws, the socket is still the caller's to close.
-    public static func accepted(fd: Int32, name: String, tls: TLSContext?, timeout: TimeInterval = 10) throws -> Connection {
-        guard let tls else { return Connection(fd: fd, name: name) }
-        let c = try acceptingTLS(fd: fd, name: name, tls: tls)
-        c.setTimeouts(seconds: timeout)
-        do {
-            guard try c.handshake(waiting: timeout) else { throw NetError(.tls, "\(name): TLS handshake: timed out") }
-        } catch {
-            c.abandon()
-            throw error
-        }
-        return c
-    }
-
-    /// Frees the session and leaves the descriptor open (the caller closes it).
-    private func abandon() {
-        lock.withLock { closed = true }
-        tlsLock.withLock {
-            if let session = tls { ctls_free(session) }
-            tls = nil
-        }
-    }
-
-    /// Whether a server handshake begun with `acceptingTLS` is still to finish (`handshake`).
-    public var isHandshaking: Bool { tlsLock.withLock { handshaking } }
-    private var handshaking = false
-
-    /// Starts a server TLS session on an accepted socket without waiting for the handshake:
-    /// `handshake(waiting:)` moves it on, a little at a time, so that a peer that sends its
-    /// handshake slowly holds no thread between the steps. When it throws, the socket is still
-    /// the caller's to close.
-    public static func acceptingTLS(fd: Int32, name: String, tls: TLSContext) throws -> Connection {
-        let c = Connection(fd: fd, name: name)
-        var err = [CChar](repeating: 0, count: 512)
-        guard let session = ctls_accept_begin(tls.raw, fd, &err, err.count) else {
-            c.abandon()
-            throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
-        }
-        c.tls = session
-        c.isTLS = true
-        c.handshaking = true
-        return c
-    }
-
-    /// Moves a handshake begun with `acceptingTLS` on for at most `seconds` in all (the socket is
-    /// non-blocking and each wait is for what is left, so a peer trickling its bytes cannot
-    /// stretch it): true once it is done, false when the time is up (call again once the socket
-    /// is readable). Throws when the handshake fails.
-    public func handshake(waiting seconds: Double) throws -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        var err = [CChar](repeating: 0, count: 512)
-        while true {
-            tlsLock.lock()
-            guard handshaking else { tlsLock.unlock(); return true }
-            guard let session = tls else { tlsLock.unlock(); throw NetError(.closed, "\(name): the connection was closed") }
-            let rc = ctls_handshake(session, &err, err.count)
-            if rc == 1 { handshaking = false }
-            tlsLock.unlock()
-            let events: Int16
-            switch rc {
-            case 1: return true
-            case Int32(CTLS_WANT_READ): events = Int16(POLLIN)
-            case Int32(CTLS_WANT_WRITE): events = Int16(POLLOUT)
-            default: throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
-            }
-            let left = deadline.timeIntervalSinceNow
-            guard left > 0 else { return false }
-            timeout = left
-            do { try wait(events, doing: "the TLS handshake") } catch let e as NetError where e.kind == .timeout { return false }
-        }
-    }
-
-    /// Bytes already received and decrypted, waiting to be read (TLS; 0 for a plain socket):
-    /// a reader that waits for the socket to become readable must read these first.
-    public var pendingBytes: Int {
-        guard let session = tls else { return 0 }
-        tlsLock.lock(); defer { tlsLock.unlock() }
-        return Int(ctls_pending(session))
+        return Connection(fd: fd, name: "\(HostPort(host: host, port: port))")
     }
 
     deinit { close() }
@@ -157,29 +53,6 @@ public final class Connection: @unchecked Sendable {
         }
     }
 
-    /// One TLS record operation, waiting while OpenSSL wants the socket. The session is looked
-    /// up under the lock each time: `close()` on another thread frees it.
-    private func tlsIO(doing what: String, _ op: (OpaquePointer, UnsafeMutablePointer<CChar>, Int) -> Int32) throws -> Int {
-        var err = [CChar](repeating: 0, count: 256)
-        while true {
-            tlsLock.lock()
-            guard let session = tls else {
-                tlsLock.unlock()
-                throw NetError(.protocolError, "\(name): the connection was closed")
-            }
-            let rc = op(session, &err, err.count)
-            tlsLock.unlock()
-            if rc >= 0 { return Int(rc) }
-            switch rc {
-            case Int32(CTLS_WANT_READ): try wait(Int16(POLLIN), doing: what)
-            case Int32(CTLS_WANT_WRITE): try wait(Int16(POLLOUT), doing: what)
-            // The session is dead (ctls never retries it): the peer has gone, or failed.
-            case Int32(CTLS_CLOSED): throw NetError(.closed, "\(name): \(NetError.text(cBuffer: err))")
-            default: throw NetError(.tls, "\(name): \(NetError.text(cBuffer: err))")
-            }
-        }
-    }
-
     /// A closed connection's descriptor number may already belong to another socket: nothing is
     /// read from or written to it.
     private func ensureOpen() throws {
@@ -190,10 +63,6 @@ public final class Connection: @unchecked Sendable {
     public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
         try ensureOpen()
-        if isTLS {
-            let len = Int32(clamping: buffer.count)
-            return try tlsIO(doing: "waiting for data") { ctls_read($0, base, len, $1, $2) }
-        }
         while true {
             let n = recv(fd, base, buffer.count, 0)
             if n >= 0 { return n }
@@ -216,18 +85,6 @@ public final class Connection: @unchecked Sendable {
         guard let base = bytes.baseAddress else { return }
         try ensureOpen()
         var off = 0
-        if isTLS {
-            while off < bytes.count {
-                let len = Int32(clamping: bytes.count - off)
-                let p = base + off
-                let n = try tlsIO(doing: "sending") { ctls_write($0, p, len, $1, $2) }
-                // A write moves at least one byte or throws (ctls never returns 0 for one); a 0
-                // here would loop for ever, so it ends the connection instead.
-                guard n > 0 else { throw NetError(.closed, "\(name): send failed: the connection took no bytes") }
-                off += n
-            }
-            return
-        }
         while off < bytes.count {
             let n = send(fd, base + off, bytes.count - off, Int32(MSG_NOSIGNAL))
             if n > 0 { off += n; continue }
@@ -239,18 +96,17 @@ public final class Connection: @unchecked Sendable {
     }
 
     /// sendfile(2) has no MSG_NOSIGNAL: a peer that has gone raises SIGPIPE, which would end the
-    /// process. It is ignored once, before the first sendfile (as before the first TLS context);
+    /// process. It is ignored once, before the first sendfile;
     /// the send then fails with EPIPE.
     private static let ignoreSIGPIPE: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
 
     /// Sends `count` bytes of the open file `file` from `offset` with sendfile(2): the kernel
-    /// passes the file's pages to the socket, and no byte is copied through user memory. Plain
-    /// streams only (TLS must encrypt in user space: use `write`). Partial sends are continued;
+    /// passes the file's pages to the socket, and no byte is copied through user memory. Partial
+    /// sends are continued;
     /// when the socket does not take a byte for the timeout (`setTimeouts`; EAGAIN) it is a
     /// `NetError(.timeout)`, as for `write`. Returns the bytes sent: fewer than `count` only
     /// when the file ends first (it shrank).
     public func sendFile(_ file: Int32, offset: Int, count: Int) throws -> Int {
-        precondition(!isTLS, "sendFile on a TLS stream")
         Self.ignoreSIGPIPE
         var position = off_t(offset)
         let end = off_t(offset + count)
@@ -289,12 +145,6 @@ public final class Connection: @unchecked Sendable {
         lock.lock(); defer { lock.unlock() }
         guard !closed else { return }
         closed = true
-        if let session = tls {
-            tlsLock.lock()
-            ctls_free(session)
-            tls = nil
-            tlsLock.unlock()
-        }
         _ = Glibc.close(fd)
     }
 

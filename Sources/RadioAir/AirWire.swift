@@ -86,7 +86,6 @@ final class LineSocket: @unchecked Sendable {
         let name = "\(HostPort(host: host, port: port))"
         let hint = "is `herald-lab air` running there\(tls == nil ? "" : " with TLS")?"
         do {
-            let ssl = try tls.map { try $0.nioContext() }
             let seconds = max(0.001, timeout)
             let ready = AirLoops.group.next().makePromise(of: LineSocket.self)
             let bootstrap = ClientBootstrap(group: AirLoops.group)
@@ -99,8 +98,7 @@ final class LineSocket: @unchecked Sendable {
                         let socket = LineSocket(channel: channel)
                         // An address is checked against the certificate's IP names; a name is sent
                         // in SNI and checked against its DNS names (NIOSSL's identity check).
-                        let sni: String? = AirTLS.isAddress(bare) ? nil : bare
-                        let handler = try ssl.map { try NIOSSLClientHandler(context: $0, serverHostname: sni) }
+                        let handler = try tls?.clientHandler(for: bare)
                         let watch = HandshakeWatch(tls: handler != nil, ready: { ready.succeed(socket) }, failed: { ready.fail($0) })
                         try socket.install(on: channel, tls: handler, watch: watch)
                         return channel.eventLoop.makeSucceededVoidFuture()
@@ -358,13 +356,6 @@ final class HandshakeWatch: ChannelInboundHandler, @unchecked Sendable {
     func channelInactive(context: ChannelHandlerContext) {
         finish(ChannelError.ioOnClosedChannel)
         context.fireChannelInactive()
-    }
-}
-
-/// The air's TLS helpers (its contexts are `TLSContext.nioContext()`, shared with HTTP).
-enum AirTLS {
-    static func isAddress(_ host: String) -> Bool {
-        (try? SocketAddress(ipAddress: host, port: 0)) != nil
     }
 }
 

@@ -21,14 +21,14 @@ final class HTTPOverLabNetTests: XCTestCase {
     }
 
     /// An HTTPService answering clock probes as the agent does, and a file.
-    func start(on host: String, token: String? = nil, file: Data = Data()) async throws -> (HTTPService, UInt16) {
+    func start(on host: String, token: String? = nil, file: Data = Data(), tls: TLSContext? = nil) async throws -> (HTTPService, UInt16) {
         let service = HTTPService(name: "test", token: token, logger: LogCapture.quiet())
         service.route("POST", "/v1/clock") { _ in
             let t = Date().timeIntervalSince1970
             return .json(["received": t, "sent": t])
         }
         service.route("GET", "/file") { _ in HTTPResponse(.ok, headers: ["Content-Type": "application/octet-stream"], body: file) }
-        let port = try await service.start(host: host, port: 0)
+        let port = try await service.start(host: host, port: 0, tls: tls)
         services.append(service)
         return (service, port)
     }
@@ -102,6 +102,36 @@ final class HTTPOverLabNetTests: XCTestCase {
         let (_, port) = try await start(on: "localhost")
         let samples = try await ClockProbe.measure(url("localhost", port), token: nil, count: 4)
         XCTAssertEqual(samples.count, 4)
+    }
+
+    /// https: the probe speaks TLS (swift-nio-ssl), checks the server against the lab CA and the
+    /// name dialled, and refuses a server of another CA.
+    func testClockProbeMeasuresOverTLS() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("probe-tls-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        func p(_ f: String) -> String { dir.appendingPathComponent(f).path }
+        for prefix in ["", "other-"] {
+            try LabCA.create(commonName: "test CA", days: 1, certificate: p(prefix + "ca.pem"), key: p(prefix + "ca-key.pem"))
+            try LabCA.issue(caCertificate: p(prefix + "ca.pem"), caKey: p(prefix + "ca-key.pem"), commonName: "server", names: ["localhost"], days: 1,
+                            certificate: p(prefix + "cert.pem"), key: p(prefix + "key.pem"))
+        }
+        try LabTrust.trust(caFile: p("ca.pem"))
+        defer { LabTrust.forget() }
+        let (_, port) = try await start(on: "localhost", tls: try TLSContext(certificate: p("cert.pem"), key: p("key.pem")))
+        let secure = URL(string: "https://localhost:\(port)")!
+        let samples = try await ClockProbe.measure(secure, token: nil, count: 4)
+        XCTAssertEqual(samples.count, 4)
+        XCTAssertTrue(samples.allSatisfy { abs($0.offset) < 0.05 && $0.roundTrip >= 0 && $0.roundTrip < 1 }, "\(samples)")
+
+        let (_, otherPort) = try await start(on: "localhost", tls: try TLSContext(certificate: p("other-cert.pem"), key: p("other-key.pem")))
+        do {
+            _ = try await ClockProbe.measure(URL(string: "https://localhost:\(otherPort)")!, token: nil, count: 2)
+            XCTFail("measured a server of another CA")
+        } catch let e as NetError {
+            XCTAssertEqual(e.kind, .tls, "\(e)")
+            XCTAssertTrue(e.message.hasPrefix("clock probe of https://localhost:\(otherPort): "), "\(e)")
+        }
     }
 
     func testClockProbeErrorsNameTheURL() async throws {
