@@ -1,13 +1,16 @@
 import Foundation
+import LabNet
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// One connected byte stream: a blocking TCP socket from `Dialer` or `Listener`. Reads and
+/// One connected byte stream for tests: a blocking TCP socket from `Dialer` or `Listener`
+/// (plain; TLS streams are `TestStream`s). Once the product's every socket; since the HTTP
+/// server, the air, downloads and clock probes moved to NIO, only tests use it. Reads and
 /// writes are bounded by the socket's timeouts (`setTimeouts`); a timeout is a
 /// `NetError(.timeout)`. A peer that has gone (reset, broken pipe) is a `NetError(.closed)` at
 /// the first read or write that meets it, never a retry: the caller closes the connection and
-/// drops what it still had to send. (TLS is on swift-nio-ssl, over NIO's channels: not here.)
+/// drops what it still had to send.
 /// Not safe for concurrent readers or concurrent writers (one of each is fine).
 public final class Connection: @unchecked Sendable {
     /// The socket; owned by the connection, closed by `close()`.
