@@ -328,7 +328,7 @@ public final class TestServer: @unchecked Sendable {
 
     /// Listens on 127.0.0.1, any free port.
     public init(tls: TLSContext? = nil, timeout: TimeInterval = 10) throws {
-        let server = UnsafeServerRef()
+        let server = ServerRef()
         let bootstrap = ServerBootstrap(group: TestLoops.group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
@@ -383,6 +383,6 @@ public final class TestServer: @unchecked Sendable {
 
 /// The server, for its channels' initializer (set once it is made; connections accepted
 /// before that cannot happen, the port being unknown until then).
-private final class UnsafeServerRef: @unchecked Sendable {
+private final class ServerRef: @unchecked Sendable {
     weak var value: TestServer?
 }
