@@ -102,8 +102,12 @@ let package = Package(
 
         // MARK: Tests mirror the modules one to one; end-to-end tests start real processes.
         .testTarget(name: "HeraldCoreTests", dependencies: ["HeraldCore"]),
-        // Tests' log capture: a LogHandler that keeps each event and its line as LabLogHandler writes it.
-        .target(name: "LabTestSupport", dependencies: ["LabLog", .product(name: "Logging", package: "swift-log")], path: "Tests/LabTestSupport"),
+        // Tests' log capture (a LogHandler that keeps each event and its line as LabLogHandler writes it),
+        // and their blocking TCP/TLS stream and server on swift-nio and swift-nio-ssl.
+        .target(name: "LabTestSupport", dependencies: ["LabLog", "LabNet", .product(name: "Logging", package: "swift-log"),
+                                                       .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                                                       .product(name: "NIOTLS", package: "swift-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl")],
+                path: "Tests/LabTestSupport"),
         .testTarget(name: "LabLogTests", dependencies: ["LabLog", "LabTestSupport", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "HeraldLogsTests", dependencies: ["HeraldLogs", "HeraldCore"]),
         .testTarget(name: "HeraldSensorTests", dependencies: ["HeraldSensor", "RadioSim", "HeraldRadio", "HeraldCore", "HeraldLogs"]),

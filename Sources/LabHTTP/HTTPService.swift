@@ -179,10 +179,7 @@ public final class HTTPService: @unchecked Sendable {
     /// any free port); returns the bound port. With `tls`, every connection is TLS (swift-nio-ssl,
     /// the handshake within the first head's deadline).
     public func start(host: String = "127.0.0.1", port: UInt16, tls: TLSContext? = nil) async throws -> UInt16 {
-        let ssl: NIOSSLContext?
-        do { ssl = try tls?.nioContext() } catch {
-            throw HTTPError(.internalServerError, "\(name): TLS: \(error)")
-        }
+        let ssl = tls?.nio
         let gate = ConnectionGate(total: limits.maxConnections, perAddress: limits.maxConnectionsPerAddress, reserved: limits.reservedForKnown)
         let (server, bound) = try await serve(host: host, port: port, tls: ssl, gate: gate)
         runningLock.withLock { running = (server.0, server.1, gate, server.2) }

@@ -107,7 +107,8 @@ public struct NetAddress: Sendable, CustomStringConvertible {
         return NetAddress(storage: storage, length: socklen_t(MemoryLayout<sockaddr_in>.size))
     }
 
-    static func numericHost(_ storage: sockaddr_storage, _ length: socklen_t) -> String {
+    /// A socket address's host as a numeric text (no brackets; IPv4-mapped IPv6 shown as IPv4).
+    public static func numericHost(_ storage: sockaddr_storage, _ length: socklen_t) -> String {
         var buffer = [CChar](repeating: 0, count: Int(NI_MAXHOST))
         let rc = withUnsafeBytes(of: storage) {
             getnameinfo($0.baseAddress!.assumingMemoryBound(to: sockaddr.self), length, &buffer, socklen_t(buffer.count), nil, 0, NI_NUMERICHOST)

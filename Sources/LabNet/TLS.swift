@@ -1,17 +1,21 @@
 import CTLS
 import Foundation
+import NIOSSL
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// A TLS context over the system's OpenSSL: a server's certificate and key, or a client's trust
-/// in the lab CA. Made once per process and shared by every connection.
-public final class TLSContext: @unchecked Sendable {
-    let raw: OpaquePointer
+/// A TLS context: a server's certificate and key, or a client's trust in the lab CA. Made once
+/// per process and shared by every connection. The files are read once, at init, into the
+/// swift-nio-ssl context every TLS connection of the product uses (`nio`: the HTTP server, the
+/// air, its nodes), so that building it is the check of the files: a file that cannot be read,
+/// holds no certificate, or a key that is not the certificate's, is a `NetError(.tls)` naming it.
+public final class TLSContext: Sendable {
     public let isServer: Bool
-    /// The PEM files the context was made from: what another TLS stack (the air's, on NIO)
-    /// makes its own context from.
+    /// The PEM files the context was made from (LabTrust.caFile, AsyncHTTPClient's trust roots).
     public let material: Material
+    /// The swift-nio-ssl context made from `material`.
+    public let nio: NIOSSLContext
 
     public enum Material: Sendable, Hashable {
         /// A server's certificate chain and key.
@@ -20,32 +24,51 @@ public final class TLSContext: @unchecked Sendable {
         case client(trusting: String)
     }
 
-    /// OpenSSL writes to sockets with write(2): a peer that has gone raises SIGPIPE, which would
-    /// end the process. It is ignored once, before the first TLS context; writes then fail with
-    /// EPIPE, which every caller handles.
-    private static let ignoreSIGPIPE: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
-
     /// A server presenting `certificate` (PEM, chain) with `key`.
     public init(certificate: String, key: String) throws {
-        Self.ignoreSIGPIPE
-        var err = [CChar](repeating: 0, count: 512)
-        guard let ctx = ctls_server_ctx(certificate, key, &err, err.count) else { throw NetError(.tls, NetError.text(cBuffer: err)) }
-        raw = ctx
+        let chain = try Self.certificates(certificate, "certificate chain")
+        let privateKey: NIOSSLPrivateKey
+        do { privateKey = try NIOSSLPrivateKey(file: key, format: .pem) } catch {
+            throw NetError(.tls, "\(key): cannot load the private key: \(Self.reason(error, file: key))")
+        }
+        let configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(privateKey))
+        do { nio = try NIOSSLContext(configuration: configuration) } catch {
+            throw NetError(.tls, "\(key): the private key does not pair with the certificate in \(certificate): \(error)")
+        }
         isServer = true
         material = .server(certificate: certificate, key: key)
     }
 
-    /// A client trusting only the CA certificates in `trusting` (PEM) and checking the peer's name.
+    /// A client trusting only the CA certificates in `trusting` (PEM) and checking the peer's
+    /// name, or its address when it was dialled by address.
     public init(trusting ca: String) throws {
-        Self.ignoreSIGPIPE
-        var err = [CChar](repeating: 0, count: 512)
-        guard let ctx = ctls_client_ctx(ca, &err, err.count) else { throw NetError(.tls, NetError.text(cBuffer: err)) }
-        raw = ctx
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.trustRoots = .certificates(try Self.certificates(ca, "CA certificates"))
+        configuration.certificateVerification = .fullVerification
+        do { nio = try NIOSSLContext(configuration: configuration) } catch {
+            throw NetError(.tls, "\(ca): cannot make a TLS client trusting it: \(error)")
+        }
         isServer = false
         material = .client(trusting: ca)
     }
 
-    deinit { ctls_ctx_free(raw) }
+    /// The certificates of a PEM file, at least one.
+    private static func certificates(_ file: String, _ what: String) throws -> [NIOSSLCertificate] {
+        let found: [NIOSSLCertificate]
+        do { found = try NIOSSLCertificate.fromPEMFile(file) } catch {
+            throw NetError(.tls, "\(file): cannot load the \(what): \(reason(error, file: file))")
+        }
+        guard !found.isEmpty else { throw NetError(.tls, "\(file): cannot load the \(what): no certificate in it") }
+        return found
+    }
+
+    /// Why a file could not be loaded: that it is missing or unreadable when it is, else the
+    /// TLS library's error (swift-nio-ssl does not say which).
+    private static func reason(_ error: Error, file: String) -> String {
+        if access(file, F_OK) != 0 { return "no such file" }
+        if access(file, R_OK) != 0 { return "not readable" }
+        return "\(error)"
+    }
 }
 
 /// The lab's certificate authority: keys and certificates as PEM files (keys mode 0600).
@@ -114,14 +137,5 @@ public enum LabTrust {
             return c
         default: throw NetError(.badAddress, "only http:// and https:// are supported: \(url.absoluteString)")
         }
-    }
-}
-
-extension Connection {
-    /// Dials a URL's host and port: TLS checked against the lab CA for https.
-    public static func dial(url: URL, timeout: TimeInterval) throws -> Connection {
-        let tls = try LabTrust.context(for: url)
-        let target = try HostPort(url: url)
-        return try dial(host: target.host, port: target.port, timeout: timeout, tls: tls)
     }
 }

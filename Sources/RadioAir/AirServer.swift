@@ -100,8 +100,7 @@ public final class AirServer: @unchecked Sendable {
     /// With `tls`, nodes must speak TLS (the air's certificate, checked against the lab CA).
     /// Connections run on NIO's shared event loops (`AirLoops`): none holds a thread.
     public func start(host: String = "127.0.0.1", port: UInt16, tls: TLSContext? = nil) throws -> UInt16 {
-        let ssl: NIOSSLContext?
-        do { ssl = try tls.map { try $0.nioContext() } } catch { throw AirError.socket("TLS: \(error)") }
+        let ssl = tls?.nio
         let bootstrap = ServerBootstrap(group: AirLoops.group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)

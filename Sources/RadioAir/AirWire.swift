@@ -96,7 +96,9 @@ final class LineSocket: @unchecked Sendable {
                 .channelInitializer { channel in
                     do {
                         let socket = LineSocket(channel: channel)
-                        let handler = try tls.map { try $0.clientHandler(for: bare) }
+                        // An address is checked against the certificate's IP names; a name is sent
+                        // in SNI and checked against its DNS names (NIOSSL's identity check).
+                        let handler = try tls?.clientHandler(for: bare)
                         let watch = HandshakeWatch(tls: handler != nil, ready: { ready.succeed(socket) }, failed: { ready.fail($0) })
                         try socket.install(on: channel, tls: handler, watch: watch)
                         return channel.eventLoop.makeSucceededVoidFuture()

@@ -292,7 +292,7 @@ final class Trickle: @unchecked Sendable {
 
 extension LimitTests {
     /// Over the limit on a TLS port: no plain-text 503 (issue 19, item 7) but a TLS fatal alert,
-    /// internal_error, then the end of the stream; the client's TLS names the alert. A plain
+    /// internal_error, then the end of the stream; the client's TLS (swift-nio-ssl) names the alert. A plain
     /// port still answers 503.
     func testOverTheLimitOnATLSPortIsATLSAlertNotPlainText() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("limit-tls-\(UUID().uuidString)")
@@ -302,7 +302,7 @@ extension LimitTests {
         let service = HTTPService(name: "t", token: nil, limits: .init(maxConnections: 1), logger: LogCapture.quiet())
         let port = try await service.start(host: "127.0.0.1", port: 0, tls: server)
         services.append(service)
-        let holder = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: client)
+        let holder = try TestStream.connect(host: "127.0.0.1", port: port, timeout: 10, tls: client)
         defer { holder.close() }
         // A raw client over the limit reads exactly the alert record, then the end.
         let raw = try RawClient(port: port)
@@ -314,9 +314,11 @@ extension LimitTests {
             got += buf[0..<n]
         }
         XCTAssertEqual(got, [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50], String(decoding: got, as: UTF8.self))
-        // A TLS client is told by its TLS.
-        XCTAssertThrowsError(try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: client)) { error in
-            XCTAssertTrue("\(error)".contains("alert internal error"), "\(error)")
+        // A TLS client is told by its TLS: its handshake ends with the server's fatal alert,
+        // internal_error (BoringSSL's TLSV1_ALERT_INTERNAL_ERROR).
+        XCTAssertThrowsError(try TestStream.connect(host: "127.0.0.1", port: port, timeout: 10, tls: client)) { error in
+            XCTAssertEqual((error as? StreamError)?.kind, .tls, "\(error)")
+            XCTAssertEqual((error as? StreamError)?.refusal, .alert("TLSV1_ALERT_INTERNAL_ERROR"), "\(error)")
         }
     }
 }

@@ -27,12 +27,10 @@ func makeTestTLS(in dir: URL) throws -> (server: TLSContext, client: TLSContext)
 
 /// `GET /health` over TLS on a new connection: the start of the answer.
 func healthOverTLS(_ port: UInt16, _ client: TLSContext) throws -> String {
-    let c = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: client)
+    let c = try TestStream.connect(host: "127.0.0.1", port: port, timeout: 10, tls: client)
     defer { c.close() }
     try c.write(get("/health", extra: "Connection: close\r\n"))
-    var buf = [UInt8](repeating: 0, count: 4096)
-    let n = try c.read(into: &buf)
-    return String(decoding: buf[0..<n], as: UTF8.self)
+    return String(decoding: try c.read(), as: UTF8.self)
 }
 
 /// A client that pipelines requests and closes without reading a byte (issue 19, item 2): the
@@ -92,10 +90,9 @@ final class PeerGoneTests: XCTestCase {
                 if leave == .reset { Self.setResetOnClose(raw.fd) }
                 raw.close()
 
-                let c = try Connection.dial(host: "127.0.0.1", port: tlsPort, timeout: 10, tls: clientTLS)
+                let c = try TestStream.connect(host: "127.0.0.1", port: tlsPort, timeout: 10, tls: clientTLS)
                 try c.write(Self.pipeline)
-                if leave == .reset { Self.setResetOnClose(c.fd) }
-                c.close()
+                if leave == .reset { try c.reset() } else { c.close() }
             }
         }
         // Every client has gone; now the answers are written, to nobody.

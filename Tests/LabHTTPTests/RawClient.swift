@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import LabNet
+import LabTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -60,19 +60,17 @@ final class AirLimitsTests: AirTestCase {
         String(decoding: try! JSONSerialization.data(withJSONObject: object), as: UTF8.self) + "\n"
     }
 
-    /// A node on a LabNet connection (the OpenSSL client of an older node when `tls`): attached
-    /// with its hello, reading the air's lines.
+    /// A node on a test stream (a raw TLS client on swift-nio-ssl when `tls`, not the node's
+    /// own LineSocket): attached with its hello, reading the air's lines.
     final class Node {
-        let connection: Connection
+        let connection: TestStream
         private var buffered = [UInt8]()
         init(port: UInt16, name: String, tls: TLSContext? = nil) throws {
-            connection = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: tls)
-            connection.setTimeouts(seconds: 10)
+            connection = try TestStream.connect(host: "127.0.0.1", port: port, timeout: 10, tls: tls)
             try connection.write(AirLimitsTests.line(["t": "hello", "id": 0, "node": name, "token": "secret"]))
         }
         /// The next line from the air (ticks skipped), as JSON.
         func next() throws -> [String: Any] {
-            var buf = [UInt8](repeating: 0, count: 4096)
             while true {
                 if let nl = buffered.firstIndex(of: 10) {
                     let line = Data(buffered[..<nl])
@@ -81,9 +79,9 @@ final class AirLimitsTests: AirTestCase {
                     if object["t"] as? String == "tick" { continue }
                     return object
                 }
-                let n = try connection.read(into: &buf)
-                guard n > 0 else { throw NetError(.closed, "the air closed the connection") }
-                buffered += buf[0..<n]
+                let got = try connection.read()
+                guard !got.isEmpty else { throw NetError(.closed, "the air closed the connection") }
+                buffered += got
             }
         }
         /// Attached: the hello's answer says so.
@@ -181,7 +179,7 @@ final class AirLimitsTests: AirTestCase {
     }
 
     /// (c) 100 half-done TLS handshakes from another address (a ClientHello's first bytes, then
-    /// nothing): a node attaches at once over TLS (an older node's OpenSSL and a node's NIO
+    /// nothing): a node attaches at once over TLS (a raw TLS client and a node's NIO
     /// client alike); beyond the per-peer cap the stranger's connections are closed at once, and
     /// the rest at the attach deadline.
     func testHalfDoneHandshakesDoNotHoldANodeUp() throws {

@@ -17,28 +17,14 @@ final class AirPeerGoneTests: AirTestCase {
         return seconds(usage.ru_utime) + seconds(usage.ru_stime)
     }
 
-    /// Closing sends a reset (SO_LINGER 0): the peer's next write fails at once.
-    static func resetOnClose(_ fd: Int32) {
-        var l = linger(l_onoff: 1, l_linger: 0)
-        setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, socklen_t(MemoryLayout<linger>.size))
-    }
-
-    /// A node's line socket (NIO) connected to a server end made here over LabNet (TLS or
-    /// plain, on the OpenSSL of an older air): the server's end and the node's socket.
-    func pair(tls: Bool) throws -> (server: Connection, client: LineSocket) {
-        let (listener, port) = try Listener.listen(host: "127.0.0.1", port: 0)
-        defer { close(listener) }
-        let serverTLS = tls ? try serverTLS() : nil
-        let clientTLS = tls ? try clientTLS() : nil
-        let box = ConnectionBox()
-        let accepted = Thread {
-            guard let fd = Listener.accept(listener) else { return }
-            box.set(Result { try Connection.accepted(fd: fd, name: "client", tls: serverTLS, timeout: 10) })
-        }
-        accepted.start()
-        let client = try LineSocket.connect(host: "127.0.0.1", port: port, tls: clientTLS, timeout: 10)
-        let server = try box.wait().get()
-        server.setTimeouts(seconds: 30)
+    /// A node's line socket (NIO) connected to a server end made here (a `TestServer`: TLS with
+    /// swift-nio-ssl, or plain): the server's end and the node's socket.
+    func pair(tls: Bool) throws -> (server: TestStream, client: LineSocket) {
+        let listener = try TestServer(tls: tls ? try serverTLS() : nil)
+        defer { listener.close() }
+        let client = try LineSocket.connect(host: "127.0.0.1", port: listener.port, tls: tls ? try clientTLS() : nil, timeout: 10)
+        let server = try listener.accept()
+        server.timeout = 30
         return (server, client)
     }
 
@@ -47,8 +33,8 @@ final class AirPeerGoneTests: AirTestCase {
     func testLinesQueuedForAPeerThatHasGoneAreDropped() throws {
         for tls in [true, false] {
             let (server, socket) = try pair(tls: tls)
-            Self.resetOnClose(server.fd)
-            server.close()
+            // Closing with a reset (SO_LINGER 0): the node's next write fails at once.
+            try server.reset()
             for i in 0..<1000 { socket.send(AirRequest(id: i, .powerOn)) }
             // The queue drains (a write that retried for ever would hold it): bounded wait.
             let drained = DispatchSemaphore(value: 0)
@@ -76,19 +62,15 @@ final class AirPeerGoneTests: AirTestCase {
         }
         for i in 0..<4 {
             // A node with the token: attached, then 500 requests that each get a reply.
-            let node = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: clientTLS)
-            node.setTimeouts(seconds: 10)
+            let node = try TestStream.connect(host: "127.0.0.1", port: port, timeout: 10, tls: clientTLS)
             try node.write(line(["t": "hello", "id": 0, "node": "n\(i)", "token": "secret"]))
-            var buf = [UInt8](repeating: 0, count: 4096)
-            XCTAssertGreaterThan(try node.read(into: &buf), 0, "hello answered")
+            XCTAssertFalse(try node.read().isEmpty, "hello answered")
             try node.write((1...500).map { line(["t": "read", "id": $0]) }.joined())
-            Self.resetOnClose(node.fd)
-            node.close()
-            // A stranger: junk, then a hello without the token (refused), then gone.
-            let stranger = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10, tls: clientTLS)
+            try node.reset()
+            // A stranger: junk, then a hello without the token (refused), then gone (a reset).
+            let stranger = try TestStream.connect(host: "127.0.0.1", port: port, timeout: 10, tls: clientTLS)
             try stranger.write("junk \u{1B}[2J\n{\"t\":\n" + line(["t": "hello", "id": 1, "node": "x"]))
-            Self.resetOnClose(stranger.fd)
-            stranger.close()
+            try stranger.reset()
         }
         let deadline = Date().addingTimeInterval(30)
         while air.attachedCount > 0 && Date() < deadline { usleep(20_000) }
@@ -109,13 +91,10 @@ extension AirPeerGoneTests {
     /// connections not yet attached a new one is closed at once; a node then attaches.
     func testSilentStrangersAreClosedAndBounded() throws {
         func hello(_ port: UInt16) throws -> String {
-            let node = try Connection.dial(host: "127.0.0.1", port: port, timeout: 10)
+            let node = try TestStream.connect(host: "127.0.0.1", port: port, timeout: 10)
             defer { node.close() }
-            node.setTimeouts(seconds: 10)
             try node.write(String(decoding: try JSONSerialization.data(withJSONObject: ["t": "hello", "id": 1, "node": "n1", "token": "secret"]), as: UTF8.self) + "\n")
-            var buf = [UInt8](repeating: 0, count: 4096)
-            let n = try node.read(into: &buf)
-            return String(decoding: buf[0..<max(0, n)], as: UTF8.self)
+            return String(decoding: try node.read(), as: UTF8.self)
         }
 
         // Silent connections are closed at the hello timeout, and their places come back.
@@ -178,15 +157,5 @@ extension AirPeerGoneTests {
             }
             XCTAssertEqual(answered, 50, hello)
         }
-    }
-}
-
-final class ConnectionBox: @unchecked Sendable {
-    private let done = DispatchSemaphore(value: 0)
-    private var result: Result<Connection, Error>?
-    func set(_ r: Result<Connection, Error>) { result = r; done.signal() }
-    func wait() throws -> Result<Connection, Error> {
-        guard done.wait(timeout: .now() + 10) == .success, let r = result else { throw NetError(.timeout, "no connection accepted") }
-        return r
     }
 }

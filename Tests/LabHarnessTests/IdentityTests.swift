@@ -4,6 +4,7 @@ import HeraldCore
 import LabHTTP
 import LabNet
 import LabPlan
+import LabTestSupport
 
 /// A lab as install.sh deploys it: a CA made by `herald-lab ca init`, agents enrolled with
 /// `herald-lab agents enrol` and `herald-lab enrol`, everything over TLS (coordinator, agents,
@@ -165,19 +166,11 @@ final class IdentityTests: XCTestCase {
 
     /// Sends a hello to the air over TLS; returns its answer line.
     func airHello(_ lab: LabProcesses, node: String, ticket: String) throws -> String {
-        let c = try Connection.dial(host: "127.0.0.1", port: lab.ports["air"]!, timeout: 5, tls: LabTrust.client)
+        let c = try TestStream.connect(host: "127.0.0.1", port: lab.ports["air"]!, timeout: 5, tls: LabTrust.client)
         defer { c.close() }
-        c.setTimeouts(seconds: 5)
         let hello = try JSONSerialization.data(withJSONObject: ["t": "hello", "id": 1, "node": node, "ticket": ticket, "x": 0, "y": 0])
         try c.write(hello + Data([10]))
-        var got = [UInt8]()
-        var buf = [UInt8](repeating: 0, count: 4096)
-        while !got.contains(10) {
-            let n = try c.read(into: &buf)
-            if n == 0 { break }
-            got += buf[0..<n]
-        }
-        return String(decoding: got, as: UTF8.self)
+        return String(decoding: try c.read(through: 10), as: UTF8.self)
     }
 
     /// (Services without any credential: HarnessTests.testServicesNeverRunWithoutAuthenticationByAccident.)

@@ -1,9 +1,11 @@
 import Foundation
+import LabNet
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Opens every outgoing TCP connection of the product: host names, IPv4 and IPv6.
+/// Opens the tests' blocking TCP connections (raw clients): host names, IPv4 and IPv6. The
+/// product's own connections are SwiftNIO's.
 public enum Dialer {
     /// Resolves `host` (name or literal, IPv6 with or without brackets) and tries each address in
     /// getaddrinfo's order, each with a connect bounded by `timeout`. Returns a blocking,

@@ -1,9 +1,10 @@
 import Foundation
+import LabNet
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Options and addresses of open sockets.
+/// Options and addresses of tests' blocking sockets (the product's sockets are SwiftNIO's).
 public enum Sockets {
     /// Turns Nagle's algorithm off (`TCP_NODELAY`). On a listening socket, Linux copies it to every
     /// connection the kernel accepts afterwards.
