@@ -31,6 +31,8 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
     ],
     targets: [
         // MARK: The release and the commit a binary was built from (a build-time plugin writes the commit).
@@ -60,7 +62,10 @@ let package = Package(
         .target(name: "HeraldAnalysis", dependencies: ["HeraldCore"]),
         .target(name: "LabHistory", dependencies: ["HeraldAnalysis", .product(name: "GRDB", package: "GRDB.swift")]),
         // MARK: One dialer and one listener for every TCP connection (names, IPv4, IPv6, TCP_NODELAY).
-        .target(name: "LabNet", dependencies: ["CTLS", .product(name: "NIOSSL", package: "swift-nio-ssl")]),
+        // The lab CA on swift-certificates (X509, swift-crypto's keys); key files written with HeraldCore's Durable.
+        .target(name: "LabNet", dependencies: ["CTLS", "HeraldCore", .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                                               .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
+                                               .product(name: "Crypto", package: "swift-crypto")]),
         // TLS over the system's OpenSSL (libssl3): contexts, handshakes, records, the lab CA.
         .target(name: "CTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         // MARK: HTTP plumbing shared by agent and coordinator (HTTPService on Hummingbird 2; LabClient on AsyncHTTPClient; auth).
