@@ -1,6 +1,6 @@
 # HeraldLab. `make test` is the test command; `make demo` the main job on the simulated lab.
 SWIFT ?= swift
-APT_PACKAGES := pkg-config libssl-dev libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus xz-utils chromium chromium-driver prometheus
+APT_PACKAGES := pkg-config libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus xz-utils chromium chromium-driver prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps build release lab deb-binary deb test-deb test test-ci test-dashboard test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean

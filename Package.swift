@@ -31,6 +31,8 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
     ],
     targets: [
         // MARK: The release and the commit a binary was built from (a build-time plugin writes the commit).
@@ -59,10 +61,10 @@ let package = Package(
         // MARK: Analysis of Herald log folders and bundles; run history in SQLite.
         .target(name: "HeraldAnalysis", dependencies: ["HeraldCore"]),
         .target(name: "LabHistory", dependencies: ["HeraldAnalysis", .product(name: "GRDB", package: "GRDB.swift")]),
-        // MARK: One dialer and one listener for every TCP connection (names, IPv4, IPv6, TCP_NODELAY).
-        .target(name: "LabNet", dependencies: ["CTLS", .product(name: "NIOSSL", package: "swift-nio-ssl")]),
-        // TLS over the system's OpenSSL (libssl3): contexts, handshakes, records, the lab CA.
-        .target(name: "CTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
+        // MARK: Addresses (names, IPv4, IPv6) and TLS: TLSContext on swift-nio-ssl, the lab CA on swift-certificates (X509, swift-crypto's keys); key files written with HeraldCore's Durable.
+        .target(name: "LabNet", dependencies: ["HeraldCore", .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                                               .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
+                                               .product(name: "Crypto", package: "swift-crypto")]),
         // MARK: HTTP plumbing shared by agent and coordinator (HTTPService on Hummingbird 2; LabClient on AsyncHTTPClient; auth).
         .target(name: "LabHTTP", dependencies: ["HeraldCore", "LabNet", "CLinuxEvents", .product(name: "Logging", package: "swift-log"),
                                                    .product(name: "Hummingbird", package: "hummingbird"), .product(name: "HummingbirdCore", package: "hummingbird"),
@@ -120,7 +122,10 @@ let package = Package(
         .testTarget(name: "BlueZRadioTests", dependencies: ["BlueZRadio", "DBus", "DBusTestSupport", "HeraldRadio", "HeraldCore", "HeraldSensor", "LabNode", "LabPlan", "LabAgent", "LabTestSupport"],
                     exclude: ["fake_bluetoothd.py"]),
         .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabLink", "HeraldCore", "LabPlan", "LabHTTP", "LabNode", "HeraldAnalysis", "LabHistory", "LabTestSupport", .product(name: "GRDB", package: "GRDB.swift")]),
-        .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore", "LabTestSupport"]),
+        .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore", "LabTestSupport", .product(name: "X509", package: "swift-certificates"),
+                                                      .product(name: "SwiftASN1", package: "swift-asn1"), .product(name: "Crypto", package: "swift-crypto"),
+                                                      .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio"),
+                                                      .product(name: "NIOSSL", package: "swift-nio-ssl")]),
         .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio"),
                                                        .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabLink", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio")]),

@@ -29,7 +29,7 @@
 # --host ADDRESS is where the agent listens (default 0.0.0.0: the coordinator calls it at the
 # address its registration came from).
 #
-# Installs the runtime packages (BlueZ, D-Bus, libbluetooth, libssl), the binary, one
+# Installs the runtime packages (BlueZ, D-Bus, libbluetooth, libcurl, libsqlite), the binary, one
 # /etc/herald-lab/agents/NAME.env and credentials folder /etc/herald-lab/agents/NAME/ per agent
 # (keys mode 0640, group heraldlab), the template unit, a udev rule letting the agents reset
 # their USB dongles (sysfs authorized), then starts herald-lab-agent@NAME for every dongle and
@@ -158,7 +158,7 @@ if [ -z "$stage" ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$deb"
     binary=/usr/bin/herald-lab
   else
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bluez dbus libbluetooth3 libcurl4 libsqlite3-0 libssl3 ca-certificates
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bluez dbus libbluetooth3 libcurl4 libsqlite3-0 ca-certificates
     id heraldlab >/dev/null 2>&1 || useradd --system --home /var/lib/herald-lab --shell /usr/sbin/nologin heraldlab
     getent group bluetooth >/dev/null && usermod -aG bluetooth heraldlab
     install -m 0755 "$binary" /usr/local/bin/herald-lab

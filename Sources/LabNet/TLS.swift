@@ -1,4 +1,3 @@
-import CTLS
 import Foundation
 import NIOSSL
 #if canImport(Glibc)
@@ -68,36 +67,6 @@ public final class TLSContext: Sendable {
         if access(file, F_OK) != 0 { return "no such file" }
         if access(file, R_OK) != 0 { return "not readable" }
         return "\(error)"
-    }
-}
-
-/// The lab's certificate authority: keys and certificates as PEM files (keys mode 0600).
-public enum LabCA {
-    /// A new CA, valid `days`.
-    public static func create(commonName: String, days: Int, certificate: String, key: String) throws {
-        var err = [CChar](repeating: 0, count: 512)
-        guard ctls_make_ca(commonName, Int32(clamping: days), certificate, key, &err, err.count) == 0 else {
-            throw NetError(.tls, NetError.text(cBuffer: err))
-        }
-    }
-
-    /// A certificate for `commonName`, valid for the host names and addresses `names`, signed by
-    /// the CA (server and client use).
-    public static func issue(caCertificate: String, caKey: String, commonName: String, names: [String], days: Int,
-                             certificate: String, key: String) throws {
-        var err = [CChar](repeating: 0, count: 512)
-        let sans = names.map { HostPort.unbracketed($0) }.joined(separator: ",")
-        guard ctls_issue(caCertificate, caKey, commonName, sans, Int32(clamping: days), certificate, key, &err, err.count) == 0 else {
-            throw NetError(.tls, NetError.text(cBuffer: err))
-        }
-    }
-
-    /// The SHA-256 fingerprint of a certificate, hex.
-    public static func fingerprint(certificate: String) throws -> String {
-        var err = [CChar](repeating: 0, count: 512)
-        var out = [CChar](repeating: 0, count: 65)
-        guard ctls_fingerprint(certificate, &out, &err, err.count) == 0 else { throw NetError(.tls, NetError.text(cBuffer: err)) }
-        return NetError.text(cBuffer: out)
     }
 }
 

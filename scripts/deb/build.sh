@@ -2,7 +2,7 @@
 # Builds herald-lab_<version>_<arch>.deb from a release binary whose Swift runtime is linked in
 # (swift build --static-swift-stdlib): the binary, systemd units for agents (template), the
 # coordinator and the air, the udev rule for USB resets, the docs, and the system user. Its
-# dependencies are what dpkg-shlibdeps reads off the binary (libc, libdbus, libbluetooth, libssl,
+# dependencies are what dpkg-shlibdeps reads off the binary (libc, libdbus, libbluetooth,
 # libsqlite3, ...) plus bluez and dbus.
 #
 #   scripts/deb/build.sh BINARY OUTDIR     prints the .deb's path
