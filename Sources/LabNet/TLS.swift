@@ -31,7 +31,11 @@ public final class TLSContext: Sendable {
             throw NetError(.tls, "\(key): cannot load the private key: \(Self.reason(error, file: key))")
         }
         let configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(privateKey))
-        do { nio = try NIOSSLContext(configuration: configuration) } catch {
+        do { nio = try NIOSSLContext(configuration: configuration) } catch NIOSSLError.failedToLoadCertificate {
+            // BoringSSL takes an EC certificate for a server only with digitalSignature in its key
+            // usage: a CA's certificate (keyCertSign only) is refused here, not at a handshake.
+            throw NetError(.tls, "\(certificate): this certificate cannot serve TLS (an EC server certificate needs digitalSignature in its key usage; a CA's own certificate has not: serve the one the CA issued, cert.pem)")
+        } catch {
             throw NetError(.tls, "\(key): the private key does not pair with the certificate in \(certificate): \(error)")
         }
         isServer = true

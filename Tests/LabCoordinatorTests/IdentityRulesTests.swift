@@ -27,8 +27,14 @@ final class IdentityRulesTests: XCTestCase {
         config.token = operatorToken
         config.credentials = CredentialsFolder(url: dir.appendingPathComponent("cred"))
         if tls {
-            let (cert, key) = (dir.appendingPathComponent("cred/cert.pem").path, dir.appendingPathComponent("cred/key.pem").path)
-            try LabCA.create(commonName: "test lab", days: 1, certificate: cert, key: key)
+            // As `herald-lab ca init` makes them: a CA, and the coordinator's certificate it issues (a
+            // CA certificate cannot serve TLS: swift-nio-ssl takes an EC server certificate only with
+            // digitalSignature in its key usage).
+            let p = { (name: String) in dir.appendingPathComponent("cred/\(name)").path }
+            let (cert, key) = (p("cert.pem"), p("key.pem"))
+            try LabCA.create(commonName: "test lab", days: 1, certificate: p("ca.pem"), key: p("ca-key.pem"))
+            try LabCA.issue(caCertificate: p("ca.pem"), caKey: p("ca-key.pem"), commonName: "coordinator", names: ["127.0.0.1"], days: 1,
+                            certificate: cert, key: key)
             config.tls = try TLSContext(certificate: cert, key: key)
         }
         let c = try Coordinator(config: config, logger: log?.logger("herald-lab.coordinator") ?? LogCapture.quiet())

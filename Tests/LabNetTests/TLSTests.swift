@@ -216,6 +216,11 @@ final class TLSTests: XCTestCase {
             XCTAssertEqual((error as? NetError)?.kind, .tls, "\(error)")
             XCTAssertTrue("\(error)".hasPrefix(path("other-key.pem") + ": the private key does not pair with the certificate in " + path("cert.pem")), "\(error)")
         }
+        // The CA's own certificate (keyCertSign only) cannot serve: named as such, not as a key
+        // that does not pair.
+        XCTAssertThrowsError(try TLSContext(certificate: path("ca.pem"), key: path("ca-key.pem"))) { error in
+            XCTAssertTrue("\(error)".hasPrefix(path("ca.pem") + ": this certificate cannot serve TLS"), "\(error)")
+        }
         XCTAssertTrue(try TLSContext(certificate: path("cert.pem"), key: path("key.pem")).isServer)
         XCTAssertEqual(try TLSContext(trusting: path("ca.pem")).material, .client(trusting: path("ca.pem")))
     }
