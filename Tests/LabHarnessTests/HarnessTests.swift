@@ -55,11 +55,14 @@ final class HarnessTests: XCTestCase {
     func testAgentKilledMidRunAndRestartedKeepsItsLogsAndIsMarkedPartial() throws {
         let lab = try LabProcesses.make(agents: 3)
         self.lab = lab
-        let id = try lab.submit(plan("killagent", nodes: 3, duration: "16s"))
+        let id = try lab.submit(plan("killagent", nodes: 3, duration: "20s"))
         try lab.waitUntil(timeout: 20, "run running") { (lab.runRecord(id)?["state"] as? String) == "running" }
-        Thread.sleep(forTimeInterval: 5) // the sensors are writing
         let agentOfN2 = ((lab.runRecord(id)?["nodes"] as? [[String: Any]]) ?? []).first { $0["name"] as? String == "n2" }?["agent"] as? String ?? "agent2"
         let index = Int(agentOfN2.dropFirst(5))!
+        // Killed once its sensor has logged more than 10 contacts (how soon after the start that
+        // is depends on the machine's load: a fixed sleep here was a test that failed sometimes).
+        let runs = lab.dir.appendingPathComponent("\(agentOfN2)/runs")
+        try lab.waitUntil(timeout: 30, "n2 logged more than 10 contacts") { Self.contactRows(under: runs) > 10 }
         let port = lab.ports[agentOfN2]!
         lab.kill9(agentOfN2)
         let killedAt = Date()
@@ -77,6 +80,17 @@ final class HarnessTests: XCTestCase {
         XCTAssertGreaterThan(after.count, 10, "the restarted agent resumed the run")
         XCTAssertEqual(contacts.components(separatedBy: "time,sensor,id").count - 1, 1, "one header")
         XCTAssertTrue(lab.log(agentOfN2).contains("resumed"), lab.log(agentOfN2))
+    }
+
+    /// Rows (after the header) of every contacts.csv under `folder`, as the agent has written them.
+    static func contactRows(under folder: URL) -> Int {
+        guard let files = FileManager.default.enumerator(at: folder, includingPropertiesForKeys: nil) else { return 0 }
+        var rows = 0
+        for case let url as URL in files where url.lastPathComponent == "contacts.csv" {
+            guard let data = FileManager.default.contents(atPath: url.path) else { continue }
+            rows += max(0, data.reduce(0) { $0 + ($1 == UInt8(ascii: "\n") ? 1 : 0) } - 1)
+        }
+        return rows
     }
 
     func testCoordinatorKilledAndRestartedMidRunStillProducesTheCompleteBundle() throws {
