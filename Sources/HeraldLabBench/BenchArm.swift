@@ -109,14 +109,17 @@ struct BenchArm: AsyncParsableCommand {
             let cpu1 = (Bench.cpuSeconds(of: coordinator.processIdentifier), Bench.cpuSeconds(of: getpid()))
             times.append(armed)
             let rss = Bench.memory(of: coordinator.processIdentifier)
-            log(String(format: "arm %d agents (clock probes, assignment, start instant to each): %.3f s (target <= 3 s); state %@; coordinator RSS %.0f MB, peak %.0f MB (target < 300 MB)",
+            log(String(format: "arm %d agents (clock, assignment, start instant to each): %.3f s (target <= 3 s); state %@; coordinator RSS %.0f MB, peak %.0f MB (target < 300 MB)",
                        agents, armed, run.state.rawValue, rss.current, rss.peak) + (run.state == .running ? "" : ": \(run.message ?? "")"))
             log(String(format: "  CPU while arming: coordinator %.2f s, agents' process %.2f s", cpu1.0 - cpu0.0, cpu1.1 - cpu0.1))
-            // Each node's best clock probe: the probes stop early once one is within 1 ms.
-            let trips = (run.nodes ?? []).compactMap { $0.clockBefore?.roundTrip }.sorted()
+            // Each node's clock: from its heartbeats when they bound it to ± 0.5 ms, else probed
+            // (the probes stop early once a round trip within 1 ms was seen).
+            let clocks = (run.nodes ?? []).compactMap(\.clockBefore)
+            let trips = clocks.map(\.roundTrip).sorted()
             if !trips.isEmpty {
                 let at = { (q: Double) in trips[min(trips.count - 1, Int(q * Double(trips.count)))] * 1000 }
-                log(String(format: "  best clock-probe round trip per node: median %.2f ms, 90th percentile %.2f ms, worst %.2f ms; %d of %d within 1 ms",
+                log(String(format: "  clocks: %d from heartbeats, %d probed; round trip (offset bound x2) per node: median %.2f ms, 90th percentile %.2f ms, worst %.2f ms; %d of %d within 1 ms",
+                           clocks.filter { $0.from == .heartbeats }.count, clocks.filter { $0.from == .probes }.count,
                            at(0.5), at(0.9), trips.last! * 1000, trips.filter { $0 <= 0.001 }.count, trips.count))
             }
             if attempt < repeats {

@@ -15,6 +15,9 @@ extension Agent {
         // Every message of this boot gets the next counter: a replayed one is refused.
         var sequence: UInt64 = 0
         func next() -> UInt64 { sequence += 1; return sequence }
+        // The clock stamps of the last heartbeat the coordinator answered with its own, reported
+        // in the next: the coordinator's clock samples (Coordinator+Clock).
+        var clock: LabWire.HeartbeatClock?
         while !Task.isCancelled {
             do throws(LinkError) {
                 if !registered {
@@ -28,7 +31,12 @@ extension Agent {
                 var beat = status
                 beat.boot = boot
                 beat.sequence = next()
-                try await link.heartbeat(agent: config.name, beat)
+                beat.clock = clock
+                clock = nil
+                let answer = try await link.heartbeat(agent: config.name, beat)
+                if answer.reply != nil, let number = beat.sequence {
+                    clock = LabWire.HeartbeatClock(sequence: number, sent: answer.sent, answered: answer.answered)
+                }
                 if failures > 0 { logger.notice("coordinator \(coordinator) answers again") }
                 failures = 0
             } catch {

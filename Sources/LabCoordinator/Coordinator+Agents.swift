@@ -84,13 +84,20 @@ extension Coordinator {
                     metadata: ids)
     }
 
-    /// An agent's heartbeat (POST /v1/agents/NAME/heartbeat).
-    func heartbeat(_ name: String, _ given: LabWire.AgentStatus, principal: HTTPService.Principal?) throws {
+    /// An agent's heartbeat (POST /v1/agents/NAME/heartbeat), `received` when it arrived. The
+    /// answer is when it arrived and when it was answered: the agent's next heartbeat reports its
+    /// own stamps of this one (`LabWire.HeartbeatClock`), a clock sample (Coordinator+Clock).
+    @discardableResult
+    func heartbeat(_ name: String, _ given: LabWire.AgentStatus, principal: HTTPService.Principal?, received: Double? = nil) throws -> LabWire.ClockReply {
+        let received = received ?? now
         guard SafeName.isValid(name) else { throw HTTPError(.badRequest, "agent name \(SafeName.problem(with: name) ?? "is invalid")") }
         try mayActAs(name, principal)
         let (boot, sequence) = try Self.freshnessFields(given.boot, given.sequence)
+        try Self.checkClock(given.clock)
         var status = given
         status.dongle = status.dongle?.sanitised(agent: name)
+        let clock = status.clock
+        status.clock = nil
         let t = now
         enum Outcome { case taken(persist: Bool), unregistered, refused(String) }
         let outcome = withLock { () -> Outcome in
@@ -102,6 +109,7 @@ extension Coordinator {
             freshness[name] = f
             a.lastSeen = t
             a.status = status
+            if let clock { a.takeClock(clock, boot: boot) }
             let due = t - a.persistedSeen >= 5
             if due { a.persistedSeen = t }
             agents[name] = a
@@ -114,6 +122,11 @@ extension Coordinator {
             if persist { persistSeen(name, at: t) }
             if let d = status.dongle { noteDongle(d, agent: name) }
             noteLive(name, status, at: t)
+        }
+        return withLock {
+            let sent = now
+            agents[name]?.clockPending = PendingClock(boot: boot, sequence: sequence, received: received, sent: sent)
+            return LabWire.ClockReply(received: received, sent: sent)
         }
     }
 

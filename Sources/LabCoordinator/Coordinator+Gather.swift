@@ -174,7 +174,7 @@ extension Coordinator {
         var lastError = "agent \(n.agent) at \(n.agentURL) unreachable"
         var clock: LabWire.ClockSample?
         while now < deadline && !Task.isCancelled {
-            if clock == nil { clock = LabWire.ClockSample.combined(await probe(c, count: 32).0) }
+            if clock == nil { clock = await self.clock(of: n, over: c).0 }
             do {
                 let list = try await c.files(of: runId)
                 try Self.check(list, runId: runId, node: n.name)

@@ -13,8 +13,8 @@ extension Coordinator {
             return .json(Empty())
         }
         http.route("POST", "/v1/agents/:name/heartbeat", allow: [.agent, .operator]) { [unowned self] req in
-            try self.heartbeat(req.parameters["name"] ?? "", try req.decode(LabWire.AgentStatus.self), principal: req.principal)
-            return .json(Empty())
+            let received = self.now
+            return .json(try self.heartbeat(req.parameters["name"] ?? "", try req.decode(LabWire.AgentStatus.self), principal: req.principal, received: received))
         }
         // Everything else is the operator's.
         http.route("GET", "/v1/agents", allow: [.operator]) { [unowned self] _ in .json(self.agentViews) }

@@ -5,7 +5,7 @@ import LabLink
 import LabPlan
 import Logging
 
-/// A run's course on the coordinator: arm every agent (clock probes, assignment), start them
+/// A run's course on the coordinator: arm every agent (its clock, assignment), start them
 /// together, watch them, then gather (Coordinator+Gather). Every step can be resumed after a
 /// coordinator restart from the run's record.
 extension Coordinator {
@@ -66,22 +66,6 @@ extension Coordinator {
         }
     }
 
-    // MARK: Clock
-
-    /// Clock probes over the agent's link (over HTTP: one kept-alive connection with TCP_NODELAY,
-    /// sub-millisecond round trips on a LAN). Returns the samples and, when there are none, why
-    /// (naming the URL).
-    func probe(_ c: any AgentLink, count: Int) async -> ([LabWire.ClockSample], String?) {
-        do {
-            // Up to `count` probes; on a fast link (a round trip under 1 ms seen in the first
-            // 8) the estimate is already good to half a millisecond, and arming 1,000 agents
-            // does not pay for 32 exchanges each.
-            return (try await c.clockSamples(count: count, settle: 8), nil)
-        } catch {
-            return ([], "\(error)")
-        }
-    }
-
     // MARK: Arming and the start barrier
 
     func arm(_ record: RunRecord, _ plan: Plan) async -> RunRecord? {
@@ -102,8 +86,8 @@ extension Coordinator {
                     var lastError = ""
                     for attempt in 0..<3 {
                         if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(0.5 * Double(attempt) * 1e9)) }
-                        let (samples, problem) = await probe(c, count: 32)
-                        guard let best = LabWire.ClockSample.combined(samples) else { lastError = problem ?? "no answer to clock probes at \(node.agentURL)"; continue }
+                        let (measured, problem) = await clock(of: node, over: c)
+                        guard let best = measured else { lastError = problem ?? "no clock for \(node.agentURL)"; continue }
                         var nodeSeed = SeededGenerator(seed: seed, stream: "agent/\(spec.name)")
                         let assignment = NodeAssignment(runId: runId, plan: plan, node: spec, seed: nodeSeed.next())
                         do throws(LinkError) {
@@ -151,7 +135,7 @@ extension Coordinator {
         r.state = .running
         update(r)
         await sendStarts(r)
-        logger.notice("run \(r.id) armed on \(r.nodes.count) agents in \(String(format: "%.2f", armTime)) s; starting at \(HeraldTimestamp.iso8601(Date(timeIntervalSince1970: startAt))) (margin \(String(format: "%.2f", margin)) s, worst round trip \(String(format: "%.1f", worstRoundTrip * 1000)) ms)", metadata: ["run": .string(r.id)])
+        logger.notice("run \(r.id) armed on \(r.nodes.count) agents in \(String(format: "%.2f", armTime)) s; starting at \(HeraldTimestamp.iso8601(Date(timeIntervalSince1970: startAt))) (margin \(String(format: "%.2f", margin)) s, worst round trip \(String(format: "%.1f", worstRoundTrip * 1000)) ms; clocks: \(r.nodes.filter { $0.clockBefore?.from == .heartbeats }.count) from heartbeats, \(r.nodes.filter { $0.clockBefore?.from == .probes }.count) probed)", metadata: ["run": .string(r.id)])
         return r
     }
 

@@ -52,6 +52,13 @@ public final class Coordinator: @unchecked Sendable {
         public var healthCheckEvery: Double?
         /// How the coordinator reaches an agent (default: over HTTP); tests call agents in memory.
         public var agentLinks: AgentLinkFactory = HTTPAgentLink.factory
+        /// An agent's clock is taken from the samples its heartbeats of the last
+        /// `heartbeatClockWindow` seconds carry when there are at least `heartbeatClockSamples`
+        /// of them, they agree, and they pin the offset to within ± `heartbeatClockRoundTrip`/2;
+        /// otherwise it is probed (Coordinator+Clock).
+        public var heartbeatClockWindow: Double = 10
+        public var heartbeatClockSamples = 3
+        public var heartbeatClockRoundTrip: Double = 0.001
         public init(results: URL) { self.results = results }
     }
 
@@ -63,6 +70,10 @@ public final class Coordinator: @unchecked Sendable {
         var status: LabWire.AgentStatus?
         var lastError: String?
         var lastErrorAt: Double?
+        /// The coordinator's stamps of its last answer to this agent's heartbeats, waiting for the
+        /// agent's own in its next heartbeat, and the clock samples so made (Coordinator+Clock).
+        var clockPending: PendingClock?
+        var clocks: [TimedClockSample] = []
     }
 
     public let config: Config

@@ -24,7 +24,10 @@ public struct LocalCoordinatorLink: CoordinatorLink {
         do { try coordinator.register(info, principal: principal, peerHost: peerHost) } catch { throw LinkError(answering: error) }
     }
 
-    public func heartbeat(agent name: String, _ status: LabWire.AgentStatus) async throws(LinkError) {
-        do { try coordinator.heartbeat(name, status, principal: principal) } catch { throw LinkError(answering: error) }
+    public func heartbeat(agent name: String, _ status: LabWire.AgentStatus) async throws(LinkError) -> HeartbeatAnswer {
+        let sent = Date().timeIntervalSince1970
+        let reply: LabWire.ClockReply
+        do { reply = try coordinator.heartbeat(name, status, principal: principal) } catch { throw LinkError(answering: error) }
+        return HeartbeatAnswer(sent: sent, answered: Date().timeIntervalSince1970, reply: reply)
     }
 }

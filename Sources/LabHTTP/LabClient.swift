@@ -79,13 +79,21 @@ public final class LabClient: Sendable {
 
     /// Sends JSON, expects 2xx and a JSON answer.
     public func call<T: Decodable>(_ method: String, _ path: String, _ body: (some Encodable)? = Optional<Int>.none, as: T.Type = T.self, timeout: TimeInterval? = nil) async throws -> T {
+        try await timedCall(method, path, body, as: T.self, timeout: timeout).answer
+    }
+
+    /// `call`, with this host's wall clock when the request was handed to the client (its body
+    /// already encoded) and when the whole answer was in: a heartbeat's clock stamps.
+    public func timedCall<T: Decodable>(_ method: String, _ path: String, _ body: (some Encodable)? = Optional<Int>.none, as: T.Type = T.self, timeout: TimeInterval? = nil) async throws -> (answer: T, sent: Double, answered: Double) {
         let data = try body.map { try LabJSON.encoder.encode($0) }
+        let sent = Date().timeIntervalSince1970
         let (status, answer, _) = try await request(method, path, body: data, timeout: timeout)
+        let answered = Date().timeIntervalSince1970
         guard (200..<300).contains(status) else {
             let message = (try? JSONDecoder().decode([String: String].self, from: answer))?["error"] ?? String(decoding: answer.prefix(300), as: UTF8.self)
             throw Failure(status: status, message: message)
         }
-        do { return try LabJSON.decoder.decode(T.self, from: answer) } catch {
+        do { return (try LabJSON.decoder.decode(T.self, from: answer), sent, answered) } catch {
             throw Failure(status: status, message: "unexpected answer to \(method) \(path): \(LabJSON.describe(error))")
         }
     }

@@ -66,8 +66,15 @@ public struct HTTPCoordinatorLink: CoordinatorLink {
         let _: Empty = try await client.link("POST", "/v1/agents/register", info)
     }
 
-    public func heartbeat(agent name: String, _ status: LabWire.AgentStatus) async throws(LinkError) {
-        let _: Empty = try await client.link("POST", "/v1/agents/\(name)/heartbeat", status)
+    /// Stamped just before the request is handed to the client (after the status is encoded) and
+    /// as soon as the whole answer is in.
+    public func heartbeat(agent name: String, _ status: LabWire.AgentStatus) async throws(LinkError) -> HeartbeatAnswer {
+        // A coordinator from before heartbeat clocks answers {}: no stamps, no sample.
+        struct Stamps: Decodable { var received: Double?; var sent: Double? }
+        let answer: (answer: Stamps, sent: Double, answered: Double)
+        do { answer = try await client.timedCall("POST", "/v1/agents/\(name)/heartbeat", status, as: Stamps.self) } catch { throw LinkError(error) }
+        let reply = answer.answer.received.flatMap { r in answer.answer.sent.map { LabWire.ClockReply(received: r, sent: $0) } }
+        return HeartbeatAnswer(sent: answer.sent, answered: answer.answered, reply: reply)
     }
 }
 

@@ -58,7 +58,19 @@ public protocol CoordinatorLink: Sendable {
     /// The coordinator as log lines name it (its URL).
     var address: String { get }
     func register(_ info: LabWire.AgentInfo) async throws(LinkError)
-    func heartbeat(agent name: String, _ status: LabWire.AgentStatus) async throws(LinkError)
+    /// A heartbeat, with when it was sent and when its answer came back (this host's clock,
+    /// taken as close to the exchange as the link can) and the coordinator's stamps from the
+    /// answer (nil from a coordinator that gives none).
+    func heartbeat(agent name: String, _ status: LabWire.AgentStatus) async throws(LinkError) -> HeartbeatAnswer
+}
+
+/// What a heartbeat's answer says about the clocks: `sent` and `answered` in the agent's clock,
+/// `reply` the coordinator's receipt and answer in its own.
+public struct HeartbeatAnswer: Sendable, Equatable {
+    public var sent: Double
+    public var answered: Double
+    public var reply: LabWire.ClockReply?
+    public init(sent: Double, answered: Double, reply: LabWire.ClockReply?) { self.sent = sent; self.answered = answered; self.reply = reply }
 }
 
 /// Where and how the coordinator calls one agent: its URL, the credential it calls that agent

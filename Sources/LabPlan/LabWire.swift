@@ -96,16 +96,31 @@ public enum LabWire {
         /// 10 s (the dashboard's detection matrix and pairs x time strip).
         public var peers: [String]?
         public var recentPeers: [String]?
+        /// The clock stamps of this agent's previous heartbeat (heartbeats only): with the
+        /// coordinator's own stamps from its answer, one clock sample (`HeartbeatClock`).
+        public var clock: HeartbeatClock?
         public init(name: String, state: AgentState) {
             self.name = name; self.state = state; resumed = false; peersDetected = 0; payloadsRead = 0; rssiLastMinute = 0; rssiTotal = 0
         }
     }
 
     /// Answer to a clock probe: when the agent received it and when it answered (agent clock).
-    public struct ClockReply: Codable, Sendable {
+    /// The coordinator answers a heartbeat with the same two stamps, in its own clock.
+    public struct ClockReply: Codable, Sendable, Equatable {
         public var received: Double
         public var sent: Double
         public init(received: Double, sent: Double) { self.received = received; self.sent = sent }
+    }
+
+    /// When an agent sent its heartbeat number `sequence` and when the answer reached it (agent
+    /// clock), reported in the next heartbeat. The coordinator kept when it received that
+    /// heartbeat and when it answered (its `ClockReply`), so it holds an NTP exchange's four
+    /// stamps: a clock sample per heartbeat, and arming needs no clock probes (Coordinator+Clock).
+    public struct HeartbeatClock: Codable, Sendable, Equatable {
+        public var sequence: UInt64
+        public var sent: Double
+        public var answered: Double
+        public init(sequence: UInt64, sent: Double, answered: Double) { self.sequence = sequence; self.sent = sent; self.answered = answered }
     }
 
     /// The air an agent with a simulated radio attaches to.
@@ -177,11 +192,14 @@ public enum LabWire {
     public struct ClockSample: Codable, Sendable, Equatable {
         public var offset: Double
         public var roundTrip: Double
+        /// How a node's clock was measured, where the coordinator records it (a run's nodes).
+        public var from: Source?
+        public enum Source: String, Codable, Sendable { case heartbeats, probes }
         public init(t0: Double, t1: Double, t2: Double, t3: Double) {
             offset = ((t1 - t0) + (t2 - t3)) / 2
             roundTrip = (t3 - t0) - (t2 - t1)
         }
-        public init(offset: Double, roundTrip: Double) { self.offset = offset; self.roundTrip = roundTrip }
+        public init(offset: Double, roundTrip: Double, from: Source? = nil) { self.offset = offset; self.roundTrip = roundTrip; self.from = from }
         /// The sample with the smallest round trip is the most trustworthy.
         public static func best(_ samples: [ClockSample]) -> ClockSample? { samples.min { $0.roundTrip < $1.roundTrip } }
 
@@ -196,6 +214,20 @@ public enum LabWire {
             let forward = usable.map { $0.offset + $0.roundTrip / 2 }.min()!
             let backward = usable.map { $0.roundTrip / 2 - $0.offset }.min()!
             return ClockSample(offset: (forward - backward) / 2, roundTrip: max(0, forward + backward))
+        }
+
+        /// `combined`, or nil when the samples contradict each other: each bounds the offset to
+        /// [offset − roundTrip/2, offset + roundTrip/2], and those bounds do not all overlap (a
+        /// clock stepped or drifted between them). `combined` would then report a round trip of 0,
+        /// a perfect sample; over seconds of heartbeats that is a real risk, over a burst of probes
+        /// hardly.
+        public static func agreeing(_ samples: [ClockSample]) -> ClockSample? {
+            let usable = samples.filter { $0.offset.isFinite && $0.roundTrip.isFinite && $0.roundTrip >= 0 }
+            guard usable.count == samples.count, !usable.isEmpty else { return nil }
+            let upper = usable.map { $0.offset + $0.roundTrip / 2 }.min()!
+            let lower = usable.map { $0.offset - $0.roundTrip / 2 }.max()!
+            guard lower <= upper else { return nil }
+            return ClockSample(offset: (upper + lower) / 2, roundTrip: upper - lower)
         }
     }
 }

@@ -26,10 +26,9 @@ final class InMemoryLabTests: XCTestCase {
     }
 
     func testAllNodesArmStartAtOneInstantAndAreGatheredWithTheirChecksums() async throws {
-        let lab = try await MemoryLab.make(agents: 3)
+        // agent2's clock runs 5 s ahead: its heartbeats say so, and its start comes in its own clock.
+        let lab = try await MemoryLab.make(agents: 3, skews: ["agent2": 5])
         self.lab = lab
-        // agent2's clock runs 5 s ahead: its probes say so, and its start comes in its own clock.
-        lab.links["agent2"]!.clockSkew = 5
         let r = try await lab.runToEnd(plan("barrier", nodes: 3))
         XCTAssertEqual(r.state, .complete, r.message ?? "")
         XCTAssertEqual(r.nodes.map(\.state), [.complete, .complete, .complete], "\(r.nodes.map { $0.message ?? "" })")
@@ -41,7 +40,8 @@ final class InMemoryLabTests: XCTestCase {
             XCTAssertEqual(sent.runId, r.id)
             let offset = try XCTUnwrap(n.clockBefore?.offset)
             XCTAssertEqual(sent.startAt, startAt + offset, accuracy: 1e-9, "one instant, in \(n.agent)'s clock")
-            XCTAssertEqual(offset, n.agent == "agent2" ? 5 : 0, accuracy: 0.01, "\(n.agent)'s measured offset")
+            XCTAssertEqual(offset, n.agent == "agent2" ? 5 : 0, accuracy: 0.001, "\(n.agent)'s measured offset")
+            XCTAssertEqual(link.probes, 0, "\(n.agent)'s clock came from its heartbeats: no probe")
         }
         // Gathered: every file on disk as the manifest lists it, and the agents released their copies.
         let m = try Manifest.read(from: lab.results.appendingPathComponent("\(r.id)/manifest.json"))
@@ -55,6 +55,28 @@ final class InMemoryLabTests: XCTestCase {
         }
         // Releases follow the run's recorded end.
         _ = try await lab.waitFor("every agent to release its copy", timeout: 10) { lab.agents.values.allSatisfy { $0.status.held == [] } ? true : nil }
+    }
+
+    func testAnAgentWhoseHeartbeatsCarryNoClockIsProbedAndOneWhoseClockSteppedToo() async throws {
+        // agent1's coordinator stamps never reach it (as with a coordinator from before heartbeat
+        // clocks): no samples. agent2's clock steps 2 s ahead after the lab is up: its samples
+        // from before and after the step contradict each other, so they are not used. agent3's
+        // heartbeats suffice. The two probed get their offsets from the probes.
+        let lab = try await MemoryLab.make(agents: 3, skews: ["agent1": 3], stampless: ["agent1"])
+        self.lab = lab
+        XCTAssertNil(lab.coordinator.heartbeatClock(agent: "agent1", url: MemoryLab.url("agent1")))
+        lab.links["agent2"]!.clockSkew = 2
+        _ = try await lab.waitFor("agent2's samples after its step", timeout: 20) {
+            lab.coordinator.withLock { lab.coordinator.agents["agent2"]!.clocks.contains { abs($0.sample.offset - 2) < 0.001 } } ? true : nil
+        }
+        XCTAssertNil(lab.coordinator.heartbeatClock(agent: "agent2", url: MemoryLab.url("agent2")), "samples across the step do not agree")
+        let r = try await lab.runToEnd(plan("probed", nodes: 3))
+        XCTAssertEqual(r.state, .complete, r.message ?? "")
+        for n in r.nodes {
+            let link = lab.links[n.agent]!
+            XCTAssertEqual(try XCTUnwrap(n.clockBefore?.offset), ["agent1": 3, "agent2": 2, "agent3": 0][n.agent]!, accuracy: 0.001, n.agent)
+            if n.agent == "agent3" { XCTAssertEqual(link.probes, 0, n.agent) } else { XCTAssertGreaterThan(link.probes, 0, n.agent) }
+        }
     }
 
     func testAnAgentThatRefusesArmingFailsTheRunOnceAndTheArmedOnesAreReleased() async throws {
@@ -150,7 +172,10 @@ final class MemoryLab: @unchecked Sendable {
 
     static func url(_ agent: String) -> String { "http://\(agent).in-memory:8701" }
 
-    static func make(agents count: Int, gatherPatience: Double = 10) async throws -> MemoryLab {
+    /// `skews`: how far ahead of the coordinator's each agent's clock runs (its heartbeats' stamps,
+    /// probes and starts, as `FaultyLink.clockSkew`); `stampless`: agents whose heartbeat answers
+    /// lose the coordinator's stamps. Returns once every other agent's heartbeats give its clock.
+    static func make(agents count: Int, gatherPatience: Double = 10, skews: [String: Double] = [:], stampless: Set<String> = []) async throws -> MemoryLab {
         // A plain lab: a lab CA another test of this process left trusted would make the agents
         // dial the air with TLS.
         LabTrust.forget()
@@ -172,15 +197,23 @@ final class MemoryLab: @unchecked Sendable {
             var c = Agent.Config(name: name, dataDirectory: dir.appendingPathComponent(name))
             c.token = "air-secret"
             c.heartbeatInterval = 0.2
-            let agent = Agent(config: c, logger: LogCapture.quiet(), coordinatorLink: LocalCoordinatorLink(coordinator, agent: name))
+            let link = FaultyLink(nil, deadAirPort: try Self.closedPort())
+            link.clockSkew = skews[name] ?? 0
+            let agent = Agent(config: c, logger: LogCapture.quiet(),
+                              coordinatorLink: SkewedCoordinatorLink(LocalCoordinatorLink(coordinator, agent: name), clock: link, stampless: stampless.contains(name)))
             try await agent.startUnserved(url: url(name))
-            let link = FaultyLink(LocalAgentLink(agent), deadAirPort: try Self.closedPort())
+            link.inner = LocalAgentLink(agent)
             board.set(url(name), link)
             lab.agents[name] = agent
             lab.links[name] = link
         }
         _ = try await lab.waitFor("\(count) agents registered", timeout: 20) {
             coordinator.agentViews.filter { $0.state == .alive && $0.status != nil }.count == count ? true : nil
+        }
+        // Which way a clock is taken at arming depends on whether the heartbeats suffice yet:
+        // the tests wait for that, not for a guessed time.
+        _ = try await lab.waitFor("every agent's clock from its heartbeats", timeout: 20) {
+            (1...count).map { "agent\($0)" }.allSatisfy { stampless.contains($0) || coordinator.heartbeatClock(agent: $0, url: url($0)) != nil } ? true : nil
         }
         return lab
     }
@@ -233,14 +266,19 @@ final class LinkBoard: @unchecked Sendable {
 /// An agent's link with faults a lab meets (a clock off, an air it cannot reach, bytes damaged on
 /// the way, an agent gone), and a record of what was asked.
 final class FaultyLink: AgentLink, @unchecked Sendable {
-    private let inner: LocalAgentLink?
+    private var _inner: LocalAgentLink?
     private let deadAirPort: UInt16
     private let lock = NSLock()
     private var _clockSkew = 0.0, _deadAir = false, _vanished = false
     private var _corrupt: [String: Int] = [:]
-    private var _arms = 0, _starts: [LabWire.StartRequest] = [], _fetches: [String] = []
+    private var _arms = 0, _probes = 0, _starts: [LabWire.StartRequest] = [], _fetches: [String] = []
 
-    init(_ inner: LocalAgentLink?, deadAirPort: UInt16) { self.inner = inner; self.deadAirPort = deadAirPort }
+    init(_ inner: LocalAgentLink?, deadAirPort: UInt16) { _inner = inner; self.deadAirPort = deadAirPort }
+
+    /// The agent behind it (set once the agent is made: its heartbeats use this link's skew).
+    var inner: LocalAgentLink? { get { lock.withLock { _inner } } set { lock.withLock { _inner = newValue } } }
+    /// How many times its clock was probed.
+    var probes: Int { lock.withLock { _probes } }
 
     /// The agent's clock is this far ahead of the coordinator's (seconds).
     var clockSkew: Double { get { lock.withLock { _clockSkew } } set { lock.withLock { _clockSkew = newValue } } }
@@ -262,7 +300,7 @@ final class FaultyLink: AgentLink, @unchecked Sendable {
 
     func status() async throws(LinkError) -> LabWire.AgentStatus { try await reach().status() }
     func clockSamples(count: Int, settle: Int) async throws(LinkError) -> [LabWire.ClockSample] {
-        let skew = clockSkew
+        let skew = lock.withLock { _probes += 1; return _clockSkew }
         return try await reach().clockSamples(count: count, settle: settle).map { LabWire.ClockSample(offset: $0.offset + skew, roundTrip: $0.roundTrip) }
     }
     func arm(_ request: LabWire.ArmRequest) async throws(LinkError) -> LabWire.AgentStatus {
@@ -311,4 +349,21 @@ final class FaultyLink: AgentLink, @unchecked Sendable {
         return part
     }
     func release(_ run: String) async throws(LinkError) { try await reach().release(run) }
+}
+
+/// An agent's link to the coordinator with its clock `clock.clockSkew` ahead: its own stamps of
+/// each heartbeat are shifted so. `stampless`: the coordinator's stamps are dropped from the
+/// answers, as a coordinator from before heartbeat clocks gives none.
+struct SkewedCoordinatorLink: CoordinatorLink {
+    let inner: LocalCoordinatorLink
+    let clock: FaultyLink
+    let stampless: Bool
+    init(_ inner: LocalCoordinatorLink, clock: FaultyLink, stampless: Bool) { self.inner = inner; self.clock = clock; self.stampless = stampless }
+    var address: String { inner.address }
+    func register(_ info: LabWire.AgentInfo) async throws(LinkError) { try await inner.register(info) }
+    func heartbeat(agent name: String, _ status: LabWire.AgentStatus) async throws(LinkError) -> HeartbeatAnswer {
+        let answer = try await inner.heartbeat(agent: name, status)
+        let skew = clock.clockSkew
+        return HeartbeatAnswer(sent: answer.sent + skew, answered: answer.answered + skew, reply: stampless ? nil : answer.reply)
+    }
 }

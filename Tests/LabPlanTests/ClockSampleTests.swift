@@ -40,4 +40,23 @@ final class ClockSampleTests: XCTestCase {
         let ok = LabWire.ClockSample(offset: 0.002, roundTrip: 0.0004)
         XCTAssertEqual(LabWire.ClockSample.combined([ok, LabWire.ClockSample(offset: 1, roundTrip: -1)])?.offset ?? 0, 0.002, accuracy: 1e-12)
     }
+
+    func testAgreeingSamplesGiveTheirCommonBoundsAndContradictingOnesNothing() throws {
+        // [0.9, 1.1], [0.95, 1.35] and [0.7, 1.05] overlap in [0.95, 1.05].
+        let s = [LabWire.ClockSample(offset: 1.0, roundTrip: 0.2), LabWire.ClockSample(offset: 1.15, roundTrip: 0.4), LabWire.ClockSample(offset: 0.875, roundTrip: 0.35)]
+        let a = try XCTUnwrap(LabWire.ClockSample.agreeing(s))
+        XCTAssertEqual(a.offset, 1.0, accuracy: 1e-12)
+        XCTAssertEqual(a.roundTrip, 0.1, accuracy: 1e-12)
+        let c = try XCTUnwrap(LabWire.ClockSample.combined(s))
+        XCTAssertEqual(c.offset, a.offset, accuracy: 1e-12, "the same estimate as combined when they agree")
+        XCTAssertEqual(c.roundTrip, a.roundTrip, accuracy: 1e-12)
+        // A clock that stepped: [0.9, 1.1] and [1.9, 2.1] do not overlap. combined calls that a
+        // perfect sample; agreeing calls it nothing.
+        let stepped = [LabWire.ClockSample(offset: 1, roundTrip: 0.2), LabWire.ClockSample(offset: 2, roundTrip: 0.2)]
+        XCTAssertEqual(LabWire.ClockSample.combined(stepped)?.roundTrip, 0)
+        XCTAssertNil(LabWire.ClockSample.agreeing(stepped))
+        XCTAssertNil(LabWire.ClockSample.agreeing([]))
+        XCTAssertNil(LabWire.ClockSample.agreeing([s[0], LabWire.ClockSample(offset: .nan, roundTrip: 0.1)]), "an unusable sample is not skipped quietly")
+        XCTAssertNil(LabWire.ClockSample.agreeing([s[0], LabWire.ClockSample(offset: 1, roundTrip: -0.1)]))
+    }
 }
