@@ -20,7 +20,7 @@ struct BenchArm: AsyncParsableCommand {
         abstract: "Time to arm N heartbeating agents, each with its own HTTP listener, in one process; the coordinator's memory.")
     @Option var agents = 200
     @Option(help: "Seconds between an agent's heartbeats (as agents send them by default).") var heartbeat = 1.0
-    @Option(help: "Seconds of heartbeats before the measurement.") var settle = 2.0
+    @Option(help: "Seconds of heartbeats before the measurement: a lab's agents heartbeat long before a run, and arming takes each agent's clock from its heartbeats of the last 30 s.") var settle = 32.0
     @Flag(help: "Keep the agents' state on disk (the temporary folder), not in /dev/shm.") var disk = false
     @Option(help: "Arm this many times (a fresh run each time), printing each.") var repeats = 1
 
@@ -112,7 +112,7 @@ struct BenchArm: AsyncParsableCommand {
             log(String(format: "arm %d agents (clock, assignment, start instant to each): %.3f s (target <= 3 s); state %@; coordinator RSS %.0f MB, peak %.0f MB (target < 300 MB)",
                        agents, armed, run.state.rawValue, rss.current, rss.peak) + (run.state == .running ? "" : ": \(run.message ?? "")"))
             log(String(format: "  CPU while arming: coordinator %.2f s, agents' process %.2f s", cpu1.0 - cpu0.0, cpu1.1 - cpu0.1))
-            // Each node's clock: from its heartbeats when they bound it to ± 0.5 ms, else probed
+            // Each node's clock: from its heartbeats when they bound it to ± 1 ms, else probed
             // (the probes stop early once a round trip within 1 ms was seen).
             let clocks = (run.nodes ?? []).compactMap(\.clockBefore)
             let trips = clocks.map(\.roundTrip).sorted()

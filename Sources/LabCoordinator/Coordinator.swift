@@ -54,11 +54,11 @@ public final class Coordinator: @unchecked Sendable {
         public var agentLinks: AgentLinkFactory = HTTPAgentLink.factory
         /// An agent's clock is taken from the samples its heartbeats of the last
         /// `heartbeatClockWindow` seconds carry when there are at least `heartbeatClockSamples`
-        /// of them, they agree, and they pin the offset to within ± `heartbeatClockRoundTrip`/2;
-        /// otherwise it is probed (Coordinator+Clock).
-        public var heartbeatClockWindow: Double = 10
+        /// of them, they agree, and they pin the offset to within ± `heartbeatClockRoundTrip`/2
+        /// (± 1 ms: half the start-skew target); otherwise it is probed (Coordinator+Clock).
+        public var heartbeatClockWindow: Double = 30
         public var heartbeatClockSamples = 3
-        public var heartbeatClockRoundTrip: Double = 0.001
+        public var heartbeatClockRoundTrip: Double = 0.002
         public init(results: URL) { self.results = results }
     }
 

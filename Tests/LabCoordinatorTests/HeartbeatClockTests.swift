@@ -93,8 +93,8 @@ final class HeartbeatClockTests: XCTestCase {
     }
 
     func testASlowOrJitteryLinkIsProbedInstead() throws {
-        // Every exchange 3 ms each way: the offset is known only to ± 3 ms.
-        try beats(5, skew: 0, forward: 0.003, backward: 0.003)
+        // Every exchange 1.1 ms each way: the offset is known only to ± 1.1 ms, over the ± 1 ms allowed.
+        try beats(5, skew: 0, forward: 0.0011, backward: 0.0011)
         XCTAssertNil(coordinator.heartbeatClock(agent: "a1", url: url))
         // One fast exchange each way among slow ones is enough (the least delays bound it).
         try beats(1, skew: 0, forward: 0.0001, backward: 0.004)
@@ -102,13 +102,17 @@ final class HeartbeatClockTests: XCTestCase {
         let clock = try XCTUnwrap(coordinator.heartbeatClock(agent: "a1", url: url))
         XCTAssertEqual(clock.offset, 0, accuracy: 1e-6)
         XCTAssertEqual(clock.roundTrip, 0.0002, accuracy: 1e-6)
+        // 0.9 ms each way on a fresh boot: within ± 1 ms.
+        try register(boot: "boot-0003")
+        try beats(3, skew: 0, forward: 0.0009, backward: 0.0009, boot: "boot-0003")
+        XCTAssertEqual(try XCTUnwrap(coordinator.heartbeatClock(agent: "a1", url: url)).roundTrip, 0.0018, accuracy: 1e-6)
     }
 
     func testSamplesOlderThanTheWindowOrFromAnotherBootAreNotUsed() throws {
         try beats(4, skew: 0.5)
         XCTAssertNotNil(coordinator.heartbeatClock(agent: "a1", url: url))
-        coordinator.withLock { for i in coordinator.agents["a1"]!.clocks.indices { coordinator.agents["a1"]!.clocks[i].at -= 11 } }
-        XCTAssertNil(coordinator.heartbeatClock(agent: "a1", url: url), "older than 10 s")
+        coordinator.withLock { for i in coordinator.agents["a1"]!.clocks.indices { coordinator.agents["a1"]!.clocks[i].at -= 31 } }
+        XCTAssertNil(coordinator.heartbeatClock(agent: "a1", url: url), "older than 30 s")
         try beats(4, skew: 0.5)
         XCTAssertNotNil(coordinator.heartbeatClock(agent: "a1", url: url))
         try register(boot: "boot-0002")

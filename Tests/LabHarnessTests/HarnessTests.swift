@@ -35,6 +35,8 @@ final class HarnessTests: XCTestCase {
         XCTAssertEqual(Set(m.nodes.compactMap { $0.agent?.name }), ["agent1", "agent2", "agent3"])
         XCTAssertNotNil(m.startSkew)
         XCTAssertTrue(m.nodes.allSatisfy { $0.clockRoundTrip != nil && abs($0.clockOffset) < 0.05 }, "offsets measured (one machine: near zero)")
+        // One machine: the true offset, 0, lies within each node's bounds (from heartbeats or probes).
+        XCTAssertTrue(m.nodes.allSatisfy { abs($0.clockOffset) <= ($0.clockRoundTrip ?? 0) / 2 + 1e-6 }, "\(m.nodes.map { ($0.clockOffset, $0.clockRoundTrip ?? -1) })")
         for n in m.nodes {
             let dir = out.appendingPathComponent("\(bundle)/nodes/\(n.name)")
             XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted(), ["battery.csv", "contacts.csv", "detection.csv", "log.txt", "statistics.csv"])
