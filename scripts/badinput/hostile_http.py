@@ -329,6 +329,12 @@ def gen_replay(rng, ctx):
         name = rng.choice([ctx["agent"], "ghost", "a" * 300, "../../x", "n\r\nforged"])
         status = {"name": name, "state": rng.choice(["idle", "running", "nonsense", 5]), "held": rng.choice([[], ["x"] * 1000, None])}
         if rng.random() < 0.5:
+            # Heartbeat clock stamps (docs/API.md): numbers that are not times, a counter out of range.
+            status["boot"] = rng.choice(["boot-0001", "x", None])
+            status["sequence"] = rng.choice([1, 2**64, -1, "1"])
+            status["clock"] = rng.choice([{"sequence": rng.choice([0, 1, 2**64, -1, "x"]), "sent": rng.choice([1e308, -5, 0, time.time(), "x", None]),
+                                           "answered": rng.choice([-1e308, time.time() - 60, time.time() + 7200, 1e11, []])}, "clock", [], None])
+        if rng.random() < 0.5:
             body = json.dumps(status).encode()
             return "cross-agent heartbeat", json_body("POST", f"/v1/agents/{rng.choice([ctx['agent'], 'ghost', '%2e%2e'])}/heartbeat", ctx, body)
         info = {"name": name, "url": rng.choice(["http://127.0.0.1:1", "file:///etc/passwd", "http://[::1", "x" * 5000]),
