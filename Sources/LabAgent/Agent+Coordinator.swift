@@ -29,14 +29,14 @@ extension Agent {
                     logger.notice("registered with \(coordinator) as \(url)")
                 }
                 var beat = status
+                let number = next()
                 beat.boot = boot
-                beat.sequence = next()
+                beat.sequence = number
                 beat.clock = clock
+                // A heartbeat that fails leaves no stamps to report.
                 clock = nil
                 let answer = try await link.heartbeat(agent: config.name, beat)
-                if answer.reply != nil, let number = beat.sequence {
-                    clock = LabWire.HeartbeatClock(sequence: number, sent: answer.sent, answered: answer.answered)
-                }
+                if answer.reply != nil { clock = LabWire.HeartbeatClock(sequence: number, sent: answer.sent, answered: answer.answered) }
                 if failures > 0 { logger.notice("coordinator \(coordinator) answers again") }
                 failures = 0
             } catch {

@@ -61,29 +61,19 @@ extension Coordinator {
     }
 
     /// A node's agent's clock (`from` says how it was measured): from its heartbeats when they
-    /// suffice, else probed over `link`. nil with the reason when the probes got no answer.
+    /// suffice, else probed over `link` (over HTTP: `ClockProbe`, up to 32 exchanges on one
+    /// kept-alive connection, fewer once a round trip under 1 ms was seen after 8). nil with the
+    /// reason when the probes got no answer.
     func clock(of node: RunRecord.Node, over link: any AgentLink) async -> (LabWire.ClockSample?, String?) {
         if var estimate = heartbeatClock(agent: node.agent, url: node.agentURL) {
             estimate.from = .heartbeats
             return (estimate, nil)
         }
-        let (samples, problem) = await probe(link, count: 32)
-        guard var best = LabWire.ClockSample.combined(samples) else { return (nil, problem ?? "no answer to clock probes at \(node.agentURL)") }
+        let samples: [LabWire.ClockSample]
+        do { samples = try await link.clockSamples(count: 32, settle: 8) } catch { return (nil, "\(error)") }
+        guard var best = LabWire.ClockSample.combined(samples) else { return (nil, "no answer to clock probes at \(node.agentURL)") }
         best.from = .probes
         return (best, nil)
-    }
-
-    /// Clock probes over the agent's link (over HTTP: one kept-alive connection with TCP_NODELAY,
-    /// sub-millisecond round trips on a LAN). Returns the samples and, when there are none, why
-    /// (naming the URL).
-    func probe(_ c: any AgentLink, count: Int) async -> ([LabWire.ClockSample], String?) {
-        do {
-            // Up to `count` probes; on a fast link (a round trip under 1 ms seen in the first
-            // 8) the estimate is already good to half a millisecond.
-            return (try await c.clockSamples(count: count, settle: 8), nil)
-        } catch {
-            return ([], "\(error)")
-        }
     }
 }
 
@@ -95,10 +85,10 @@ extension Coordinator.AgentRecord {
     mutating func takeClock(_ clock: LabWire.HeartbeatClock, boot: String) {
         guard let p = clockPending, p.boot == boot, p.sequence == clock.sequence else { return }
         clockPending = nil
-        // Agent minus coordinator: t0, t3 are the agent's; t1, t2 the coordinator's.
-        let sample = LabWire.ClockSample(offset: ((clock.sent - p.received) + (clock.answered - p.sent)) / 2,
-                                         roundTrip: (clock.answered - clock.sent) - (p.sent - p.received))
-        guard sample.offset.isFinite, sample.roundTrip.isFinite, sample.roundTrip >= 0 else { return }
+        // The agent's side of the exchange (t0, t3 its stamps) gives coordinator minus agent.
+        var sample = LabWire.ClockSample(t0: clock.sent, t1: p.received, t2: p.sent, t3: clock.answered)
+        sample.offset = -sample.offset
+        guard sample.isUsable else { return }
         clocks.append(Coordinator.TimedClockSample(at: p.sent, sample: sample))
         if clocks.count > Coordinator.heartbeatClocksKept { clocks.removeFirst(clocks.count - Coordinator.heartbeatClocksKept) }
     }

@@ -209,25 +209,29 @@ public enum LabWire {
         /// On a jittery link this converges much faster than the best single sample, which
         /// needs both of its directions to be fast at once. `roundTrip` is min f + min b.
         public static func combined(_ samples: [ClockSample]) -> ClockSample? {
-            let usable = samples.filter { $0.offset.isFinite && $0.roundTrip.isFinite && $0.roundTrip >= 0 }
-            guard !usable.isEmpty else { return nil }
-            let forward = usable.map { $0.offset + $0.roundTrip / 2 }.min()!
-            let backward = usable.map { $0.roundTrip / 2 - $0.offset }.min()!
-            return ClockSample(offset: (forward - backward) / 2, roundTrip: max(0, forward + backward))
+            guard let b = bounds(samples.filter(\.isUsable)) else { return nil }
+            return ClockSample(offset: (b.upper + b.lower) / 2, roundTrip: max(0, b.upper - b.lower))
         }
 
         /// `combined`, or nil when the samples contradict each other: each bounds the offset to
         /// [offset − roundTrip/2, offset + roundTrip/2], and those bounds do not all overlap (a
         /// clock stepped or drifted between them). `combined` would then report a round trip of 0,
         /// a perfect sample; over seconds of heartbeats that is a real risk, over a burst of probes
-        /// hardly.
+        /// hardly. An unusable sample is not skipped: nil.
         public static func agreeing(_ samples: [ClockSample]) -> ClockSample? {
-            let usable = samples.filter { $0.offset.isFinite && $0.roundTrip.isFinite && $0.roundTrip >= 0 }
-            guard usable.count == samples.count, !usable.isEmpty else { return nil }
-            let upper = usable.map { $0.offset + $0.roundTrip / 2 }.min()!
-            let lower = usable.map { $0.offset - $0.roundTrip / 2 }.max()!
-            guard lower <= upper else { return nil }
-            return ClockSample(offset: (upper + lower) / 2, roundTrip: upper - lower)
+            guard samples.allSatisfy(\.isUsable), let b = bounds(samples), b.lower <= b.upper else { return nil }
+            return ClockSample(offset: (b.upper + b.lower) / 2, roundTrip: b.upper - b.lower)
+        }
+
+        /// Finite, with a round trip of at least 0.
+        public var isUsable: Bool { offset.isFinite && roundTrip.isFinite && roundTrip >= 0 }
+
+        /// The tightest bounds all samples put on the offset: the greatest lower bound
+        /// (offset − roundTrip/2, the least delay back) and the least upper one (offset +
+        /// roundTrip/2, the least delay forth); nil for no samples.
+        static func bounds(_ samples: [ClockSample]) -> (lower: Double, upper: Double)? {
+            guard !samples.isEmpty else { return nil }
+            return (samples.map { $0.offset - $0.roundTrip / 2 }.max()!, samples.map { $0.offset + $0.roundTrip / 2 }.min()!)
         }
     }
 }
