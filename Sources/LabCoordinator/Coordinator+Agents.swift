@@ -65,10 +65,15 @@ extension Coordinator {
                 return "agent \(info.name) registers \(esc(info.url)), where agent \(holder.info.name) is alive; refused"
             }
             var f = freshness[info.name] ?? Freshness()
+            let sameBoot = f.current == boot
             if let why = f.take(boot: boot, sequence: sequence, registering: true) { return "registration of agent \(info.name) refused: \(why)" }
             freshness[info.name] = f
             let old = agents[info.name]
-            agents[info.name] = AgentRecord(info: info, lastSeen: t, persistedSeen: t, status: old?.status, lastError: old?.lastError, lastErrorAt: old?.lastErrorAt)
+            var record = AgentRecord(info: info, lastSeen: t, persistedSeen: t, status: old?.status, lastError: old?.lastError, lastErrorAt: old?.lastErrorAt)
+            // The same agent process registering again at the same URL (a heartbeat of it failed)
+            // keeps its clock samples; a new boot starts afresh.
+            if sameBoot, let old, old.info.url == info.url { record.clocks = old.clocks }
+            agents[info.name] = record
             return nil
         }
         if let refusal {

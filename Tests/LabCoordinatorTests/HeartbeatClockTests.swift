@@ -115,6 +115,9 @@ final class HeartbeatClockTests: XCTestCase {
         XCTAssertNil(coordinator.heartbeatClock(agent: "a1", url: url), "older than 30 s")
         try beats(4, skew: 0.5)
         XCTAssertNotNil(coordinator.heartbeatClock(agent: "a1", url: url))
+        let kept = samples.count
+        try register(boot: "boot-0001")
+        XCTAssertEqual(samples.count, kept, "the same process registering again (a heartbeat of it failed) keeps its samples")
         try register(boot: "boot-0002")
         XCTAssertTrue(samples.isEmpty, "a new boot starts afresh")
         XCTAssertNil(coordinator.heartbeatClock(agent: "a1", url: url))

@@ -95,6 +95,32 @@ final class IdentityRulesTests: XCTestCase {
         XCTAssertEqual(auth("agent-a1-\(t0 + 50)"), agent("a1"))
     }
 
+    func testHeartbeatClockStampsSentWithAnotherAgentsOrARevokedCredentialMakeNoSample() throws {
+        let c = try coordinator()
+        let t0 = Date().timeIntervalSince1970 - 100
+        try enrol(c, "a1", at: t0)
+        try enrol(c, "a2", at: t0)
+        try c.register(info("a1", "http://127.0.0.1:8701", boot: boot, 1), principal: agent("a1"), peerHost: "127.0.0.1")
+        let reply = try c.heartbeat("a1", beat("a1", boot: boot, 2), principal: agent("a1"))
+        // a2's credential, a1's name, stamps fitting a1's pending exchange: refused before anything is taken.
+        var forged = beat("a1", boot: boot, 3)
+        forged.clock = LabWire.HeartbeatClock(sequence: 2, sent: reply.received + 50, answered: reply.sent + 50)
+        XCTAssertThrowsError(try c.heartbeat("a1", forged, principal: agent("a2"))) { XCTAssertEqual(status($0), 403) }
+        XCTAssertTrue(c.withLock { c.agents["a1"]!.clocks.isEmpty }, "another agent's credential makes no sample for a1")
+        XCTAssertNotNil(c.withLock { c.agents["a1"]!.clockPending }, "nor spends a1's pending exchange")
+        // a1's own: one sample, offset 0 (its own stamps, one clock).
+        var own = beat("a1", boot: boot, 3)
+        own.clock = LabWire.HeartbeatClock(sequence: 2, sent: reply.received - 0.0001, answered: reply.sent + 0.0001)
+        let next = try c.heartbeat("a1", own, principal: agent("a1"))
+        XCTAssertEqual(c.withLock { c.agents["a1"]!.clocks.map(\.sample.offset) }, [0])
+        // Revoked: the next stamps are refused with the heartbeat.
+        try c.revoke("a1")
+        var late = beat("a1", boot: boot, 4)
+        late.clock = LabWire.HeartbeatClock(sequence: 3, sent: next.received, answered: next.sent)
+        XCTAssertThrowsError(try c.heartbeat("a1", late, principal: agent("a1"))) { XCTAssertEqual(status($0), 403) }
+        XCTAssertLessThanOrEqual(c.withLock { c.agents["a1"]?.clocks.count ?? 0 }, 1, "no sample from a revoked credential")
+    }
+
     func run(_ c: Coordinator, nodes: [(String, String)], created: Double) throws -> (RunRecord, Plan) {
         var yaml = "name: idrules\nduration: 5s\nwarmup: 1s\nnodes:\n"
         for (i, n) in nodes.enumerated() { yaml += "  - {name: \(n.0), position: [\(i), 0]}\n" }
