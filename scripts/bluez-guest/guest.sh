@@ -8,7 +8,12 @@
 # HERALD_LAB names the herald-lab binary the guest runs (default: the release build; make passes the packaged one).
 #
 # BLUEZ_STACK picks the Linux Bluetooth stack under test:
-#   bookworm  Debian 12, what most lab nodes run: its kernel (6.1) and this machine's BlueZ (5.66)
+#   bookworm-backports  Debian 12 as agents/README.md tells a lab to run it: this machine's
+#             BlueZ (5.66) on the kernel from bookworm-backports (6.12), downloaded with an apt
+#             configuration of its own in the cache (the host's apt sources stay as they are)
+#   bookworm  Debian 12 as installed: its own kernel (6.1), whose Bluetooth stack has a BUG
+#             (list corruption in hci_chan_del, ARCHITECTURE.md) that now and then wedges a
+#             node's connections for the rest of a run; kept for looking at 6.1, not in CI
 #   trixie    Debian 13: kernel 6.12 and BlueZ 5.82 from a trixie root built with mmdebstrap
 #             from Debian's packages; bluetoothd runs chrooted there, on the guest's system bus
 #
@@ -24,8 +29,9 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-STACK=${BLUEZ_STACK:-bookworm}
-case "$STACK" in bookworm|trixie) ;; *) echo "bluez-guest: BLUEZ_STACK=$STACK: must be bookworm or trixie" >&2; exit 2 ;; esac
+STACK=${BLUEZ_STACK:-bookworm-backports}
+case "$STACK" in bookworm-backports|bookworm|trixie) ;;
+    *) echo "bluez-guest: BLUEZ_STACK=$STACK: must be bookworm-backports, bookworm or trixie" >&2; exit 2 ;; esac
 CACHE=${BLUEZ_CACHE:-$REPO/.build-bluez}/$STACK
 TIMEOUT=${BLUEZ_GUEST_TIMEOUT:-900}
 # How long the guest may go without a heartbeat (init writes one every 5 s) once it has begun,
@@ -44,6 +50,18 @@ say() { echo "bluez-guest: $*" >&2; }
 
 kernel_version() { ls "$CACHE/root/lib/modules" 2>/dev/null | head -1; }
 
+# apt-get and apt-cache over bookworm-backports alone, with lists and downloads in the cache and
+# the host's sources, lists and package caches untouched (the archive keys are the host's).
+backports_apt() {
+    local tool=$1; shift
+    local apt="$CACHE/apt"
+    mkdir -p "$apt/lists/partial" "$apt/archives/partial"
+    echo "deb http://deb.debian.org/debian bookworm-backports main" > "$apt/sources.list"
+    "$tool" -o Dir::Etc::SourceList="$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null \
+        -o Dir::State::Lists="$apt/lists" -o Dir::Cache::Archives="$apt/archives" \
+        -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= "$@"
+}
+
 prepare() {
     for tool in qemu-system-x86_64 busybox cpio depmod dpkg; do
         command -v "$tool" >/dev/null || { say "missing $tool: run 'make deps' (apt-get install qemu-system-x86 busybox-static cpio kmod)"; exit 2; }
@@ -59,11 +77,15 @@ prepare() {
     # Mount points for running bluetoothd chrooted in the root (the guest sees it read-only).
     [ "$STACK" = trixie ] && mkdir -p "$CACHE/root/run/dbus" "$CACHE/root/var/lib/bluetooth" "$CACHE/root/tmp"
     if [ -z "$(kernel_version)" ]; then
-        local pkg
-        pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
+        local pkg apt=(env)
+        if [ "$STACK" = bookworm-backports ]; then
+            apt=(backports_apt)
+            "${apt[@]}" apt-get update -qq || { say "apt-get update of bookworm-backports failed"; exit 2; }
+        fi
+        pkg=$("${apt[@]}" apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
         [ -n "$pkg" ] || { say "apt-cache knows no linux-image-amd64: run apt-get update"; exit 2; }
         say "downloading $pkg"
-        (cd "$CACHE" && rm -f ./*.deb && apt-get download "$pkg" >/dev/null 2>&1) || { say "apt-get download $pkg failed"; exit 2; }
+        (cd "$CACHE" && rm -f ./*.deb && "${apt[@]}" apt-get download "$pkg" >/dev/null 2>&1) || { say "apt-get download $pkg failed"; exit 2; }
         rm -rf "$CACHE/root"
         dpkg -x "$CACHE"/"$pkg"_*.deb "$CACHE/root"
         rm -f "$CACHE"/*.deb

@@ -7,7 +7,8 @@
 # $LOOP_DIR/loop.log.
 #
 #   TIER   dongles (make test-dongles, DONGLES_STACK default trixie), dongles-bookworm,
-#          bluez-bookworm or bluez-trixie (make test-bluez with that BLUEZ_STACK)
+#          dongles-bookworm-backports, bluez-bookworm-backports, bluez-bookworm or bluez-trixie
+#          (make test-bluez with that BLUEZ_STACK)
 #   LOOP_BURN=1      a CPU burner on every core beside each run (a loaded machine on purpose)
 #   LOOP_BIN=PATH    the herald-lab to run, built from the same commit (default: the packaged
 #                    binary, `make deb-binary`, built once in the first clone and reused)
@@ -19,9 +20,9 @@ count=${2:?usage: loop.sh TIER N}
 case "$count" in ''|*[!0-9]*) echo "loop.sh: N must be a whole number, not '$count'" >&2; exit 2 ;; esac
 case "$tier" in
   dongles) target=test-dongles; vars=(DONGLES_STACK=trixie); outs=results/test-dongles ;;
-  dongles-bookworm) target=test-dongles; vars=(DONGLES_STACK=bookworm); outs=results/test-dongles ;;
-  bluez-bookworm|bluez-trixie) target=test-bluez; vars=(BLUEZ_STACK=${tier#bluez-}); outs=results/test-bluez/${tier#bluez-} ;;
-  *) echo "loop.sh: TIER must be dongles, dongles-bookworm, bluez-bookworm or bluez-trixie, not '$tier'" >&2; exit 2 ;;
+  dongles-bookworm|dongles-bookworm-backports) target=test-dongles; vars=(DONGLES_STACK=${tier#dongles-}); outs=results/test-dongles ;;
+  bluez-bookworm-backports|bluez-bookworm|bluez-trixie) target=test-bluez; vars=(BLUEZ_STACK=${tier#bluez-}); outs=results/test-bluez/${tier#bluez-} ;;
+  *) echo "loop.sh: TIER must be dongles, dongles-bookworm, dongles-bookworm-backports, bluez-bookworm-backports, bluez-bookworm or bluez-trixie, not '$tier'" >&2; exit 2 ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
 source=$(cd "$here/../.." && pwd)
