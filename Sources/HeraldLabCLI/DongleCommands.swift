@@ -5,6 +5,7 @@ import HeraldCore
 import LabAgent
 import LabHTTP
 import LabNet
+import LabNode
 import LabPlan
 
 /// `herald-lab dongles`: this host's dongles (sysfs, the kernel, bluetoothd, HCI), or with
@@ -75,6 +76,9 @@ struct DonglesList: AsyncParsableCommand {
         if infos.isEmpty { print("no Bluetooth controllers on this host") }
         for d in infos { print(Self.describe(d)) }
         for p in survey.problems { print("note: \(p)") }
+        if !infos.isEmpty, let kernel = HostSystem.kernelRelease(), let problem = HostSystem.bluetoothProblem(kernelRelease: kernel) {
+            print("note: \(problem)")
+        }
     }
 
     /// A tag from a maker's name: its first word, lower case.

@@ -163,7 +163,10 @@ public final class Agent: @unchecked Sendable {
     /// What `start` does besides serving: runs recovered, the dongle read, the stall watchdog, heartbeats.
     private func startWork() async {
         scheduler.sync { recover() }
-        if config.radio == .bluez { await refreshDongle() }
+        if config.radio == .bluez {
+            if let kernel, let problem = HostSystem.bluetoothProblem(kernelRelease: kernel) { logger.warning("\(problem)") }
+            await refreshDongle()
+        }
         watchdog = StallWatchdog(threshold: config.stallThreshold) { [weak self] from, to in
             guard let self else { return }
             self.scheduler.execute { self.stalled(from: from, to: to) }
