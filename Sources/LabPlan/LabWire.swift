@@ -209,8 +209,7 @@ public enum LabWire {
         /// On a jittery link this converges much faster than the best single sample, which
         /// needs both of its directions to be fast at once. `roundTrip` is min f + min b.
         public static func combined(_ samples: [ClockSample]) -> ClockSample? {
-            guard let b = bounds(samples.filter(\.isUsable)) else { return nil }
-            return ClockSample(offset: (b.upper + b.lower) / 2, roundTrip: max(0, b.upper - b.lower))
+            bounds(samples.filter(\.isUsable)).map(within)
         }
 
         /// `combined`, or nil when the samples contradict each other: each bounds the offset to
@@ -220,7 +219,7 @@ public enum LabWire {
         /// hardly. An unusable sample is not skipped: nil.
         public static func agreeing(_ samples: [ClockSample]) -> ClockSample? {
             guard samples.allSatisfy(\.isUsable), let b = bounds(samples), b.lower <= b.upper else { return nil }
-            return ClockSample(offset: (b.upper + b.lower) / 2, roundTrip: b.upper - b.lower)
+            return within(b)
         }
 
         /// Finite, with a round trip of at least 0.
@@ -232,6 +231,11 @@ public enum LabWire {
         static func bounds(_ samples: [ClockSample]) -> (lower: Double, upper: Double)? {
             guard !samples.isEmpty else { return nil }
             return (samples.map { $0.offset - $0.roundTrip / 2 }.max()!, samples.map { $0.offset + $0.roundTrip / 2 }.min()!)
+        }
+
+        /// The sample for bounds: their middle, and their width as the round trip (0 when they cross).
+        static func within(_ b: (lower: Double, upper: Double)) -> ClockSample {
+            ClockSample(offset: (b.upper + b.lower) / 2, roundTrip: max(0, b.upper - b.lower))
         }
     }
 }

@@ -83,7 +83,7 @@ prepare() {
             "${apt[@]}" apt-get update -qq || { say "apt-get update of bookworm-backports failed"; exit 2; }
         fi
         pkg=$("${apt[@]}" apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
-        [ -n "$pkg" ] || { say "apt-cache knows no linux-image-amd64: run apt-get update"; exit 2; }
+        [ -n "$pkg" ] || { say "apt-cache knows no linux-image-amd64$([ "$STACK" = bookworm-backports ] && echo " in bookworm-backports" || echo ": run apt-get update")"; exit 2; }
         say "downloading $pkg"
         (cd "$CACHE" && rm -f ./*.deb && "${apt[@]}" apt-get download "$pkg" >/dev/null 2>&1) || { say "apt-get download $pkg failed"; exit 2; }
         rm -rf "$CACHE/root"
