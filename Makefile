@@ -1,15 +1,27 @@
 # HeraldLab. `make test` is the test command; `make demo` the main job on the simulated lab.
 SWIFT ?= swift
-APT_PACKAGES := pkg-config libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev dbus xz-utils chromium chromium-driver prometheus
+SHELL := /bin/bash
+# What `swift build` needs (make build, make demo): only these on a newcomer's first run.
+BUILD_APT := pkg-config libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev
+# What the tests drive besides: a private dbus-daemon, the fixture's xz, a browser, Prometheus.
+TEST_APT := dbus xz-utils chromium chromium-driver prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release lab deb-binary deb test-deb test test-ci test-dashboard test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
+.PHONY: all deps deps-build build release release-static lab deb-binary deb test-deb test test-integration test-calibration test-ci test-dashboard test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
 
 all: build
 
 # Installs the system packages the build needs, only those that are missing.
-deps:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+deps-build:
+	@missing=""; for p in $(BUILD_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps-build: installing$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+# ... and those the tests need (system packages and the Python test peers).
+deps: deps-build
+	@missing=""; for p in $(TEST_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "make deps: installing$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
@@ -17,20 +29,25 @@ deps:
 	@python3 -c "import dbus_fast" 2>/dev/null || python3 -m pip install -q dbus-fast
 	@python3 -c "import selenium" 2>/dev/null || python3 -m pip install -q selenium==4.51.0
 
-build: deps
+build: deps-build
 	$(SWIFT) build
 
-release: deps
+release: deps-build
 	$(SWIFT) build -c release
 
 # herald-lab_<version>_<arch>.deb in dist/: the release binary with the Swift runtime linked in
 # (it runs on a node without Swift), units for agents, the coordinator and the air, the udev rule.
 DEB_OUT ?= dist
-# The packaged binary: what the .deb ships, test-lab installs, and the guest tiers run (one release
-# build serves them all).
+# The one release configuration (static Swift runtime, .build-deb): the packaged binary, which the
+# .deb ships and test-lab, test-bluez, test-dongles and test-deb run, and herald-lab-bench, whose
+# calibrate is make test-calibration. Built once; the second product reuses every module.
 DEB_BIN := .build-deb/release/herald-lab
-deb-binary: deps
+BENCH_STATIC := .build-deb/release/herald-lab-bench
+release-static: deps-build
 	$(SWIFT) build -c release --static-swift-stdlib --product herald-lab --scratch-path .build-deb
+	$(SWIFT) build -c release --static-swift-stdlib --product herald-lab-bench --scratch-path .build-deb
+
+deb-binary: release-static
 
 deb: deb-binary
 	@dpkg -s dpkg-dev >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq dpkg-dev; }
@@ -43,35 +60,57 @@ test-deb: deb
 	@dpkg -s mmdebstrap >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq mmdebstrap; }
 	$(SUDO) scripts/deb/test.sh $$(ls $(DEB_OUT)/herald-lab_*.deb) $(DEB_BIN)
 
+# The tiers. `make test` (the README's test command, every commit): unit and in-memory tests,
+# at most 300 s of test time here (.ci/run fails it past 600 s). Tests whose classes or names
+# match INTEGRATION need labs of real processes (herald-lab air, coordinator and agents; a fake
+# bluetoothd beside a private dbus-daemon; the herald-lab binary), a browser or Prometheus:
+# `make test-integration` runs them, side by side (they mostly wait). `make test-calibration`
+# runs the seeded A/A, known-effect and false-alarm loops in the release build.
+INTEGRATION := LabHarnessTests\.(FaultTests|HarnessTests|IdentityTests|ImpostorTests|MetricsScrapeTests|RunAttachTests|ServiceShutdownTests|StudyRunTests|SubmissionErrorTests)|HeraldAnalysisTests\.(CommandTests|CLIFlagTests|InputValidationCommandTests|ShippedPlansTests)|BlueZRadioTests\.(BlueZTransportTests|AgentDongleTests)|/test[A-Za-z0-9]*InChromium
+INTEGRATION_WORKERS ?= 3
+TEST_TIMING := results/test-timing
 test: deps
-	$(SWIFT) build
-	$(SWIFT) test --disable-swift-testing
+	$(SWIFT) build --build-tests
+	@mkdir -p $(TEST_TIMING)
+	@set -o pipefail; $(SWIFT) test --skip-build --disable-swift-testing --skip '$(INTEGRATION)' 2>&1 | tee $(TEST_TIMING)/test.log; \
+	 status=$$?; scripts/test-timing.py $(TEST_TIMING)/test.log | tee $(TEST_TIMING)/test.txt; exit $$status
+
+test-integration: deps
+	$(SWIFT) build --build-tests
+	@mkdir -p $(TEST_TIMING)
+	@set -o pipefail; $(SWIFT) test --skip-build --disable-swift-testing --parallel --num-workers $(INTEGRATION_WORKERS) --filter '$(INTEGRATION)' --xunit-output $(TEST_TIMING)/integration.xml 2>&1 | tee $(TEST_TIMING)/integration.log; \
+	 status=$$?; scripts/test-timing.py $(TEST_TIMING)/integration.xml | tee $(TEST_TIMING)/integration.txt; exit $$status
+
+test-calibration: release-static
+	$(BENCH_STATIC) calibrate
 
 # docs/CI.md's GitHub Actions job, run as written against the simulated lab, four nights in a row
 # (scripts/ci/test_recipes.py): run, regress against the history, the bundle kept, junit.xml there.
-test-ci: build
+test-ci: deps build
 	python3 scripts/ci/test_recipes.py .build/debug/herald-lab 4
 
 # The coordinator's dashboard in headless Chromium (Selenium, chromium-driver) against the lab of
 # `make lab`: sign-in, every page without console errors, a live run's numbers changing on screen,
 # a stranger getting nothing, a CSRF-protected button; screenshots in results/test-dashboard/.
-test-dashboard: build
+test-dashboard: deps build
 	python3 scripts/dashboard/test.py .build/debug/herald-lab results/test-dashboard
 
 # Bad-input suite: 1,000 mutated plans (plan check, then a short simulate) and 300 mutated log
 # folders (analyse, compare, regress) through the built herald-lab; counts crashes, hangs, escapes.
-test-badinput: build
+test-badinput: deps build
 	python3 scripts/badinput/run.py --seed $${BADINPUT_SEED:-1}
 
 # The main job on the built-in simulated lab: the air, a coordinator and three agents on
 # loopback run plans/smoke.yaml; the bundle and its report land in results/.
-demo: build
+demo: deps-build
+	$(SWIFT) build --product herald-lab
 	@scripts/lab.sh plans/smoke.yaml 3 results; status=$$?; \
 	 if [ $$status -le 1 ]; then echo "demo: report in $$(ls -td results/smoke-*/ | head -1)report/report.html"; fi; exit $$status
 
 # The simulated lab on loopback, left running: the air, a coordinator and three agents, with the
 # coordinator's URL and the operator's credential printed; Ctrl-C stops every process it started.
-lab: build
+lab: deps-build
+	$(SWIFT) build --product herald-lab
 	@scripts/lab.sh --serve 3 results
 
 # Simulates the office plan in virtual time into results/.

@@ -96,9 +96,10 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
-        // MARK: The harness benchmarks (herald-lab-bench arm|gather|hash; make bench): not in the product.
+        // MARK: The harness benchmarks (herald-lab-bench arm|gather|hash; make bench) and the calibration
+        // loops (herald-lab-bench calibrate; make test-calibration): not in the product.
         .executableTarget(name: "HeraldLabBench", dependencies: [
-            "HeraldCore", "LabAgent", "LabCoordinator", "LabHTTP", "LabPlan", "RadioAir", "RadioSim",
+            "HeraldCore", "LabAgent", "LabCoordinator", "LabHTTP", "LabPlan", "RadioAir", "RadioSim", "HeraldAnalysis", "LabHistory", "LabNode",
             .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "Logging", package: "swift-log"),
         ]),
 

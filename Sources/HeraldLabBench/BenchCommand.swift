@@ -14,12 +14,13 @@ import Glibc
 
 /// `herald-lab-bench`: the harness benchmarks `make bench` runs (arm, gather, hash), a program of
 /// their own so that the herald-lab a node installs (the .deb) carries no benchmark code. Figures
-/// and ratios are printed, never asserted. `arm` is in BenchArm.swift.
+/// and ratios are printed, never asserted. `arm` is in BenchArm.swift. `calibrate` (Calibrate.swift,
+/// make test-calibration) is the one command with checks: statistical calibration, not speed.
 @main
 struct HeraldLabBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "herald-lab-bench",
         abstract: "HeraldLab's harness benchmarks (make bench): figures, never asserted.",
-        subcommands: [BenchArm.self, BenchCommand.Gather.self, BenchCommand.Hash.self])
+        subcommands: [BenchArm.self, BenchCommand.Gather.self, BenchCommand.Hash.self, Calibrate.self])
 }
 
 /// A line on stderr.

@@ -104,7 +104,9 @@ extension Coordinator {
             }
             var out = [(Int, LabWire.ClockSample?, String?)]()
             for await x in group { out.append(x) }
-            return out
+            // In node order, not the order the agents answered in: the run's message names
+            // the failures the same way every time.
+            return out.sorted { $0.0 < $1.0 }
         }
         if Task.isCancelled { return nil }
         var failures = [String]()

@@ -59,7 +59,7 @@ final class BundleReportTests: XCTestCase {
         XCTAssertTrue(junit.contains("timeToFirstDetection of alpha: 1 of 1 pairs failed: alpha sees beta"), junit)
     }
 
-    func testReportRendersInHeadlessChromiumWithoutConsoleErrors() throws {
+    func testReportRendersWithoutConsoleErrorsInChromium() throws {
         guard let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
             throw XCTSkip("chromium is not installed (make deps installs Debian's chromium)")
         }

@@ -200,7 +200,7 @@ final class ReadableReportTests: XCTestCase {
         return (png, errors)
     }
 
-    func testSimulatedTenNodeReportRendersWithoutConsoleErrors() throws {
+    func testSimulatedTenNodeReportRendersWithoutConsoleErrorsInChromium() throws {
         let bundle = try simulate("office-10.yaml", name: "office-10") { $0.duration = 600 }
         let report = try Analyser.analyse(bundle)
         let out = bundle.appendingPathComponent("report")
@@ -217,7 +217,7 @@ final class ReadableReportTests: XCTestCase {
         try FileManager.default.copyItem(at: out.appendingPathComponent("report.html"), to: Self.artefacts.appendingPathComponent("office-10-10min.html"))
     }
 
-    func testHundredNodeReportRendersWithoutConsoleErrors() throws {
+    func testHundredNodeReportRendersWithoutConsoleErrorsInChromium() throws {
         let page = Self.artefacts.appendingPathComponent("synthetic-100.html")
         try TestPaths.write(HTMLReport.render(ScaledReportTests.synthetic(devices: 100, cetotal: 960)), to: page)
         guard let (png, errors) = try Self.screenshot(page, as: "synthetic-100", height: 14500) else {

@@ -121,7 +121,7 @@ final class ScaledReportTests: XCTestCase {
         for b in HTMLReport.buckets { XCTAssertFalse(html.contains("\(b.label) (0)"), "every class is present: \(b.label)") }
     }
 
-    func testReportFor150DevicesRendersInHeadlessChromium() throws {
+    func testReportFor150DevicesRendersInChromium() throws {
         guard let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
             throw XCTSkip("chromium is not installed (make deps installs Debian's chromium)")
         }

@@ -237,25 +237,28 @@ extension LimitTests {
 
 extension LimitTests {
     /// A client that pipelines requests and never reads the answers is closed once its answers
-    /// pile up, instead of leaving a worker blocked writing to it.
+    /// pile up, instead of leaving a worker blocked writing to it. Each answer is 256 KiB, so a
+    /// few dozen are more than the two kernels buffer between a server and a client that offers
+    /// a window of a few KiB, however fast the server is (with answers of a hundred bytes the
+    /// server had to answer some 40,000 requests first: 35 s on an idle machine, and on a loaded
+    /// one the client's sends and the test's reads raced the rule and it failed after 213 s).
+    /// The client reads nothing until the server has logged the close; a write timeout of 1 s.
     func testClientThatReadsNoAnswersIsClosed() async throws {
         let log = LogCapture()
-        let service = HTTPService(name: "t", token: nil, limits: .init(idleTimeout: 60), logger: log.logger("herald-lab.http"))
+        let service = HTTPService(name: "t", token: nil, limits: .init(idleTimeout: 60, writeTimeout: 1), logger: log.logger("herald-lab.http"))
+        let big = Data(repeating: 0x61, count: 256 * 1024)
+        service.route("GET", "/big") { _ in HTTPResponse(.ok, headers: ["Content-Type": "text/plain"], body: big) }
         let port = try await service.start(host: "127.0.0.1", port: 0)
         services.append(service)
-        // 20 MB of answers: more than the two kernels buffer between a server and a client
-        // that offers a window of a few KiB.
+        // 200 answers of 256 KiB: 50 MB, where the kernels hold a few.
         let c = try RawClient(port: port, receiveBuffer: 4096)
-        let flood = Array(String(repeating: get("/health"), count: 1000).utf8)
-        let done = DispatchSemaphore(value: 0)
-        let sender = Thread {
-            for _ in 0..<200 where c.send(flood) {}
-            done.signal()
+        XCTAssertTrue(c.send(Array(String(repeating: get("/big"), count: 200).utf8)))
+        let deadline = Date().addingTimeInterval(60)
+        while !log.lines.contains(where: { $0.contains("does not read its answers") }) && Date() < deadline {
+            try await Task.sleep(nanoseconds: 20_000_000)
         }
-        sender.start()
-        done.wait()
+        XCTAssertTrue(log.lines.contains { $0.contains("does not read its answers") }, "waited 60 s for the server to log that the client does not read its answers: \(log.lines.suffix(3))")
         XCTAssertTrue(c.closedByServer(), "the server closed the connection")
-        XCTAssertTrue(log.lines.contains { $0.contains("does not read its answers") }, "\(log.lines.suffix(3))")
         XCTAssertEqual(try exchange(port, get("/health", extra: "Connection: close\r\n")).0, 200)
     }
 }

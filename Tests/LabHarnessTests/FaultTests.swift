@@ -49,8 +49,10 @@ final class FaultTests: XCTestCase {
         self.lab = lab
         let id = try lab.submit(plan("pause", nodes: 3, duration: "24s"))
         try lab.waitUntil(timeout: 20, "run running") { (lab.runRecord(id)?["state"] as? String) == "running" }
-        Thread.sleep(forTimeInterval: 6)
         let agent = nodeAgent(lab, id, "n1")
+        // Paused once n1 has logged for 5 s (the rate over the 4 s before the pause is compared
+        // below), not after a fixed 6 s; then paused for 8 s: the pause is the fault, not a wait.
+        try lab.waitForContacts(agent, run: id, spanning: 5)
         let pid = lab.processes[agent]!.processIdentifier
         kill(pid, SIGSTOP)
         let stoppedAt = Date()
@@ -133,7 +135,9 @@ final class FaultTests: XCTestCase {
         self.lab = lab
         let id = try lab.submit(plan("airgone", nodes: 2, duration: "30s"))
         try lab.waitUntil(timeout: 20, "run running") { (lab.runRecord(id)?["state"] as? String) == "running" }
-        Thread.sleep(forTimeInterval: 6)
+        // The air is killed once both nodes log (not after a fixed 6 s), and stays away for 6 s:
+        // the outage is the fault, not a wait.
+        for n in ["n1", "n2"] { try lab.waitForContacts(nodeAgent(lab, id, n), run: id, moreThan: 10) }
         let airPort = lab.ports["air"]!
         lab.kill9("air")
         let killedAt = Date()
@@ -160,7 +164,8 @@ final class FaultTests: XCTestCase {
         self.lab = lab
         let id = try lab.submit(plan("abort", nodes: 2, duration: "10m"))
         try lab.waitUntil(timeout: 20, "run running") { (lab.runRecord(id)?["state"] as? String) == "running" }
-        Thread.sleep(forTimeInterval: 5)
+        // Aborted once both nodes have logged more than 5 contacts (what the bundle must hold).
+        for n in ["n1", "n2"] { try lab.waitForContacts(nodeAgent(lab, id, n), run: id, moreThan: 5) }
         let (code, output) = try lab.cli(["runs", "abort", id, "--coordinator", lab.coordinatorURL, "--token-file", lab.tokenFile.path])
         XCTAssertEqual(code, 0, output)
         let abortedAt = Date()

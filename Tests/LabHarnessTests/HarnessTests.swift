@@ -63,8 +63,7 @@ final class HarnessTests: XCTestCase {
         let index = Int(agentOfN2.dropFirst(5))!
         // Killed once its sensor has logged more than 10 contacts (how soon after the start that
         // is depends on the machine's load: a fixed sleep here was a test that failed sometimes).
-        let runs = lab.dir.appendingPathComponent("\(agentOfN2)/runs")
-        try lab.waitUntil(timeout: 30, "n2 logged more than 10 contacts") { Self.contactRows(under: runs) > 10 }
+        try lab.waitForContacts(agentOfN2, run: id, moreThan: 10)
         let port = lab.ports[agentOfN2]!
         lab.kill9(agentOfN2)
         let killedAt = Date()
@@ -84,23 +83,14 @@ final class HarnessTests: XCTestCase {
         XCTAssertTrue(lab.log(agentOfN2).contains("resumed"), lab.log(agentOfN2))
     }
 
-    /// Rows (after the header) of every contacts.csv under `folder`, as the agent has written them.
-    static func contactRows(under folder: URL) -> Int {
-        guard let files = FileManager.default.enumerator(at: folder, includingPropertiesForKeys: nil) else { return 0 }
-        var rows = 0
-        for case let url as URL in files where url.lastPathComponent == "contacts.csv" {
-            guard let data = FileManager.default.contents(atPath: url.path) else { continue }
-            rows += max(0, data.reduce(0) { $0 + ($1 == UInt8(ascii: "\n") ? 1 : 0) } - 1)
-        }
-        return rows
-    }
-
     func testCoordinatorKilledAndRestartedMidRunStillProducesTheCompleteBundle() throws {
         let lab = try LabProcesses.make(agents: 2)
         self.lab = lab
         let id = try lab.submit(plan("killcoord", nodes: 2, duration: "12s"))
         try lab.waitUntil(timeout: 20, "run running") { (lab.runRecord(id)?["state"] as? String) == "running" }
-        Thread.sleep(forTimeInterval: 3)
+        // Killed once both nodes log (not after a fixed 3 s), then left down for 3 s of the run:
+        // the outage is the fault, not a wait.
+        for n in ["n1", "n2"] { try lab.waitForContacts(try XCTUnwrap(lab.agent(of: n, in: id)), run: id, moreThan: 5) }
         let port = lab.ports["coordinator"]!
         lab.kill9("coordinator")
         Thread.sleep(forTimeInterval: 3)

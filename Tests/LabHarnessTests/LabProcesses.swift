@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import LabHTTP
 import LabPlan
+import HeraldCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -170,6 +171,52 @@ final class LabProcesses {
             usleep(100_000)
         }
         throw NSError(domain: "lab", code: 2, userInfo: [NSLocalizedDescriptionKey: "timed out waiting for \(what)\ncoordinator log:\n\(log("coordinator").suffix(3000))"])
+    }
+
+    /// Rows (after the header) of every contacts.csv under `folder`, as the agent has written them.
+    static func contactRows(under folder: URL) -> Int {
+        guard let files = FileManager.default.enumerator(at: folder, includingPropertiesForKeys: nil) else { return 0 }
+        var rows = 0
+        for case let url as URL in files where url.lastPathComponent == "contacts.csv" {
+            guard let data = FileManager.default.contents(atPath: url.path) else { continue }
+            rows += max(0, data.reduce(0) { $0 + ($1 == UInt8(ascii: "\n") ? 1 : 0) } - 1)
+        }
+        return rows
+    }
+
+    /// Waits until the node of `run` that `agent` runs has logged more than `rows` contacts on
+    /// the agent's disk: the condition a fault test needs before it strikes ("the sensors are
+    /// writing"), instead of a fixed sleep whose length depends on the machine's load.
+    func waitForContacts(_ agent: String, run: String, moreThan rows: Int, timeout: TimeInterval = 30) throws {
+        let folder = dir.appendingPathComponent("\(agent)/runs/\(run)")
+        try waitUntil(timeout: timeout, "\(agent) logged more than \(rows) contacts in run \(run)") { Self.contactRows(under: folder) > rows }
+    }
+
+    /// Waits until the node of `run` that `agent` runs has logged contacts for at least
+    /// `seconds` (its first row is that old): a test that compares the rate before a fault with
+    /// the rate after it needs a whole window of rows before the fault.
+    func waitForContacts(_ agent: String, run: String, spanning seconds: TimeInterval, timeout: TimeInterval = 30) throws {
+        let folder = dir.appendingPathComponent("\(agent)/runs/\(run)")
+        try waitUntil(timeout: timeout, "\(agent) logged contacts for \(seconds) s in run \(run)") {
+            guard let first = Self.firstContactTime(under: folder) else { return false }
+            return Date().timeIntervalSince(first) >= seconds
+        }
+    }
+
+    /// The time of the first row of the first contacts.csv under `folder`.
+    static func firstContactTime(under folder: URL) -> Date? {
+        guard let files = FileManager.default.enumerator(at: folder, includingPropertiesForKeys: nil) else { return nil }
+        for case let url as URL in files where url.lastPathComponent == "contacts.csv" {
+            guard let text = try? String(contentsOf: url, encoding: .utf8) else { continue }
+            let lines = text.split(separator: "\n")
+            if lines.count > 1, let t = HeraldTimestamp.parse(String(lines[1].prefix(28))) { return t }
+        }
+        return nil
+    }
+
+    /// The agent that runs `node` in run `id` (from the coordinator's record).
+    func agent(of node: String, in id: String) -> String? {
+        ((runRecord(id)?["nodes"] as? [[String: Any]]) ?? []).first { $0["name"] as? String == node }?["agent"] as? String
     }
 
     /// Runs `herald-lab ARGS` to completion.

@@ -28,9 +28,8 @@ final class ServiceShutdownTests: XCTestCase {
         self.lab = lab
         let id = try lab.submit(LabProcesses.plan("sigterm", nodes: 2, duration: "16s"))
         try lab.waitUntil(timeout: 20, "run running") { (lab.runRecord(id)?["state"] as? String) == "running" }
-        Thread.sleep(forTimeInterval: 4) // the sensors are writing
-        let nodes = (lab.runRecord(id)?["nodes"] as? [[String: Any]]) ?? []
-        let agent = try XCTUnwrap(nodes.first { $0["name"] as? String == "n1" }?["agent"] as? String)
+        let agent = try XCTUnwrap(lab.agent(of: "n1", in: id))
+        try lab.waitForContacts(agent, run: id, moreThan: 5) // the sensors are writing
         let index = try XCTUnwrap(Int(agent.dropFirst(5)))
         let port = try XCTUnwrap(lab.ports[agent])
 
@@ -43,7 +42,7 @@ final class ServiceShutdownTests: XCTestCase {
         XCTAssertEqual(persisted["state"] as? String, "running", "\(persisted)")
         XCTAssertEqual(persisted["resumed"] as? Bool, true, "\(persisted)")
 
-        Thread.sleep(forTimeInterval: 2)
+        Thread.sleep(forTimeInterval: 2) // down for 2 s of the run: the outage is the fault, not a wait
         try lab.startAgent(index, port: port)
         try lab.waitUntil(timeout: 60, "run complete") { (lab.runRecord(id)?["state"] as? String) == "complete" }
         let m = try Manifest.read(from: lab.results.appendingPathComponent("\(id)/manifest.json"))

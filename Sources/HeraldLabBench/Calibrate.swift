@@ -1,0 +1,321 @@
+import ArgumentParser
+import Foundation
+import HeraldAnalysis
+import LabHistory
+import LabNode
+import LabPlan
+
+/// `herald-lab-bench calibrate` (make test-calibration): the seeded A/A, known-effect and
+/// false-alarm loops that calibrate compare's and regress's verdicts on the simulator, in the
+/// release build the .deb ships (they were XCTest's CalibrationTests and RegressionTests' 20
+/// nights, hundreds of debug simulations in `make test`). Unlike the benchmarks, these are
+/// checks: every one prints PASS or FAIL with its figure, and any FAIL exits 1.
+///
+/// The simulations of a loop run side by side (one seed a thread, `--threads`); each seed's
+/// outcome depends on its seed only, and outcomes are counted in seed order, so the counts are
+/// the same on any number of threads.
+struct Calibrate: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "calibrate",
+        abstract: "Calibration of compare and regress on seeded simulations (make test-calibration): checks with their figures; exit 1 when one fails.")
+
+    @Option(help: "Simulations at once (default: the machine's cores).") var threads = ProcessInfo.processInfo.activeProcessorCount
+    @Option(help: "Only the loops whose name contains this (aa-groups, aa-runs, aa-paired, effect, nights).") var only: String?
+
+    func run() throws {
+        let checks = Checks()
+        let started = Date()
+        let loops: [(String, (Checks, Int) throws -> Void)] = [
+            ("aa-groups", CalibrationLoops.aaGroups), ("aa-runs", CalibrationLoops.aaSeparateRuns),
+            ("aa-paired", CalibrationLoops.aaPaired), ("effect", CalibrationLoops.knownEffect),
+            ("nights", CalibrationLoops.twentyNights),
+        ]
+        let chosen = loops.filter { only == nil || $0.0.contains(only!) }
+        guard !chosen.isEmpty else { throw ValidationError("--only \(only ?? ""): no loop of that name (aa-groups, aa-runs, aa-paired, effect, nights)") }
+        guard (1...256).contains(threads) else { throw ValidationError("--threads: 1 to 256, not \(threads)") }
+        for (name, loop) in chosen {
+            let t0 = Date()
+            checks.section = name
+            try loop(checks, threads)
+            print(String(format: "calibrate %@: %.1f s", name, Date().timeIntervalSince(t0)))
+        }
+        print(String(format: "calibrate: %d checks, %d failed, %.1f s on %d threads", checks.count, checks.failed.count, Date().timeIntervalSince(started), threads))
+        if !checks.failed.isEmpty {
+            for f in checks.failed { print("FAILED \(f)") }
+            throw ExitCode(1)
+        }
+    }
+}
+
+/// Checks with their figures: each prints one PASS or FAIL line.
+final class Checks {
+    var section = ""
+    private(set) var count = 0
+    private(set) var failed = [String]()
+
+    func check(_ passed: Bool, _ what: String, _ figure: @autoclosure () -> String = "") {
+        count += 1
+        let fig = figure()
+        let line = "\(section): \(what)\(fig.isEmpty ? "" : " (\(fig))")"
+        print((passed ? "PASS " : "FAIL ") + line)
+        if !passed { failed.append(line) }
+    }
+}
+
+/// The loops, one seed's work a closure that depends on the seed only.
+enum CalibrationLoops {
+    static let seeds: [UInt64] = Array(1...40)
+
+    /// `body(seed)` for every seed on `threads` threads; the results in seed order.
+    static func bySeed<T>(_ seeds: [UInt64], threads: Int, _ body: @escaping @Sendable (UInt64) throws -> T) throws -> [T] {
+        let slots = Slots<T>(count: seeds.count)
+        DispatchQueue.concurrentPerform(iterations: max(1, min(threads, seeds.count))) { _ in
+            while let i = slots.take() {
+                slots.put(i, Result { try body(seeds[i]) })
+            }
+        }
+        return try slots.results().map { try $0.get() }
+    }
+
+    final class Slots<T>: @unchecked Sendable {
+        private let lock = NSLock()
+        private var next = 0
+        private var values: [Result<T, Error>?]
+        init(count: Int) { values = Array(repeating: nil, count: count) }
+        func take() -> Int? { lock.withLock { guard next < values.count else { return nil }; next += 1; return next - 1 } }
+        func put(_ i: Int, _ r: Result<T, Error>) { lock.withLock { values[i] = r } }
+        func results() -> [Result<T, Error>] { lock.withLock { values.map { $0! } } }
+    }
+
+    static func temp(_ name: String) -> URL {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("heraldlab-calibrate-\(name)-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+
+    /// A bundle simulated, analysed and removed.
+    static func simulate(_ plan: Plan, seed: UInt64, in dir: URL, name: String, planText: String = "", keep: Bool = false) throws -> AnalysisResult {
+        let bundle = dir.appendingPathComponent(name)
+        defer { if !keep { removeQuietly(bundle) } }
+        _ = try Simulation(plan: plan, planText: planText, seed: seed, output: bundle, threads: 1).run()
+        return try Analyser.analyse(bundle).result
+    }
+
+    /// A scratch folder's removal: its failure loses nothing (the figures are already read).
+    static func removeQuietly(_ url: URL) {
+        do { try FileManager.default.removeItem(at: url) } catch { FileHandle.standardError.write(Data("calibrate: could not remove \(url.path): \(error)\n".utf8)) }
+    }
+
+    /// 24 crowded nodes for 40 s: about 40 % of pairs are read (and so detected) by the end.
+    static func crowded(_ groups: String, advert: String = "1s") throws -> Plan {
+        try Plan.parse(yaml: """
+        name: calibration
+        duration: 40s
+        warmup: 5s
+        nodes: {count: 24, prefix: n, grid: {columns: 6, spacing: 1m}}
+        sensor: {advertInterval: \(advert)}
+        radio: {kind: sim, crowding: on}
+        groups:
+        \(groups)
+        """)
+    }
+
+    /// Two levels of the crowded plan that differ only in their variant label (separate runs, no groups).
+    static func aaLevels() throws -> (Plan, Plan) {
+        let base = try crowded("  - {name: x}\n  - {name: y}")
+        var a = base, b = base
+        a.groups = nil
+        b.groups = nil
+        for i in a.nodes.indices { a.nodes[i].group = nil; a.nodes[i].sensor = nil; b.nodes[i].group = nil; b.nodes[i].sensor = nil }
+        a.variant = "A"
+        b.variant = "A2"
+        return (a, b)
+    }
+
+    /// Runs `plans` in order as separate runs (seeds `seed * plans.count + k`), analysed and
+    /// designed as a study compares them (500 resamples, seeded by `seed`); nil when no design.
+    static func study(_ plans: [Plan], seed: UInt64, in dir: URL) throws -> Comparison.Design? {
+        var results = [AnalysisResult]()
+        for (k, p) in plans.enumerated() {
+            results.append(try simulate(p, seed: seed * UInt64(plans.count) + UInt64(k), in: dir, name: "s\(seed)-\(k)"))
+        }
+        guard case .success(var design) = Comparison.design(results) else { return nil }
+        design.resamples = 500
+        design.seed = seed
+        return design
+    }
+
+    static func called(_ o: Comparison.Outcome) -> [Comparison.Effect] {
+        o.effects.filter { $0.verdict == .better || $0.verdict == .worse }
+    }
+
+    static func perMetric(_ outcomes: [Comparison.Outcome]) -> String {
+        var m = [String: Int]()
+        for o in outcomes { for e in called(o) { m[e.metric, default: 0] += 1 } }
+        return m.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+    }
+
+    /// An A/A comparison (two node groups with the same settings, crowded and far from
+    /// saturated) calls a metric better or worse in at most 2 of 40 seeds (5 %, family-wise).
+    static func aaGroups(_ c: Checks, threads: Int) throws {
+        let plan = try crowded("  - {name: A}\n  - {name: A2}")
+        let tmp = temp("aa")
+        defer { removeQuietly(tmp) }
+        let outcomes = try bySeed(seeds, threads: threads) { seed -> Comparison.Outcome? in
+            let result = try simulate(plan, seed: seed, in: tmp, name: "s\(seed)")
+            guard case .success(var design) = Comparison.design([result]) else { return nil }
+            design.resamples = 500
+            design.seed = seed
+            return Comparison.compare(design)
+        }
+        let designed = outcomes.compactMap { $0 }
+        c.check(designed.count == seeds.count, "every seed gives a design", "\(designed.count) of \(seeds.count)")
+        let unchecked = designed.filter { !$0.checkPassed }
+        c.check(unchecked.isEmpty, "every comparison's design check passes", unchecked.first.map { $0.check.joined(separator: "; ") } ?? "\(designed.count) of \(designed.count)")
+        let falseCalls = designed.filter { !called($0).isEmpty }.count
+        c.check(falseCalls <= 2, "A/A groups call a metric better or worse in at most 2 of 40 seeds", "\(falseCalls) of \(designed.count) [\(perMetric(designed))]")
+        let detection = designed.compactMap { $0.effects.first { $0.metric == "detectionPct" }?.baselineEstimate }
+        // Not saturated: a calibration on saturated figures would prove nothing.
+        c.check((detection.max() ?? 100) < 90, "detection is far from saturated", String(format: "%.1f-%.1f %%", detection.min() ?? 0, detection.max() ?? 0))
+    }
+
+    /// An A/A study of separate runs (two levels that differ only in their variant label), one
+    /// run a level: run-to-run noise does not pass for an effect; one run a level cannot be paired.
+    static func aaSeparateRuns(_ c: Checks, threads: Int) throws {
+        let (a, b) = try aaLevels()
+        let tmp = temp("aa-runs")
+        defer { removeQuietly(tmp) }
+        let designs = try bySeed(seeds, threads: threads) { seed in try study([a, b], seed: seed, in: tmp) }
+        let present = designs.compactMap { $0 }
+        c.check(present.count == seeds.count, "every seed gives a design", "\(present.count) of \(seeds.count)")
+        let outcomes = present.map { Comparison.compare($0) }
+        let wrong = outcomes.filter { $0.factor != "variant" || $0.pairing != "unpaired" }
+        c.check(wrong.isEmpty, "the factor is the variant and the runs are compared unpaired", wrong.first.map { "\($0.factor), \($0.pairing)" } ?? "\(outcomes.count) of \(outcomes.count)")
+        if var first = present.first {
+            // One run a level cannot be paired: every device of a run shares its noise.
+            first.pairByNode()
+            let asked = Comparison.compare(first)
+            c.check(asked.pairing == "unpaired" && asked.effects.contains { $0.note?.contains("a paired comparison needs 3 runs a level") == true },
+                    "asked to pair one run a level, compare stays unpaired and says why", "\(asked.pairing)")
+        }
+        let falseCalls = outcomes.filter { !called($0).isEmpty }.count
+        c.check(falseCalls <= 2, "an A/A study of separate runs calls a metric better or worse in at most 2 of 40 seeds", "\(falseCalls) of \(outcomes.count) [\(perMetric(outcomes))]")
+    }
+
+    /// The paired path (a crossover: every level on the same devices) on an A/A study of three
+    /// runs a level in blocks A,B / B,A / A,B: paired per node, at most 1 of 20 seeds calls anything.
+    static func aaPaired(_ c: Checks, threads: Int) throws {
+        let seeds = Array(Self.seeds.prefix(20))
+        let (a, b) = try aaLevels()
+        let tmp = temp("aa-paired")
+        defer { removeQuietly(tmp) }
+        let outcomes = try bySeed(seeds, threads: threads) { seed -> Comparison.Outcome? in
+            guard var design = try study([a, b, b, a, a, b], seed: seed, in: tmp) else { return nil }
+            design.pairByNode()
+            return Comparison.compare(design)
+        }
+        let present = outcomes.compactMap { $0 }
+        c.check(present.count == seeds.count, "every seed gives a design", "\(present.count) of \(seeds.count)")
+        let wrong = present.filter { $0.pairing != "paired per dongle" || !$0.method.hasPrefix("paired per dongle") }
+        c.check(wrong.isEmpty, "three runs a level are compared paired per dongle", wrong.first.map { "\($0.pairing); \($0.method)" } ?? "\(present.count) of \(present.count)")
+        let falseCalls = present.filter { !called($0).isEmpty }.count
+        c.check(falseCalls <= 1, "a paired A/A study calls a metric better or worse in at most 1 of 20 seeds", "\(falseCalls) of \(present.count) [\(perMetric(present))]")
+    }
+
+    /// The worked study's effect at a smaller scale: 16 nodes for 15 s, two runs of each level
+    /// per seed in blocks A,B / B,A; advertising every 100 ms is found better than every 1 s,
+    /// with its interval below 0, in at least 36 of 40 seeds (crowding off: with it, a 15-s run
+    /// detects too few pairs to time their first detection).
+    static func knownEffect(_ c: Checks, threads: Int) throws {
+        func plan(_ advert: String) throws -> Plan {
+            try Plan.parse(yaml: """
+            name: calibration-effect
+            duration: 15s
+            warmup: 2s
+            nodes: {count: 16, prefix: n, grid: {columns: 4, spacing: 2m}}
+            sensor: {advertInterval: \(advert)}
+            radio: {kind: sim}
+            """)
+        }
+        let slow = try plan("1s"), fast = try plan("100ms")
+        let tmp = temp("effect")
+        defer { removeQuietly(tmp) }
+        let outcomes = try bySeed(seeds, threads: threads) { seed in try study([slow, fast, fast, slow], seed: seed, in: tmp).map { Comparison.compare($0) } }
+        let present = outcomes.compactMap { $0 }
+        c.check(present.count == seeds.count, "every seed gives a design", "\(present.count) of \(seeds.count)")
+        let wrong = present.filter { $0.factor != "sensor.advertInterval" || $0.baseline != "1" }
+        c.check(wrong.isEmpty, "the factor is the advert interval, 1 s the baseline", wrong.first.map { "\($0.factor), \($0.baseline)" } ?? "\(present.count) of \(present.count)")
+        var found = [String: Int]()
+        for o in present {
+            for e in o.effects where ["intervalMedian", "timeToFirstDetection"].contains(e.metric) {
+                if e.verdict == .better, let ci = e.ci95, ci[1] < 0 { found[e.metric, default: 0] += 1 }
+            }
+        }
+        for metric in ["intervalMedian", "timeToFirstDetection"] {
+            c.check((found[metric] ?? 0) >= 36, "100 ms against 1 s: \(metric) found better, interval below 0, in at least 36 of 40 seeds", "\(found[metric] ?? 0) of \(present.count)")
+        }
+    }
+
+    static let nightly = """
+    name: nightly
+    duration: 40s
+    warmup: 5s
+    nodes: {count: 24, prefix: n, grid: {columns: 6, spacing: 1m}}
+    sensor: {advertInterval: 1s}
+    radio: {kind: sim, crowding: on}
+    thresholds: {regressionTolerancePct: 2}
+    """
+
+    /// Regression against history on 20 seeded nights of one noisy plan: noise alone is flagged
+    /// at most once; the first three nights are inconclusive for want of history; a night with a
+    /// node paused for a quarter of the run is `infra` and never a baseline; one bundle, one row.
+    static func twentyNights(_ c: Checks, threads: Int) throws {
+        let tmp = temp("nights")
+        defer { removeQuietly(tmp) }
+        let plan = try Plan.parse(yaml: nightly)
+        let nights = try bySeed(Array(UInt64(1)...20) + [22], threads: threads) { seed in
+            try simulate(plan, seed: seed, in: tmp, name: "night-\(seed)", planText: nightly, keep: true)
+        }
+        let store = try HistoryStore(url: tmp.appendingPathComponent("history.sqlite"))
+        var flagged = [UInt64](), judged = 0, inconclusive = 0, infra = 0, reasons = [String]()
+        for (k, r) in nights.prefix(20).enumerated() {
+            try store.record(r, reportPath: "")
+            let history = try store.baseline(like: r, last: 10).map { try store.summary(of: $0) }
+            let j = Regression.judge(current: r, history: history, tolerancePct: 2)
+            switch j.verdict {
+            case .regression: flagged.append(UInt64(k + 1)); judged += 1
+            case .none: judged += 1
+            case .inconclusive: inconclusive += 1; reasons.append(j.reasons.first ?? "")
+            case .infra: infra += 1
+            }
+        }
+        c.check(infra == 0, "no night without faults is infra", "\(infra)")
+        c.check(inconclusive == 3 && reasons.allSatisfy { $0.contains("at least 3") }, "the first three nights are inconclusive for want of 3 earlier runs", "\(inconclusive): \(reasons.first ?? "-")")
+        c.check(flagged.count <= 1, "noise alone is flagged in at most 1 of the judged nights", "\(flagged.count) of \(judged), seeds \(flagged)")
+        // A night with n1 paused for 10 s of 40, as a lab's manifest says of a paused agent.
+        let bundle = tmp.appendingPathComponent("night-21-paused")
+        var p = plan
+        p.nodes[0].power = [PowerInterval(off: 10, on: 20)]
+        _ = try Simulation(plan: p, planText: nightly, seed: 21, output: bundle, threads: 1).run()
+        let url = bundle.appendingPathComponent("manifest.json")
+        guard var m = try JSONSerialization.jsonObject(with: Data(contentsOf: url)) as? [String: Any], var nodes = m["nodes"] as? [[String: Any]] else {
+            throw ValidationError("\(url.path): not the manifest a simulation writes")
+        }
+        nodes[0]["gaps"] = [["from": "2026-01-01T00:00:10Z", "to": "2026-01-01T00:00:20Z", "reason": "agent paused"]]
+        m["nodes"] = nodes
+        try JSONSerialization.data(withJSONObject: m).write(to: url)
+        let paused = try Analyser.analyse(bundle).result
+        let history = try store.baseline(like: paused, last: 10).map { try store.summary(of: $0) }
+        c.check(history.count == 10, "the paused night is judged against the last 10 nights", "\(history.count)")
+        let j = Regression.judge(current: paused, history: history, tolerancePct: 2)
+        c.check(j.verdict == .infra && j.reasons.contains { $0.contains("n1") && $0.contains("agent paused") } && Regression.text(j).contains("infra:"),
+                "a night with a paused node is infra, naming the node and the reason", "\(j.verdict): \(j.reasons.joined(separator: "; "))")
+        // Recorded, a faulty run is never a baseline; the same bundle recorded twice is one row.
+        try store.record(paused, reportPath: "")
+        let next = nights[20]
+        c.check(!(try store.baseline(like: next, last: 10).contains { $0.runId.contains("paused") }), "a night recorded as infra is never a baseline")
+        let before = try store.runs(plan: "nightly").count
+        try store.record(next, reportPath: "")
+        try store.record(next, reportPath: "")
+        c.check(try store.runs(plan: "nightly").count == before + 1, "one bundle recorded twice is one history row")
+    }
+}
