@@ -13,7 +13,7 @@ all: build
 
 # Installs the system packages the build needs, only those that are missing.
 deps-build:
-	@missing=""; for p in $(BUILD_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(BUILD_APT); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "make deps-build: installing$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
@@ -21,7 +21,7 @@ deps-build:
 
 # ... and those the tests need (system packages and the Python test peers).
 deps: deps-build
-	@missing=""; for p in $(TEST_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(TEST_APT); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "make deps: installing$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
@@ -50,14 +50,14 @@ release-static: deps-build
 deb-binary: release-static
 
 deb: deb-binary
-	@dpkg -s dpkg-dev >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq dpkg-dev; }
+	@dpkg-query -W -f='$${Status}' dpkg-dev 2>/dev/null | grep -q 'ok installed' || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq dpkg-dev; }
 	@rm -f $(DEB_OUT)/herald-lab_*.deb
 	@scripts/deb/build.sh $(DEB_BIN) $(DEB_OUT)
 
 # The .deb installed into clean Debian 12 and Debian 13 roots (mmdebstrap, root): --version, its
 # libraries, user, units, and an agent from the root registering with a coordinator here.
 test-deb: deb
-	@dpkg -s mmdebstrap >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq mmdebstrap; }
+	@dpkg-query -W -f='$${Status}' mmdebstrap 2>/dev/null | grep -q 'ok installed' || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq mmdebstrap; }
 	$(SUDO) scripts/deb/test.sh $$(ls $(DEB_OUT)/herald-lab_*.deb) $(DEB_BIN)
 
 # The tiers. `make test` (the README's test command, every commit): unit and in-memory tests,
@@ -129,7 +129,7 @@ BLUEZ_APT := qemu-system-x86 busybox-static bluez cpio kmod mmdebstrap
 BLUEZ_OUT ?= results/test-bluez
 BLUEZ_STACKS := $(or $(BLUEZ_STACK),bookworm-backports trixie)
 test-bluez: deb-binary
-	@missing=""; for p in $(BLUEZ_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(BLUEZ_APT); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "make test-bluez: installing$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
@@ -164,7 +164,7 @@ DONGLES_OUT ?= results/test-dongles
 DONGLES_STACK ?= trixie
 DONGLES_TIMEOUT ?= 720
 test-dongles: deb-binary
-	@missing=""; for p in $(BLUEZ_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(BLUEZ_APT); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "make test-dongles: installing$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
@@ -190,7 +190,7 @@ LAB_OUT ?= results/test-lab
 # The package's release binary, as agents are deployed (the debug build's slower request parsing
 # alone skews a clock probe by about a millisecond).
 test-lab: deb
-	@missing=""; for p in $(LAB_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(LAB_APT); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "make test-lab: installing$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
@@ -226,7 +226,7 @@ bench-harness: release
 
 bench-lab: release
 	@echo "== lab in network namespaces: true start skew and clock offset error, one agent behind a 20 ms +- 5 ms, 1 % loss relay, then without delay"
-	@missing=""; for p in $(LAB_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(LAB_APT); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; fi
 	@$(SUDO) python3 scripts/netlab/netlab.py bench --bin .build/release/herald-lab --out results/bench-lab
 
