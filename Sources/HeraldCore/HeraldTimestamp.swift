@@ -4,18 +4,18 @@ import Foundation
 public enum HeraldTimestamp {
     /// `yyyy-MM-dd HH:mm:ss.SSS+0000`, UTC: the current Android form, what HeraldLab nodes write.
     public static func utcMillis(_ date: Date) -> String {
-        let ms = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        let ms = Saturating.int64((date.timeIntervalSince1970 * 1000).rounded(.down))
         return format(epochMillis: ms, millis: true) + "+0000"
     }
 
     /// `yyyy-MM-dd HH:mm:ss`, UTC.
     public static func utcSeconds(_ date: Date) -> String {
-        format(epochMillis: Int64((date.timeIntervalSince1970 * 1000).rounded(.down)), millis: false)
+        format(epochMillis: Saturating.int64((date.timeIntervalSince1970 * 1000).rounded(.down)), millis: false)
     }
 
     /// ISO 8601 with milliseconds and Z, as used in manifests.
     public static func iso8601(_ date: Date) -> String {
-        let s = format(epochMillis: Int64((date.timeIntervalSince1970 * 1000).rounded(.down)), millis: true)
+        let s = format(epochMillis: Saturating.int64((date.timeIntervalSince1970 * 1000).rounded(.down)), millis: true)
         var chars = Array(s)
         chars[10] = "T"
         return String(chars) + "Z"
@@ -64,7 +64,9 @@ public enum HeraldTimestamp {
     }
 
     static func format(epochMillis: Int64, millis: Bool) -> String {
-        var ms = epochMillis
+        // Years 0000 to 9999, the only ones the form can write: a date from outside beyond them
+        // is written as the nearest (the arithmetic below would overflow at Int64's ends).
+        var ms = min(max(epochMillis, -62_167_219_200_000), 253_402_300_799_999)
         let days = ms >= 0 ? ms / 86_400_000 : (ms - 86_399_999) / 86_400_000
         ms -= days * 86_400_000
         let (y, m, d) = civilFromDays(days)

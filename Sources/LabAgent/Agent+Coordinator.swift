@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import LabLink
 import LabPlan
 import Logging
@@ -54,7 +55,7 @@ extension Agent {
                 }
             }
             let wait = failures == 0 ? config.heartbeatInterval : Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff)
-            try? await Task.sleep(nanoseconds: UInt64(wait * 1e9))
+            try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(wait)))
         }
     }
 

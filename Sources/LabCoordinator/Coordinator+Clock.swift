@@ -71,7 +71,10 @@ extension Coordinator {
         }
         let samples: [LabWire.ClockSample]
         do { samples = try await link.clockSamples(count: 32, settle: 8) } catch { return (nil, "\(error)") }
-        guard var best = LabWire.ClockSample.combined(samples) else { return (nil, "no answer to clock probes at \(node.agentURL)") }
+        guard !samples.isEmpty else { return (nil, "no answer to clock probes at \(node.agentURL)") }
+        guard var best = LabWire.ClockSample.combined(samples) else {
+            return (nil, "no usable clock from \(node.agentURL): \(samples.count) probe answers, none with a round trip of 0 to \(Int(LabWire.ClockSample.maxRoundTrip)) s and an offset within 10 years")
+        }
         best.from = .probes
         return (best, nil)
     }

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import HeraldAnalysis
 import LabHTTP
 import LabMetrics
@@ -91,11 +92,11 @@ extension Coordinator {
             guard let start = r.startAt, r.state.isFinal, metrics.firstTime(r.id) else { continue }
             m.timer("heraldlab_run_start_delay_seconds", "From a run's submission to its nodes' common start: arming, pre-flight and the barrier.",
                     buckets: [.seconds(1), .seconds(2), .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(300)])
-                .recordNanoseconds(Int64(max(0, start - r.created) * 1e9))
+                .recordNanoseconds(Saturating.nanoseconds(start - r.created))
             if r.state == .complete {
                 m.timer("heraldlab_run_duration_seconds", "Planned duration of the runs that completed.",
                         buckets: [.seconds(60), .seconds(600), .seconds(3600), .seconds(4 * 3600), .seconds(12 * 3600), .seconds(24 * 3600)])
-                    .recordNanoseconds(Int64(r.duration * 1e9))
+                    .recordNanoseconds(Saturating.nanoseconds(r.duration))
             }
         }
         var byPlan: [String: CoordinatorMetrics.Counts] = [:]

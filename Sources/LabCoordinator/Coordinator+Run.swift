@@ -132,6 +132,14 @@ extension Coordinator {
         let armTime = now - began
         let worstRoundTrip = r.nodes.compactMap { $0.clockBefore?.roundTrip }.max() ?? 0
         let margin = max(config.startMargin, 1.5 * armTime + 10 * worstRoundTrip + 0.5) + 0.002 * Double(r.nodes.count)
+        // A start further ahead than maxStartMargin holds every agent of the run idle for it:
+        // the run is refused, naming the slowest clock, and its agents are released.
+        guard margin.isFinite, margin <= config.maxStartMargin else {
+            let slowest = r.nodes.max { ($0.clockBefore?.roundTrip ?? 0) < ($1.clockBefore?.roundTrip ?? 0) }
+            let who = slowest.map { "agent \($0.agent) (\($0.agentURL)), round trip \(String(format: "%.3f", $0.clockBefore?.roundTrip ?? 0)) s" } ?? "no agent"
+            _ = await endBeforeStart(r, state: .failed, message: "the start cannot be bounded: a margin of \(String(format: "%.1f", margin)) s is over \(String(format: "%.0f", config.maxStartMargin)) s (arming took \(String(format: "%.1f", armTime)) s; slowest clock: \(who))")
+            return nil
+        }
         let startAt = now + margin
         r.startAt = startAt
         r.state = .running

@@ -37,6 +37,9 @@ public final class Coordinator: @unchecked Sendable {
         /// The least time between the last agent armed and the common start; the margin grows
         /// with the time arming took and the round trips measured.
         public var startMargin: Double = 1.0
+        /// The furthest ahead a run's common start may be put (its margin covers arming and the
+        /// slowest link); a run whose clocks cannot be bounded within it fails at arming.
+        public var maxStartMargin: Double = 120
         /// An agent is missing after this long without a heartbeat, lost after `lostAfter`.
         public var missingAfter: Double = 5
         public var lostAfter: Double = 60

@@ -69,7 +69,7 @@ public struct LabLogHandler: LogHandler {
     }
 
     static func timestamp(_ date: Date) -> String {
-        let ms = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        let ms = Saturating.int64((date.timeIntervalSince1970 * 1000).rounded(.down))
         var t = time_t(ms / 1000)
         var tm = tm()
         gmtime_r(&t, &tm)

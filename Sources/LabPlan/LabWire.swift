@@ -223,7 +223,18 @@ public enum LabWire {
         }
 
         /// Finite, with a round trip of at least 0.
-        public var isUsable: Bool { offset.isFinite && roundTrip.isFinite && roundTrip >= 0 }
+        /// A sample whose arithmetic can be trusted: finite, a round trip of 0 to `maxRoundTrip`,
+        /// an offset within `maxOffset`. Heartbeat stamps and probe answers come from outside: an
+        /// agent that answered a probe with `{"received": 5e10, "sent": 1}` made a round trip of
+        /// 5e10 s, and with it a start margin of 5e11 s (issue 36).
+        public var isUsable: Bool {
+            offset.isFinite && roundTrip.isFinite && roundTrip >= 0 && roundTrip <= Self.maxRoundTrip && abs(offset) <= Self.maxOffset
+        }
+        /// A round trip beyond this is no clock to start a run on (a lab's links answer in ms).
+        public static let maxRoundTrip = 5.0
+        /// An offset beyond 10 years is no clock at all (a node that never set its clock is off by
+        /// decades: its rows could not be stamped with the time they happened).
+        public static let maxOffset = 10 * 365.25 * 86_400.0
 
         /// The tightest bounds all samples put on the offset: the greatest lower bound
         /// (offset − roundTrip/2, the least delay back) and the least upper one (offset +

@@ -89,7 +89,7 @@ final class LineSocket: @unchecked Sendable {
             let seconds = max(0.001, timeout)
             let ready = AirLoops.group.next().makePromise(of: LineSocket.self)
             let bootstrap = ClientBootstrap(group: AirLoops.group)
-                .connectTimeout(.milliseconds(Int64(seconds * 1000)))
+                .connectTimeout(.milliseconds(Saturating.milliseconds(seconds)))
                 .channelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .channelOption(.allowRemoteHalfClosure, value: true)
                 .channelOption(.writeBufferWaterMark, value: waterMark)
@@ -109,7 +109,7 @@ final class LineSocket: @unchecked Sendable {
             let connecting = bootstrap.connect(host: bare, port: Int(port))
             connecting.whenFailure { ready.fail($0) }
             // The handshake too is bounded: the whole connect takes at most `timeout`.
-            let deadline = ready.futureResult.eventLoop.scheduleTask(in: .milliseconds(Int64(seconds * 1000))) {
+            let deadline = ready.futureResult.eventLoop.scheduleTask(in: .milliseconds(Saturating.milliseconds(seconds))) {
                 ready.fail(AirConnectTimeout(seconds: seconds))
             }
             ready.futureResult.whenComplete { _ in deadline.cancel() }
@@ -371,7 +371,7 @@ public enum AirNotices {
         defer { socket.close() }
         let answer = socket.channel.eventLoop.makePromise(of: AirAnswer?.self)
         socket.startReading(AirAnswer.self, onMessage: { answer.succeed($0) }, onClose: { answer.succeed(nil) })
-        let late = socket.channel.eventLoop.scheduleTask(in: .milliseconds(Int64(max(0.001, timeout) * 1000))) { answer.succeed(nil) }
+        let late = socket.channel.eventLoop.scheduleTask(in: .milliseconds(Saturating.milliseconds(max(0.001, timeout)))) { answer.succeed(nil) }
         socket.send(AirRequest(id: 1, .notice(signed)))
         let got: AirAnswer?
         do { got = try answer.futureResult.wait() } catch { return "\(error)" }
