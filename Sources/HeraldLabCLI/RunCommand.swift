@@ -232,6 +232,12 @@ struct RunCommand: AsyncParsableCommand {
     /// Returns the bundle folder.
     @discardableResult
     static func fetchBundle(_ client: LabClient, _ current: RunRecord, into outDir: URL, folder: String? = nil) async throws -> URL {
+        // The run id is the coordinator's text: it names a file here only once it is a safe name
+        // (a hostile coordinator once made `--out DIR` write DIR/../<id>.tar.gz).
+        if let problem = SafeName.problem(with: current.id) {
+            throw BundleFailure(description: "the coordinator's run id \(OutsideText.escaped(current.id, limit: 80, quotes: true)) \(problem): no file is named after it")
+        }
+        if let folder, let problem = SafeName.problem(with: folder) { throw BundleFailure(description: "folder \(OutsideText.escaped(folder, limit: 80, quotes: true)) \(problem)") }
         try FileManager.default.createDirectory(at: outDir, withIntermediateDirectories: true)
         let name = folder ?? current.id
         let tarURL = outDir.appendingPathComponent("\(name).tar.gz")
@@ -258,7 +264,7 @@ struct RunCommand: AsyncParsableCommand {
         if folder != nil {
             // The archive holds `<run id>/...`: unpacked under the study's own name for the run.
             try FileManager.default.createDirectory(at: bundle, withIntermediateDirectories: true)
-            arguments += ["-C", bundle.path, "--strip-components=1", current.id]
+            arguments += ["-C", bundle.path, "--strip-components=1", "--", current.id]
         } else {
             arguments += ["-C", outDir.path]
         }

@@ -148,7 +148,9 @@ extension Coordinator {
         let tmp = config.results.appendingPathComponent(".\(id).tar.gz.tmp")
         let tar = Process()
         tar.executableURL = URL(fileURLWithPath: "/bin/tar")
-        tar.arguments = ["-czf", tmp.path, "-C", config.results.path, id]
+        guard SafeName.isValid(id) else { throw HTTPError(.internalServerError, "run id \(OutsideText.line(id)) \(SafeName.problem(with: id) ?? "is invalid")") }
+        // `--` ends tar's options: the run id is an operand whatever it holds.
+        tar.arguments = ["-czf", tmp.path, "-C", config.results.path, "--", id]
         let err = Pipe()
         tar.standardError = err
         try tar.run()

@@ -95,6 +95,9 @@ final class PlanTests: XCTestCase {
         XCTAssertTrue(unknown[0].hasPrefix("radio.reportLos: unknown field (did you mean reportLoss? known: kind, adapter"), unknown[0])
         XCTAssertEqual(problems("name: p\nduration: 1m\nnodes: [a, b]\nradio: {reportLoss: 1.5}"), ["radio.reportLoss: 1.5 is out of range; expected a probability from 0 to 1"])
         XCTAssertEqual(problems("name: ../etc\nduration: 1m\nnodes: [a, b]"), ["name: \"../etc\" must not start with '.'"])
+        // A run id starts with the plan's name and reaches tar's command line (issue 36).
+        XCTAssertEqual(problems("name: \"-g\"\nduration: 1m\nnodes: [a, b]"), ["name: \"-g\" must not start with '-'"])
+        XCTAssertEqual(problems("name: \"-C\"\nduration: 1m\nnodes: [\"--x\", b]"), ["name: \"-C\" must not start with '-'", "nodes[0]: \"--x\" must not start with '-'"])
         XCTAssertEqual(problems("name: p\nduration: 1m\nnodes: [a, \"b/c\"]"), ["nodes[1]: \"b/c\" may hold only letters, digits, '-', '_' and '.' (found \"/\")"])
         XCTAssertEqual(problems("name: p\nduration: 1m\nwarmup: 2m\nnodes: [a, b]"), ["warmup: must be shorter than duration"])
         XCTAssertEqual(problems("duration: 1m\nnodes: [a, b]"), ["name: required: the plan's name"])
