@@ -40,6 +40,8 @@ public final class Coordinator: @unchecked Sendable {
         /// The furthest ahead a run's common start may be put (its margin covers arming and the
         /// slowest link); a run whose clocks cannot be bounded within it fails at arming.
         public var maxStartMargin: Double = 120
+        /// Wrong credentials slowed per address: bearer tokens and the dashboard's sign-in.
+        public var authThrottle = AuthThrottle.Rules()
         /// An agent is missing after this long without a heartbeat, lost after `lostAfter`.
         public var missingAfter: Double = 5
         public var lostAfter: Double = 60
@@ -121,7 +123,7 @@ public final class Coordinator: @unchecked Sendable {
         identityStore = try config.credentials.map { try IdentityStore(url: $0.url.appendingPathComponent("agents.sqlite")) }
         let identities = IdentityTable(Identities(try identityStore?.credentials() ?? []))
         self.identities = identities
-        http = HTTPService(name: "coordinator", authenticate: config.insecure ? nil : HTTPService.withScraper(config.scrapeToken, Self.authenticator(operatorToken: config.token, identities: identities)), logger: httpLogger ?? HTTPService.defaultLogger(level: logger.logLevel))
+        http = HTTPService(name: "coordinator", authenticate: config.insecure ? nil : HTTPService.withScraper(config.scrapeToken, Self.authenticator(operatorToken: config.token, identities: identities)), logger: httpLogger ?? HTTPService.defaultLogger(level: logger.logLevel), throttle: config.authThrottle)
         for a in try store.agents() {
             agents[a.info.name] = AgentRecord(info: a.info, lastSeen: a.lastSeen, persistedSeen: a.lastSeen, status: nil, lastError: a.lastError, lastErrorAt: a.lastErrorAt)
         }

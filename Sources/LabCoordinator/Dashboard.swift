@@ -39,11 +39,20 @@ extension Coordinator {
         }
         http.route("POST", "/signin", public: true, bodyLimit: form) { [unowned self] req in
             try self.sameOrigin(req)
+            let peer = req.peerHost ?? req.remote
+            // Guessing is slowed per address, with the bearer tokens' count (AuthThrottle).
             let given = DashboardSessions.form(req.body)["credential"] ?? ""
+            if let wait = self.http.throttle.retryAfter(peer), !(self.isOperator(given) && self.http.throttle.isKnown(peer, "dashboard operator")) {
+                let seconds = AuthThrottle.retryAfterHeader(wait)
+                var r = self.signInPage(message: "Too many wrong credentials from this address: try again in \(seconds) s.", status: .tooManyRequests)
+                r.headers["Retry-After"] = seconds
+                return r
+            }
             guard self.isOperator(given) else {
-                self.logger.warning("dashboard sign-in refused from \(req.remote)", metadata: ["peer": .string(req.remote)])
+                self.http.throttle.failed(peer, "dashboard sign-in")
                 return self.signInPage(message: "That is not the operator's credential.", status: .unauthorized)
             }
+            self.http.throttle.succeeded(peer, "dashboard operator")
             let s = self.dashboard.sessions.create(now: self.now)
             var r = Self.redirect("/lab")
             r.headers["Set-Cookie"] = DashboardSessions.setCookie(s, secure: self.sessionSecure, now: self.now)

@@ -42,9 +42,25 @@ struct AuthenticationMiddleware: RouterMiddleware {
         } catch let r as Refusal {
             return HTTPService.answer(.error(r.status, r.message), head: false)
         }
-        switch service.admit(method: method, segments: context.segments, authorization: request.headers[.authorization]) {
+        let peer = remote.address ?? remote.text
+        let authorization = request.headers[.authorization]
+        // An address that guessed wrong too often waits: only a credential that succeeded from it
+        // lately is taken meanwhile (AuthThrottle).
+        if service.authenticates, let authorization, let wait = service.throttle.retryAfter(peer) {
+            let bearer = authorization.hasPrefix("Bearer ") ? String(authorization.dropFirst(7)) : ""
+            let known = service.authenticate?(bearer).map { service.throttle.isKnown(peer, $0.throttleKey) } ?? false
+            if !known {
+                var r = LabHTTP.HTTPResponse.error(HTTPStatusCode.tooManyRequests, "too many wrong credentials from this address: try again in \(AuthThrottle.retryAfterHeader(wait)) s")
+                r.headers["Retry-After"] = AuthThrottle.retryAfterHeader(wait)
+                return HTTPService.answer(r, head: request.method == .head)
+            }
+        }
+        switch service.admit(method: method, segments: context.segments, authorization: authorization) {
         case .refuse(let status, let message, let logged):
-            if let logged {
+            if status == .unauthorized, let bearer = authorization, bearer.hasPrefix("Bearer ") {
+                // A wrong credential: counted, and logged once per interval with the count.
+                service.throttle.failed(peer, "bearer token")
+            } else if let logged {
                 service.logger.warning("refused \(method) \(HTTPService.escaped("/" + context.segments.joined(separator: "/"))) from \(remote.text): \(logged)",
                                        metadata: ["peer": .string(remote.text)])
             }
@@ -53,6 +69,7 @@ struct AuthenticationMiddleware: RouterMiddleware {
             // A valid credential vouches for its address at the gate; with authentication off
             // (loopback only) every caller is as known as any other.
             if principal != nil || !service.authenticates { service.vouch(for: remote.address) }
+            if let principal { service.throttle.succeeded(peer, principal.throttleKey) }
             context.principal = principal
             return try await next(request, context)
         }

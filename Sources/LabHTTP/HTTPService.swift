@@ -34,6 +34,8 @@ public final class HTTPService: @unchecked Sendable {
         public var role: Role
         public var name: String
         public init(role: Role, name: String) { self.role = role; self.name = name }
+        /// Who this is, for AuthThrottle's memory of credentials that succeeded from an address.
+        public var throttleKey: String { "\(role.rawValue) \(name)" }
     }
 
     /// Maps a bearer credential to its principal, or nil when it is not valid.
@@ -123,6 +125,9 @@ public final class HTTPService: @unchecked Sendable {
     public static let defaultBodyLimit = 1 << 20
 
     let authenticate: Authenticate?
+    /// Wrong credentials slowed per peer address (bearer tokens here, the dashboard's sign-in
+    /// through the same one).
+    public let throttle: AuthThrottle
     var routes: [Route] = []
     let routesLock = NSLock()
     /// The running server: its service group, the task running it, and its gate.
@@ -132,13 +137,15 @@ public final class HTTPService: @unchecked Sendable {
     /// `authenticate` nil turns authentication off (only for `--insecure` on loopback): every
     /// route is then open and `Request.principal` is nil.
     public init(name: String, authenticate: Authenticate?, limits: Limits = Limits(),
-                logger: Logger = Logger(label: "herald-lab.http")) {
+                logger: Logger = Logger(label: "herald-lab.http"), throttle: AuthThrottle.Rules = AuthThrottle.Rules(),
+                now: @escaping @Sendable () -> Double = { ProcessInfo.processInfo.systemUptime }) {
         self.name = name
         self.authenticate = authenticate
         self.limits = limits
         var logger = logger
         logger[metadataKey: "service"] = .string(name)
         self.logger = logger
+        self.throttle = AuthThrottle(rules: throttle, logger: logger, now: now)
         route("GET", "/health", public: true) { _ in .json(["status": "ok", "service": name]) }
     }
 

@@ -165,12 +165,23 @@ public enum LabToken {
                 throw HTTPError(.internalServerError, "cannot read the token file \(file)")
             }
             let token = text.split(whereSeparator: \.isNewline).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
-            guard token.count >= 16 else { throw HTTPError(.internalServerError, "the token in \(file) is shorter than 16 characters") }
+            guard token.count >= minimumLength else {
+                throw HTTPError(.internalServerError, "the token in \(file) is shorter than \(minimumLength) characters (\(token.count)): too easy to guess; herald-lab ca init writes one of 64")
+            }
             return token
         }
-        if let env = ProcessInfo.processInfo.environment["HERALDLAB_TOKEN"], !env.isEmpty { return env }
+        if let env = ProcessInfo.processInfo.environment["HERALDLAB_TOKEN"], !env.isEmpty {
+            guard env.count >= minimumLength else {
+                throw HTTPError(.internalServerError, "HERALDLAB_TOKEN is shorter than \(minimumLength) characters (\(env.count)): too easy to guess; herald-lab ca init writes one of 64")
+            }
+            return env
+        }
         return nil
     }
+
+    /// The shortest credential a service or client takes (a 2-character HERALDLAB_TOKEN was
+    /// accepted once, issue 36).
+    public static let minimumLength = 32
 
     /// A new random token (hex, 32 bytes).
     public static func generate() -> String {

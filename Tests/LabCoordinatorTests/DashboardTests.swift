@@ -28,7 +28,9 @@ final class DashboardTests: XCTestCase {
 
     /// A coordinator with a credentials folder (enrolled agents), a finished run with its report
     /// files and a dongle, listening on loopback; with `tls`, over TLS with a lab CA the client trusts.
-    func start(tls: Bool = false) async throws -> (Coordinator, LabClient) {
+    /// A coordinator with the dashboard; `throttle` its rules for wrong credentials (here 10 free
+    /// failures by default: the tests below try six wrong credentials before the right one).
+    func start(tls: Bool = false, throttle: AuthThrottle.Rules = AuthThrottle.Rules(free: 10)) async throws -> (Coordinator, LabClient) {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("dash-\(UUID().uuidString)")
         let cred = dir.appendingPathComponent("cred")
         try FileManager.default.createDirectory(at: cred, withIntermediateDirectories: true)
@@ -37,6 +39,7 @@ final class DashboardTests: XCTestCase {
         config.token = operatorToken
         config.scrapeToken = scrapeToken
         config.credentials = CredentialsFolder(url: cred)
+        config.authThrottle = throttle
         if tls {
             let p = { (n: String) in cred.appendingPathComponent(n).path }
             try LabCA.create(commonName: "dash CA", days: 1, certificate: p("ca.pem"), key: p("ca-key.pem"))
@@ -95,6 +98,25 @@ final class DashboardTests: XCTestCase {
         let html = String(decoding: body, as: UTF8.self)
         let range = try XCTUnwrap(html.range(of: "name=\"csrf\" value=\""))
         return (cookie, String(html[range.upperBound...].prefix(64)))
+    }
+
+    /// Guessing at sign-in is slowed per address (issue 36): after the free failures the address
+    /// waits (429, Retry-After, the page says so), the right credential included, and the same
+    /// count holds its bearer tokens back.
+    func testGuessingAtSignInIsSlowedWith429AndRetryAfter() async throws {
+        let (_, client) = try await start(throttle: AuthThrottle.Rules(free: 2, base: 60))
+        for k in 0..<3 {
+            let (wrong, _) = try await signIn(client, "guess-\(k)-" + String(repeating: "x", count: 40))
+            XCTAssertEqual(wrong, 401)
+        }
+        let (status, body, headers) = try await client.request("POST", "/signin", body: form(["credential": operatorToken]), headers: formType)
+        XCTAssertEqual(status, 429, "the address waits, whatever it sends")
+        XCTAssertEqual(headers["retry-after"], "60")
+        XCTAssertTrue(String(decoding: body, as: UTF8.self).contains("Too many wrong credentials from this address: try again in 60 s."))
+        XCTAssertNil(headers["set-cookie"])
+        let (bearer, _, bearerHeaders) = try await client.request("GET", "/v1/agents", headers: ["Authorization": "Bearer \(operatorToken)"])
+        XCTAssertEqual(bearer, 429)
+        XCTAssertEqual(bearerHeaders["retry-after"], "60")
     }
 
     func testOnlyTheOperatorsCredentialSignsIn() async throws {

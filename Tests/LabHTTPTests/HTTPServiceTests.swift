@@ -80,10 +80,12 @@ final class HTTPServiceTests: XCTestCase {
         let refusals = log.lines.filter { $0.contains("refused") }
         XCTAssertEqual(refusals.count, 4, "\(refusals)")
         XCTAssertTrue(refusals.contains { $0.contains("/v1/no-such-route") && $0.contains("missing token") }, "\(refusals)")
+        // A wrong token is counted per address and logged once per interval with the count (AuthThrottle).
+        XCTAssertTrue(refusals.contains { $0.contains("refused 1 wrong bearer token credential(s) from 127.0.0.1") }, "\(refusals)")
         // Each refusal a warning of herald-lab.http, with the service and the peer as metadata.
         let refused = log.all.filter { $0.message.hasPrefix("refused") }
         XCTAssertEqual(refused.count, 4)
-        XCTAssertTrue(refused.allSatisfy { $0.level == .warning && $0.label == "herald-lab.http" && $0.metadata["service"] == "t" && $0.metadata["peer"]?.hasPrefix("127.0.0.1:") == true },
+        XCTAssertTrue(refused.allSatisfy { $0.level == .warning && $0.label == "herald-lab.http" && $0.metadata["service"] == "t" && $0.metadata["peer"]?.hasPrefix("127.0.0.1") == true },
                       "\(log.lines)")
         // Text from the request is escaped in log lines: no forged lines.
         c.send(get("/v1/x%0D%0At:%20forged"))
