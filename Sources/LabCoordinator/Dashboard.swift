@@ -146,8 +146,11 @@ extension Coordinator {
     /// Referrer-Policy same-origin makes browsers send it, "null" from a sandboxed page is refused).
     func sameOrigin(_ req: HTTPService.Request) throws {
         guard let origin = req.headers["origin"] else { return }
-        let host = URLComponents(string: origin).map { c in c.port.map { "\(c.host ?? ""):\($0)" } ?? (c.host ?? "") }
-        guard let host, let own = req.headers["host"], host.lowercased() == own.lowercased() else {
+        let parts = URLComponents(string: origin)
+        let host = parts.map { c in c.port.map { "\(c.host ?? ""):\($0)" } ?? (c.host ?? "") }
+        // The scheme too: http://host:port is another origin than https://host:port.
+        let scheme = sessionSecure ? "https" : "http"
+        guard let host, let own = req.headers["host"], host.lowercased() == own.lowercased(), parts?.scheme?.lowercased() == scheme else {
             throw HTTPError(.forbidden, "a form from another origin is refused")
         }
     }

@@ -34,6 +34,12 @@ struct AuthenticationMiddleware: RouterMiddleware {
     let service: HTTPService
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        var response = try await admit(request, context: context, next: next)
+        if let hsts = service.strictTransportSecurity { response.headers[.strictTransportSecurity] = hsts }
+        return response
+    }
+
+    private func admit(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var context = context
         let remote = HTTPService.remote(of: context.channel)
         let method = request.method.rawValue

@@ -133,6 +133,10 @@ public final class HTTPService: @unchecked Sendable {
     /// The running server: its service group, the task running it, and its gate.
     private var running: (group: ServiceGroup, task: Task<Void, Never>, gate: ConnectionGate, listener: any Channel)?
     private let runningLock = NSLock()
+    private var servingTLS = false
+    /// Over TLS every answer says so for a year (HSTS): a browser that once reached the
+    /// coordinator over https never falls back to plain http for it.
+    var strictTransportSecurity: String? { runningLock.withLock { servingTLS ? "max-age=31536000" : nil } }
 
     /// `authenticate` nil turns authentication off (only for `--insecure` on loopback): every
     /// route is then open and `Request.principal` is nil.
@@ -189,7 +193,7 @@ public final class HTTPService: @unchecked Sendable {
         let ssl = tls?.nio
         let gate = ConnectionGate(total: limits.maxConnections, perAddress: limits.maxConnectionsPerAddress, reserved: limits.reservedForKnown)
         let (server, bound) = try await serve(host: host, port: port, tls: ssl, gate: gate)
-        runningLock.withLock { running = (server.0, server.1, gate, server.2) }
+        runningLock.withLock { running = (server.0, server.1, gate, server.2); servingTLS = tls != nil }
         return bound
     }
 

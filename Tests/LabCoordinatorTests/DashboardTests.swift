@@ -158,6 +158,25 @@ final class DashboardTests: XCTestCase {
         for flag in ["HttpOnly", "SameSite=Strict", "Secure"] { XCTAssertTrue(cookie.contains(flag), "\(flag) in \(cookie)") }
     }
 
+    /// Under TLS every answer carries HSTS (pages, refusals, the API); a form posted from the
+    /// plain-http origin of the same host and port is another origin (issue 36).
+    func testHSTSUnderTLSAndTheOriginsSchemeCounts() async throws {
+        let (_, client) = try await start(tls: true)
+        for (path, headers) in [("/", [String: String]()), ("/v1/agents", [:]), ("/v1/agents", ["Authorization": "Bearer \(operatorToken)"])] {
+            let (_, _, h) = try await client.request("GET", path, headers: headers)
+            XCTAssertEqual(h["strict-transport-security"], "max-age=31536000", path)
+        }
+        let port = try XCTUnwrap(client.base.port)
+        let plainOrigin = ["Origin": "http://127.0.0.1:\(port)"]
+        let (refused, _, _) = try await client.request("POST", "/signin", body: form(["credential": operatorToken]), headers: formType.merging(plainOrigin) { a, _ in a })
+        XCTAssertEqual(refused, 403, "http:// is not the https:// origin")
+        let (taken, _, _) = try await client.request("POST", "/signin", body: form(["credential": operatorToken]), headers: formType.merging(["Origin": "https://127.0.0.1:\(port)"]) { a, _ in a })
+        XCTAssertEqual(taken, 303)
+        let (_, plain) = try await start()
+        let (_, _, h) = try await plain.request("GET", "/")
+        XCTAssertNil(h["strict-transport-security"], "no HSTS over plain HTTP")
+    }
+
     func testAStrangerGetsNothingFromAnyDashboardRoute() async throws {
         let (c, client) = try await start()
         let secrets = [runId, "secretagent", "secretdongle", "secretplan", "secret report", "secret bundle", "liveplan", "secretstudy"]
