@@ -173,7 +173,15 @@ extension Coordinator {
         let sessions = dashboard.sessions
         let cookie = "\(DashboardSessions.cookieName)=\(s.id)"
         var response = HTTPResponse(.ok, headers: ["Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"])
+        let session = s.id
         response.body = .stream { [weak self] write in
+            // At most streamsPerSession at once per session: a further one ends at once, saying
+            // why (its browser retries in 10 s), and holds none of the service's places.
+            guard sessions.openStream(session) else {
+                try await write(Data("retry: 10000\nevent: refused\ndata: {\"reason\": \"this session has \(DashboardSessions.streamsPerSession) live views open; close one\"}\n\n".utf8))
+                return
+            }
+            defer { sessions.closeStream(session) }
             try await write(Data("retry: 2000\n\n".utf8))
             while let self, sessions.find(cookieHeader: cookie, now: self.now) != nil, let r = self.run(id) {
                 let json = try LabJSON.encoder.encode(self.liveSnapshot(r))

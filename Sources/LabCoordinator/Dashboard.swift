@@ -53,7 +53,10 @@ extension Coordinator {
                 return self.signInPage(message: "That is not the operator's credential.", status: .unauthorized)
             }
             self.http.throttle.succeeded(peer, "dashboard operator")
-            let s = self.dashboard.sessions.create(now: self.now)
+            let (s, ended) = self.dashboard.sessions.signIn(now: self.now)
+            if ended > 0 {
+                self.logger.notice("dashboard sign-in from \(req.remote) ended the oldest session: \(self.dashboard.sessions.capacity) are kept at once", metadata: ["peer": .string(req.remote)])
+            }
             var r = Self.redirect("/lab")
             r.headers["Set-Cookie"] = DashboardSessions.setCookie(s, secure: self.sessionSecure, now: self.now)
             self.logger.notice("dashboard sign-in from \(req.remote)", metadata: ["peer": .string(req.remote)])

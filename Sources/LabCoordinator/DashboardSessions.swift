@@ -31,14 +31,44 @@ public final class DashboardSessions: @unchecked Sendable {
         return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &g)) }.joined()
     }
 
-    public func create(now: Double) -> DashboardSession {
+    public func create(now: Double) -> DashboardSession { signIn(now: now).session }
+
+    /// A new session, and how many live sessions it ended to stay within `capacity` (the oldest
+    /// first): a sign-in over the cap says so instead of signing somebody out without a word.
+    public func signIn(now: Double) -> (session: DashboardSession, ended: Int) {
         let s = DashboardSession(id: Self.randomToken(), csrf: Self.randomToken(), expires: now + lifetime)
+        var ended = 0
         lock.withLock {
             sessions = sessions.filter { $0.value.expires > now }
-            while sessions.count >= capacity, let oldest = sessions.min(by: { $0.value.expires < $1.value.expires }) { sessions[oldest.key] = nil }
+            while sessions.count >= capacity, let oldest = sessions.min(by: { $0.value.expires < $1.value.expires }) {
+                sessions[oldest.key] = nil
+                streams[oldest.key] = nil
+                ended += 1
+            }
             sessions[s.id] = s
         }
-        return s
+        return (s, ended)
+    }
+
+    /// Event streams one session may hold open at once (a browser's tabs on live runs), so that
+    /// one session cannot take all of the service's 32.
+    public static let streamsPerSession = 4
+    private var streams: [String: Int] = [:]
+
+    /// Takes one of the session's stream places; false when it holds `streamsPerSession`.
+    public func openStream(_ id: String) -> Bool {
+        lock.withLock {
+            guard streams[id, default: 0] < Self.streamsPerSession else { return false }
+            streams[id, default: 0] += 1
+            return true
+        }
+    }
+
+    public func closeStream(_ id: String) {
+        lock.withLock {
+            guard let n = streams[id] else { return }
+            streams[id] = n > 1 ? n - 1 : nil
+        }
     }
 
     /// The live session a request's `Cookie` header names, if any.

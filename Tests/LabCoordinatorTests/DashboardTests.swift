@@ -272,6 +272,49 @@ final class DashboardTests: XCTestCase {
         }
     }
 
+    /// One session holds at most 4 live streams (issue 36: one session could hold all 32 and
+    /// every other browser got 503 for 5 minutes); a fifth ends at once saying why, and another
+    /// session still gets its own.
+    func testOneSessionHoldsAtMostFourLiveStreams() async throws {
+        let (_, client) = try await start()
+        let (cookie, _) = try await session(client)
+        let live = "liveplan-20260101-000000-abcd"
+        let port = UInt16(try XCTUnwrap(client.base.port))
+        let request = "GET /runs/\(live)/events HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nCookie: \(cookie)\r\n\r\n"
+        var open = [TestStream]()
+        defer { open.forEach { $0.close() } }
+        for _ in 0..<DashboardSessions.streamsPerSession {
+            let s = try TestStream.connect(host: "127.0.0.1", port: port)
+            try s.write(request)
+            let got = String(decoding: try s.read { String(decoding: $0, as: UTF8.self).contains("event: snapshot") }, as: UTF8.self)
+            XCTAssertTrue(got.contains("200 OK"), got)
+            open.append(s)
+        }
+        let (status, body, _) = try await client.request("GET", "/runs/\(live)/events", headers: ["Cookie": cookie])
+        XCTAssertEqual(status, 200)
+        let text = String(decoding: body, as: UTF8.self)
+        XCTAssertTrue(text.contains("event: refused") && text.contains("this session has 4 live views open"), text)
+        XCTAssertFalse(text.contains("event: snapshot"), text)
+        // Another session is not held back by this one's four.
+        let (other, _) = try await session(client)
+        let s = try TestStream.connect(host: "127.0.0.1", port: port)
+        defer { s.close() }
+        try s.write(request.replacingOccurrences(of: cookie, with: other))
+        XCTAssertTrue(String(decoding: try s.read { String(decoding: $0, as: UTF8.self).contains("event: snapshot") }, as: UTF8.self).contains("event: snapshot"))
+    }
+
+    func testSignInOverTheSessionCapEndsTheOldestAndSaysSo() {
+        let sessions = DashboardSessions(capacity: 2)
+        let a = sessions.signIn(now: 0), b = sessions.signIn(now: 1), c = sessions.signIn(now: 2)
+        XCTAssertEqual([a.ended, b.ended, c.ended], [0, 0, 1])
+        XCTAssertNil(sessions.find(cookieHeader: "heraldlab_session=\(a.session.id)", now: 3), "the oldest was ended")
+        XCTAssertNotNil(sessions.find(cookieHeader: "heraldlab_session=\(c.session.id)", now: 3))
+        for _ in 0..<4 { XCTAssertTrue(sessions.openStream(c.session.id)) }
+        XCTAssertFalse(sessions.openStream(c.session.id))
+        sessions.closeStream(c.session.id)
+        XCTAssertTrue(sessions.openStream(c.session.id))
+    }
+
     func testTheLiveEventsOfAFinishedRunEndTheStream() async throws {
         let (_, client) = try await start()
         let (cookie, _) = try await session(client)
