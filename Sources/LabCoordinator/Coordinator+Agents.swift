@@ -42,9 +42,32 @@ extension Coordinator {
     }
 
     /// An agent registers (POST /v1/agents/register).
+    /// Bounds on what a registration may say (issue 36: a 600-character version, 100 tags and
+    /// URLs holding `"><`, spaces or U+202E were stored and shown): the field and its problem.
+    static func registrationProblem(_ info: LabWire.AgentInfo) -> String? {
+        let esc = { (s: String) in OutsideText.escaped(s, limit: 80, quotes: true) }
+        if info.url.utf8.count > 200 { return "url: longer than 200 characters" }
+        if let c = info.url.unicodeScalars.first(where: { !($0.value > 0x20 && $0.value < 0x7f) || "\"<>\\^`{|}".unicodeScalars.contains($0) }) {
+            return "url: \(esc(info.url)) holds \(esc(String(c))), which a URL may not (printable ASCII without spaces, quotes or <>)"
+        }
+        if info.version.count > 64 { return "version: longer than 64 characters" }
+        if let c = info.version.unicodeScalars.first(where: { !($0.value > 0x20 && $0.value < 0x7f) }) {
+            return "version: \(esc(info.version)) holds \(esc(String(c))); printable ASCII without spaces only"
+        }
+        if info.tags.count > PlanLimits.maximumTags { return "tags: \(info.tags.count) tags, at most \(PlanLimits.maximumTags)" }
+        if let (i, t) = info.tags.enumerated().first(where: { !SafeName.isValid($0.element) }) { return "tags[\(i)]: \(esc(t)) \(OutsideText.line(SafeName.problem(with: t)!))" }
+        if let a = info.adapter, a.count > 64 || SafeName.problem(with: a.replacingOccurrences(of: ":", with: "-")) != nil {
+            return "adapter: \(esc(a)) is not an adapter name (hci0) or address"
+        }
+        if let b = info.boot, b.count > 64 { return "boot: longer than 64 characters" }
+        if let c = info.controller, c.count > 32 || c.contains(where: { $0.key.count > 64 || $0.value.count > 200 }) { return "controller: more than 32 fields or fields too long" }
+        return nil
+    }
+
     func register(_ given: LabWire.AgentInfo, principal: HTTPService.Principal?, peerHost: String?) throws {
         var info = given
         guard SafeName.isValid(info.name) else { throw HTTPError(.badRequest, "agent name \"\(HTTPService.escaped(info.name))\" \(SafeName.problem(with: info.name)!)") }
+        if let problem = Self.registrationProblem(info) { throw HTTPError(.badRequest, problem) }
         try mayActAs(info.name, principal)
         let (boot, sequence) = try Self.freshnessFields(info.boot, info.sequence)
         info.dongle = info.radio == .bluez ? info.dongle?.sanitised(agent: info.name) : nil

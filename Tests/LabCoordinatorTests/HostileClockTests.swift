@@ -126,3 +126,45 @@ final class HostileClockTests: XCTestCase {
         XCTAssertTrue(LabWire.ClockSample(offset: -3600, roundTrip: 4.9).isUsable, "an hour off over a slow link is still a clock")
     }
 }
+
+/// What an enrolled agent may say of itself is bounded in length and characters (issue 36): each
+/// refusal is a 400 naming the field.
+final class RegistrationBoundsTests: XCTestCase {
+    func problem(_ change: (inout LabWire.AgentInfo) -> Void) -> String? {
+        var info = LabWire.AgentInfo(name: "a1", url: "http://10.0.0.7:8701", tags: ["bench-3"], radio: .bluez, adapter: "hci0", controller: ["make": "Intel"])
+        change(&info)
+        return Coordinator.registrationProblem(info)
+    }
+
+    func testLongOrStrangeFieldsAreRefusedNamingTheField() throws {
+        XCTAssertNil(problem { _ in }, "an ordinary registration")
+        XCTAssertNil(problem { $0.adapter = "F0:00:00:00:00:01" })
+        XCTAssertEqual(problem { $0.version = String(repeating: "v", count: 600) }, "version: longer than 64 characters")
+        XCTAssertTrue(problem { $0.version = "1.0 \u{202E}" }?.hasPrefix("version: ") == true)
+        XCTAssertEqual(problem { $0.tags = (0..<100).map { "t\($0)" } }, "tags: 100 tags, at most 64")
+        XCTAssertTrue(problem { $0.tags = ["ok", "<b>"] }?.hasPrefix("tags[1]: ") == true)
+        for url in ["http://10.0.0.7:8701/\"><script>", "http://10.0.0.7:8701/a b", "http://10.0.0.7:8701/\u{202E}txt", "http://10.0.0.7:8701/" + String(repeating: "x", count: 300)] {
+            let p = try XCTUnwrap(problem { $0.url = url }, url)
+            XCTAssertTrue(p.hasPrefix("url: "), p)
+            XCTAssertFalse(p.contains("\u{202E}"), "the refusal escapes what it quotes: \(p)")
+        }
+        XCTAssertTrue(problem { $0.adapter = "../../x" }?.hasPrefix("adapter: ") == true)
+        XCTAssertTrue(problem { $0.controller = Dictionary(uniqueKeysWithValues: (0..<40).map { ("k\($0)", "v") }) }?.hasPrefix("controller: ") == true)
+    }
+
+    func testTheCoordinatorAnswers400() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("reg-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        var config = Coordinator.Config(results: dir)
+        config.insecure = true
+        let c = try Coordinator(config: config, logger: LogCapture.quiet())
+        var info = LabWire.AgentInfo(name: "a1", url: "http://10.0.0.7:8701", tags: [], radio: .sim, adapter: nil, controller: nil, version: String(repeating: "9", count: 65))
+        info.boot = "boot-0001"
+        info.sequence = 1
+        XCTAssertThrowsError(try c.register(info, principal: nil, peerHost: "10.0.0.7")) { e in
+            XCTAssertEqual((e as? HTTPError)?.status.code, 400)
+            XCTAssertTrue("\(e)".contains("version: longer than 64 characters"), "\(e)")
+        }
+        XCTAssertTrue(c.agentViews.isEmpty, "nothing stored")
+    }
+}

@@ -260,7 +260,14 @@ final class IdentityRulesTests: XCTestCase {
         let t0 = Date().timeIntervalSince1970 - 100
         try enrol(c, "n1", at: t0)
         var first = info("n1", "http://10.77.0.11:8701", boot: boot, 1)
+        // A tag that would forge a log line is refused where it enters, escaped in the refusal.
         first.tags = ["lab\u{1B}[2J\ncoordinator: run forged"]
+        XCTAssertThrowsError(try c.register(first, principal: agent("n1"), peerHost: "10.77.0.11")) { e in
+            XCTAssertEqual(status(e), 400)
+            XCTAssertTrue("\(e)".hasPrefix("400 tags[0]: "), "\(e)")
+            XCTAssertFalse("\(e)".unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }, "\(e)")
+        }
+        first.tags = ["lab"]
         try c.register(first, principal: agent("n1"), peerHost: "10.77.0.11")
         XCTAssertThrowsError(try c.register(info("n1", "http://10.77.0.13:8701", boot: "boot-0000-cccc", 1), principal: agent("n1"), peerHost: "10.77.0.13"))
         try c.revoke("n1")
@@ -275,7 +282,7 @@ final class IdentityRulesTests: XCTestCase {
             XCTAssertTrue(line.hasPrefix("1970-01-01T00:00:00.000Z "), line)
         }
         XCTAssertTrue(log.lines.contains { $0.hasPrefix("1970-01-01T00:00:00.000Z info herald-lab.coordinator: agent n1 registered from") }, "\(log.lines)")
-        XCTAssertTrue(log.lines.contains { $0.contains("tags lab\\x1B[2J\\x0Acoordinator: run forged") && $0.hasSuffix(" agent=n1") }, "\(log.lines)")
+        XCTAssertTrue(log.lines.contains { $0.contains("(radio sim, tags lab)") && $0.hasSuffix(" agent=n1") }, "\(log.lines)")
     }
 
     /// A plan naming its agents is refused at submission when one of them has another radio
