@@ -13,6 +13,17 @@ public enum Durable {
         public var description: String { "\(path): \(problem)" }
     }
 
+    /// Refuses a folder HeraldLab derives inside an output folder (a study's, a run's) when a
+    /// symbolic link stands there: whatever placed it would have the outputs written where it
+    /// points (issue 36). A folder that is not there yet, or is a real folder, is fine.
+    public static func refuseLink(_ url: URL) throws {
+        var st = stat()
+        guard lstat(url.path, &st) == 0 else { return }
+        if (st.st_mode & S_IFMT) == S_IFLNK {
+            throw Failure(path: url.path, problem: "is a symbolic link in the output folder; HeraldLab writes only into folders of its own (remove it or give another --out)")
+        }
+    }
+
     /// Replaces `url` with `data` atomically (temporary file, fsync, rename, fsync of the folder).
     /// `mode`: the file's permissions (0600 for secrets: set before a byte is written).
     public static func write(_ data: Data, to url: URL, mode: mode_t = 0o644) throws {

@@ -240,6 +240,7 @@ struct RunCommand: AsyncParsableCommand {
         if let folder, let problem = SafeName.problem(with: folder) { throw BundleFailure(description: "folder \(OutsideText.escaped(folder, limit: 80, quotes: true)) \(problem)") }
         try FileManager.default.createDirectory(at: outDir, withIntermediateDirectories: true)
         let name = folder ?? current.id
+        do { try Durable.refuseLink(outDir.appendingPathComponent(name)) } catch { throw BundleFailure(description: "\(error)") }
         let tarURL = outDir.appendingPathComponent("\(name).tar.gz")
         let part = outDir.appendingPathComponent(".\(name).tar.gz.part")
         FileManager.default.createFile(atPath: part.path, contents: nil)

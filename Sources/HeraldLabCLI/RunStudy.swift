@@ -58,6 +58,13 @@ extension RunCommand {
         let name = Format.label(base.study?.name ?? base.name)
         print("study \(name): \(runs.count) runs of \(base.nodes.count) nodes for \(formatDuration(base.duration)) each, into \(study.folder.path)")
         print(design.description)
+        do {
+            try Durable.refuseLink(study.folder)
+            for r in runs { try Durable.refuseLink(study.folder.appendingPathComponent(r.folder)) }
+        } catch {
+            log("herald-lab run: \(error)")
+            throw ExitCode(2)
+        }
         try FileManager.default.createDirectory(at: study.folder, withIntermediateDirectories: true)
         let started = Date()
         var outcomes = [LabRunOutcome]()

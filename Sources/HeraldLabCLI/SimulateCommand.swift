@@ -108,6 +108,9 @@ extension SimulateCommand {
         } catch let error as SimulationError {
             log("herald-lab simulate: \(error)")
             throw ExitCode(2)
+        } catch let error as Durable.Failure {
+            log("herald-lab simulate: \(error)")
+            throw ExitCode(2)
         }
         print("study: \(study.folder.path) (\(runs.count) runs in \(String(format: "%.1f", Date().timeIntervalSince(started))) s)")
         try compareStudy(study.folder, runs: runs, title: "Study \(base.study?.name ?? base.name)", command: "simulate")

@@ -79,6 +79,8 @@ public final class StudySimulation {
 
     /// Runs every run in order; `each` is called after each run with its result (to analyse it).
     public func run(each: (StudyRun, Simulation.Result) throws -> Void) throws {
+        try Durable.refuseLink(folder)
+        for r in runs { try Durable.refuseLink(folder.appendingPathComponent(r.folder)) }
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let enc = JSONEncoder()
         enc.outputFormatting = [.prettyPrinted, .sortedKeys]
