@@ -151,7 +151,19 @@ final class ImpostorTests: XCTestCase {
         let file = lab.dir.appendingPathComponent("served.csv")
         try impostor.body.write(to: file)
         impostor.served = file
-        let (_, beats) = try await impostor.join(lab, tags: [hostile])
+        // Its tags are refused where they enter (400 naming the field, escaped); its heartbeats'
+        // text and the runs it says it holds still reach the log and the terminal.
+        do {
+            let coordinator = LabClient(base: URL(string: lab.coordinatorURL)!, token: lab.token, timeout: 5)
+            var bad = LabWire.AgentInfo(name: "impostor", url: "http://127.0.0.1:1", tags: [hostile], radio: .sim, adapter: nil, controller: nil, port: 1)
+            (bad.boot, bad.sequence) = ("impostor-boot", 1)
+            let _: Empty = try await coordinator.call("POST", "/v1/agents/register", bad)
+            XCTFail("a registration with a hostile tag is refused")
+        } catch {
+            XCTAssertTrue("\(error)".contains("HTTP 400: tags[0]: "), "\(error)")
+            XCTAssertEqual("\(error)".unicodeScalars.filter { $0 != "\n" && OutsideText.isEscaped($0) }.count, 0, "\(error)")
+        }
+        let (_, beats) = try await impostor.join(lab, tags: ["impostor"])
         defer { beats.cancel() }
         let planFile = lab.dir.appendingPathComponent("inject.yaml")
         try "name: inject\nduration: 3s\nwarmup: 1s\nagents: {names: [agent1, impostor]}\nnodes:\n  - {name: n1, position: [0, 0]}\n  - {name: n2, position: [1, 0]}\n"
