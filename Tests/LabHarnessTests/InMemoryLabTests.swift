@@ -123,6 +123,29 @@ final class InMemoryLabTests: XCTestCase {
         XCTAssertEqual(lab.agents["agent2"]!.status.held, [r.id], "the lost node's agent keeps its copy")
     }
 
+    /// An agent whose clock turns absurd once its run has started (its heartbeat stamps and its
+    /// probe answers 5e10 s off, issue 36): those samples are unusable, so the run is gathered with
+    /// the clocks measured while they were sane, completes, and the coordinator's metrics render.
+    func testAnAgentWhoseClockTurnsAbsurdMidRunIsGatheredWithItsClockFromArming() async throws {
+        let lab = try await MemoryLab.make(agents: 2)
+        self.lab = lab
+        let id = try lab.coordinator.submit(planText: plan("absurd", nodes: 2), source: "absurd").id
+        let running = try await lab.waitFor("the run running", timeout: 30) { lab.coordinator.run(id).flatMap { $0.state == .running ? $0 : nil } }
+        let hostile = try XCTUnwrap(running.nodes.first?.agent)
+        lab.links[hostile]!.clockSkew = 5e10
+        let r = try await lab.waitFor("the run's end", timeout: 60) { lab.coordinator.run(id).flatMap { $0.state.isFinal ? $0 : nil } }
+        XCTAssertEqual(r.state, .complete, r.message ?? "")
+        let node = try XCTUnwrap(r.nodes.first { $0.agent == hostile })
+        // After the run its clock is either none or what its earlier, sane heartbeats said: the
+        // absurd stamps made no sample at all.
+        XCTAssertLessThan(abs(node.clockAfter?.offset ?? 0), 0.01, "\(String(describing: node.clockAfter))")
+        XCTAssertEqual(try XCTUnwrap(node.clockBefore).offset, 0, accuracy: 0.01)
+        let m = try Manifest.read(from: lab.results.appendingPathComponent("\(r.id)/manifest.json"))
+        XCTAssertTrue(m.nodes.allSatisfy { abs($0.clockOffset) < 1 }, "\(m.nodes.map(\.clockOffset))")
+        lab.coordinator.collectMetrics()
+        XCTAssertTrue(String(decoding: lab.coordinator.metrics.metrics.exposition(), as: UTF8.self).contains("heraldlab_run_start_delay_seconds"))
+    }
+
     func testAPausedAgentIsPartialAndAnAgentThatVanishesMidRunIsLost() async throws {
         let lab = try await MemoryLab.make(agents: 3, gatherPatience: 2)
         self.lab = lab

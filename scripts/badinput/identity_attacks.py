@@ -8,7 +8,7 @@ agents enrolled as deployed (`herald-lab agents enrol`, `herald-lab enrol`), and
   `lost` with a reason starting "revoked", and the air must drop what its ticket attached;
 - ticket replay: a1's real air ticket (from its state.json, which must be mode 0600) is
   replayed after the run ended, and a2's after its revocation: every hello must be refused;
-- injection: an enrolled agent registers and heartbeats with ESC, CR, LF, C1 and Unicode
+- injection: an enrolled agent registers (refused, 400: registration fields are bounded) and heartbeats with ESC, CR, LF, C1 and Unicode
   direction marks in every text field; the coordinator's log and `herald-lab agents` must
   show none of them raw, and no forged line;
 - heartbeat replay: a captured heartbeat is replayed; every replay must be refused (409) and
@@ -331,7 +331,12 @@ def run(binary, seed, sandbox):
         boot = "badinput-boot-1"
         info = {"name": "inj", "url": "https://127.0.0.1:9", "tags": [HOSTILE, "t" + HOSTILE], "radio": "sim", "version": HOSTILE,
                 "controller": {HOSTILE: HOSTILE}, "boot": boot, "sequence": 1}
-        s_reg, d_reg = lab.https("POST", "/v1/agents/register", token, info)
+        # Hostile registration fields are refused where they enter (400 naming the field, escaped);
+        # the agent then registers plainly, and its heartbeat carries the hostile text instead.
+        s_bad, d_bad = lab.https("POST", "/v1/agents/register", token, info)
+        refusal = d_bad.decode("utf-8", "replace")
+        clean = dict(info, tags=["t"], version="x", controller={"make": "x"})
+        s_reg, d_reg = lab.https("POST", "/v1/agents/register", token, clean)
         status = {"name": "inj", "state": "idle", "resumed": False, "peersDetected": 0, "payloadsRead": 0, "rssiLastMinute": 0, "rssiTotal": 0,
                   "message": HOSTILE, "held": [HOSTILE], "gaps": [{"from": 1, "to": 2, "reason": HOSTILE}], "writeError": HOSTILE,
                   "kernel": HOSTILE, "bluez": HOSTILE, "boot": boot, "sequence": 2}
@@ -339,9 +344,10 @@ def run(binary, seed, sandbox):
         code, listing = lab.cli("agents", "--coordinator", lab.url, "--credentials", lab.cred)
         log = lab.procs["coordinator"].text()
         forged = forged_lines(log, listing)
-        raw = raw_in(log) + raw_in(listing)
-        counts["injection"] = f"register {s_reg}, heartbeat {s_beat} with 12 hostile fields; raw control characters in the log and `herald-lab agents`: {raw}, forged lines: {forged}"
-        if raw or forged or s_reg != 200:
+        raw = raw_in(log) + raw_in(listing) + raw_in(refusal)
+        counts["injection"] = (f"register with 4 hostile fields {s_bad} ({refusal[:60]!r}), then plainly {s_reg}; heartbeat {s_beat} with 8 hostile fields; "
+                               f"raw control characters in the log, the refusal and `herald-lab agents`: {raw}, forged lines: {forged}")
+        if raw or forged or s_bad != 400 or s_reg != 200:
             bad.append("injection")
 
         replayed, replay_refused = 0, 0
