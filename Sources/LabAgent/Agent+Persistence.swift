@@ -96,7 +96,7 @@ extension Agent {
                     arrange(r) // begins at once (start instant passed) and stops at the planned end
                 } else {
                     arrange(r)
-                    logger.notice("re-armed for run \(r.id), starting in \(Int(startAt - now)) s", metadata: metadata(r))
+                    logger.notice("re-armed for run \(r.id), starting in \(Saturating.int(startAt - now)) s", metadata: metadata(r))
                 }
             }
         }

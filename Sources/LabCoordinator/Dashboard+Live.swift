@@ -38,12 +38,12 @@ final class LiveStrips: @unchecked Sendable {
                 track = Track(window: Self.window(duration: r.duration), startAt: startAt, names: names, touched: t)
                 if tracks.count >= Self.maxRuns, let oldest = tracks.min(by: { $0.value.touched < $1.value.touched }) { tracks[oldest.key] = nil }
             }
-            let w = Int((t - startAt) / track.window)
+            let w = Saturating.int((t - startAt) / track.window)
             for short in recent {
                 guard let peer = track.names[short], peer != node else { continue }
                 track.hits["\(node)\u{1F}\(peer)", default: []].insert(w)
             }
-            let oldest = w - Int(Self.keptSeconds / track.window)
+            let oldest = w &- Saturating.int(Self.keptSeconds / track.window)
             for k in track.hits.keys { track.hits[k] = track.hits[k]!.filter { $0 > oldest } }
             track.touched = t
             tracks[r.id] = track
@@ -151,9 +151,10 @@ extension Coordinator {
                 }
             }
         }
-        if let track = dashboard.strips.track(r.id), let startAt = r.startAt {
-            let current = Int((min(t, startAt + r.duration) - startAt) / track.window)
-            let columns = min(current + 1, Int(LiveStrips.keptSeconds / track.window))
+        // Before its start (a start far ahead, a clock that stepped) a run has no strip yet.
+        if let track = dashboard.strips.track(r.id), let startAt = r.startAt, t >= startAt {
+            let current = min(Saturating.int((min(t, startAt + r.duration) - startAt) / track.window), 10_000_000)
+            let columns = max(1, min(current + 1, Saturating.int(LiveStrips.keptSeconds / track.window)))
             let first = current + 1 - columns
             var pairs = [String](), rows = [String]()
             for a in r.nodes { for b in r.nodes where a.name != b.name {
