@@ -67,7 +67,8 @@ final class ServiceLogTests: XCTestCase {
         XCTAssertEqual(listening.label, "herald-lab.agent")
         XCTAssertEqual(listening.metadata["agent"], "a1")
         XCTAssertTrue(listening.line.hasSuffix(" agent=a1"), listening.line)
-        let refused = try XCTUnwrap(log.all.first { $0.message.hasPrefix("refused GET /v1/status from 127.0.0.1") }, "\(log.lines)")
+        // A wrong token is counted per address and logged once per interval with the count.
+        let refused = try XCTUnwrap(log.all.first { $0.message.hasPrefix("refused 1 wrong bearer token credential(s) from 127.0.0.1") }, "\(log.lines)")
         XCTAssertEqual(refused.level, .warning)
         XCTAssertEqual(refused.label, "herald-lab.http")
         XCTAssertEqual(refused.metadata["agent"], "a1")
