@@ -60,7 +60,7 @@ extension Coordinator {
             return "adapter: \(esc(a)) is not an adapter name (hci0) or address"
         }
         if let b = info.boot, b.count > 64 { return "boot: longer than 64 characters" }
-        if let c = info.controller, c.count > 32 || c.contains(where: { $0.key.count > 64 || $0.value.count > 200 }) { return "controller: more than 32 fields or fields too long" }
+        if let c = info.controller, c.count > 32 || c.contains(where: { $0.key.count > 64 || $0.value.count > 500 }) { return "controller: more than 32 fields, or a name over 64 or a value over 500 characters" }
         return nil
     }
 
