@@ -53,15 +53,13 @@ final class HostileClockTests: XCTestCase {
     }
 
     func finished(_ c: Coordinator, _ id: String) async throws -> RunRecord {
-        let deadline = Date().addingTimeInterval(30)
-        while c.run(id)?.state.isFinal != true && Date() < deadline { try await Task.sleep(nanoseconds: 20_000_000) }
+        try await eventually("run \(id) to end") { c.run(id)?.state.isFinal == true }
         return try XCTUnwrap(c.run(id), "run \(id)")
     }
 
     /// Waits until `counter` reaches `n` (the run is final before its agents are released).
     func released(_ counter: Counter, _ n: Int) async throws -> Bool {
-        let deadline = Date().addingTimeInterval(30)
-        while counter.value < n && Date() < deadline { try await Task.sleep(nanoseconds: 10_000_000) }
+        try await eventually("\(n) releases") { counter.value >= n }
         return counter.value == n
     }
 
