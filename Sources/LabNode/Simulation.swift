@@ -66,6 +66,8 @@ public final class Simulation {
             k.connectLoad = c.connectLoad
             p.crowding = k
         }
+        p.devices = r.devices
+        p.environment = r.environment
         return p
     }
 
@@ -119,13 +121,17 @@ public final class Simulation {
                                      osVersion: runner.osVersion, position: spec.position, radio: "sim")
             node.os = runner.os
             node.persona = spec.persona?.rawValue
+            if plan.radio.devices != nil { node.character = medium.character(ofNode: k) }
             node.startedAt = plan.start
             node.state = spec.power.contains { $0.on == nil } ? .partial : .complete
             for (file, entry) in zip(NodeRunner.heraldFiles, hashes[k]) { node.files[file] = entry }
             manifestNodes.append(node)
         }
-        let manifest = Manifest(runId: runId, createdAt: end, mode: .simulate, seed: seed, plan: plan, planText: planText,
+        var manifest = Manifest(runId: runId, createdAt: end, mode: .simulate, seed: seed, plan: plan, planText: planText,
                                 contactEvent: plan.contactEvent(startingAt: plan.start), nodes: manifestNodes)
+        if plan.radio.environment != nil {
+            manifest.environment = .init(pathLossOffset: medium.roomOffset, bursts: medium.bursts, burstSeconds: medium.burstSeconds)
+        }
         try manifest.write(to: output.appendingPathComponent("manifest.json"))
         return Result(manifest: manifest, bundle: output, wallSeconds: Date().timeIntervalSince(wallStart),
                       simulatedSeconds: plan.duration, schedulerEvents: scheduler.executedCount,

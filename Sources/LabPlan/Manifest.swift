@@ -116,6 +116,8 @@ public struct Manifest: Codable, Sendable, Equatable {
         /// What the node's radio did to get its dongle back (power cycles, USB resets).
         public var recoveries: [LabWire.Recovery]?
         public var agent: AgentInfo?
+        /// A simulated device's drawn character (`radio.devices` on), the same in every run.
+        public var character: DeviceCharacter?
         public var files: [String: FileEntry] = [:]
         public init(name: String, identifier: Int32, shortName: String, osVersion: String, position: Position?, radio: String) {
             self.name = name
@@ -144,6 +146,22 @@ public struct Manifest: Codable, Sendable, Equatable {
     public var nodes: [Node]
     /// The dongles' pre-flight checks (radio bluez): who passed, who was left out and why.
     public var preflight: [LabWire.PreflightVerdict]?
+    /// What the simulated room did in this run (`radio.environment` on).
+    public var environment: EnvironmentRecord?
+
+    /// A simulated run's draw of its environment.
+    public struct EnvironmentRecord: Codable, Sendable, Equatable {
+        /// dB added to every path in this run.
+        public var pathLossOffset: Double
+        /// Interference bursts that began, and their total length in seconds.
+        public var bursts: Int
+        public var burstSeconds: Double
+        public init(pathLossOffset: Double, bursts: Int, burstSeconds: Double) {
+            self.pathLossOffset = pathLossOffset
+            self.bursts = bursts
+            self.burstSeconds = burstSeconds
+        }
+    }
 
     public init(runId: String, createdAt: Date, mode: BundleMode, seed: UInt64, plan: Plan, planText: String, contactEvent: ContactEventWindow, nodes: [Node]) {
         self.runId = runId

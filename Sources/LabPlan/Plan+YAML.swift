@@ -538,7 +538,7 @@ struct PlanReader {
     }
 
     mutating func radio(_ node: Node, _ path: String) -> RadioSettings? {
-        guard let m = mapping(node, path, known: ["kind", "adapter", "referencePower", "pathLossExponent", "shadowing", "sensitivity", "reportLoss", "connectSuccess", "connectLatency", "macRotation", "crowding"]) else { return nil }
+        guard let m = mapping(node, path, known: ["kind", "adapter", "referencePower", "pathLossExponent", "shadowing", "sensitivity", "reportLoss", "connectSuccess", "connectLatency", "macRotation", "crowding", "devices", "environment"]) else { return nil }
         var r = RadioSettings()
         if let n = m["kind"], let v = string(n, "\(path).kind") {
             if let k = RadioKind(rawValue: v) { r.kind = k } else { fail("\(path).kind", n, "\"\(v)\" is not a radio; use sim or bluez") }
@@ -555,7 +555,62 @@ struct PlanReader {
             if d > 0 && d < 1 { fail("\(path).macRotation", n, "rotating more often than every 1s is not realistic") } else { r.macRotation = d }
         }
         if let n = m["crowding"] { r.crowding = crowding(n, "\(path).crowding") }
+        if let n = m["devices"] { r.devices = devices(n, "\(path).devices") }
+        if let n = m["environment"] { r.environment = environment(n, "\(path).environment") }
         return r
+    }
+
+    /// `devices: on` (the documented spreads), `off` (identical devices), or a mapping that
+    /// starts from the documented spreads and sets each (`txSpread: 2dB`, `clockDrift: 40ppm`).
+    mutating func devices(_ node: Node, _ path: String) -> DeviceVariation? {
+        if case .scalar = node {
+            guard let on = bool(node, path) else { return nil }
+            return on ? DeviceVariation() : nil
+        }
+        let fields = DeviceVariation.limits.map(\.field)
+        guard let m = mapping(node, path, known: fields + ["population"]) else { return nil }
+        var d = DeviceVariation()
+        for f in DeviceVariation.limits {
+            if let n = m[f.field], let v = measure(n, "\(path).\(f.field)", in: f.range, unit: f.unit) { d.set(f.field, v) }
+        }
+        if let n = m["population"], let v = integer(n, "\(path).population", in: 0...1_000_000_000) { d.population = UInt64(v) }
+        return d
+    }
+
+    /// `environment: on`, `off`, or a mapping of its parts (`fieldTime` and `burstLength` are durations).
+    mutating func environment(_ node: Node, _ path: String) -> RunEnvironment? {
+        if case .scalar = node {
+            guard let on = bool(node, path) else { return nil }
+            return on ? RunEnvironment() : nil
+        }
+        guard let m = mapping(node, path, known: RunEnvironment.limits.map(\.field)) else { return nil }
+        var e = RunEnvironment()
+        for f in RunEnvironment.limits {
+            guard let n = m[f.field] else { continue }
+            if f.unit == "s" {
+                if let d = duration(n, "\(path).\(f.field)", allowZero: false, min: f.range.lowerBound, max: f.range.upperBound) { e.set(f.field, d) }
+            } else if let v = measure(n, "\(path).\(f.field)", in: f.range, unit: f.unit) {
+                e.set(f.field, v)
+            }
+        }
+        return e
+    }
+
+    /// A number with an optional unit (`3dB`, `3 dB`, `20ppm`, `0.05`), range-checked:
+    /// `radio.devices.txSpread: 40dB is more than 20dB`.
+    mutating func measure(_ node: Node, _ path: String, in range: ClosedRange<Double>, unit: String) -> Double? {
+        guard case .scalar(let s) = node else { fail(path, node, "expected a number\(unit.isEmpty ? "" : " of \(unit.trimmingCharacters(in: .whitespaces))"), got \(Self.show(node))"); return nil }
+        var text = s.string.trimmingCharacters(in: .whitespaces)
+        let shown = String(text.prefix(64))
+        let suffix = unit.trimmingCharacters(in: .whitespaces)
+        if !suffix.isEmpty, text.lowercased().hasSuffix(suffix.lowercased()) { text = String(text.dropLast(suffix.count)).trimmingCharacters(in: .whitespaces) }
+        guard let v = Self.decimal(text) ?? (text.hasPrefix("-") ? Self.decimal(String(text.dropFirst())).map { -$0 } : nil), v.isFinite else {
+            fail(path, node, "expected a number\(suffix.isEmpty ? "" : " of \(suffix)"), got \(Self.show(node))")
+            return nil
+        }
+        if v > range.upperBound { fail(path, node, "\(shown) is more than \(Self.format(range.upperBound))\(unit)"); return nil }
+        if v < range.lowerBound { fail(path, node, "\(shown) is less than \(Self.format(range.lowerBound))\(unit)"); return nil }
+        return v
     }
 
     /// Whether a scalar says a part is off (`off`, `false`, `no`).

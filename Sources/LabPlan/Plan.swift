@@ -87,6 +87,8 @@ public struct Plan: Codable, Sendable, Equatable {
             check("radio.crowding.discoveryTime", c.discoveryTime, 0...PlanLimits.maximumConnectLatency)
             check("radio.crowding.connectLoad", c.connectLoad, 0...1)
         }
+        if let d = radio.devices { out += d.problems(at: "radio.devices") }
+        if let e = radio.environment { out += e.problems(at: "radio.environment") }
         return out
     }
 
@@ -211,6 +213,10 @@ public struct RadioSettings: Codable, Sendable, Equatable {
     public var macRotation: TimeInterval = 0
     /// The crowding model (`radio.crowding`); nil: the idealised radio.
     public var crowding: CrowdingSettings?
+    /// Devices that differ and keep their character across runs (`radio.devices`); nil: identical devices.
+    public var devices: DeviceVariation?
+    /// Runs that differ (`radio.environment`); nil: the same room every run.
+    public var environment: RunEnvironment?
     public init() {}
 }
 

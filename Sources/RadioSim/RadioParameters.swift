@@ -1,5 +1,6 @@
 import Foundation
 import HeraldRadio
+import HeraldCore
 
 /// Parameters of the simulated radio (plans' `radio:` section).
 public struct RadioParameters: Sendable, Equatable, Codable {
@@ -27,6 +28,10 @@ public struct RadioParameters: Sendable, Equatable, Codable {
     public var maximumAdvertisingDelay: TimeInterval = 0.01
     /// The crowding model (docs/SIMULATOR.md); nil: the idealised radio of earlier versions.
     public var crowding: CrowdingParameters?
+    /// Devices that differ and keep their character (docs/SIMULATOR.md); nil: identical devices.
+    public var devices: DeviceVariation?
+    /// Runs that differ: the room's path loss, a moving attenuation field, interference bursts; nil: the same room every run.
+    public var environment: RunEnvironment?
 
     public init() {}
 }

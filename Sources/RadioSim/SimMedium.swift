@@ -40,11 +40,16 @@ public final class SimMedium {
         @exclusivity(unchecked) var tokens: Double = 0
         @exclusivity(unchecked) var tokenTime: Double = 0
         @exclusivity(unchecked) var connections = 0
-        init(index: Int, name: String, position: (x: Double, y: Double), address: RadioAddress) {
+        /// The device's drawn character (neutral with `radio.devices` off).
+        let character: DeviceCharacter
+        /// Its slowly varying attenuation now, dB (`radio.environment`; 0 when off).
+        @exclusivity(unchecked) var field: Double = 0
+        init(index: Int, name: String, position: (x: Double, y: Double), address: RadioAddress, character: DeviceCharacter) {
             self.index = index
             self.name = name
             self.position = position
             self.address = address
+            self.character = character
         }
     }
 
@@ -54,8 +59,15 @@ public final class SimMedium {
     @exclusivity(unchecked) private var byAddress: [RadioAddress: Int] = [:]
     // The medium's state is used from the simulation's thread only (lanes refuse anything
     // else), so its hot properties skip the run-time exclusivity checks (two per random draw).
-    /// Mean RSSI of a 0 dBm transmitter, per (from, to), row-major.
+    /// Mean RSSI of a 0 dBm transmitter, per (from, to), row-major: the distance's path loss,
+    /// plus the devices' characters and the run's environment now.
     @exclusivity(unchecked) private var meanRSSI: [Double] = []
+    /// The distance's path loss alone, per (from, to).
+    @exclusivity(unchecked) private var distanceRSSI: [Double] = []
+    /// Per receiver: its sensitivity (dBm), its report loss now (bursts included), its loss outside bursts.
+    @exclusivity(unchecked) private var sensitivityOf: [Double] = []
+    @exclusivity(unchecked) private var lossOf: [Double] = []
+    @exclusivity(unchecked) private var calmLossOf: [Double] = []
     @exclusivity(unchecked) private var links = Set<Link>()
     /// Link order for deterministic teardown.
     @exclusivity(unchecked) private var linkList: [Link] = []
@@ -75,6 +87,14 @@ public final class SimMedium {
 
     /// The crowding model, nil when off.
     let crowding: CrowdingParameters?
+    /// Runs that differ (nil: off): the run's draw of the room's path-loss offset, the
+    /// environment's own generator, whether a burst is on, and counters for the manifest.
+    let environment: RunEnvironment?
+    public let roomOffset: Double
+    @exclusivity(unchecked) private var environmentRandom: SeededGenerator
+    @exclusivity(unchecked) private var burstOn = false
+    @exclusivity(unchecked) public private(set) var bursts = 0
+    @exclusivity(unchecked) public private(set) var burstSeconds = 0.0
     /// Seconds since the medium was made: the channel model's clock.
     private let epoch: Date
     /// Transmissions per advertising channel (37, 38, 39), in start order, kept while they can
@@ -99,15 +119,79 @@ public final class SimMedium {
         self.random = SeededGenerator(seed: seed, stream: "medium")
         self.crowding = parameters.crowding
         self.epoch = scheduler.now
+        self.environment = parameters.environment
+        var env = SeededGenerator(seed: seed, stream: "environment")
+        self.roomOffset = parameters.environment.map { $0.pathLossSpread * min(3, max(-3, env.nextGaussian())) } ?? 0
+        self.environmentRandom = env
         clock?.medium = self
+        if let e = parameters.environment {
+            if e.fieldSpread > 0 {
+                scheduler.scheduleRepeating(every: RunEnvironment.fieldStep) { [weak self] in self?.moveField() }
+            }
+            if e.burstRate > 0 { scheduleBurst(e) }
+        }
+    }
+
+    /// The character of the device known as `identity` under this medium's `radio.devices`.
+    public func character(of identity: String) -> DeviceCharacter {
+        parameters.devices?.character(of: identity) ?? DeviceCharacter(identity: identity)
+    }
+
+    /// Node `index`'s character.
+    public func character(ofNode index: Int) -> DeviceCharacter { nodes[index].character }
+
+    // MARK: The run's environment
+
+    /// Moves every node's attenuation one step of an Ornstein-Uhlenbeck process (stationary
+    /// spread `fieldSpread`, correlation time `fieldTime`).
+    private func moveField() {
+        guard let e = environment else { return }
+        let rho = exp(-RunEnvironment.fieldStep / e.fieldTime)
+        let kick = e.fieldSpread * (1 - rho * rho).squareRoot()
+        for node in nodes { node.field = rho * node.field + kick * environmentRandom.nextGaussian() }
+        rebuildPathLoss()
+    }
+
+    /// Interference bursts: exponential gaps (mean 1/burstRate) and lengths (mean burstLength).
+    private func scheduleBurst(_ e: RunEnvironment) {
+        let gap = -log(max(1e-12, 1 - environmentRandom.nextUnit())) * 3600 / e.burstRate
+        let length = -log(max(1e-12, 1 - environmentRandom.nextUnit())) * e.burstLength
+        scheduler.schedule(after: gap) { [weak self] in
+            guard let self else { return }
+            self.setBurst(true, e)
+            self.bursts += 1
+            self.burstSeconds += length
+            self.scheduler.schedule(after: length) { [weak self] in
+                self?.setBurst(false, e)
+                self?.scheduleBurst(e)
+            }
+        }
+    }
+
+    private func setBurst(_ on: Bool, _ e: RunEnvironment) {
+        burstOn = on
+        for j in lossOf.indices { lossOf[j] = on ? 1 - (1 - calmLossOf[j]) * (1 - e.burstLoss) : calmLossOf[j] }
     }
 
     /// Adds a node and returns its transport. The node starts powered on.
-    public func addNode(name: String, x: Double, y: Double) -> SimTransport {
+    /// `identity` keys the device's character (`radio.devices`): an agent's dongle label, or
+    /// the node's name when nil.
+    public func addNode(name: String, x: Double, y: Double, identity: String? = nil) -> SimTransport {
         var g = SeededGenerator(seed: seed, stream: "mac/\(name)")
         var address = RadioAddress(randomUsing: &g)
         while byAddress[address] != nil { address = RadioAddress(randomUsing: &g) }
-        let node = Node(index: nodes.count, name: name, position: (x, y), address: address)
+        let node = Node(index: nodes.count, name: name, position: (x, y), address: address, character: character(of: identity ?? name))
+        if let e = environment, e.fieldSpread > 0 {
+            // The field starts at its stationary spread, each node from its own stream.
+            var f = SeededGenerator(seed: seed, stream: "field/\(name)")
+            node.field = e.fieldSpread * f.nextGaussian()
+        }
+        let c = node.character
+        let loss = parameters.devices == nil ? parameters.reportLoss : min(0.95, max(0, parameters.reportLoss + c.reportLossOffset))
+        calmLossOf.append(loss)
+        lossOf.append(loss)
+        if burstOn, let e = environment { lossOf[lossOf.count - 1] = 1 - (1 - loss) * (1 - e.burstLoss) }
+        sensitivityOf.append(parameters.sensitivity + c.sensitivityOffset)
         if let c = crowding {
             var s = SeededGenerator(seed: seed, stream: "scan/\(name)")
             node.scanPhase = s.nextUnit() * 3 * c.scanInterval
@@ -160,12 +244,22 @@ public final class SimMedium {
 
     private func rebuildPathLoss() {
         let n = nodes.count
-        meanRSSI = [Double](repeating: 0, count: n * n)
-        for i in 0..<n {
-            for j in 0..<n where i != j {
-                let dx = nodes[i].position.x - nodes[j].position.x, dy = nodes[i].position.y - nodes[j].position.y
-                meanRSSI[i * n + j] = model.meanRSSI(distance: (dx * dx + dy * dy).squareRoot())
+        if distanceRSSI.count != n * n {
+            distanceRSSI = [Double](repeating: 0, count: n * n)
+            for i in 0..<n {
+                for j in 0..<n where i != j {
+                    let dx = nodes[i].position.x - nodes[j].position.x, dy = nodes[i].position.y - nodes[j].position.y
+                    distanceRSSI[i * n + j] = model.meanRSSI(distance: (dx * dx + dy * dy).squareRoot())
+                }
             }
+        }
+        guard parameters.devices != nil || environment != nil else { meanRSSI = distanceRSSI; return }
+        // What each device adds as a sender and as a receiver, and the room's offset now.
+        let send = nodes.map { $0.character.txOffset - $0.character.orientationLoss - $0.field }
+        let hear = nodes.map { $0.character.rxOffset - $0.character.orientationLoss - $0.field }
+        if meanRSSI.count != n * n { meanRSSI = [Double](repeating: 0, count: n * n) }
+        for i in 0..<n {
+            for j in 0..<n where i != j { meanRSSI[i * n + j] = distanceRSSI[i * n + j] + send[i] + hear[j] + roomOffset }
         }
     }
 
@@ -243,15 +337,14 @@ public final class SimMedium {
             let n = nodes.count
             let tx = Double(ad.txPower ?? 0)
             let sigma = parameters.shadowing
-            let loss = parameters.reportLoss
-            let sensitivity = parameters.sensitivity
             var report: ScanReport?
             var queued: Int32 = -1
             for j in scanners where j != index {
+                let loss = lossOf[j]
                 if loss > 0, random.nextUnit() < loss { continue }
                 var rssi = meanRSSI[index * n + j] + tx
                 if sigma > 0 { rssi += sigma * random.nextGaussian() }
-                if rssi < sensitivity { continue }
+                if rssi < sensitivityOf[j] { continue }
                 if report == nil {
                     report = ScanReport(address: node.address, rssi: 0, txPower: ad.includeTxPower ? ad.txPower : nil,
                                         manufacturerData: ad.manufacturerData, serviceUUIDs: ad.serviceUUIDs)
@@ -260,7 +353,7 @@ public final class SimMedium {
             }
             lanes?.advertDecided()
         }
-        let interval = max(0.02, ad.interval ?? 0.1)
+        let interval = max(0.02, ad.interval ?? 0.1) * node.character.intervalFactor
         node.advertisingTask = scheduleAdvert(index, after: interval + random.nextUnit() * parameters.maximumAdvertisingDelay)
     }
 
@@ -345,7 +438,7 @@ public final class SimMedium {
         guard !scanners.isEmpty, nodes[e.node].powered else { return }
         let n = nodes.count
         let i = e.node
-        let sigma = parameters.shadowing, loss = parameters.reportLoss, sensitivity = parameters.sensitivity
+        let sigma = parameters.shadowing
         var report = e.report
         var queued: Int32 = -1
         for j in scanners where j != i {
@@ -361,11 +454,12 @@ public final class SimMedium {
                 // The idealised scanner hears all three channels and reports an event once.
                 if c.scanWindow == nil { break }
             }
+            let loss = lossOf[j]
             for _ in 0..<heard {
                 if loss > 0, random.nextUnit() < loss { continue }
                 var rssi = meanRSSI[i * n + j] + e.power
                 if sigma > 0 { rssi += sigma * random.nextGaussian() }
-                if rssi < sensitivity { continue }
+                if rssi < sensitivityOf[j] { continue }
                 deliver(&report, rssi: Int(rssi.rounded()), to: j, at: e.start, queued: &queued)
             }
         }
@@ -391,7 +485,7 @@ public final class SimMedium {
             guard t.end > start, t.node != i else { continue }
             if t.node == j { return true }
             let interferer = meanRSSI[t.node * n + j] + t.power
-            if interferer < parameters.sensitivity { continue }
+            if interferer < sensitivityOf[j] { continue }
             if let capture = c.capture, wanted - interferer >= capture { continue }
             return true
         }
@@ -423,13 +517,13 @@ public final class SimMedium {
     }
 
     func inRange(_ from: Int, _ to: Int) -> Bool {
-        meanRSSI[from * nodes.count + to] + Double(nodes[from].advertisement?.txPower ?? 0) >= parameters.sensitivity
+        meanRSSI[from * nodes.count + to] + Double(nodes[from].advertisement?.txPower ?? 0) >= sensitivityOf[to]
     }
 
-    /// Decides a connection attempt: (succeeds, latency).
-    func connectionAttempt() -> (Bool, TimeInterval) {
+    /// Decides a connection attempt with success probability `p`: (succeeds, latency).
+    private func connectionAttempt(_ p: Double) -> (Bool, TimeInterval) {
         sequentialOnly("attempted a connection")
-        let ok = random.nextUnit() < parameters.connectSuccess
+        let ok = random.nextUnit() < p
         let latency = parameters.connectLatency * (0.5 + random.nextUnit())
         return (ok, latency)
     }
@@ -438,12 +532,13 @@ public final class SimMedium {
     /// end costs a factor (1 - connectLoad), and with collisions on the CONNECT_IND must survive
     /// the advertising traffic the target hears (pure ALOHA: e^-2G, G = the channel's occupancy).
     func connectionAttempt(central: Int, target: Int) -> (Bool, TimeInterval) {
-        guard let c = crowding, c.connectLoad > 0 || c.collisions else { return connectionAttempt() }
         var p = parameters.connectSuccess
+        if parameters.devices != nil { p *= nodes[central].character.connectFactor * nodes[target].character.connectFactor }
+        guard let c = crowding, c.connectLoad > 0 || c.collisions else { return connectionAttempt(p) }
         let n = nodes.count
         if c.connectLoad > 0 {
             func near(_ a: Int) -> Bool {
-                a == central || a == target || meanRSSI[a * n + central] >= parameters.sensitivity || meanRSSI[a * n + target] >= parameters.sensitivity
+                a == central || a == target || meanRSSI[a * n + central] >= sensitivityOf[central] || meanRSSI[a * n + target] >= sensitivityOf[target]
             }
             let busy = linkList.reduce(0) { $0 + (near($1.central) || near($1.peripheral) ? 1 : 0) }
             p *= pow(1 - c.connectLoad, Double(busy))
@@ -456,9 +551,7 @@ public final class SimMedium {
             }
             p *= exp(-2 * occupancy)
         }
-        let ok = random.nextUnit() < p
-        let latency = parameters.connectLatency * (0.5 + random.nextUnit())
-        return (ok, latency)
+        return connectionAttempt(p)
     }
 
     /// Connection slots, counted only with a connection limit.
