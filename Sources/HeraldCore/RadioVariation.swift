@@ -183,3 +183,71 @@ public struct RunEnvironment: Codable, Sendable, Equatable {
         }
     }
 }
+
+/// `radio.phones`: what makes real phones miss windows (docs/SIMULATOR.md, "Phones that behave
+/// like phones"), applied to persona nodes. Drawn from the run's seed, per phone.
+public struct PhoneBehaviour: Codable, Sendable, Equatable {
+    /// Android: stalls of the Bluetooth stack or the OS's scan scheduling per hour (no scan
+    /// results, no advertising, no connections), and their mean length in seconds.
+    public var androidStallRate: Double = 0.5
+    public var androidStallLength: TimeInterval = 45
+    /// Android: the BLE address rotates this often (0: never), seconds.
+    public var androidRotation: TimeInterval = 900
+    /// iOS with location off: the app runs for `iosAwake` seconds (mean) after each wake-up, then
+    /// is suspended for `iosSuspended` seconds (mean): no scan results, no connections of its own;
+    /// the system keeps advertising and serving GATT.
+    public var iosAwake: TimeInterval = 60
+    public var iosSuspended: TimeInterval = 60
+    /// iOS: the BLE address rotates this often (0: never), seconds.
+    public var iosRotation: TimeInterval = 900
+    /// Probability that a connection a phone takes part in fails with a GATT error.
+    public var gattFailure: Double = 0.05
+    public init() {}
+
+    public static let limits: [(field: String, range: ClosedRange<Double>, unit: String)] = [
+        ("androidStallRate", 0...3600, " per hour"), ("androidStallLength", 0.1...86_400, "s"), ("androidRotation", 0...86_400, "s"),
+        ("iosAwake", 0.1...86_400, "s"), ("iosSuspended", 0...86_400, "s"), ("iosRotation", 0...86_400, "s"), ("gattFailure", 0...1, ""),
+    ]
+
+    public func value(_ field: String) -> Double {
+        switch field {
+        case "androidStallRate": return androidStallRate
+        case "androidStallLength": return androidStallLength
+        case "androidRotation": return androidRotation
+        case "iosAwake": return iosAwake
+        case "iosSuspended": return iosSuspended
+        case "iosRotation": return iosRotation
+        case "gattFailure": return gattFailure
+        default: return .nan
+        }
+    }
+
+    public mutating func set(_ field: String, _ v: Double) {
+        switch field {
+        case "androidStallRate": androidStallRate = v
+        case "androidStallLength": androidStallLength = v
+        case "androidRotation": androidRotation = v
+        case "iosAwake": iosAwake = v
+        case "iosSuspended": iosSuspended = v
+        case "iosRotation": iosRotation = v
+        case "gattFailure": gattFailure = v
+        default: break
+        }
+    }
+
+    public func problems(at path: String) -> [String] {
+        var out = Self.limits.compactMap { f -> String? in
+            let v = value(f.field)
+            return v.isFinite && f.range.contains(v) ? nil : "\(path).\(f.field): \(v)\(f.unit) is out of range (\(f.range.lowerBound) to \(f.range.upperBound)\(f.unit))"
+        }
+        for f in ["androidRotation", "iosRotation"] where value(f) > 0 && value(f) < 1 { out.append("\(path).\(f): rotating more often than every 1s is not realistic") }
+        return out
+    }
+}
+
+/// Which phone a simulated node is, for `PhoneBehaviour`.
+public enum PhoneKind: Sendable, Equatable {
+    case android
+    /// An iPhone; `location` on keeps the app running in the background.
+    case iPhone(location: Bool)
+}

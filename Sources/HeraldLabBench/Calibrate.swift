@@ -19,19 +19,25 @@ struct Calibrate: ParsableCommand {
         abstract: "Calibration of compare and regress on seeded simulations (make test-calibration): checks with their figures; exit 1 when one fails.")
 
     @Option(help: "Simulations at once (default: the machine's cores).") var threads = ProcessInfo.processInfo.activeProcessorCount
-    @Option(help: "Only the loops whose name contains this (aa-groups, aa-runs, aa-paired, effect, nights).") var only: String?
+    @Option(help: "Only the loops whose name contains this (aa-groups, aa-runs, aa-split, aa-paired, effect, nights).") var only: String?
+    @Flag(help: "Simulate devices that differ and keep their character, and runs that differ (radio.devices and radio.environment on); false-call rates are reported, not checked (issue 38 fixes the method).") var variance = false
+    @Option(help: "Seeds per loop (default 40; aa-paired takes half).") var seeds = 40
 
     func run() throws {
-        let checks = Checks()
+        guard (2...2000).contains(seeds) else { throw ValidationError("--seeds: 2 to 2000, not \(seeds)") }
+        let checks = Checks(variance: variance, seeds: Array(1...UInt64(seeds)))
         let started = Date()
-        let loops: [(String, (Checks, Int) throws -> Void)] = [
+        var loops: [(String, (Checks, Int) throws -> Void)] = [
             ("aa-groups", CalibrationLoops.aaGroups), ("aa-runs", CalibrationLoops.aaSeparateRuns),
             ("aa-paired", CalibrationLoops.aaPaired), ("effect", CalibrationLoops.knownEffect),
             ("nights", CalibrationLoops.twentyNights),
         ]
+        // Splitting one set of dongles into two groups across runs is an A/A only where dongles differ.
+        if variance { loops.insert(("aa-split", CalibrationLoops.aaSplitAcrossRuns), at: 2) }
         let chosen = loops.filter { only == nil || $0.0.contains(only!) }
-        guard !chosen.isEmpty else { throw ValidationError("--only \(only ?? ""): no loop of that name (aa-groups, aa-runs, aa-paired, effect, nights)") }
+        guard !chosen.isEmpty else { throw ValidationError("--only \(only ?? ""): no loop of that name (\(loops.map(\.0).joined(separator: ", ")))") }
         guard (1...256).contains(threads) else { throw ValidationError("--threads: 1 to 256, not \(threads)") }
+        if variance { print("calibrate: devices and runs differ (radio.devices: on, radio.environment: on); false-call rates are REPORTed, not checked") }
         for (name, loop) in chosen {
             let t0 = Date()
             checks.section = name
@@ -39,6 +45,7 @@ struct Calibrate: ParsableCommand {
             print(String(format: "calibrate %@: %.1f s", name, Date().timeIntervalSince(t0)))
         }
         print(String(format: "calibrate: %d checks, %d failed, %.1f s on %d threads", checks.count, checks.failed.count, Date().timeIntervalSince(started), threads))
+        for r in checks.reports { print("REPORT \(r)") }
         if !checks.failed.isEmpty {
             for f in checks.failed { print("FAILED \(f)") }
             throw ExitCode(1)
@@ -51,6 +58,36 @@ final class Checks {
     var section = ""
     private(set) var count = 0
     private(set) var failed = [String]()
+    private(set) var reports = [String]()
+    /// Devices and runs differ: the radio section's extra fields, and false-call figures reported rather than checked.
+    let variance: Bool
+    let seeds: [UInt64]
+    init(variance: Bool = false, seeds: [UInt64] = Array(1...40)) { self.variance = variance; self.seeds = seeds }
+    /// What `radio:` adds to every calibration plan.
+    var radio: String { variance ? ", devices: on, environment: on" : "" }
+
+    /// A false-call rate: a check on the identical-device simulator; with `variance`, a figure
+    /// printed and summed up at the end (the method that must hold it is issue 38's).
+    func falseCalls(_ calls: Int, of n: Int, allowed: Int, _ what: String, _ detail: String) {
+        let rate = n > 0 ? 100 * Double(calls) / Double(n) : 0
+        let figure = String(format: "%d of %d, %.1f %%, 95 %% interval %@; %@", calls, n, rate, Self.wilson(calls, n), detail)
+        if variance {
+            let line = "\(section): \(what) (\(figure))"
+            print("REPORT " + line)
+            reports.append(line)
+        } else {
+            check(calls <= allowed, what, figure)
+        }
+    }
+
+    /// Wilson score interval of a proportion, in percent.
+    static func wilson(_ k: Int, _ n: Int) -> String {
+        guard n > 0 else { return "-" }
+        let z = 1.96, p = Double(k) / Double(n), nn = Double(n)
+        let centre = (p + z * z / (2 * nn)) / (1 + z * z / nn)
+        let half = z * (p * (1 - p) / nn + z * z / (4 * nn * nn)).squareRoot() / (1 + z * z / nn)
+        return String(format: "%.1f-%.1f %%", 100 * max(0, centre - half), 100 * min(1, centre + half))
+    }
 
     func check(_ passed: Bool, _ what: String, _ figure: @autoclosure () -> String = "") {
         count += 1
@@ -106,22 +143,22 @@ enum CalibrationLoops {
     }
 
     /// 24 crowded nodes for 40 s: about 40 % of pairs are read (and so detected) by the end.
-    static func crowded(_ groups: String, advert: String = "1s") throws -> Plan {
+    static func crowded(_ groups: String, advert: String = "1s", radio: String = "") throws -> Plan {
         try Plan.parse(yaml: """
         name: calibration
         duration: 40s
         warmup: 5s
         nodes: {count: 24, prefix: n, grid: {columns: 6, spacing: 1m}}
         sensor: {advertInterval: \(advert)}
-        radio: {kind: sim, crowding: on}
+        radio: {kind: sim, crowding: on\(radio)}
         groups:
         \(groups)
         """)
     }
 
     /// Two levels of the crowded plan that differ only in their variant label (separate runs, no groups).
-    static func aaLevels() throws -> (Plan, Plan) {
-        let base = try crowded("  - {name: x}\n  - {name: y}")
+    static func aaLevels(radio: String = "") throws -> (Plan, Plan) {
+        let base = try crowded("  - {name: x}\n  - {name: y}", radio: radio)
         var a = base, b = base
         a.groups = nil
         b.groups = nil
@@ -157,7 +194,8 @@ enum CalibrationLoops {
     /// An A/A comparison (two node groups with the same settings, crowded and far from
     /// saturated) calls a metric better or worse in at most 2 of 40 seeds (5 %, family-wise).
     static func aaGroups(_ c: Checks, threads: Int) throws {
-        let plan = try crowded("  - {name: A}\n  - {name: A2}")
+        let seeds = c.seeds
+        let plan = try crowded("  - {name: A}\n  - {name: A2}", radio: c.radio)
         let tmp = temp("aa")
         defer { removeQuietly(tmp) }
         let outcomes = try bySeed(seeds, threads: threads) { seed -> Comparison.Outcome? in
@@ -172,7 +210,7 @@ enum CalibrationLoops {
         let unchecked = designed.filter { !$0.checkPassed }
         c.check(unchecked.isEmpty, "every comparison's design check passes", unchecked.first.map { $0.check.joined(separator: "; ") } ?? "\(designed.count) of \(designed.count)")
         let falseCalls = designed.filter { !called($0).isEmpty }.count
-        c.check(falseCalls <= 2, "A/A groups call a metric better or worse in at most 2 of 40 seeds", "\(falseCalls) of \(designed.count) [\(perMetric(designed))]")
+        c.falseCalls(falseCalls, of: designed.count, allowed: seeds.count / 20, "A/A groups call a metric better or worse in at most 5 % of seeds", perMetric(designed))
         let detection = designed.compactMap { $0.effects.first { $0.metric == "detectionPct" }?.baselineEstimate }
         // Not saturated: a calibration on saturated figures would prove nothing.
         c.check((detection.max() ?? 100) < 90, "detection is far from saturated", String(format: "%.1f-%.1f %%", detection.min() ?? 0, detection.max() ?? 0))
@@ -181,7 +219,8 @@ enum CalibrationLoops {
     /// An A/A study of separate runs (two levels that differ only in their variant label), one
     /// run a level: run-to-run noise does not pass for an effect; one run a level cannot be paired.
     static func aaSeparateRuns(_ c: Checks, threads: Int) throws {
-        let (a, b) = try aaLevels()
+        let seeds = c.seeds
+        let (a, b) = try aaLevels(radio: c.radio)
         let tmp = temp("aa-runs")
         defer { removeQuietly(tmp) }
         let designs = try bySeed(seeds, threads: threads) { seed in try study([a, b], seed: seed, in: tmp) }
@@ -198,14 +237,29 @@ enum CalibrationLoops {
                     "asked to pair one run a level, compare stays unpaired and says why", "\(asked.pairing)")
         }
         let falseCalls = outcomes.filter { !called($0).isEmpty }.count
-        c.check(falseCalls <= 2, "an A/A study of separate runs calls a metric better or worse in at most 2 of 40 seeds", "\(falseCalls) of \(outcomes.count) [\(perMetric(outcomes))]")
+        c.falseCalls(falseCalls, of: outcomes.count, allowed: seeds.count / 20, "an A/A study of separate runs calls a metric better or worse in at most 5 % of seeds", perMetric(outcomes))
+    }
+
+    /// One set of dongles split into two groups with the same settings, three runs: the same
+    /// dongles are in the same group in every run, so a dongle-to-dongle difference persists
+    /// across runs, which more runs must not turn into a verdict.
+    static func aaSplitAcrossRuns(_ c: Checks, threads: Int) throws {
+        let seeds = c.seeds
+        let plan = try crowded("  - {name: A}\n  - {name: A2}", radio: c.radio)
+        let tmp = temp("aa-split")
+        defer { removeQuietly(tmp) }
+        let outcomes = try bySeed(seeds, threads: threads) { seed in try study([plan, plan, plan], seed: seed, in: tmp).map { Comparison.compare($0) } }
+        let present = outcomes.compactMap { $0 }
+        c.check(present.count == seeds.count, "every seed gives a design", "\(present.count) of \(seeds.count)")
+        let falseCalls = present.filter { !called($0).isEmpty }.count
+        c.falseCalls(falseCalls, of: present.count, allowed: seeds.count / 20, "one set of dongles split into two groups over 3 runs calls a metric better or worse in at most 5 % of seeds", perMetric(present))
     }
 
     /// The paired path (a crossover: every level on the same devices) on an A/A study of three
     /// runs a level in blocks A,B / B,A / A,B: paired per node, at most 1 of 20 seeds calls anything.
     static func aaPaired(_ c: Checks, threads: Int) throws {
-        let seeds = Array(Self.seeds.prefix(20))
-        let (a, b) = try aaLevels()
+        let seeds = Array(c.seeds.prefix(c.seeds.count / 2))
+        let (a, b) = try aaLevels(radio: c.radio)
         let tmp = temp("aa-paired")
         defer { removeQuietly(tmp) }
         let outcomes = try bySeed(seeds, threads: threads) { seed -> Comparison.Outcome? in
@@ -218,7 +272,7 @@ enum CalibrationLoops {
         let wrong = present.filter { $0.pairing != "paired per dongle" || !$0.method.hasPrefix("paired per dongle") }
         c.check(wrong.isEmpty, "three runs a level are compared paired per dongle", wrong.first.map { "\($0.pairing); \($0.method)" } ?? "\(present.count) of \(present.count)")
         let falseCalls = present.filter { !called($0).isEmpty }.count
-        c.check(falseCalls <= 1, "a paired A/A study calls a metric better or worse in at most 1 of 20 seeds", "\(falseCalls) of \(present.count) [\(perMetric(present))]")
+        c.falseCalls(falseCalls, of: present.count, allowed: seeds.count / 20, "a paired A/A study calls a metric better or worse in at most 5 % of seeds", perMetric(present))
     }
 
     /// The worked study's effect at a smaller scale: 16 nodes for 15 s, two runs of each level
@@ -226,6 +280,8 @@ enum CalibrationLoops {
     /// with its interval below 0, in at least 36 of 40 seeds (crowding off: with it, a 15-s run
     /// detects too few pairs to time their first detection).
     static func knownEffect(_ c: Checks, threads: Int) throws {
+        let seeds = c.seeds
+        let extra = c.radio
         func plan(_ advert: String) throws -> Plan {
             try Plan.parse(yaml: """
             name: calibration-effect
@@ -233,7 +289,7 @@ enum CalibrationLoops {
             warmup: 2s
             nodes: {count: 16, prefix: n, grid: {columns: 4, spacing: 2m}}
             sensor: {advertInterval: \(advert)}
-            radio: {kind: sim}
+            radio: {kind: sim\(extra)}
             """)
         }
         let slow = try plan("1s"), fast = try plan("100ms")
@@ -251,7 +307,12 @@ enum CalibrationLoops {
             }
         }
         for metric in ["intervalMedian", "timeToFirstDetection"] {
-            c.check((found[metric] ?? 0) >= 36, "100 ms against 1 s: \(metric) found better, interval below 0, in at least 36 of 40 seeds", "\(found[metric] ?? 0) of \(present.count)")
+            let n = found[metric] ?? 0
+            if c.variance {
+                print("REPORT \(c.section): 100 ms against 1 s: \(metric) found better in \(n) of \(present.count) seeds (\(Checks.wilson(n, present.count)))")
+            } else {
+                c.check(n * 10 >= present.count * 9, "100 ms against 1 s: \(metric) found better, interval below 0, in at least 90 % of seeds", "\(n) of \(present.count)")
+            }
         }
     }
 
@@ -271,6 +332,7 @@ enum CalibrationLoops {
     static func twentyNights(_ c: Checks, threads: Int) throws {
         let tmp = temp("nights")
         defer { removeQuietly(tmp) }
+        let nightly = c.variance ? Self.nightly.replacingOccurrences(of: "crowding: on}", with: "crowding: on\(c.radio)}") : Self.nightly
         let plan = try Plan.parse(yaml: nightly)
         let nights = try bySeed(Array(UInt64(1)...20) + [22], threads: threads) { seed in
             try simulate(plan, seed: seed, in: tmp, name: "night-\(seed)", planText: nightly, keep: true)
@@ -290,7 +352,7 @@ enum CalibrationLoops {
         }
         c.check(infra == 0, "no night without faults is infra", "\(infra)")
         c.check(inconclusive == 3 && reasons.allSatisfy { $0.contains("at least 3") }, "the first three nights are inconclusive for want of 3 earlier runs", "\(inconclusive): \(reasons.first ?? "-")")
-        c.check(flagged.count <= 1, "noise alone is flagged in at most 1 of the judged nights", "\(flagged.count) of \(judged), seeds \(flagged)")
+        c.falseCalls(flagged.count, of: judged, allowed: 1, "noise alone is flagged in at most 1 of the judged nights", "seeds \(flagged)")
         // A night with n1 paused for 10 s of 40, as a lab's manifest says of a paused agent.
         let bundle = tmp.appendingPathComponent("night-21-paused")
         var p = plan

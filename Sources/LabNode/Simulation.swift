@@ -68,6 +68,7 @@ public final class Simulation {
         }
         p.devices = r.devices
         p.environment = r.environment
+        p.phones = r.phones
         return p
     }
 
@@ -93,6 +94,11 @@ public final class Simulation {
         for spec in plan.nodes {
             let transport = medium.addNode(name: spec.name, x: spec.position.x, y: spec.position.y)
             for p in spec.power { medium.schedulePower(node: transport.index, off: p.off, on: p.on) }
+            switch spec.persona {
+            case .android?: medium.setPhone(transport.index, kind: .android)
+            case .iosBackground?, .iosForeground?: medium.setPhone(transport.index, kind: .iPhone(location: spec.location ?? true))
+            case nil: break
+            }
             let assignment = NodeAssignment(runId: runId, plan: plan, node: spec, seed: seed)
             let runner = SimulatedNode(assignment: assignment, transport: transport, directory: nodesDir.appendingPathComponent(spec.name))
             runners.append(runner)
@@ -160,8 +166,10 @@ final class SimulatedNode {
             kind = .sensor(NodeRunner(assignment: assignment, transport: transport, directory: directory, power: MainsPower(),
                                       os: Persona.android.os, osVersion: Persona.android.osVersion, writing: .batch))
         case let p?:
-            kind = .iPhone(IOSPersona(mode: p == .iosForeground ? .foreground : .background, assignment: assignment,
-                                      transport: transport, directory: directory, osVersion: p.osVersion))
+            let phone = IOSPersona(mode: p == .iosForeground ? .foreground : .background, assignment: assignment,
+                                   transport: transport, directory: directory, osVersion: p.osVersion)
+            phone.findsOverflowInBackground = assignment.radio.phones != nil && (assignment.node.location ?? true)
+            kind = .iPhone(phone)
         }
     }
 

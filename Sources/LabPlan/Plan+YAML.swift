@@ -465,7 +465,7 @@ struct PlanReader {
             guard let n = name(node, path) else { return nil }
             return NodeSpec(name: n, position: Position(x: Double(index), y: 0))
         }
-        guard let m = mapping(node, path, known: ["name", "position", "identifier", "tags", "power", "persona"]) else { return nil }
+        guard let m = mapping(node, path, known: ["name", "position", "identifier", "tags", "power", "persona", "location"]) else { return nil }
         guard let nameNode = m["name"] else { fail("\(path).name", node, "required"); return nil }
         guard let name = self.name(nameNode, "\(path).name") else { return nil }
         var position = Position(x: Double(index), y: 0)
@@ -508,7 +508,12 @@ struct PlanReader {
                 fail("\(path).persona", n, "\"\(v.prefix(64))\" is not a persona; use \(Persona.allCases.map(\.rawValue).joined(separator: ", ")), or linux (the default: a Linux node)")
             }
         }
-        return NodeSpec(name: name, identifier: identifier, position: position, tags: tags, power: power, persona: persona)
+        var spec = NodeSpec(name: name, identifier: identifier, position: position, tags: tags, power: power, persona: persona)
+        if let n = m["location"], let v = bool(n, "\(path).location") {
+            if persona == .iosBackground || persona == .iosForeground { spec.location = v }
+            else { fail("\(path).location", n, "only an iPhone persona (ios-background, ios-foreground) has a location permission to switch") }
+        }
+        return spec
     }
 
     static func personaNeedsSim(_ p: Persona) -> String {
@@ -538,7 +543,7 @@ struct PlanReader {
     }
 
     mutating func radio(_ node: Node, _ path: String) -> RadioSettings? {
-        guard let m = mapping(node, path, known: ["kind", "adapter", "referencePower", "pathLossExponent", "shadowing", "sensitivity", "reportLoss", "connectSuccess", "connectLatency", "macRotation", "crowding", "devices", "environment"]) else { return nil }
+        guard let m = mapping(node, path, known: ["kind", "adapter", "referencePower", "pathLossExponent", "shadowing", "sensitivity", "reportLoss", "connectSuccess", "connectLatency", "macRotation", "crowding", "devices", "environment", "phones"]) else { return nil }
         var r = RadioSettings()
         if let n = m["kind"], let v = string(n, "\(path).kind") {
             if let k = RadioKind(rawValue: v) { r.kind = k } else { fail("\(path).kind", n, "\"\(v)\" is not a radio; use sim or bluez") }
@@ -557,6 +562,7 @@ struct PlanReader {
         if let n = m["crowding"] { r.crowding = crowding(n, "\(path).crowding") }
         if let n = m["devices"] { r.devices = devices(n, "\(path).devices") }
         if let n = m["environment"] { r.environment = environment(n, "\(path).environment") }
+        if let n = m["phones"] { r.phones = phones(n, "\(path).phones") }
         return r
     }
 
@@ -579,21 +585,37 @@ struct PlanReader {
 
     /// `environment: on`, `off`, or a mapping of its parts (`fieldTime` and `burstLength` are durations).
     mutating func environment(_ node: Node, _ path: String) -> RunEnvironment? {
+        parts(node, path, RunEnvironment(), limits: RunEnvironment.limits) { $0.set($1, $2) }
+    }
+
+    /// `phones: on`, `off`, or a mapping of its parts (`androidStallLength`, `iosAwake` ... are durations).
+    mutating func phones(_ node: Node, _ path: String) -> PhoneBehaviour? {
+        guard let b = parts(node, path, PhoneBehaviour(), limits: PhoneBehaviour.limits, set: { $0.set($1, $2) }) else { return nil }
+        for f in ["androidRotation", "iosRotation"] where b.value(f) > 0 && b.value(f) < 1 {
+            fail("\(path).\(f)", nil, "rotating more often than every 1s is not realistic")
+        }
+        return b
+    }
+
+    /// `on` (the defaults), `off` (nil), or a mapping that starts from the defaults and sets
+    /// fields: a unit `s` is a duration (0 allowed only where the range starts at 0), the rest numbers with their unit.
+    mutating func parts<T>(_ node: Node, _ path: String, _ defaults: T, limits: [(field: String, range: ClosedRange<Double>, unit: String)],
+                           set: (inout T, String, Double) -> Void) -> T? {
         if case .scalar = node {
             guard let on = bool(node, path) else { return nil }
-            return on ? RunEnvironment() : nil
+            return on ? defaults : nil
         }
-        guard let m = mapping(node, path, known: RunEnvironment.limits.map(\.field)) else { return nil }
-        var e = RunEnvironment()
-        for f in RunEnvironment.limits {
+        guard let m = mapping(node, path, known: limits.map(\.field)) else { return nil }
+        var t = defaults
+        for f in limits {
             guard let n = m[f.field] else { continue }
             if f.unit == "s" {
-                if let d = duration(n, "\(path).\(f.field)", allowZero: false, min: f.range.lowerBound, max: f.range.upperBound) { e.set(f.field, d) }
+                if let d = duration(n, "\(path).\(f.field)", allowZero: f.range.lowerBound == 0, min: f.range.lowerBound, max: f.range.upperBound) { set(&t, f.field, d) }
             } else if let v = measure(n, "\(path).\(f.field)", in: f.range, unit: f.unit) {
-                e.set(f.field, v)
+                set(&t, f.field, v)
             }
         }
-        return e
+        return t
     }
 
     /// A number with an optional unit (`3dB`, `3 dB`, `20ppm`, `0.05`), range-checked:

@@ -89,6 +89,7 @@ public struct Plan: Codable, Sendable, Equatable {
         }
         if let d = radio.devices { out += d.problems(at: "radio.devices") }
         if let e = radio.environment { out += e.problems(at: "radio.environment") }
+        if let b = radio.phones { out += b.problems(at: "radio.phones") }
         return out
     }
 
@@ -120,6 +121,9 @@ public struct NodeSpec: Codable, Sendable, Equatable {
     /// The node group this node belongs to (A/B in one run), and that group's sensor settings.
     public var group: String?
     public var sensor: SensorSettings?
+    /// An iPhone persona's location permission (`location: off`: the app is suspended in the
+    /// background between wake-ups, with `radio.phones`); nil: on.
+    public var location: Bool?
 
     public init(name: String, identifier: Int32? = nil, position: Position, tags: [String] = [], power: [PowerInterval] = [], persona: Persona? = nil) {
         self.name = name
@@ -217,6 +221,8 @@ public struct RadioSettings: Codable, Sendable, Equatable {
     public var devices: DeviceVariation?
     /// Runs that differ (`radio.environment`); nil: the same room every run.
     public var environment: RunEnvironment?
+    /// Phones that miss windows as phones do (`radio.phones`, persona nodes); nil: phones that never do.
+    public var phones: PhoneBehaviour?
     public init() {}
 }
 

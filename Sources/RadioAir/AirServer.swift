@@ -297,7 +297,9 @@ public final class AirServer: @unchecked Sendable {
             }
             if let p = unattached.removeValue(forKey: id) { releasePending(p.peer) }
             socket.lineLimit = LineSocket.maxLine
-            let transport = medium!.addNode(name: "\(name)#\(id)", x: m.x ?? 0, y: m.y ?? 0)
+            // The device is the agent that attached it (its character, with radio.devices, follows
+            // the agent from run to run); an attachment without a ticket is known by its node name.
+            let transport = medium!.addNode(name: "\(name)#\(id)", x: m.x ?? 0, y: m.y ?? 0, identity: claims?.agent ?? name)
             let node = AttachedNode(name: name, transport: transport, socket: socket)
             node.claims = claims
             nodes[id] = node

@@ -32,6 +32,8 @@ public struct RadioParameters: Sendable, Equatable, Codable {
     public var devices: DeviceVariation?
     /// Runs that differ: the room's path loss, a moving attenuation field, interference bursts; nil: the same room every run.
     public var environment: RunEnvironment?
+    /// Phones that miss windows (persona nodes; docs/SIMULATOR.md); nil: phones that never do.
+    public var phones: PhoneBehaviour?
 
     public init() {}
 }

@@ -44,6 +44,12 @@ public final class SimMedium {
         let character: DeviceCharacter
         /// Its slowly varying attenuation now, dB (`radio.environment`; 0 when off).
         @exclusivity(unchecked) var field: Double = 0
+        /// A phone (`radio.phones`): its Bluetooth stalled (hears, sends and connects nothing),
+        /// its app suspended (hears nothing, starts no connection), its connections' success factor.
+        @exclusivity(unchecked) var stalled = false
+        @exclusivity(unchecked) var suspended = false
+        @exclusivity(unchecked) var phoneConnect: Double = 1
+        var deaf: Bool { stalled || suspended }
         init(index: Int, name: String, position: (x: Double, y: Double), address: RadioAddress, character: DeviceCharacter) {
             self.index = index
             self.name = name
@@ -94,6 +100,9 @@ public final class SimMedium {
     @exclusivity(unchecked) private var environmentRandom: SeededGenerator
     @exclusivity(unchecked) private var burstOn = false
     @exclusivity(unchecked) public private(set) var bursts = 0
+    /// Phones: Android stalls and iOS suspensions begun.
+    @exclusivity(unchecked) public private(set) var stalls = 0
+    @exclusivity(unchecked) public private(set) var suspensions = 0
     @exclusivity(unchecked) public private(set) var burstSeconds = 0.0
     /// Seconds since the medium was made: the channel model's clock.
     private let epoch: Date
@@ -170,7 +179,81 @@ public final class SimMedium {
 
     private func setBurst(_ on: Bool, _ e: RunEnvironment) {
         burstOn = on
-        for j in lossOf.indices { lossOf[j] = on ? 1 - (1 - calmLossOf[j]) * (1 - e.burstLoss) : calmLossOf[j] }
+        for j in lossOf.indices { refreshLoss(j) }
+    }
+
+    /// A receiver's report loss now: all while it is deaf, more during a burst.
+    private func refreshLoss(_ j: Int) {
+        if nodes[j].deaf { lossOf[j] = 1; return }
+        if burstOn, let e = environment { lossOf[j] = 1 - (1 - calmLossOf[j]) * (1 - e.burstLoss) } else { lossOf[j] = calmLossOf[j] }
+    }
+
+    // MARK: Phones
+
+    /// Makes node `index` a phone of `kind` under `radio.phones` (nothing when that is off):
+    /// Android stalls, iOS suspension (location off), address rotation, GATT failures. Each phone
+    /// draws from its own stream of the run's seed.
+    public func setPhone(_ index: Int, kind: PhoneKind) {
+        guard let b = parameters.phones else { return }
+        let node = nodes[index]
+        var g = SeededGenerator(seed: seed, stream: "phone/\(node.name)")
+        node.phoneConnect = 1 - b.gattFailure
+        func exponential(_ mean: Double) -> Double { -log(max(1e-12, 1 - g.nextUnit())) * mean }
+        let rotation: TimeInterval
+        switch kind {
+        case .android:
+            rotation = b.androidRotation
+            if b.androidStallRate > 0 { scheduleStall(index, b, first: exponential(3600 / b.androidStallRate)) }
+        case .iPhone(let location):
+            rotation = b.iosRotation
+            if !location, b.iosSuspended > 0 { scheduleSuspension(index, b, awakeFor: exponential(b.iosAwake)) }
+        }
+        if rotation > 0, parameters.macRotation == 0 {
+            let phase = g.nextUnit() * rotation
+            scheduler.schedule(after: phase) { [weak self] in
+                self?.rotateAddress(index)
+                self?.scheduler.scheduleRepeating(every: rotation) { [weak self] in self?.rotateAddress(index) }
+            }
+        }
+    }
+
+    private func scheduleStall(_ index: Int, _ b: PhoneBehaviour, first: TimeInterval) {
+        scheduler.schedule(after: first) { [weak self] in
+            guard let self else { return }
+            var g = SeededGenerator(seed: self.seed &+ UInt64(self.stalls), stream: "stall/\(self.nodes[index].name)")
+            let length = -log(max(1e-12, 1 - g.nextUnit())) * b.androidStallLength
+            let next = -log(max(1e-12, 1 - g.nextUnit())) * 3600 / b.androidStallRate
+            self.stalls += 1
+            self.setStalled(index, true)
+            self.scheduler.schedule(after: length) { [weak self] in
+                self?.setStalled(index, false)
+                self?.scheduleStall(index, b, first: next)
+            }
+        }
+    }
+
+    private func setStalled(_ index: Int, _ on: Bool) {
+        nodes[index].stalled = on
+        if on { dropLinks(of: index) }
+        refreshLoss(index)
+    }
+
+    private func scheduleSuspension(_ index: Int, _ b: PhoneBehaviour, awakeFor: TimeInterval) {
+        scheduler.schedule(after: awakeFor) { [weak self] in
+            guard let self else { return }
+            var g = SeededGenerator(seed: self.seed &+ UInt64(self.suspensions), stream: "suspend/\(self.nodes[index].name)")
+            let asleep = -log(max(1e-12, 1 - g.nextUnit())) * b.iosSuspended
+            let awake = -log(max(1e-12, 1 - g.nextUnit())) * b.iosAwake
+            self.suspensions += 1
+            self.nodes[index].suspended = true
+            self.refreshLoss(index)
+            self.scheduler.schedule(after: asleep) { [weak self] in
+                guard let self else { return }
+                self.nodes[index].suspended = false
+                self.refreshLoss(index)
+                self.scheduleSuspension(index, b, awakeFor: awake)
+            }
+        }
     }
 
     /// Adds a node and returns its transport. The node starts powered on.
@@ -330,10 +413,13 @@ public final class SimMedium {
     private func advertise(_ index: Int) {
         let node = nodes[index]
         guard node.powered, let ad = node.advertisement else { return }
-        advertisingEvents += 1
-        if let c = crowding, c.channelModel {
+        if node.stalled {
+            // A stalled Bluetooth stack sends nothing; the advertising set resumes with it.
+        } else if let c = crowding, c.channelModel {
+            advertisingEvents += 1
             queueEvent(index, ad, c)
         } else if !scanners.isEmpty {
+            advertisingEvents += 1
             let n = nodes.count
             let tx = Double(ad.txPower ?? 0)
             let sigma = parameters.shadowing
@@ -352,6 +438,8 @@ public final class SimMedium {
                 deliver(&report!, rssi: Int(rssi.rounded()), to: j, at: crowding?.reportRate == nil ? 0 : clock(), queued: &queued)
             }
             lanes?.advertDecided()
+        } else {
+            advertisingEvents += 1
         }
         let interval = max(0.02, ad.interval ?? 0.1) * node.character.intervalFactor
         node.advertisingTask = scheduleAdvert(index, after: interval + random.nextUnit() * parameters.maximumAdvertisingDelay)
@@ -534,6 +622,10 @@ public final class SimMedium {
     func connectionAttempt(central: Int, target: Int) -> (Bool, TimeInterval) {
         var p = parameters.connectSuccess
         if parameters.devices != nil { p *= nodes[central].character.connectFactor * nodes[target].character.connectFactor }
+        if parameters.phones != nil {
+            p *= nodes[central].phoneConnect * nodes[target].phoneConnect
+            if nodes[central].deaf || nodes[target].stalled { p = 0 }
+        }
         guard let c = crowding, c.connectLoad > 0 || c.collisions else { return connectionAttempt(p) }
         let n = nodes.count
         if c.connectLoad > 0 {
