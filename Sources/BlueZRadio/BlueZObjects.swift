@@ -16,6 +16,15 @@ public enum BlueZ {
     public static let advertisingManager = "org.bluez.LEAdvertisingManager1"
     public static let advertisement = "org.bluez.LEAdvertisement1"
 
+    /// A timeout in seconds as a D-Bus call's: whole milliseconds, saturated (NaN and negative
+    /// values come to DBusConnection's least, 1 ms; 1e300 to its most, a year), never a trap: a
+    /// timeout is configuration or a measured latency, and either can say anything (issue 36).
+    static func callTimeout(_ seconds: TimeInterval) -> Duration { .milliseconds(Saturating.int64(seconds * 1000)) }
+
+    /// An advertising interval in seconds as BlueZ's Min/MaxInterval: milliseconds, rounded, held
+    /// to UInt32 (NaN 0).
+    static func intervalMilliseconds(_ seconds: TimeInterval) -> UInt32 { UInt32(clamping: Saturating.int64((seconds * 1000).rounded())) }
+
     /// `/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF` for an address on an adapter.
     public static func devicePath(adapter: String, address: RadioAddress) -> String {
         adapter + "/dev_" + address.value.replacingOccurrences(of: ":", with: "_")

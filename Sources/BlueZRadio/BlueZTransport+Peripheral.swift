@@ -135,7 +135,7 @@ extension BlueZTransport {
         ]
         if let tx = ad.txPower { props["TxPower"] = DBusProperty(.int16(Int16(clamping: tx))) }
         if let interval = ad.interval {
-            let ms = UInt32(clamping: Int((interval * 1000).rounded()))
+            let ms = BlueZ.intervalMilliseconds(interval)
             props["MinInterval"] = DBusProperty(.uint32(ms))
             props["MaxInterval"] = DBusProperty(.uint32(ms))
         }

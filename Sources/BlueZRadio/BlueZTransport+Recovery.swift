@@ -122,7 +122,7 @@ extension BlueZTransport {
         let started = Date().timeIntervalSince1970
         let deadline = dispatch.schedule(after: options.recoveryDeadline) { [weak self] in
             guard let self, self.pendingRecovery?.started == started else { return }
-            self.endRecovery(ok: false, "the adapter was not back within \(Int(self.options.recoveryDeadline)) s")
+            self.endRecovery(ok: false, "the adapter was not back within \(Saturating.int(self.options.recoveryDeadline)) s")
         }
         pendingRecovery = PendingRecovery(action: action, reason: reason, started: started, deadline: deadline)
     }

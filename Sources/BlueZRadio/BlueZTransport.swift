@@ -240,7 +240,7 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         let seconds = { let d = ContinuousClock.now - started; return Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18 }
         do {
             let reply = try await bus.call(destination: BlueZ.service, path: path, interface: interface, member: member, arguments: arguments,
-                                           timeout: .milliseconds(Int(allowed * 1000)))
+                                           timeout: BlueZ.callTimeout(allowed))
             if timeout == nil { let s = seconds(); updateLatency(member) { $0.answered(after: s) } }
             return reply
         } catch {
@@ -398,7 +398,7 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         centrals.removeAll()
         if wasOn {
             lostSince = silent.map { ($0.at, "dongle not answering (\($0.reason)), then \(reason)") } ?? (Date().timeIntervalSince1970, reason)
-            note("radio lost: \(reason); retrying every \(Int(options.recoveryInterval)) s")
+            note("radio lost: \(reason); retrying every \(Saturating.int(options.recoveryInterval)) s")
             for a in links.sorted(by: { $0.value < $1.value }) { delegate?.transport(didDisconnect: a) }
             if let server { for a in remotes.sorted(by: { $0.value < $1.value }) { server.gattCentralDisconnected(a) } }
             delegate?.transport(didUpdateState: .unavailable)

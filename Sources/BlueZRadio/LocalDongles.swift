@@ -50,7 +50,7 @@ extension BlueZAdapters {
             let bus = try await DBusConnection.connect(address: busAddress)
             defer { Task { await bus.close() } }
             _ = try await bus.call(destination: BlueZ.service, path: path, interface: DBusStandardInterface.properties, member: "Set",
-                                   arguments: [.string(BlueZ.adapter), .string("Powered"), .variant(.bool(on))], timeout: .milliseconds(Int(timeout * 1000)))
+                                   arguments: [.string(BlueZ.adapter), .string("Powered"), .variant(.bool(on))], timeout: BlueZ.callTimeout(timeout))
             return .success(())
         } catch {
             return .failure(BlueZVersionError("cannot power \(path) \(on ? "on" : "off") (\(BlueZError.transportError(error, operation: "Powered")))"))

@@ -474,6 +474,14 @@ public final class DBusConnection: @unchecked Sendable {
         guard dbus_connection_send(conn, message, nil) != 0 else { throw DBusMarshalError.outOfMemory }
     }
 
+    /// A call's timeout as the timer's whole milliseconds: at least 1, at most a year. The seconds
+    /// are held to ±a year before they are multiplied (`.seconds(Int64.min)` would overflow).
+    static func milliseconds(_ timeout: Duration) -> Int {
+        let (seconds, attoseconds) = timeout.components
+        let year = 86_400 * 365
+        return min(year * 1000, max(1, Int(max(-Int64(year), min(seconds, Int64(year)))) * 1000 + Int(attoseconds / 1_000_000_000_000_000)))
+    }
+
     private func start(id: UInt64, message: OpaquePointer, timeout: Duration,
                        continuation: CheckedContinuation<[DBusValue], Error>) {
         defer { dbus_message_unref(message) }
@@ -485,8 +493,7 @@ public final class DBusConnection: @unchecked Sendable {
             return continuation.resume(throwing: DBusMarshalError.outOfMemory)
         }
         guard let pendingCall else { return continuation.resume(throwing: DBusConnectionError.disconnected) }
-        let (seconds, attoseconds) = timeout.components
-        let ms = max(1, Int(min(seconds, 86_400 * 365)) * 1000 + Int(attoseconds / 1_000_000_000_000_000))
+        let ms = Self.milliseconds(timeout)
         let timer = DispatchSource.makeTimerSource(queue: queue)
         timer.schedule(deadline: .now() + .milliseconds(ms))
         timer.setEventHandler { [self] in finishPending(id, error: DBusConnectionError.timeout) }

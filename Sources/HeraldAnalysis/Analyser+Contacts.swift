@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 
 /// The size of every pair's accumulator in one analysis.
 struct AccumulatorShape: Sendable {
@@ -48,7 +49,7 @@ extension Analyser {
                              summary: inout AnalysisResult.Device, pairs: inout [PairAccumulator?],
                              make: AccumulatorShape, window w: Window, series: inout NodeSeries) throws {
         let shift = inputs[o].shift
-        let heraldShift = Int64(shift.rounded())
+        let heraldShift = Saturating.int64(shift.rounded())
         var columns: Columns?
         var hasHeader = false
         // id -> devices its read rows name (Herald's mactobid); initialBID -> devices (for share rows in herald mode).
@@ -157,7 +158,7 @@ extension Analyser {
             c = columns
             self.skipHeader = skipHeader
             self.shift = shift
-            heraldShift = Int64(shift.rounded())
+            heraldShift = Saturating.int64(shift.rounded())
             w = window
             self.ids = ids
             self.readBIDs = readBIDs
@@ -271,7 +272,7 @@ extension Analyser {
         }
         observeHerald(a, heraldT: heraldT, window: w)
         if observeStrict(a, strictT: strictT, window: w) {
-            a.addSample(at: strictT, rssi: rssi, bin: Int((strictT - w.ceStart) / 30))
+            a.addSample(at: strictT, rssi: rssi, bin: Saturating.int((strictT - w.ceStart) / 30))
         }
     }
 
@@ -284,7 +285,7 @@ extension Analyser {
     @discardableResult
     @inline(__always) static func observeStrict(_ a: PairAccumulator, strictT: Double, window w: Window) -> Bool {
         guard strictT >= w.ceStart, strictT < w.ceEnd else { return false }
-        a.strictBins.insert(Int((strictT - w.ceStart) / 30))
+        a.strictBins.insert(Saturating.int((strictT - w.ceStart) / 30))
         return true
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -20,10 +21,10 @@ public enum Analyser {
         }
         guard ceEnd > ceStart else { throw AnalysisError.missingWindow("--ce-end must be after --ce-start") }
         guard ceEnd - ceStart <= InputLimits.maximumContactEvent else {
-            throw AnalysisError.badFlag("--ce-end: the contact event lasts \(Int((ceEnd - ceStart) / 86400)) days; at most \(Int(InputLimits.maximumContactEvent / 86400))")
+            throw AnalysisError.badFlag("--ce-end: the contact event lasts \(Saturating.int((ceEnd - ceStart) / 86400)) days; at most \(Saturating.int(InputLimits.maximumContactEvent / 86400))")
         }
-        let cetotal = Int((ceEnd - ceStart) / 30).advanced(by: (ceEnd - ceStart).truncatingRemainder(dividingBy: 30) > 0 ? 1 : 0)
-        let ceStartSec = Int64(ceStart.rounded(.down)), ceEndSec = Int64(ceEnd.rounded(.down))
+        let cetotal = Saturating.int((ceEnd - ceStart) / 30).advanced(by: (ceEnd - ceStart).truncatingRemainder(dividingBy: 30) > 0 ? 1 : 0)
+        let ceStartSec = Saturating.int64(ceStart.rounded(.down)), ceEndSec = Saturating.int64(ceEnd.rounded(.down))
         let ceSeconds = Int(ceEndSec - ceStartSec)
 
         let n = inputs.count

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 
 /// Chart primitives of report.html: inline SVG with labelled axes. Every time axis is in run time
 /// (seconds since the filter window's start, which is the plan's start in a bundle), labelled in
@@ -41,7 +42,7 @@ extension HTMLReport {
 
     /// A tick label: seconds for spans to 2 minutes, minutes (m:ss between) to 2 hours, then hours (h:mm between).
     static func timeLabel(_ s: Double, span: Double, step: Double) -> String {
-        let t = Int(s.rounded())
+        let t = Saturating.int(s.rounded())
         if span <= 120 { return "\(t) s" }
         if span <= 7200 { return step.truncatingRemainder(dividingBy: 60) == 0 ? "\(t / 60) min" : String(format: "%d:%02d", t / 60, t % 60) }
         if step.truncatingRemainder(dividingBy: 86400) == 0, span > 3 * 86400 { return "\(t / 86400) d" }
@@ -89,7 +90,8 @@ extension HTMLReport {
     }
 
     static func valueLabel(_ v: Double, step: Double) -> String {
-        step >= 1 || v == 0 ? String(Int(v.rounded())) : String(format: step >= 0.1 ? "%.1f" : "%.2f", v)
+        guard v.isFinite else { return "–" }
+        return step >= 1 || v == 0 ? String(Saturating.int(v.rounded())) : String(format: step >= 0.1 ? "%.1f" : "%.2f", v)
     }
 
     /// Horizontal grid lines, labels left of the frame and a vertical title.
@@ -129,7 +131,7 @@ extension HTMLReport {
         }
         for p in line.points {
             guard let v = p.y, v.isFinite, p.x.isFinite else { flush(); continue }
-            run.append((Int(f.x(p.x).rounded()), Int(f.y(v).rounded())))
+            run.append((Saturating.int(f.x(p.x).rounded()), Saturating.int(f.y(v).rounded())))
         }
         flush()
         guard !d.isEmpty else { return "" }

@@ -20,13 +20,13 @@ public struct Timeline: Sendable, Equatable {
         origin = from.isFinite ? from : 0
         end = origin + span
         width = Self.widths.first { span / $0 <= Double(Self.maximumBuckets) } ?? 86400
-        count = span > 0 ? min(Self.maximumBuckets * 4, max(1, Int((span / width).rounded(.up)))) : 0
+        count = span > 0 ? min(Self.maximumBuckets * 4, max(1, Saturating.int((span / width).rounded(.up)))) : 0
     }
 
     /// The bucket of a time, nil outside the window.
     @inline(__always) func index(_ t: Double) -> Int? {
         guard count > 0, t >= origin, t <= end else { return nil }
-        return min(count - 1, Int((t - origin) / width))
+        return min(count - 1, max(0, Saturating.int((t - origin) / width)))
     }
 
     /// Seconds of bucket `k` inside the window (the last one may be short).

@@ -82,7 +82,7 @@ extension HTMLReport {
         // how many pairs share it (darker for more): small at 150 devices (22,350 pairs).
         var spots = [Int: Int](), order = [Int]()
         for p in points {
-            let x = Int((f.x(p.d) / 2).rounded()), y = Int((f.y(p.rssi) / 2).rounded())
+            let x = Saturating.int((f.x(p.d) / 2).rounded()), y = Saturating.int((f.y(p.rssi) / 2).rounded())
             let key = x * 100_000 + y
             if let n = spots[key] { spots[key] = n + 1 } else { spots[key] = 1; order.append(key) }
         }

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 
 extension HTMLReport {
     static let worstPairCount = 20
@@ -56,7 +57,7 @@ extension HTMLReport {
         if !series.isEmpty {
             let lo = min(-100.0, series.map(\.1).min() ?? -100), hi = max(-30.0, series.map(\.1).max() ?? -30)
             func y(_ v: Double) -> Double { 10 + Double(plotH) * (hi - v) / (hi - lo) }
-            out += "<text x=\"2\" y=\"14\">\(Int(hi))</text><text x=\"2\" y=\"\(10 + plotH)\">\(Int(lo))</text>"
+            out += "<text x=\"2\" y=\"14\">\(Saturating.int(hi))</text><text x=\"2\" y=\"\(10 + plotH)\">\(Saturating.int(lo))</text>"
             // Consecutive windows that fall on the same 2 px column are averaged into one point;
             // the line breaks where windows are missing.
             let group = max(1, Int((Double(bins) / Double(plotW / 2)).rounded(.up)))

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 
 /// The run over time (pairs detected so far, continuity per window, rows, reads and battery per
 /// node) and the distributions of time to first detection and first read.
@@ -126,7 +127,10 @@ extension HTMLReport {
         return s
     }
 
-    static func widthText(_ w: Double) -> String { w < 60 ? "\(Int(w)) s" : w < 3600 ? "\(Int(w / 60)) min" : "\(Int(w / 3600)) h" }
+    static func widthText(_ w: Double) -> String {
+        guard w.isFinite else { return "–" }
+        return w < 60 ? "\(Saturating.int(w)) s" : w < 3600 ? "\(Saturating.int(w / 60)) min" : "\(Saturating.int(w / 3600)) h"
+    }
 
     /// Lines per node (up to 12 nodes), or for more nodes the range over nodes, the median node
     /// and the three lowest nodes; the coordinator's gaps shaded red.
@@ -196,7 +200,7 @@ extension HTMLReport {
     static func firstTimesSection(_ r: AnalysisResult) -> String {
         let nn = r.pairs.count
         guard nn > 0 else { return "<p>No pairs.</p>" }
-        func quantile(_ v: [Double], _ q: Double) -> Double? { v.isEmpty ? nil : v[min(v.count - 1, max(0, Int((q * Double(v.count)).rounded(.up)) - 1))] }
+        func quantile(_ v: [Double], _ q: Double) -> Double? { v.isEmpty ? nil : v[min(v.count - 1, max(0, Saturating.int((q * Double(v.count)).rounded(.up)) - 1))] }
         let kinds: [(String, [Double], Double, String)] = [
             ("time to first detection", r.pairs.compactMap(\.timeToFirstDetection).filter(\.isFinite).sorted(), r.thresholds.timeToFirstDetection, "#1f77b4"),
             ("time to first read", r.pairs.compactMap(\.timeToFirstRead).filter(\.isFinite).sorted(), r.thresholds.timeToFirstRead, "#ff7f0e"),
@@ -216,9 +220,11 @@ extension HTMLReport {
         guard let hi = v.last else { return "<div><h3>\(name)</h3><p>No pair has one.</p></div>" }
         let top = max(1, max(hi, limit) * 1.05)
         let width = valueStep(top, ticks: 40)
-        let bins = max(1, Int((top / width).rounded(.up)))
+        // At most 100 bars (valueStep makes about 40): times from outside near Double's largest
+        // make `top` infinite and its step 1, and a bar each would not fit in memory.
+        let bins = min(100, max(1, Saturating.int((top / width).rounded(.up))))
         var counts = [Int](repeating: 0, count: bins)
-        for x in v { counts[min(bins - 1, max(0, Int(x / width)))] += 1 }
+        for x in v { counts[min(bins - 1, max(0, Saturating.int(x / width)))] += 1 }
         var fr = f0
         fr.xMax = Double(bins) * width
         fr.yMax = Double(max(1, counts.max() ?? 1)) * 1.1

@@ -84,12 +84,16 @@ extension HTMLReport {
         return h + "</div>"
     }
 
-    /// Durations in seconds shown with a unit (ms below 1 s).
+    /// Durations in seconds shown with a unit (ms below 1 s). A value from outside that is not a
+    /// number of seconds is –; one beyond Int64's range is written as it is (issue 36).
     static func seconds(_ v: Double) -> String {
-        if v > 0, v < 1 { return "\(Int((v * 1000).rounded())) ms" }
-        if v >= 3600, v.truncatingRemainder(dividingBy: 60) == 0 { return String(format: "%d h %02d min", Int(v) / 3600, (Int(v) % 3600) / 60) }
-        if v >= 120, v.truncatingRemainder(dividingBy: 60) == 0 { return "\(Int(v) / 60) min" }
-        return v == v.rounded() ? "\(Int(v)) s" : String(format: "%.3f s", v)
+        guard v.isFinite else { return "–" }
+        guard abs(v) < 9.2e18 else { return String(format: "%g s", v) }
+        if v > 0, v < 1 { return "\(Saturating.int((v * 1000).rounded())) ms" }
+        let whole = Saturating.int(v)
+        if v >= 3600, v.truncatingRemainder(dividingBy: 60) == 0 { return "\(whole / 3600) h " + String(format: "%02d min", (whole % 3600) / 60) }
+        if v >= 120, v.truncatingRemainder(dividingBy: 60) == 0 { return "\(whole / 60) min" }
+        return v == v.rounded() ? "\(whole) s" : String(format: "%.3f s", v)
     }
 
     static let durationKeys: Set<String> = ["advertInterval", "scanOn", "scanRest", "scanOff", "connectionTimeout", "purgeAfter", "connectLatency", "macRotation",
@@ -145,8 +149,9 @@ extension HTMLReport {
     /// h:mm:ss of run time.
     static func runTimeText(_ s: Double) -> String {
         guard s.isFinite else { return "–" }
-        let t = Int(s.rounded()), sign = t < 0 ? "−" : ""
-        return String(format: "%@%d:%02d:%02d", sign, abs(t) / 3600, (abs(t) % 3600) / 60, abs(t) % 60)
+        // Saturated (a time from outside can be 1e300), and its magnitude unsigned: abs(Int.min) traps.
+        let t = Saturating.int(s.rounded()), sign = t < 0 ? "−" : "", a = t.magnitude
+        return "\(sign)\(a / 3600):" + String(format: "%02d:%02d", Int(a % 3600 / 60), Int(a % 60))
     }
 
     /// Nodes that are not complete, with the coordinator's message and every gap's reason.

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 
 extension HTMLReport {
     // MARK: per-node summaries
@@ -72,11 +73,15 @@ extension HTMLReport {
         return out + "\""
     }
 
+    /// A figure rounded to a whole number; nil when it is not finite (a summary from outside can
+    /// hold anything): the table shows –, the page's data null.
+    static func whole(_ v: Double) -> String? { v.isFinite ? String(Saturating.int(v.rounded())) : nil }
+
     static func pairRow(_ m: ReportModel, _ o: Int, _ d: Int) -> String {
         let p = m.pairs[o * m.n + d]
         let t = m.result.parameters.cetotal
         let c = t > 0 ? Double(p?.strictWindows ?? 0) * 100 / Double(t) : 0
-        return "<tr><td class=l>\(esc(m.names[o]))<td class=l>\(esc(m.names[d]))<td>\(m.detected[o * m.n + d] ? "yes" : "no")<td>\(p?.rssiSamples ?? 0)<td>\(String(format: "%.1f", c))<td>\(p.map { String(Int($0.longestGap.rounded())) } ?? "–")<td>\(p?.rssiMedian.map { String(Int($0.rounded())) } ?? "–")"
+        return "<tr><td class=l>\(esc(m.names[o]))<td class=l>\(esc(m.names[d]))<td>\(m.detected[o * m.n + d] ? "yes" : "no")<td>\(p?.rssiSamples ?? 0)<td>\(String(format: "%.1f", c))<td>\(p.map { whole($0.longestGap) ?? "–" } ?? "–")<td>\(p?.rssiMedian.flatMap(whole) ?? "–")"
     }
 
     static func allPairsSection(_ m: ReportModel) -> String {
@@ -99,8 +104,8 @@ extension HTMLReport {
             data.append(m.detected[o * n + d] ? "1" : "0")
             data.append(String(p?.rssiSamples ?? 0))
             data.append(String(p?.strictWindows ?? 0))
-            data.append(p.map { String(Int($0.longestGap.rounded())) } ?? "null")
-            data.append(p?.rssiMedian.map { String(Int($0.rounded())) } ?? "null")
+            data.append(p.flatMap { whole($0.longestGap) } ?? "null")
+            data.append(p?.rssiMedian.flatMap(whole) ?? "null")
         }
         s += "<script>\n(function(){\n"
         s += "var N=[" + m.names.map(jsString).joined(separator: ",") + "],T=\(m.result.parameters.cetotal),P=\(pageSize),\n"

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 
 /// Everything kept about one ordered pair (observer, observed) while the logs stream past:
 /// bounded by the rows seen (sparse bitsets and bins), never by the size of the logs or the
@@ -52,7 +53,7 @@ final class PairAccumulator {
             intervalSumSquares += dt * dt
             if dt < intervalMin { intervalMin = dt }
             if dt > intervalMax { intervalMax = dt }
-            intervalHistogram.update(min(Self.intervalBuckets - 1, Int(dt / Self.intervalBucket))) { if $0 < UInt32.max { $0 += 1 } }
+            intervalHistogram.update(min(Self.intervalBuckets - 1, Saturating.int(dt / Self.intervalBucket))) { if $0 < UInt32.max { $0 += 1 } }
         }
         lastSample = t
         if let rssi {
@@ -68,7 +69,7 @@ final class PairAccumulator {
     /// Percentile (0...1) of the interval histogram, in seconds (bucket upper edge, capped at max).
     func intervalPercentile(_ q: Double) -> Double? {
         guard intervalCount > 0 else { return nil }
-        let target = max(1, Int((q * Double(intervalCount)).rounded(.up)))
+        let target = max(1, Saturating.int((q * Double(intervalCount)).rounded(.up)))
         var seen = 0
         for i in intervalHistogram.indices {
             let c = intervalHistogram.get(i)
@@ -81,7 +82,7 @@ final class PairAccumulator {
     func rssiPercentile(_ q: Double) -> Double? {
         let total = rssiHistogram.reduce(0) { $0 + Int($1) }
         guard total > 0 else { return nil }
-        let target = max(1, Int((q * Double(total)).rounded(.up)))
+        let target = max(1, Saturating.int((q * Double(total)).rounded(.up)))
         var seen = 0
         for (i, c) in rssiHistogram.enumerated() {
             seen += Int(c)

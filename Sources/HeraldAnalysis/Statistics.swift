@@ -142,7 +142,7 @@ public enum Stats {
     public static func quantile(sorted s: [Double], _ q: Double) -> Double? {
         guard !s.isEmpty else { return nil }
         let h = Double(s.count - 1) * min(1, max(0, q))
-        let i = Int(h.rounded(.down))
+        let i = min(s.count - 1, max(0, Saturating.int(h.rounded(.down))))
         return i + 1 < s.count ? s[i] + (h - Double(i)) * (s[i + 1] - s[i]) : s[i]
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 
 /// One metric over a series of runs as inline SVG, drawn with report.html's chart primitives
 /// (HTMLReport+Charts): the value per run, the noise band the regression check allows around
@@ -31,7 +32,7 @@ public enum TrendChart {
         var s = R.svgOpen(width, height, label: title)
         s += R.valueAxis(f, title: title)
         let step = max(1, R.valueStep(f.xMax, ticks: 8).rounded(.up))
-        s += R.xAxis(f, step: step, title: "run (oldest first)") { String(Int($0.rounded()) + 1) }
+        s += R.xAxis(f, step: step, title: "run (oldest first)") { String(Saturating.int($0.rounded() + 1)) }
         // The band, in pieces where the runs before had enough history to give one.
         var xs = [Double](), los = [Double](), his = [Double]()
         func flushBand() {

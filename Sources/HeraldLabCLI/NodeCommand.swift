@@ -1,6 +1,7 @@
 import ArgumentParser
 import BlueZRadio
 import Foundation
+import HeraldCore
 import HeraldLogs
 import HeraldRadio
 import LabHTTP
@@ -68,7 +69,7 @@ struct NodeCommand: AsyncParsableCommand {
         let started = Date()
         let status = Task {
             while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(every))
+                try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(every)))
                 guard !Task.isCancelled else { break }
                 let s = scheduler.sync { boxed.value.status }
                 log(String(format: "node %@ %5.0fs: radio %@, peers %d [%@], payload reads %d, RSSI %d (%d in the last minute)",

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import HeraldCore
 import LabPlan
 
 /// `herald-lab plan check PLAN`: validate a plan and print it as parsed.
@@ -58,10 +59,15 @@ func loadPlanWithText(_ path: String) throws -> (plan: Plan, text: String) {
     }
 }
 
+/// A duration as 1h2m3s (ms below 1 s). A duration from outside (a coordinator's run record) can
+/// be anything: NaN and infinities are –, values beyond Int64's range are written as they are
+/// (issue 36).
 func formatDuration(_ seconds: TimeInterval) -> String {
+    guard seconds.isFinite else { return "–" }
+    guard abs(seconds) < 9.2e18 else { return "\(seconds)s" }
     if seconds == 0 { return "0s" }
-    if seconds < 1 { return "\(Int((seconds * 1000).rounded()))ms" }
-    var s = Int(seconds.rounded())
+    if seconds < 1 { return "\(Saturating.int((seconds * 1000).rounded()))ms" }
+    var s = Saturating.int(seconds.rounded())
     var parts = [String]()
     if s >= 3600 { parts.append("\(s / 3600)h"); s %= 3600 }
     if s >= 60 { parts.append("\(s / 60)m"); s %= 60 }

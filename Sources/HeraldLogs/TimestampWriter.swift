@@ -11,7 +11,10 @@ struct TimestampWriter {
     private var prefixCount = 0
 
     @inline(__always) mutating func append<S: ByteSink>(_ date: Date, to out: inout S) {
-        let ms = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        // A clock from outside can be anything (NaN, 1e300, before year 0): saturated, then held to
+        // the years the form can write (0000 to 9999, as HeraldTimestamp writes them), so the
+        // arithmetic below cannot overflow (issue 36).
+        let ms = min(max(Saturating.int64((date.timeIntervalSince1970 * 1000).rounded(.down)), -62_167_219_200_000), 253_402_300_799_999)
         let second = ms >= 0 ? ms / 1000 : (ms - 999) / 1000
         if second != cachedSecond {
             cachedSecond = second

@@ -173,7 +173,7 @@ public final class BLESensor: Sensor {
               scheduler.now.timeIntervalSince(lastCentralActivity) >= settings.pseudoAddressRenewal else { return }
         lastCentralActivity = scheduler.now
         pseudoDeviceAddress = PseudoDeviceAddress(using: &random)
-        info("renewing pseudo address (nothing connected for \(Int(settings.pseudoAddressRenewal))s)")
+        info("renewing pseudo address (nothing connected for \(Saturating.int(settings.pseudoAddressRenewal))s)")
         transport.stopAdvertising { [weak self] _ in
             guard let self, self.running else { return }
             self.isAdvertising = false
@@ -219,7 +219,7 @@ public final class BLESensor: Sensor {
         for d in deviceList {
             if now.timeIntervalSince(d.lastUpdatedAt) >= settings.purgeAfter {
                 remove(d)
-                info("purged \(d.identifier) (not seen for \(Int(now.timeIntervalSince(d.lastUpdatedAt)))s)")
+                info("purged \(d.identifier) (not seen for \(Saturating.int(now.timeIntervalSince(d.lastUpdatedAt)))s)")
                 notify { $0.sensor(.BLE, available: false, didDeleteOrDetect: d.identifier) }
             } else {
                 kept.append(d)
@@ -318,7 +318,7 @@ public final class BLESensor: Sensor {
         device.ignoreCount += 1
         device.ignoreUntil = scheduler.now.addingTimeInterval(duration)
         device.os = device.os == .unknown ? .notHerald : device.os
-        debug("ignoring \(device.identifier) for \(Int(duration))s: \(reason)")
+        debug("ignoring \(device.identifier) for \(Saturating.int(duration))s: \(reason)")
     }
 
     // MARK: Per-device actions

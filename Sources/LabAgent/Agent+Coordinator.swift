@@ -46,11 +46,11 @@ extension Agent {
                 failures += 1
                 if failures == 1 || failures.isMultiple(of: 20) {
                     if status == 401 || status == 403 {
-                        logger.error("coordinator \(coordinator) refuses this agent's credential (\(error)); was it revoked? enrol it again (herald-lab agents enrol \(config.name)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                        logger.error("coordinator \(coordinator) refuses this agent's credential (\(error)); was it revoked? enrol it again (herald-lab agents enrol \(config.name)); retrying in \(Self.backoffSeconds(failures, base: config.heartbeatInterval, cap: config.maxBackoff)) s")
                     } else if status == 409 {
-                        logger.error("coordinator \(coordinator) refuses this agent (\(error)); retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                        logger.error("coordinator \(coordinator) refuses this agent (\(error)); retrying in \(Self.backoffSeconds(failures, base: config.heartbeatInterval, cap: config.maxBackoff)) s")
                     } else {
-                        logger.warning("coordinator \(coordinator) unreachable (\(error)); any run goes on; retrying in \(Int(Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff))) s")
+                        logger.warning("coordinator \(coordinator) unreachable (\(error)); any run goes on; retrying in \(Self.backoffSeconds(failures, base: config.heartbeatInterval, cap: config.maxBackoff)) s")
                     }
                 }
             }
@@ -62,5 +62,11 @@ extension Agent {
     /// base × 2^(failures−1), capped.
     static func backoff(_ failures: Int, base: Double, cap: Double) -> Double {
         min(cap, base * pow(2, Double(min(failures - 1, 16))))
+    }
+
+    /// The backoff in whole seconds, for the log: saturated (the interval and the cap are
+    /// configuration, which can say NaN or 1e300; issue 36).
+    static func backoffSeconds(_ failures: Int, base: Double, cap: Double) -> Int {
+        Saturating.int(backoff(failures, base: base, cap: cap))
     }
 }

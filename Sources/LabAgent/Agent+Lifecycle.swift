@@ -300,13 +300,21 @@ extension Agent {
         persistOrReport(r)
     }
 
-    /// Sleeps, then spins for the last millisecond, until the wall clock reaches `instant`.
+    /// Sleeps, then spins for the last millisecond, until the wall clock reaches `instant`. An
+    /// instant that is not a time (NaN, infinite) is not waited for: NaN would spin for ever.
     static func wait(until instant: Double) {
+        guard instant.isFinite else { return }
         while true {
             let left = instant - Date().timeIntervalSince1970
             if left <= 0 { return }
-            if left > 0.002 { usleep(useconds_t((left - 0.0015) * 1e6)) }
+            if left > 0.002 { usleep(pause(left)) }
         }
+    }
+
+    /// One sleep of `wait(until:)` with `left` seconds to go, 1.5 ms short of it, in microseconds:
+    /// at most useconds_t's largest (71 minutes), never a trap (issue 36).
+    static func pause(_ left: Double) -> useconds_t {
+        useconds_t(clamping: max(0, Saturating.int64((left - 0.0015) * 1e6)))
     }
 }
 

@@ -194,7 +194,7 @@ extension Coordinator {
             } catch {
                 lastError = "\(error)"
             }
-            try? await Task.sleep(nanoseconds: UInt64(delay * 1e9))
+            try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(delay)))
             delay = min(delay * 2, 5)
         }
         logger.error("gave up gathering \(n.name) from \(n.agent) (\(n.agentURL)): \(lastError)", metadata: ["run": .string(runId), "node": .string(n.name), "agent": .string(n.agent)])

@@ -85,7 +85,7 @@ extension Coordinator {
                     do { c = try link(node, chosenAt: record.created) } catch { return (i, nil, "\(error)") }
                     var lastError = ""
                     for attempt in 0..<3 {
-                        if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(0.5 * Double(attempt) * 1e9)) }
+                        if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(0.5 * Double(attempt)))) }
                         let (measured, problem) = await clock(of: node, over: c)
                         guard let best = measured else { lastError = problem ?? "no clock for \(node.agentURL)"; continue }
                         var nodeSeed = SeededGenerator(seed: seed, stream: "agent/\(spec.name)")
@@ -188,7 +188,7 @@ extension Coordinator {
                             if let m = s.message, s.runId == r.id { logger.info("agent \(n.agent): \(m)", metadata: ["run": .string(r.id), "node": .string(n.name), "agent": .string(n.agent)]) }
                             return
                         } catch { lastError = "\(error)" }
-                        try? await Task.sleep(nanoseconds: UInt64(0.3 * Double(attempt + 1) * 1e9))
+                        try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(0.3 * Double(attempt + 1))))
                     }
                     agentError(n.agent, "did not take the start of run \(r.id): \(lastError)")
                     logger.error("agent \(n.agent) (\(n.agentURL)) did not take the start of run \(r.id): \(lastError)",
@@ -250,7 +250,7 @@ extension Coordinator {
             }
             if changed { withLock { runs[r.id] = r } }
             if now - lastSave > 5 { update(r); lastSave = now }
-            try? await Task.sleep(nanoseconds: UInt64(min(0.5, max(0.05, end - now)) * 1e9))
+            try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(min(0.5, max(0.05, end - now)))))
         }
         update(r)
         return nil

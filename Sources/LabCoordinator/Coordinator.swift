@@ -163,7 +163,7 @@ public final class Coordinator: @unchecked Sendable {
         if let every = config.healthCheckEvery {
             healthChecks = Task { [weak self] in
                 while !Task.isCancelled {
-                    try? await Task.sleep(nanoseconds: UInt64(every * 1e9))
+                    try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(every)))
                     guard let self, !Task.isCancelled else { return }
                     do {
                         let result = try await self.checkDongles(LabWire.CheckRequest(dongles: nil, bound: nil))

@@ -206,7 +206,7 @@ extension Coordinator {
         }
         let abort = r.state.isFinal ? "" : "<form method=\"post\" action=\"/runs/\(Self.segment(r.id))/abort\" id=\"abortform\"><input type=\"hidden\" name=\"csrf\" value=\"\(s.csrf)\"><button id=\"abort\">Abort the run</button></form>"
         let body = """
-        <p>Plan <b>\(Self.h(r.plan))</b>, \(r.nodes.count) nodes for \(Int(r.duration)) s. State: <b id="state" class="\(r.state.rawValue)">\(r.state.rawValue)</b>
+        <p>Plan <b>\(Self.h(r.plan))</b>, \(r.nodes.count) nodes for \(Saturating.int(r.duration)) s. State: <b id="state" class="\(r.state.rawValue)">\(r.state.rawValue)</b>
         <span id="left"></span> · reads in all: <b id="totalreads">–</b> · <span id="conn" class="small">connecting…</span></p>
         <p id="message" class="small"></p><p id="verdict"></p>\(abort)
         <h2>Nodes</h2><table id="nodes"><thead><tr><th>node</th><th>agent</th><th>state</th><th>peers</th><th>reads</th><th>RSSI/min</th><th>RSSI rows</th><th>gaps</th><th>last heartbeat</th></tr></thead><tbody></tbody></table>

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import LabHTTP
 
 /// The dashboard's signed-in browsers (ARCHITECTURE.md, "The dashboard"): a session is a random
@@ -92,7 +93,7 @@ public final class DashboardSessions: @unchecked Sendable {
     /// `Set-Cookie` for a session (or, with nil, one that removes it).
     public static func setCookie(_ session: DashboardSession?, secure: Bool, now: Double) -> String {
         let value = session?.id ?? ""
-        let age = session.map { max(0, Int($0.expires - now)) } ?? 0
+        let age = session.map { max(0, Saturating.int($0.expires - now)) } ?? 0
         return "\(cookieName)=\(value); Path=/; Max-Age=\(age); HttpOnly; SameSite=Strict\(secure ? "; Secure" : "")"
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import LabPlan
 
 /// What the coordinator keeps of one dongle (SQLite table `dongle`; its history in
@@ -81,7 +82,7 @@ public enum DongleRules {
     /// dongle (the room, bluetoothd, or either of the two). Pairs missing between dongles that
     /// otherwise hear and are heard are warnings.
     public static func judge(_ entries: [Entry], bound: Double) -> [LabWire.PreflightVerdict] {
-        let within = "within \(Int(bound.rounded())) s"
+        let within = "within \(Saturating.int(bound.rounded())) s"
         let active = entries.filter { $0.error == nil && $0.report != nil && $0.report?.problem == nil }
         func heard(_ a: Entry, _ b: Entry) -> Bool { a.report?.seen.contains { $0.beacon == b.beacon } ?? false }
         return entries.map { e in

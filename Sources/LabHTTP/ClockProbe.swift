@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import LabNet
 import NIOCore
 import NIOHTTP1
@@ -48,7 +49,7 @@ public enum ClockProbe {
 
         await slots.acquire()
         defer { Task { await slots.release() } }
-        let ticks = TimeAmount.nanoseconds(Int64(timeout * 1e9))
+        let ticks = TimeAmount.nanoseconds(Saturating.nanoseconds(timeout))
         let handler = ProbeHandler()
         let channel: Channel
         do {
@@ -106,7 +107,7 @@ public enum ClockProbe {
             // Let this exchange's last segments (the body, our ACK of it) leave the link before the
             // next request, so the request does not queue behind them: one round trip, at most 0.1 s.
             let pause = min(0.1, max(0.0002, t3 - t0))
-            try? await Task.sleep(nanoseconds: UInt64(pause * 1e9))
+            try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(pause)))
         }
         if out.isEmpty && count > 0 { throw problem ?? failure(.protocolError, "no answer") }
         return out

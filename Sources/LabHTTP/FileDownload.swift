@@ -122,7 +122,7 @@ public enum FileDownload {
         let length = receiver.length
         if let requestError {
             if requestError is Receiver.Stalled {
-                throw failure("nothing received for \(Int(timeout.rounded(.up))) s, after \(written) of \(length.map { "\($0)" } ?? "?") bytes")
+                throw failure("nothing received for \(Saturating.int64(timeout.rounded(.up))) s, after \(written) of \(length.map { "\($0)" } ?? "?") bytes")
             }
             guard closedEarly(requestError) else { throw failure(LabHTTPClient.describe(requestError, url: url, timeout: timeout)) }
             if let length { throw LabClient.Failure(status: status, message: "connection closed after \(written) of \(length) bytes") }
@@ -203,7 +203,7 @@ public enum FileDownload {
             self.mode = mode
             self.hasher = hasher
             self.loop = loop
-            self.idle = .nanoseconds(Int64(idle * 1e9))
+            self.idle = .nanoseconds(Saturating.nanoseconds(idle))
         }
 
         private var accepted: Bool { status == 200 || status == 206 }

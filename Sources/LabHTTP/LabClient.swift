@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import HeraldCore
 import LabNet
 #if canImport(Glibc)
 import Glibc
@@ -57,7 +58,7 @@ public final class LabClient: Sendable {
         } else if ["POST", "PUT", "PATCH"].contains(method) {
             request.body = .bytes(ByteBuffer())
         }
-        let deadline = NIODeadline.now() + .nanoseconds(Int64(wait * 1e9))
+        let deadline = NIODeadline.now() + .nanoseconds(Saturating.nanoseconds(wait))
         let prepared = request
         do {
             return try await LabHTTPClient.within(deadline, seconds: wait) {
@@ -170,7 +171,12 @@ enum LabHTTPClient {
         }
     }
 
-    static func noAnswer(within seconds: TimeInterval) -> String { "no answer within \(Int(seconds.rounded(.up))) s" }
+    /// Whole seconds (rounded up) as digits; a timeout that is not a number of seconds Int64 holds
+    /// (NaN, 1e300: configuration can say anything) as Swift writes it.
+    static func noAnswer(within seconds: TimeInterval) -> String {
+        let up = seconds.rounded(.up)
+        return "no answer within \(abs(up) < 9.2e18 ? String(Saturating.int64(up)) : "\(seconds)") s"
+    }
 
     /// A failure in words a lab user can act on.
     static func describe(_ error: Error, url: URL, timeout: TimeInterval) -> String {

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import HummingbirdCore
 import Logging
 import NIOCore
@@ -231,7 +232,7 @@ final class HeadRules: ChannelDuplexHandler, RemovableChannelHandler {
     private func schedule(_ seconds: Double, _ body: @escaping (HeadRules) -> Void) -> Scheduled<Void>? {
         guard let context else { return nil }
         let loop = context.eventLoop
-        return loop.assumeIsolated().scheduleTask(in: .nanoseconds(Int64(max(0, seconds) * 1e9))) { [self] in body(self) }
+        return loop.assumeIsolated().scheduleTask(in: Self.delay(seconds)) { [self] in body(self) }
     }
 
     private func cancelTimers() {
@@ -262,7 +263,12 @@ final class HeadRules: ChannelDuplexHandler, RemovableChannelHandler {
         context?.close(promise: nil)
     }
 
-    static func seconds(_ s: Double) -> String { s == s.rounded() ? "\(Int(s)) s" : "\(s) s" }
+    /// A limit as a delay: NaN and negative values 0, beyond Int64's nanoseconds its largest (a
+    /// limit is configuration, and configuration can say anything; issue 36).
+    static func delay(_ seconds: Double) -> TimeAmount { .nanoseconds(Saturating.nanoseconds(seconds)) }
+
+    /// A limit in words: whole seconds as digits, anything else (a fraction, NaN, 1e300) as Swift writes it.
+    static func seconds(_ s: Double) -> String { s == s.rounded() && abs(s) < 9.2e18 ? "\(Saturating.int64(s)) s" : "\(s) s" }
 
     // MARK: Inbound
 

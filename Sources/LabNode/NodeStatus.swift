@@ -68,7 +68,13 @@ final class NodeCounters: SensorDelegate {
         }
     }
 
-    private var second: Int64 { Int64(scheduler.now.timeIntervalSince1970.rounded(.down)) }
+    private var second: Int64 { Self.second(of: scheduler.now) }
+
+    /// The whole second of a time. A clock can say anything (NaN, 1e300, before 1970): saturated,
+    /// then held to ±2^62 s so that `now - 60` cannot overflow (issue 36).
+    static func second(of date: Date) -> Int64 {
+        min(max(Saturating.int64(date.timeIntervalSince1970.rounded(.down)), -(1 << 62)), 1 << 62)
+    }
 
     /// Peers heard in the last `recentSeconds`, sorted.
     var recentPeers: [String] {
@@ -84,13 +90,14 @@ final class NodeCounters: SensorDelegate {
         rssiTotal += 1
         let second = self.second
         if let name = targets[fromTarget] { lastHeard[name] = second }
-        let i = Int(second % 60)
+        // A second before 1970 has a negative remainder, and the ring's index must not be negative.
+        let i = Int((second % 60 + 60) % 60)
         if bucketSecond[i] != second { bucketSecond[i] = second; buckets[i] = 0 }
         buckets[i] += 1
     }
 
     var rssiLastMinute: Int {
-        let now = Int64(scheduler.now.timeIntervalSince1970.rounded(.down))
+        let now = second
         var total = 0
         for i in 0..<60 where bucketSecond[i] > now - 60 && bucketSecond[i] <= now { total += buckets[i] }
         return total
