@@ -107,7 +107,7 @@ public final class Simulation {
             medium.clock(of: transport.index).schedule(after: offset) { runner.start() }
         }
         let end = plan.start.addingTimeInterval(plan.duration)
-        let steps = max(1, min(100, Int(plan.duration / 60)))
+        let steps = max(1, min(100, Saturating.int(plan.duration / 60)))
         for k in 1...steps {
             scheduler.run(until: plan.start.addingTimeInterval(plan.duration * Double(k) / Double(steps)))
             medium.flushDeliveries()

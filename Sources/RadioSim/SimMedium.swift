@@ -435,7 +435,7 @@ public final class SimMedium {
                     report = ScanReport(address: node.address, rssi: 0, txPower: ad.includeTxPower ? ad.txPower : nil,
                                         manufacturerData: ad.manufacturerData, serviceUUIDs: ad.serviceUUIDs)
                 }
-                deliver(&report!, rssi: Int(rssi.rounded()), to: j, at: crowding?.reportRate == nil ? 0 : clock(), queued: &queued)
+                deliver(&report!, rssi: Saturating.int(rssi.rounded()), to: j, at: crowding?.reportRate == nil ? 0 : clock(), queued: &queued)
             }
             lanes?.advertDecided()
         } else {
@@ -548,7 +548,7 @@ public final class SimMedium {
                 var rssi = meanRSSI[i * n + j] + e.power
                 if sigma > 0 { rssi += sigma * random.nextGaussian() }
                 if rssi < sensitivityOf[j] { continue }
-                deliver(&report, rssi: Int(rssi.rounded()), to: j, at: e.start, queued: &queued)
+                deliver(&report, rssi: Saturating.int(rssi.rounded()), to: j, at: e.start, queued: &queued)
             }
         }
     }
@@ -558,7 +558,7 @@ public final class SimMedium {
         let cycle = 3 * interval
         var u = (time - nodes[j].scanPhase).truncatingRemainder(dividingBy: cycle)
         if u < 0 { u += cycle }
-        let slot = min(2, Int(u / interval))
+        let slot = min(2, Saturating.int(u / interval))
         return slot == k && u - Double(slot) * interval < window
     }
 
