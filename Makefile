@@ -201,7 +201,7 @@ clean:
 	rm -rf .build Benchmarks/.build .build-bluez .build-deb dist
 
 # Benchmarks (release build): figures and ratios, never asserted in tests.
-bench: bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale
+bench: bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale bench-variance
 
 bench-sim: release
 	@echo "== simulator: plans/longevity-10.yaml (10 nodes x 8 h, virtual time); target <= 30 s wall, < 1 GB"
@@ -249,6 +249,11 @@ print('%-6s %-4s %10.2f %12.2f %14.1f %14.1f %12.2f %9.1f' % ($$n, '$$mode', s['
 
 # How simulate, analyse and arm grow with nodes (10, 30, 100, 150 nodes x 1 h; 10, 100, 1000
 # agents). Long: a 100-node hour is several GB of logs. DURATION=10m NODES="10 30" for a quick look.
+bench-variance: release-static
+	@echo "== simulator with devices and runs that differ (radio.devices, radio.environment, crowding on) beside off; calibration with them on (false calls reported)"
+	@BIN=.build-deb/release/herald-lab scripts/bench-variance.sh
+	@.build-deb/release/herald-lab-bench calibrate --variance --seeds 200 | grep -E "^REPORT|^calibrate|^FAIL"
+
 bench-scale: release
 	@echo "== scale: simulate and analyse a grid plan, arm heartbeating agents"
 	@scripts/bench-scale.sh

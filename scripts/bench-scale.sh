@@ -3,6 +3,7 @@
 # its bundle, both timed with /usr/bin/time (wall and CPU seconds, peak resident memory), then arm
 # N heartbeating agents (herald-lab-bench arm). Prints one table.
 #   NODES="10 30 100 150"  DURATION=1h  AGENTS="10 100 1000"  BIN=.build/release/herald-lab
+#   RADIO_EXTRA=", devices: on, environment: on" adds fields to the grid plan's radio section
 # Bundles are deleted after analysis (a 100-node hour is several GB); KEEP=1 keeps them.
 set -u
 BIN=${BIN:-.build/release/herald-lab}
@@ -29,7 +30,7 @@ duration: $DURATION
 warmup: 1m
 nodes: {count: $n, prefix: node, grid: {columns: $cols, spacing: 2m}}
 sensor: {scan: {on: 4s, rest: 1s, off: 2s}, advertInterval: 250ms}
-radio: {kind: sim, referencePower: -59, pathLossExponent: 2.0, shadowing: 4, reportLoss: 0.1}
+radio: {kind: sim, referencePower: -59, pathLossExponent: 2.0, shadowing: 4, reportLoss: 0.1${RADIO_EXTRA:-}}
 PLAN
   rm -rf "$out/grid-$n"
   read -r st sc sm < <(timed "$out/sim-$n.log" "$BIN" simulate "$plan" --out "$out/grid-$n" --quiet)
