@@ -251,6 +251,11 @@ public enum Comparison {
 
     // MARK: Effects
 
+    /// Devices an arm needs (in its smallest run) before any verdict: with 2 the bootstrap's
+    /// interval has zero width, with 3-4 an A/A difference is called in 10-18 % of cases
+    /// (../shared/stats/REVIEW.md, finding 2).
+    public static let minimumDevicesToJudge = 5
+
     public static func compare(_ d: Design) -> Outcome {
         let (checked, checkLines) = armCheck(d)
         let bootstrap = ClusterBootstrap(resamples: d.resamples, seed: d.seed)
@@ -305,6 +310,12 @@ public enum Comparison {
                 effects.append(e)
             }
         }
+        // What the data can judge (issue 38): both arms in one run (node groups) are paired by the
+        // design; across runs, run-to-run noise needs 3 runs a level; an arm needs 5 devices.
+        let withinRun = d.levels.allSatisfy { $0.runs.allSatisfy { $0.selection.devices != nil } }
+        func devices(_ level: Level) -> Int {
+            level.runs.map { ref in ref.result.devices.filter { ref.selection.devices?.contains($0.folder) ?? true }.count }.min() ?? 0
+        }
         // Holm over the family (every metric of every level against the baseline).
         let tested = effects.indices.filter { effects[$0].p != nil }
         let adjusted = Stats.holm(tested.map { effects[$0].p! })
@@ -317,9 +328,25 @@ public enum Comparison {
             let lo = e.ci95![0], hi = e.ci95![1], margin = e.margin!
             let inside = lo >= -margin - 1e-12 && hi <= margin + 1e-12
             let significant = e.pAdjusted! < d.alpha && (lo > 0 || hi < 0)
+            let fewestRuns = min(baseline.runs.count, level.runs.count)
+            let fewestDevices = min(devices(baseline), devices(level))
+            let spread = RunMetrics.spread(arms[0][metric]! + arms[d.levels.firstIndex { $0.name == level.name }!][metric]!, metric)
+            // A zero-width interval, or a metric saturated or without variance, cannot show a
+            // difference: "same" there would claim what the data cannot tell.
+            let blind = !(hi - lo > 1e-12) || spread.atCeiling || spread.noVariance
             if !checked {
                 e.verdict = .inconclusive
                 e.note = [e.note, "no verdict: the arm check failed"].compactMap { $0 }.joined(separator: "; ")
+            } else if fewestDevices < Self.minimumDevicesToJudge {
+                e.verdict = .inconclusive
+                e.note = [e.note, "too few devices to judge: \(fewestDevices) a run in the smaller arm; at least \(Self.minimumDevicesToJudge) are needed (2 give a zero-width interval, 3-4 call an A/A difference too often)"].compactMap { $0 }.joined(separator: "; ")
+            } else if !withinRun && fewestRuns < ClusterBootstrap.minimumRunsToResample {
+                e.verdict = .inconclusive
+                e.repeatsAdvised = ClusterBootstrap.minimumRunsToResample - fewestRuns
+                e.note = [e.note, "no verdict across runs with \(fewestRuns) run\(fewestRuns == 1 ? "" : "s") a level: the interval holds no run-to-run noise; \(ClusterBootstrap.minimumRunsToResample) runs a level are needed (\(ClusterBootstrap.minimumRunsToResample - fewestRuns) more), or node groups in one run"].compactMap { $0 }.joined(separator: "; ")
+            } else if inside && blind && !(significant && !inside) {
+                e.verdict = .inconclusive
+                e.note = [e.note, "not same: the interval has no width or the metric cannot vary here, so the data could not have shown a difference"].compactMap { $0 }.joined(separator: "; ")
             } else if significant && !inside {
                 let up = e.delta! > 0
                 e.verdict = up == metric.higherIsBetter ? .better : .worse
@@ -364,10 +391,10 @@ public enum Comparison {
         let pairedText = pairing == "paired per dongle"
             ? "paired per dongle (a crossover: every level ran on the same dongles; the difference is the mean over dongles of each dongle's figure under the level minus under the baseline, \(d.resamples) resamples of the runs of each level and of the dongles, seed \(d.seed)\(pairedEffects.count < effects.filter { $0.p != nil }.count ? "; metrics with fewer than \(minimumPairedUnits) dongles in both levels unpaired" : "")); arm estimates by "
             : "unpaired; "
-        let method = pairedText + "device bootstrap (\(d.resamples) resamples, seed \(d.seed)): devices drawn with replacement, a pair weighted by how often both its devices were drawn" +
+        let method = pairedText + "device bootstrap (\(d.resamples) resamples, fewer for very large arms but never under \(min(d.resamples, ClusterBootstrap.minimumResamples)), seed \(d.seed)): devices drawn with replacement, a pair weighted by how often both its devices were drawn" +
             (d.levels.contains { $0.runs.count >= 3 } ? ", runs resampled first within each level of 3 runs or more" : "") +
             (d.levels.contains { $0.runs.count < 3 } ? (d.levels.contains { $0.runs.count >= 3 } ? "; levels of fewer runs" : "; with fewer than 3 runs a level") + " devices are drawn run by run (the interval then holds device-to-device noise only: repeat runs to see run-to-run noise)" : "") +
-            "; percentile 95 % intervals; Holm over \(familySize) comparisons at family-wise \(String(format: "%g", d.alpha)); same = interval inside the practical margin"
+            "; percentile 95 % intervals; Holm over \(familySize) comparisons at family-wise \(String(format: "%g", d.alpha)); same = interval inside the practical margin and not of zero width; no verdict with fewer than \(minimumDevicesToJudge) devices a run in an arm, nor across runs with fewer than \(ClusterBootstrap.minimumRunsToResample) runs a level"
         return Outcome(factor: d.factor, baseline: baseline.name, levels: levels, sameSettings: shared, checkPassed: checked, check: checkLines, effects: effects, baselineCI95: baselineCI, method: method, pairing: pairing)
     }
 

@@ -255,15 +255,20 @@ public struct ClusterBootstrap: Sendable {
 
     /// Unit visits one bootstrap may make (resamples x units): a run of 150 devices has 22,350
     /// ordered pairs, and 2,000 resamples of each of 10 metrics would take minutes. Up to 2,500
-    /// units (50 devices) every resample is drawn; beyond, fewer, never under 400 (docs/STATISTICS.md).
+    /// units (50 devices) every resample is drawn; beyond, fewer, never under `minimumResamples`
+    /// (docs/STATISTICS.md).
     public static let unitBudget = 5_000_000
+    /// Resamples a comparison draws at least, whatever its size (when `resamples` asks for as
+    /// many): Holm multiplies the smallest Monte-Carlo p-value (at least 1/B) by the family's
+    /// size, and with B = 400 a study of 3 levels could never call anything (issue 38).
+    public static let minimumResamples = 2000
 
     /// Runs a level needs before its runs are resampled (and before a crossover is paired).
     public static let minimumRunsToResample = Prepared.minimumRunsToResample
 
     /// The resamples to draw over `units` units: `resamples`, or fewer within `unitBudget`.
     public func resamples(over units: Int) -> Int {
-        min(resamples, max(400, Self.unitBudget / max(1, units)))
+        min(resamples, max(Self.minimumResamples, Self.unitBudget / max(1, units)))
     }
 
     /// An arm: its runs, each a list of units.

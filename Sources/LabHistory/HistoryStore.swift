@@ -105,9 +105,10 @@ public final class HistoryStore {
     }
 
     /// The newest earlier run like `r`: the same plan, variant and settings (and testbed), not
-    /// `r`'s bundle, recorded before `r` when `r` is in the history.
+    /// `r`'s bundle, recorded before `r` when `r` is in the history, and without infrastructure
+    /// faults: a night with a paused node is low and would hide a real drop (issue 38).
     public func latest(like r: AnalysisResult) throws -> Run? {
-        try baseline(like: r, last: 1, includeInfra: true).last
+        try baseline(like: r, last: 1).last
     }
 
     /// The last `last` runs like `r` (same plan, variant, settings, testbed), oldest first,

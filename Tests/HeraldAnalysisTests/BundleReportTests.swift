@@ -100,5 +100,14 @@ final class BundleReportTests: XCTestCase {
         other.input.variant = "slow"
         XCTAssertNil(try store.latest(like: other))
         XCTAssertEqual(try store.summary(of: store.runs()[0]).strict.achievedwindows, a.strict.achievedwindows)
+        // A run with an infrastructure fault is never the latest baseline (issue 38).
+        var faulty = try Analyser.analyse(try simulate(seed: 3, name: "c")).result
+        faulty.input.infrastructure = ["node alpha: agent paused"]
+        try store.record(faulty, reportPath: "c/report")
+        var next = b
+        next.input.runId = "d"
+        next.input.path = "d"
+        try store.record(next, reportPath: "d/report")
+        XCTAssertEqual(try store.latest(like: next)?.runId, "b", "the faulty run c is skipped")
     }
 }

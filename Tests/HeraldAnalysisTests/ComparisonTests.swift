@@ -50,7 +50,7 @@ final class ComparisonTests: XCTestCase {
 
     func testAKnownEffectIsFoundWithItsIntervalBelowZero() throws {
         let slow = try Self.effectPlan("1s"), fast = try Self.effectPlan("100ms")
-        let o = Comparison.compare(try design([slow, fast, fast, slow], seed: 1))
+        let o = Comparison.compare(try design([slow, fast, fast, slow, slow, fast], seed: 1))
         XCTAssertTrue(o.checkPassed, o.check.joined(separator: "; "))
         XCTAssertEqual(o.factor, "sensor.advertInterval")
         XCTAssertEqual(o.baseline, "1")
@@ -59,6 +59,53 @@ final class ComparisonTests: XCTestCase {
             let e = try XCTUnwrap(o.effects.first { $0.metric == metric }, metric)
             XCTAssertEqual(e.verdict, .better, "\(metric): \(e.ci95 ?? [])")
             XCTAssertLessThan(try XCTUnwrap(e.ci95)[1], 0, metric)
+        }
+    }
+
+    /// Issue 38: across runs, fewer than 3 runs a level give no better, worse or same (the
+    /// interval holds no run-to-run noise), and say how many more runs would be needed.
+    func testFewerThanThreeRunsALevelGiveNoVerdictAcrossRuns() throws {
+        let slow = try Self.effectPlan("1s"), fast = try Self.effectPlan("100ms")
+        let o = Comparison.compare(try design([slow, fast, fast, slow], seed: 1))
+        XCTAssertTrue(o.checkPassed, o.check.joined(separator: "; "))
+        for e in o.effects where e.verdict != .noData {
+            XCTAssertEqual(e.verdict, .inconclusive, "\(e.metric): 2 runs a level")
+            XCTAssertEqual(e.repeatsAdvised, 1, e.metric)
+            XCTAssertTrue(e.note?.contains("3 runs a level are needed (1 more)") == true, e.note ?? "")
+        }
+        XCTAssertTrue(o.method.contains("nor across runs with fewer than 3 runs a level"), o.method)
+    }
+
+    /// Issue 38: an arm of fewer than 5 devices gives no verdict, with the reason.
+    func testTooFewDevicesToJudge() throws {
+        func plan(_ advert: String) throws -> Plan {
+            try Plan.parse(yaml: "name: small\nduration: 15s\nwarmup: 2s\nnodes: {count: 4, prefix: n, grid: {columns: 2, spacing: 2m}}\nsensor: {advertInterval: \(advert)}\n")
+        }
+        let slow = try plan("1s"), fast = try plan("100ms")
+        let o = Comparison.compare(try design([slow, fast, fast, slow, slow, fast], seed: 2))
+        let judged = o.effects.filter { $0.verdict != .noData }
+        XCTAssertFalse(judged.isEmpty)
+        for e in judged {
+            XCTAssertEqual(e.verdict, .inconclusive, e.metric)
+            XCTAssertTrue(e.note?.contains("too few devices to judge: 4 a run") == true, e.note ?? "")
+        }
+    }
+
+    /// Issue 38: "same" is never given on a zero-width interval or a saturated metric.
+    func testNoSameWhereTheDataCannotShowADifference() throws {
+        let a = try Self.effectPlan("1s")
+        var b = a
+        b.variant = "again"
+        let o = Comparison.compare(try design([a, b, b, a, a, b], seed: 3))
+        XCTAssertEqual(o.factor, "variant")
+        let detection = try XCTUnwrap(o.effects.first { $0.metric == "detectionPct" })
+        if let ci = detection.ci95, ci[1] - ci[0] < 1e-12 {
+            XCTAssertNotEqual(detection.verdict, .same, "zero width: \(ci)")
+            XCTAssertTrue(detection.note?.contains("could not have shown a difference") == true || detection.note?.contains("saturated") == true, detection.note ?? "")
+        }
+        for e in o.effects where e.verdict == .same {
+            let ci = try XCTUnwrap(e.ci95)
+            XCTAssertGreaterThan(ci[1] - ci[0], 0, "\(e.metric): same on a zero-width interval")
         }
     }
 
