@@ -131,7 +131,9 @@ let package = Package(
                                                        .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabLink", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio")]),
         .testTarget(name: "EndToEndTests", dependencies: ["LabPlan"]),
-        // The command's own functions (its texts of durations from a coordinator's records).
-        .testTarget(name: "HeraldLabCLITests", dependencies: ["HeraldLabCLI"]),
+        // The command's own functions (its texts of durations from a coordinator's records), and
+        // its client against a hostile coordinator (a socket server in the test process).
+        .testTarget(name: "HeraldLabCLITests", dependencies: ["HeraldLabCLI", "HeraldCore", "LabCoordinator", "LabHTTP", "LabNet", "LabTestSupport",
+                                                            .product(name: "ArgumentParser", package: "swift-argument-parser")]),
     ]
 )

@@ -48,6 +48,7 @@ struct RunCommand: AsyncParsableCommand {
     func startOrAttach(_ client: LabClient) async throws -> RunRecord {
         if let attach {
             let record: RunRecord = try await options.call("GET", "/v1/runs/\(attach)")
+            if let problem = Self.runIdProblem(record.id) { throw BundleFailure(description: "\(problem): not followed") }
             print("run \(record.id) attached: \(record.nodes.count) nodes for \(formatDuration(record.duration)), \(record.state.rawValue)")
             return record
         }
@@ -77,10 +78,13 @@ struct RunCommand: AsyncParsableCommand {
     enum SubmitFailure: Error, CustomStringConvertible {
         case unreachable(coordinator: String, error: String)
         case refused(status: Int, message: String)
+        /// Taken, under a run id that is not a safe name (`runIdProblem`'s text).
+        case badRunId(problem: String)
         var description: String {
             switch self {
             case .unreachable(let c, let e): return "cannot submit the plan to \(c): \(e)"
             case .refused(let status, let message): return "the coordinator refused the plan (HTTP \(status)):\n\(OutsideText.escaped(message))"
+            case .badRunId(let problem): return "\(problem): not followed"
             }
         }
     }
@@ -99,7 +103,15 @@ struct RunCommand: AsyncParsableCommand {
             let message = (try? JSONDecoder().decode([String: String].self, from: body))?["error"] ?? String(decoding: body, as: UTF8.self)
             throw SubmitFailure.refused(status: status, message: message)
         }
+        if let problem = runIdProblem(record.id) { throw SubmitFailure.badRunId(problem: problem) }
         return record
+    }
+
+    /// Why the coordinator's run id may not be used, in printable text; nil when it is a safe
+    /// name. Only then is it printed, put in a URL or made a file's name (issue 36: a hostile
+    /// coordinator made `--out DIR` write DIR/../<id>.tar.gz, and `run` follow /v1/runs/../x).
+    static func runIdProblem(_ id: String) -> String? {
+        SafeName.problem(with: id).map { "the coordinator's run id \"\(OutsideText.escaped(id, limit: 80, quotes: true))\" \(OutsideText.escaped($0))" }
     }
 
     /// Ctrl-C while following: the run goes on at the coordinator; say so, and how to follow it again.
@@ -206,6 +218,11 @@ struct RunCommand: AsyncParsableCommand {
                     throw ExitCode(2)
                 }
             }
+            // The id checked at submission is the one used from here on.
+            if current.id != record.id {
+                log("herald-lab run: asked for run \(record.id), the coordinator answered with the record of run \"\(OutsideText.escaped(current.id, limit: 80, quotes: true))\": not followed")
+                throw ExitCode(2)
+            }
             let lines = Self.table(current)
             if live {
                 if drawnLines > 0 { print("\u{1B}[\(drawnLines)A", terminator: "") }
@@ -229,15 +246,16 @@ struct RunCommand: AsyncParsableCommand {
 
     /// Fetches a run's bundle to disk (streamed, hashed on the way), checks it against the
     /// coordinator's hash and unpacks it: into `dir/<run id>`, or `dir/<folder>` when given.
-    /// Returns the bundle folder.
+    /// Only the archive's `<run id>/` is unpacked, and kept only when it holds nothing but files
+    /// and folders; else, as when the fetch fails, no bundle folder is left. Returns the bundle folder.
     @discardableResult
     static func fetchBundle(_ client: LabClient, _ current: RunRecord, into outDir: URL, folder: String? = nil) async throws -> URL {
         // The run id is the coordinator's text: it names a file here only once it is a safe name
         // (a hostile coordinator once made `--out DIR` write DIR/../<id>.tar.gz).
-        if let problem = SafeName.problem(with: current.id) {
-            throw BundleFailure(description: "the coordinator's run id \(OutsideText.escaped(current.id, limit: 80, quotes: true)) \(problem): no file is named after it")
+        if let problem = runIdProblem(current.id) { throw BundleFailure(description: "\(problem): no file is named after it") }
+        if let folder, let problem = SafeName.problem(with: folder) {
+            throw BundleFailure(description: "folder \"\(OutsideText.escaped(folder, limit: 80, quotes: true))\" \(OutsideText.escaped(problem))")
         }
-        if let folder, let problem = SafeName.problem(with: folder) { throw BundleFailure(description: "folder \(OutsideText.escaped(folder, limit: 80, quotes: true)) \(problem)") }
         try FileManager.default.createDirectory(at: outDir, withIntermediateDirectories: true)
         let name = folder ?? current.id
         do { try Durable.refuseLink(outDir.appendingPathComponent(name)) } catch { throw BundleFailure(description: "\(error)") }
@@ -260,22 +278,47 @@ struct RunCommand: AsyncParsableCommand {
         }
         _ = try? FileManager.default.removeItem(at: tarURL)
         try FileManager.default.moveItem(at: part, to: tarURL)
-        let bundle = outDir.appendingPathComponent(name)
-        var arguments = ["-xzf", tarURL.path, "--no-same-owner", "--no-same-permissions"]
-        if folder != nil {
-            // The archive holds `<run id>/...`: unpacked under the study's own name for the run.
-            try FileManager.default.createDirectory(at: bundle, withIntermediateDirectories: true)
-            arguments += ["-C", bundle.path, "--strip-components=1", "--", current.id]
-        } else {
-            arguments += ["-C", outDir.path]
-        }
+        // The archive holds `<run id>/...`: that alone is unpacked (the archive's other member
+        // names are the coordinator's text), into a folder of the client's own, and moved into
+        // place (under the study's own name for the run, when given) once it holds nothing but
+        // files and folders. A link kept in DIR had a later archive of the run written through it,
+        // outside DIR; tar itself refuses members with `..` and writes none through a link it made.
+        let unpacking = outDir.appendingPathComponent(".\(name).unpacking")
+        _ = try? FileManager.default.removeItem(at: unpacking)
+        try FileManager.default.createDirectory(at: unpacking, withIntermediateDirectories: false)
+        defer { _ = try? FileManager.default.removeItem(at: unpacking) }
         let tar = Process()
         tar.executableURL = URL(fileURLWithPath: "/bin/tar")
-        tar.arguments = arguments
+        tar.arguments = ["-xzf", tarURL.path, "--no-same-owner", "--no-same-permissions", "-C", unpacking.path, "--", current.id]
         try tar.run()
         tar.waitUntilExit()
         guard tar.terminationStatus == 0 else { throw BundleFailure(description: "tar could not unpack \(tarURL.path) (exit \(tar.terminationStatus))") }
+        let unpacked = unpacking.appendingPathComponent(current.id)
+        if let odd = notFileOrFolder(unpacked, as: current.id) {
+            throw BundleFailure(description: "the bundle of \(current.id) holds \(OutsideText.escaped(odd)): not unpacked (a bundle holds files and folders only)")
+        }
+        let bundle = outDir.appendingPathComponent(name)
+        _ = try? FileManager.default.removeItem(at: bundle)
+        try FileManager.default.moveItem(at: unpacked, to: bundle)
         return bundle
+    }
+
+    /// The first entry at or under `url` (links not followed) that is neither a file nor a
+    /// folder, as its path (from `path`, url's name) and what it is; nil when there is none.
+    static func notFileOrFolder(_ url: URL, as path: String) -> String? {
+        var st = stat()
+        guard lstat(url.path, &st) == 0 else { return "\(path) (\(String(cString: strerror(errno))))" }
+        switch st.st_mode & S_IFMT {
+        case S_IFREG: return nil
+        case S_IFDIR:
+            guard let names = try? FileManager.default.contentsOfDirectory(atPath: url.path) else { return "\(path) (a folder that cannot be read)" }
+            for n in names.sorted() {
+                if let odd = notFileOrFolder(url.appendingPathComponent(n), as: "\(path)/\(n)") { return odd }
+            }
+            return nil
+        case S_IFLNK: return "\(path), a symbolic link"
+        default: return "\(path), neither a file nor a folder"
+        }
     }
 
     /// --junit and --summary: the report's files where the CI system looks for them.
