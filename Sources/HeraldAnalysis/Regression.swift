@@ -33,11 +33,19 @@ public enum Regression {
         public var reasons: [String]
         /// Nodes whose continuity fell beyond their own noise, grouped, at most a screenful.
         public var nodeDrops: [String]
+        /// The alert of this plan, variant, settings and testbed (regress against history):
+        /// opened, still open since a night, or closed by this night; nil: none.
+        public var alert: String?
     }
 
     /// Runs of history a verdict needs at least (a prediction interval from fewer says little).
     public static let minimumHistory = 3
     public static let family = 0.05
+    /// Family-wise false-alarm rate per night against history. Stricter than `family`: with the
+    /// alert memory (LabHistory.RegressionMemory) a false alarm keeps its nights out of the
+    /// baseline for good, which trims the baseline's low tail, so alarms must be rarer to keep a
+    /// normal stretch at most about one alert in 20 nights (issue 38).
+    public static let historyFamily = 0.02
 
     /// The metric of a whole run (every pair), as compare pools it.
     public static func value(_ r: AnalysisResult, _ m: Metric, selection: PairSelection = .all) -> Double? {
@@ -64,10 +72,10 @@ public enum Regression {
         let infra = infrastructure(current)
         let usable = history.filter { infrastructure($0).isEmpty }
         let names = usable.map { $0.input.runId ?? $0.input.path }
-        let method = "prediction interval of the last \(usable.count) runs (mean - t s √(1+1/n), one-sided, Bonferroni over \(Metric.allCases.count) metrics at \(family)) and worse than the mean by more than the tolerance"
+        let method = "prediction interval of the last \(usable.count) runs (mean - t s √(1+1/n), one-sided, Bonferroni over \(Metric.allCases.count) metrics at \(historyFamily)) and worse than the mean by more than the tolerance"
         var findings = [Finding]()
         var regressed = false
-        let t = usable.count >= 2 ? Stats.tQuantile(1 - family / Double(Metric.allCases.count), df: Double(usable.count - 1)) : .nan
+        let t = usable.count >= 2 ? Stats.tQuantile(1 - historyFamily / Double(Metric.allCases.count), df: Double(usable.count - 1)) : .nan
         for m in Metric.allCases {
             let values = usable.compactMap { value($0, m) }
             var f = Finding(metric: m.rawValue, label: m.label, current: value(current, m), regressed: false)
@@ -181,6 +189,7 @@ public enum Regression {
                          + (f.regressed ? "REGRESSED" : "") + (f.note.map { "  (\($0))" } ?? ""))
         }
         lines.append(contentsOf: j.nodeDrops)
+        if let a = j.alert { lines.append("alert: " + Format.label(a)) }
         switch j.verdict {
         case .none: lines.append("no regression (\(j.method))")
         case .regression: lines.append("REGRESSION: \(j.findings.filter(\.regressed).map(\.label).joined(separator: ", ")) (\(j.method))")

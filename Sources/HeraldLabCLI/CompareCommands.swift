@@ -77,10 +77,19 @@ struct CompareCommand: ParsableCommand {
     }
 }
 
-/// `herald-lab regress BUNDLE --baseline history|latest|BUNDLE`
+/// `herald-lab regress BUNDLE --baseline ...` (judge, the default) and `herald-lab regress accept PLAN ...`.
 struct RegressCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "regress",
+        abstract: "Judge a run against its history (or one baseline run), knowing the noise: exit 0 no regression, 1 regression, 3 inconclusive or infra (2 on bad input); `regress accept PLAN` accepts the level an open alert flagged.",
+        subcommands: [RegressJudgeCommand.self, RegressAcceptCommand.self],
+        defaultSubcommand: RegressJudgeCommand.self)
+}
+
+/// `herald-lab regress [judge] BUNDLE --baseline history|latest|BUNDLE`
+struct RegressJudgeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "judge",
         abstract: "Judge a run against its history (or one baseline run), knowing the noise: exit 0 no regression, 1 regression, 3 inconclusive or infra (2 on bad input).",
         discussion: """
         --baseline history: the last --last runs (default 10) of the same plan, variant, settings and testbed in history.sqlite; \
@@ -88,7 +97,9 @@ struct RegressCommand: ParsableCommand {
         (Bonferroni over the metrics). Fewer than 3 such runs: inconclusive (exit 3), saying what is missing. \
         --baseline latest or BUNDLE: one baseline run, with the within-run noise (device bootstrap, Holm over the metrics). \
         A run with infrastructure faults (nodes not complete, gaps, dongle recoveries) is `infra` (exit 3), never a protocol regression. \
-        A baseline bundle of another plan is refused. docs/STATISTICS.md explains the methods.
+        A baseline bundle of another plan is refused. docs/STATISTICS.md explains the methods. \
+        Against history, a flagged night opens an alert: every later night stays flagged (exit 1) until the level returns \
+        or `herald-lab regress accept PLAN --by WHO --reason WHY` accepts it; flagged nights are not baselines until then.
         """
     )
 
@@ -142,7 +153,8 @@ struct RegressCommand: ParsableCommand {
                 } else {
                     let runs = try store.baseline(like: current, last: last)
                     var history = try runs.map { try store.summary(of: $0) }
-                    if history.count < Regression.minimumHistory {
+                    let alertOpen = try store.alerts(like: current).contains { $0.state == .regressed }
+                    if history.count < Regression.minimumHistory && !alertOpen {
                         // Say what else the history holds, so the reason is plain.
                         let others = try store.count(plan: plan)
                         var j = Regression.judge(current: current, history: history, tolerancePct: tol)
@@ -151,7 +163,7 @@ struct RegressCommand: ParsableCommand {
                         try emit(j)
                         return
                     }
-                    judgement = Regression.judge(current: current, history: history, tolerancePct: tol)
+                    judgement = try RegressionMemory.judge(current: current, store: store, last: last, tolerancePct: tol)
                 }
             } catch let e as ExitCode { throw e } catch {
                 log("herald-lab regress: history: \(error)")
@@ -272,5 +284,44 @@ func loadStudy(_ path: String, command: String) throws -> (design: Comparison.De
     } catch {
         log("herald-lab \(command): \(Format.label(path)): \(error)")
         throw ExitCode(2)
+    }
+}
+
+
+/// `herald-lab regress accept PLAN --by WHO --reason WHY`: an operator accepts the level an open
+/// regression alert flagged (a deliberate change), recorded with who and why.
+struct RegressAcceptCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "accept",
+        abstract: "Accept the level an open regression alert of PLAN flagged, with who and why (the alert closes; its nights become the baseline).")
+
+    @Argument(help: "The plan's name.") var plan: String
+    @Option(help: "Only this variant's alert.") var variant: String?
+    @Option(help: "Only this testbed's alert.") var testbed: String?
+    @Option(help: "Who accepts it (recorded).") var by: String
+    @Option(help: "Why (recorded).") var reason: String
+    @Option(help: "Results folder holding history.sqlite (default: $HERALDLAB_RESULTS or results).") var results: String?
+
+    func run() throws {
+        for (name, value) in [("plan", plan), ("--by", by), ("--reason", reason)] {
+            guard !value.trimmingCharacters(in: .whitespaces).isEmpty, value.utf8.count <= 1000, !value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+                log("herald-lab regress accept: \(name): expected 1 to 1000 characters of text without control characters")
+                throw ExitCode(2)
+            }
+        }
+        let dir = URL(fileURLWithPath: results ?? ProcessInfo.processInfo.environment["HERALDLAB_RESULTS"] ?? "results")
+        let accepted: [HistoryStore.Alert]
+        do {
+            accepted = try HistoryStore(url: dir.appendingPathComponent("history.sqlite")).accept(plan: plan, variant: variant, testbed: testbed, by: by, reason: reason)
+        } catch {
+            log("herald-lab regress accept: history: \(error)")
+            throw ExitCode(2)
+        }
+        guard !accepted.isEmpty else {
+            log("herald-lab regress accept: no open alert of plan \(Format.label(plan))\(variant.map { ", variant " + Format.label($0) } ?? "")\(testbed.map { ", testbed " + Format.label($0) } ?? "") in \(dir.path)/history.sqlite")
+            throw ExitCode(3)
+        }
+        for a in accepted {
+            print("accepted: plan \(Format.label(a.plan)) variant \(Format.label(a.variant.isEmpty ? "-" : a.variant)) testbed \(Format.label(a.testbed.isEmpty ? "-" : a.testbed)): regressed since \(Format.label(a.openedRun)) (\(Format.label(a.metrics))); by \(Format.label(by)): \(Format.label(reason))")
+        }
     }
 }

@@ -31,6 +31,33 @@ public final class HistoryStore {
         public mutating func didInsert(_ inserted: InsertionSuccess) { id = inserted.rowID }
     }
 
+    /// A regression alert of one plan, variant, settings and testbed (issue 38): opened by the
+    /// first night `regress` flags, it keeps every later night flagged (exit 1) until a night
+    /// returns to the level before it (`returned`) or an operator accepts the new level
+    /// (`accepted`, with who and why). Nights from the one that opened it are not baselines while
+    /// it is open, nor after it `returned`; after `accepted` only they are.
+    public struct Alert: Codable, FetchableRecord, PersistableRecord, Sendable {
+        public static let databaseTableName = "alert"
+        public enum State: String, Codable, Sendable { case regressed, returned, accepted }
+        public var id: Int64?
+        public var plan: String
+        public var variant: String
+        public var settingsKey: String
+        public var testbed: String
+        public var state: State
+        public var openedAt: String
+        /// The run that opened it, and its history row.
+        public var openedRun: String
+        public var openedRow: Int64
+        /// What regressed when it opened.
+        public var metrics: String
+        public var closedAt: String?
+        public var closedRow: Int64?
+        public var closedBy: String?
+        public var reason: String?
+        public mutating func didInsert(_ inserted: InsertionSuccess) { id = inserted.rowID }
+    }
+
     private let db: DatabaseQueue
 
     public init(url: URL) throws {
@@ -66,7 +93,82 @@ public final class HistoryStore {
             try db.execute(sql: "DELETE FROM run WHERE id NOT IN (SELECT MAX(id) FROM run GROUP BY path, runId)")
             try db.create(index: "run_bundle", on: "run", columns: ["path", "runId"], unique: true)
         }
+        migrator.registerMigration("v3-alerts") { db in
+            try db.create(table: "alert") { t in
+                t.autoIncrementedPrimaryKey("id")
+                t.column("plan", .text).notNull()
+                t.column("variant", .text).notNull()
+                t.column("settingsKey", .text).notNull()
+                t.column("testbed", .text).notNull()
+                t.column("state", .text).notNull()
+                t.column("openedAt", .text).notNull()
+                t.column("openedRun", .text).notNull()
+                t.column("openedRow", .integer).notNull()
+                t.column("metrics", .text).notNull()
+                t.column("closedAt", .text)
+                t.column("closedRow", .integer)
+                t.column("closedBy", .text)
+                t.column("reason", .text)
+            }
+            try db.create(index: "alert_key", on: "alert", columns: ["plan", "variant", "testbed", "state"])
+        }
         try migrator.migrate(db)
+    }
+
+    // MARK: Alerts
+
+    /// Alerts of the runs like `r` (same plan, variant, settings and testbed), oldest first.
+    public func alerts(like r: AnalysisResult) throws -> [Alert] {
+        let key = Self.settingsKey(r)
+        return try db.read { db in
+            try Alert.filter(Column("plan") == (r.input.plan ?? "") && Column("variant") == (r.input.variant ?? "")
+                             && Column("settingsKey") == key && Column("testbed") == (r.input.testbed ?? "")).order(Column("id")).fetchAll(db)
+        }
+    }
+
+    /// Alerts of a plan, oldest first (every variant, settings and testbed).
+    public func alerts(plan: String) throws -> [Alert] {
+        try db.read { db in try Alert.filter(Column("plan") == plan).order(Column("id")).fetchAll(db) }
+    }
+
+    /// Opens an alert for the runs like `r`, from history row `row`.
+    @discardableResult
+    public func openAlert(like r: AnalysisResult, row: Int64, metrics: [String], at date: Date = Date()) throws -> Alert {
+        var a = Alert(id: nil, plan: r.input.plan ?? "", variant: r.input.variant ?? "", settingsKey: Self.settingsKey(r), testbed: r.input.testbed ?? "",
+                      state: .regressed, openedAt: AnalysisTime.format(date.timeIntervalSince1970),
+                      openedRun: r.input.runId ?? URL(fileURLWithPath: r.input.path).lastPathComponent, openedRow: row,
+                      metrics: metrics.joined(separator: ", "))
+        a.id = try db.write { db in
+            try a.insert(db)
+            return db.lastInsertedRowID
+        }
+        return a
+    }
+
+    /// Closes an open alert: the level `returned` (at history row `row`) or an operator `accepted` it.
+    public func close(_ alert: Alert, as state: Alert.State, row: Int64?, by who: String?, reason: String?, at date: Date = Date()) throws {
+        var a = alert
+        a.state = state
+        a.closedAt = AnalysisTime.format(date.timeIntervalSince1970)
+        a.closedRow = row
+        a.closedBy = who
+        a.reason = reason
+        try db.write { db in try a.update(db) }
+    }
+
+    /// An operator accepts the open alerts of `plan` (of one variant and testbed when given):
+    /// the level they flagged is the new normal. Returns the alerts accepted.
+    public func accept(plan: String, variant: String?, testbed: String?, by who: String, reason: String, at date: Date = Date()) throws -> [Alert] {
+        let open = try alerts(plan: plan).filter { $0.state == .regressed && (variant == nil || $0.variant == variant) && (testbed == nil || $0.testbed == testbed) }
+        let last = try db.read { db in try Int64.fetchOne(db, sql: "SELECT MAX(id) FROM run") }
+        for a in open { try close(a, as: .accepted, row: last, by: who, reason: reason, at: date) }
+        return try alerts(plan: plan).filter { a in open.contains { $0.id == a.id } }
+    }
+
+    /// The history row of `r`'s bundle, if recorded.
+    public func row(of r: AnalysisResult) throws -> Int64? {
+        let runId = r.input.runId ?? URL(fileURLWithPath: r.input.path).lastPathComponent
+        return try db.read { db in try Run.filter(Column("path") == r.input.path && Column("runId") == runId).fetchOne(db)?.id }
     }
 
     /// The key runs must share to be each other's baseline.
@@ -117,15 +219,28 @@ public final class HistoryStore {
     public func baseline(like r: AnalysisResult, last: Int, includeInfra: Bool = false) throws -> [Run] {
         let key = Self.settingsKey(r), testbed = r.input.testbed ?? ""
         let path = r.input.path, runId = r.input.runId ?? URL(fileURLWithPath: r.input.path).lastPathComponent
-        return try db.read { db in
+        // Nights an alert holds out of the baseline: from its opening while open or after the
+        // level returned; before its opening once accepted (the new level is the normal one).
+        let alerts = try alerts(like: r)
+        func excluded(_ id: Int64) -> Bool {
+            alerts.contains { a in
+                switch a.state {
+                case .regressed: return id >= a.openedRow
+                case .returned: return id >= a.openedRow && id < (a.closedRow ?? Int64.max)
+                case .accepted: return id < a.openedRow
+                }
+            }
+        }
+        let rows: [Run] = try db.read { db in
             var q = Run.filter(Column("plan") == (r.input.plan ?? "") && Column("variant") == (r.input.variant ?? "")
                                && Column("settingsKey") == key && Column("testbed") == testbed && Column("path") != path)
             if let own = try Run.filter(Column("path") == path && Column("runId") == runId).fetchOne(db), let id = own.id {
                 q = q.filter(Column("id") < id)
             }
             if !includeInfra { q = q.filter(Column("infra") == "") }
-            return try q.order(Column("id").desc).limit(max(1, last)).fetchAll(db).reversed()
+            return try q.order(Column("id").desc).limit(max(1, last) + 1000).fetchAll(db)
         }
+        return Array(rows.filter { !excluded($0.id ?? 0) }.prefix(max(1, last)).reversed())
     }
 
     /// Runs of `plan` whatever their settings (to say why none matched).
