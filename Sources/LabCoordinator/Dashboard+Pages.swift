@@ -84,9 +84,10 @@ extension Coordinator {
 
     // MARK: Lab
 
-    func labPage(_ s: DashboardSession) -> HTTPResponse {
+    func labPage(_ s: DashboardSession, notice: String? = nil) -> HTTPResponse {
         let t = now
-        var body = "<h2>Agents</h2><table id=\"agents\"><tr><th>agent</th><th>liveness</th><th>URL</th><th>radio</th><th>last heartbeat</th><th>run</th><th>runs held</th><th>last error</th><th>version, tags</th></tr>"
+        var body = notice.map { "<p class=\"notice\" id=\"notice\">\(Self.h($0))</p>" } ?? ""
+        body += "<h2>Agents</h2><table id=\"agents\"><tr><th>agent</th><th>liveness</th><th>URL</th><th>radio</th><th>last heartbeat</th><th>run</th><th>runs held</th><th>last error</th><th>version, tags</th></tr>"
         let views = agentViews
         for a in views {
             let held = a.status?.held ?? []

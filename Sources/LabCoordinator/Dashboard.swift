@@ -57,7 +57,8 @@ extension Coordinator {
             if ended > 0 {
                 self.logger.notice("dashboard sign-in from \(req.remote) ended the oldest session: \(self.dashboard.sessions.capacity) are kept at once", metadata: ["peer": .string(req.remote)])
             }
-            var r = Self.redirect("/lab")
+            // Over the session cap the operator is told, on the page the sign-in leads to.
+            var r = Self.redirect(ended > 0 ? "/lab?notice=session-cap" : "/lab")
             r.headers["Set-Cookie"] = DashboardSessions.setCookie(s, secure: self.sessionSecure, now: self.now)
             self.logger.notice("dashboard sign-in from \(req.remote)", metadata: ["peer": .string(req.remote)])
             return r
@@ -73,7 +74,8 @@ extension Coordinator {
         http.route("GET", "/favicon.ico", public: true) { _ in HTTPResponse(.noContent, headers: ["Cache-Control": "max-age=86400"]) }
         http.route("GET", "/lab", public: true) { [unowned self] req in
             guard let s = self.session(req) else { return Self.redirect("/") }
-            return self.labPage(s)
+            return self.labPage(s, notice: req.query["notice"] == "session-cap"
+                ? "Signing in ended the oldest dashboard session: \(self.dashboard.sessions.capacity) are kept at once." : nil)
         }
         http.route("GET", "/runs", public: true) { [unowned self] req in
             guard let s = self.session(req) else { return Self.redirect("/") }

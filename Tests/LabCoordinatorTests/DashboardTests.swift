@@ -320,6 +320,24 @@ final class DashboardTests: XCTestCase {
         XCTAssertTrue(sessions.openStream(c.session.id))
     }
 
+    /// Over HTTP: the sign-in that ends the oldest session leads to a Lab page that says so.
+    func testTheSignInOverTheCapIsToldOnThePage() async throws {
+        let (coordinator, client) = try await start()
+        let capacity = coordinator.dashboard.sessions.capacity
+        for _ in 0..<capacity {
+            let (_, _, headers) = try await client.request("POST", "/signin", body: form(["credential": operatorToken]), headers: formType)
+            XCTAssertEqual(headers["location"], "/lab")
+        }
+        let (status, _, headers) = try await client.request("POST", "/signin", body: form(["credential": operatorToken]), headers: formType)
+        XCTAssertEqual(status, 303)
+        XCTAssertEqual(headers["location"], "/lab?notice=session-cap")
+        let cookie = String(try XCTUnwrap(headers["set-cookie"]).split(separator: ";")[0])
+        let (_, body, _) = try await client.request("GET", "/lab?notice=session-cap", headers: ["Cookie": cookie])
+        XCTAssertTrue(String(decoding: body, as: UTF8.self).contains("Signing in ended the oldest dashboard session: \(capacity) are kept at once."))
+        let (_, plain, _) = try await client.request("GET", "/lab", headers: ["Cookie": cookie])
+        XCTAssertFalse(String(decoding: plain, as: UTF8.self).contains("id=\"notice\""))
+    }
+
     func testTheLiveEventsOfAFinishedRunEndTheStream() async throws {
         let (_, client) = try await start()
         let (cookie, _) = try await session(client)
