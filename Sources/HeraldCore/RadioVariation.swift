@@ -1,11 +1,31 @@
 import Foundation
 
+/// A plan section of numbers with limits (`radio.devices`, `radio.environment`, `radio.phones`):
+/// one range check for all, each problem with its path and unit.
+public protocol RangedFields {
+    static var limits: [(field: String, range: ClosedRange<Double>, unit: String)] { get }
+    func value(_ field: String) -> Double
+}
+
+extension RangedFields {
+    /// Fields out of their limits (or not finite), each with its path under `path`. Empty: fine.
+    public func rangeProblems(at path: String) -> [String] {
+        Self.limits.compactMap { f in
+            let v = value(f.field)
+            return v.isFinite && f.range.contains(v) ? nil : "\(path).\(f.field): \(v)\(f.unit) is out of range (\(f.range.lowerBound) to \(f.range.upperBound)\(f.unit))"
+        }
+    }
+
+    /// Problems with the numbers (by default, the range check).
+    public func problems(at path: String) -> [String] { rangeProblems(at: path) }
+}
+
 /// `radio.devices`: how much simulated devices differ from one another (docs/SIMULATOR.md,
 /// "Devices and runs that differ"). Each device draws its `DeviceCharacter` once from these
 /// spreads, keyed by its identity (its name, or an agent's dongle label) and `population`,
 /// never by a run's seed: the same dongle keeps its character across every run and seed of a
 /// study, as a real dongle with a weak antenna is weak in every run.
-public struct DeviceVariation: Codable, Sendable, Equatable {
+public struct DeviceVariation: Codable, Sendable, Equatable, RangedFields {
     /// Standard deviation of a device's TX power offset, dB.
     public var txSpread: Double = 3
     /// Standard deviation of a device's receive gain offset (the RSSI it reports, and what it can hear), dB.
@@ -62,13 +82,6 @@ public struct DeviceVariation: Codable, Sendable, Equatable {
         }
     }
 
-    /// Problems with the numbers, each with its path under `path`. Empty: fine.
-    public func problems(at path: String) -> [String] {
-        Self.limits.compactMap { f in
-            let v = value(f.field)
-            return v.isFinite && f.range.contains(v) ? nil : "\(path).\(f.field): \(v)\(f.unit) is out of range (\(f.range.lowerBound) to \(f.range.upperBound)\(f.unit))"
-        }
-    }
 
     /// The character of the device known as `identity`: the same for every run and seed.
     public func character(of identity: String) -> DeviceCharacter {
@@ -129,7 +142,7 @@ public struct DeviceCharacter: Codable, Sendable, Equatable {
 
 /// `radio.environment`: how runs differ (docs/SIMULATOR.md). Drawn from the run's seed, so two
 /// runs of one plan with other seeds are two different days in the room.
-public struct RunEnvironment: Codable, Sendable, Equatable {
+public struct RunEnvironment: Codable, Sendable, Equatable, RangedFields {
     /// Standard deviation of the run's offset of the room's path loss, dB.
     public var pathLossSpread: Double = 2
     /// Standard deviation of each device's slowly varying attenuation (people, furniture), dB.
@@ -176,17 +189,11 @@ public struct RunEnvironment: Codable, Sendable, Equatable {
         }
     }
 
-    public func problems(at path: String) -> [String] {
-        Self.limits.compactMap { f in
-            let v = value(f.field)
-            return v.isFinite && f.range.contains(v) ? nil : "\(path).\(f.field): \(v)\(f.unit) is out of range (\(f.range.lowerBound) to \(f.range.upperBound)\(f.unit))"
-        }
-    }
 }
 
 /// `radio.phones`: what makes real phones miss windows (docs/SIMULATOR.md, "Phones that behave
 /// like phones"), applied to persona nodes. Drawn from the run's seed, per phone.
-public struct PhoneBehaviour: Codable, Sendable, Equatable {
+public struct PhoneBehaviour: Codable, Sendable, Equatable, RangedFields {
     /// Android: stalls of the Bluetooth stack or the OS's scan scheduling per hour (no scan
     /// results, no advertising, no connections), and their mean length in seconds.
     public var androidStallRate: Double = 0.5
@@ -236,10 +243,7 @@ public struct PhoneBehaviour: Codable, Sendable, Equatable {
     }
 
     public func problems(at path: String) -> [String] {
-        var out = Self.limits.compactMap { f -> String? in
-            let v = value(f.field)
-            return v.isFinite && f.range.contains(v) ? nil : "\(path).\(f.field): \(v)\(f.unit) is out of range (\(f.range.lowerBound) to \(f.range.upperBound)\(f.unit))"
-        }
+        var out = rangeProblems(at: path)
         for f in ["androidRotation", "iosRotation"] where value(f) > 0 && value(f) < 1 { out.append("\(path).\(f): rotating more often than every 1s is not realistic") }
         return out
     }

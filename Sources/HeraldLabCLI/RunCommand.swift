@@ -276,7 +276,7 @@ struct RunCommand: AsyncParsableCommand {
             try? FileManager.default.removeItem(at: part)
             throw BundleFailure(description: "the bundle of \(current.id) arrived damaged (SHA-256 \(sha), the coordinator says \(expected)); fetch it again with `herald-lab run` or from \(client.base.absoluteString)/v1/runs/\(current.id)/bundle")
         }
-        _ = try? FileManager.default.removeItem(at: tarURL)
+        try Self.removeIfPresent(tarURL)
         try FileManager.default.moveItem(at: part, to: tarURL)
         // The archive holds `<run id>/...`: that alone is unpacked (the archive's other member
         // names are the coordinator's text), into a folder of the client's own, and moved into
@@ -284,9 +284,12 @@ struct RunCommand: AsyncParsableCommand {
         // files and folders. A link kept in DIR had a later archive of the run written through it,
         // outside DIR; tar itself refuses members with `..` and writes none through a link it made.
         let unpacking = outDir.appendingPathComponent(".\(name).unpacking")
-        _ = try? FileManager.default.removeItem(at: unpacking)
+        try Self.removeIfPresent(unpacking)
         try FileManager.default.createDirectory(at: unpacking, withIntermediateDirectories: false)
-        defer { _ = try? FileManager.default.removeItem(at: unpacking) }
+        defer {
+            // Scratch only (the bundle is moved out first): a failure is said, not fatal.
+            do { try Self.removeIfPresent(unpacking) } catch { log("herald-lab run: could not remove \(unpacking.path): \(error.localizedDescription)") }
+        }
         let tar = Process()
         tar.executableURL = URL(fileURLWithPath: "/bin/tar")
         tar.arguments = ["-xzf", tarURL.path, "--no-same-owner", "--no-same-permissions", "-C", unpacking.path, "--", current.id]
@@ -298,9 +301,17 @@ struct RunCommand: AsyncParsableCommand {
             throw BundleFailure(description: "the bundle of \(current.id) holds \(OutsideText.escaped(odd)): not unpacked (a bundle holds files and folders only)")
         }
         let bundle = outDir.appendingPathComponent(name)
-        _ = try? FileManager.default.removeItem(at: bundle)
+        try Self.removeIfPresent(bundle)
         try FileManager.default.moveItem(at: unpacked, to: bundle)
         return bundle
+    }
+
+    /// Removes what is at `url` (a link itself, not what it points to); nothing there is fine,
+    /// any other failure is thrown (a stale folder left in place would be unpacked over).
+    static func removeIfPresent(_ url: URL) throws {
+        var st = stat()
+        guard lstat(url.path, &st) == 0 else { return }
+        try FileManager.default.removeItem(at: url)
     }
 
     /// The first entry at or under `url` (links not followed) that is neither a file nor a
