@@ -44,6 +44,7 @@ public enum OutsideText {
     /// Text for an HTML page (element content or a quoted attribute value): `&`, `<`, `>`, `"`
     /// and `'` as character references, so no outside text ever becomes markup. Pages build
     /// every piece of outside text through this (report.html, the coordinator's dashboard).
+    /// Control characters (but line breaks and tabs) and direction marks become visible escapes.
     public static func html(_ text: String) -> String {
         var out = ""
         out.reserveCapacity(text.utf8.count)
@@ -54,6 +55,10 @@ public enum OutsideText {
             case ">": out += "&gt;"
             case "\"": out += "&quot;"
             case "'": out += "&#39;"
+            // Controls and direction marks are shown as escapes, as on a terminal: an agent's
+            // U+202E must not reorder the page it is shown on (HostileAgentTests).
+            case "\n", "\t", "\r": out.unicodeScalars.append(u)
+            case _ where isEscaped(u): out += "\\u{" + hex(u.value, width: 4) + "}"
             default: out.unicodeScalars.append(u)
             }
         }

@@ -122,6 +122,7 @@ extension Coordinator {
         try mayActAs(name, principal)
         let (boot, sequence) = try Self.freshnessFields(given.boot, given.sequence)
         try Self.checkClock(given.clock)
+        if let problem = given.problem { throw HTTPError(.badRequest, "heartbeat of agent \(name) refused: \(problem)") }
         var status = given
         status.dongle = status.dongle?.sanitised(agent: name)
         let clock = status.clock

@@ -216,6 +216,7 @@ extension Coordinator {
         guard list.runId == runId, list.node == node else {
             throw GatherRefusal(message: "the agent answered for run \(list.runId) node \(list.node), expected run \(runId) node \(node)")
         }
+        if let problem = list.problem { throw GatherRefusal(message: "the agent's file list was refused: \(problem); nothing was written") }
         var seen = Set<String>()
         for f in list.files {
             guard heraldFiles.contains(f.name), seen.insert(f.name).inserted else {

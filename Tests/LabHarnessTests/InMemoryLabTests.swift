@@ -295,6 +295,9 @@ final class FaultyLink: AgentLink, @unchecked Sendable {
     private var _clockSkew = 0.0, _deadAir = false, _vanished = false
     private var _corrupt: [String: Int] = [:]
     private var _arms = 0, _probes = 0, _starts: [LabWire.StartRequest] = [], _fetches: [String] = []
+    private var _twistStatus: (@Sendable (inout LabWire.AgentStatus) -> Void)?
+    private var _twistFiles: (@Sendable (inout LabWire.FileList) -> Void)?
+    private var _heartbeats = 0
 
     init(_ inner: LocalAgentLink?, deadAirPort: UInt16) { _inner = inner; self.deadAirPort = deadAirPort }
 
@@ -315,13 +318,30 @@ final class FaultyLink: AgentLink, @unchecked Sendable {
     /// The start requests as the coordinator sent them (before any clock skew).
     var starts: [LabWire.StartRequest] { lock.withLock { _starts } }
     var fetches: [String] { lock.withLock { _fetches } }
+    /// Rewrites what the agent says of itself, in its status answers and its heartbeats, as a
+    /// hostile enrolled agent would (HostileAgentTests).
+    var twistStatus: (@Sendable (inout LabWire.AgentStatus) -> Void)? { get { lock.withLock { _twistStatus } } set { lock.withLock { _twistStatus = newValue } } }
+    /// Rewrites the agent's file lists.
+    var twistFiles: (@Sendable (inout LabWire.FileList) -> Void)? { get { lock.withLock { _twistFiles } } set { lock.withLock { _twistFiles = newValue } } }
+    /// Heartbeats the agent sent through this link's clock (SkewedCoordinatorLink).
+    var heartbeats: Int { lock.withLock { _heartbeats } }
+    func twisted(_ status: LabWire.AgentStatus) -> LabWire.AgentStatus {
+        var s = status
+        let twist = lock.withLock { _heartbeats += 1; return _twistStatus }
+        twist?(&s)
+        return s
+    }
 
     private func reach() throws(LinkError) -> LocalAgentLink {
         guard let inner, !vanished else { throw LinkError(status: nil, message: "connection refused") }
         return inner
     }
 
-    func status() async throws(LinkError) -> LabWire.AgentStatus { try await reach().status() }
+    func status() async throws(LinkError) -> LabWire.AgentStatus {
+        var s = try await reach().status()
+        twistStatus?(&s)
+        return s
+    }
     func clockSamples(count: Int, settle: Int) async throws(LinkError) -> [LabWire.ClockSample] {
         let skew = lock.withLock { _probes += 1; return _clockSkew }
         return try await reach().clockSamples(count: count, settle: settle).map { LabWire.ClockSample(offset: $0.offset + skew, roundTrip: $0.roundTrip) }
@@ -344,7 +364,11 @@ final class FaultyLink: AgentLink, @unchecked Sendable {
     func preflightStatus() async throws(LinkError) -> LabWire.PreflightReport { try await reach().preflightStatus() }
     func stopPreflight() async throws(LinkError) -> LabWire.PreflightReport { try await reach().stopPreflight() }
     func stopRun(_ run: String) async throws(LinkError) -> LabWire.AgentStatus { try await reach().stopRun(run) }
-    func files(of run: String) async throws(LinkError) -> LabWire.FileList { try await reach().files(of: run) }
+    func files(of run: String) async throws(LinkError) -> LabWire.FileList {
+        var list = try await reach().files(of: run)
+        twistFiles?(&list)
+        return list
+    }
     func fetchFile(run: String, name: String, from offset: Int64, appendingTo destination: URL, hasher: inout SHA256) async throws(LinkError) -> FetchedPart {
         let link = try reach()
         let damage = lock.withLock { () -> Bool in
@@ -385,7 +409,7 @@ struct SkewedCoordinatorLink: CoordinatorLink {
     var address: String { inner.address }
     func register(_ info: LabWire.AgentInfo) async throws(LinkError) { try await inner.register(info) }
     func heartbeat(agent name: String, _ status: LabWire.AgentStatus) async throws(LinkError) -> HeartbeatAnswer {
-        let answer = try await inner.heartbeat(agent: name, status)
+        let answer = try await inner.heartbeat(agent: name, clock.twisted(status))
         let skew = clock.clockSkew
         return HeartbeatAnswer(sent: answer.sent + skew, answered: answer.answered + skew, reply: stampless ? nil : answer.reply)
     }
