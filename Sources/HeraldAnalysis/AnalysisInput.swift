@@ -122,6 +122,17 @@ struct BundleManifest: Decodable {
         var name: String
         var group: String?
         var sensor: [String: JSONValue]?
+        /// The plan's power schedule of the node (`{off, on}`; no `on`: off for good).
+        var power: [JSONValue]?
+        /// The plan switches the node off and never on again: its shorter logs are the test's
+        /// condition, not a fault (issue 38).
+        var offForGood: Bool {
+            (power ?? []).contains { p in
+                guard case .object(let o) = p, o["off"] != nil else { return false }
+                if case .null? = o["on"] { return true }
+                return o["on"] == nil
+            }
+        }
     }
     var runId: String?
     var mode: BundleMode?
@@ -273,9 +284,11 @@ enum InputLoader {
                 for n in m.nodes ?? [] { if let c = n.controller { controllers[n.name] = c.keys.sorted().map { "\($0)=\(c[$0]!)" }.joined(separator: " ") } }
                 if !controllers.isEmpty { description.controllers = controllers }
                 var infra = [String]()
+                let plannedOff = Set((m.plan?.nodes ?? []).filter(\.offForGood).map(\.name))
                 for n in m.nodes ?? [] {
                     let name = String(n.name.prefix(64))
-                    if let st = n.state, st != .complete { infra.append("node \(name): state \(st)\(n.message?.text.map { " (\(String($0.prefix(160))))" } ?? "")") }
+                    let planned = n.state == .partial && plannedOff.contains(n.name) && n.message == nil && n.gaps == nil
+                    if let st = n.state, st != .complete, !planned { infra.append("node \(name): state \(st)\(n.message?.text.map { " (\(String($0.prefix(160))))" } ?? "")") }
                     if case .array(let g)? = n.gaps, !g.isEmpty {
                         let reasons = Set(g.compactMap { gap -> String? in
                             guard case .object(let o) = gap else { return nil }
@@ -322,7 +335,10 @@ enum InputLoader {
             let node = manifest?.nodes?.first { $0.name == name }
             var device = DeviceInput(folder: name, url: url, model: name, os: node?.os ?? "", osVersion: node?.osVersion ?? "",
                                      shortName: node?.shortName ?? "", shift: 0 - (node?.clockOffset ?? 0), problems: [], root: path)
-            if let state = node?.state, state != .complete { device.problems.append("node state is \(state) in the manifest") }
+            // A node the plan switches off for good ends partial: the test's condition, no fault.
+            let plannedOff = node?.state == .partial && node?.message == nil && node?.gaps == nil
+                && manifest?.plan?.nodes?.first(where: { $0.name == name })?.offForGood == true
+            if let state = node?.state, state != .complete, !plannedOff { device.problems.append("node state is \(state) in the manifest") }
             readDetection(&device)
             if let s = opts.timeshifts[name] ?? opts.timeshifts[device.shortName] { device.shift += s }
             devices.append(device)

@@ -68,17 +68,30 @@ public enum Regression {
     }
 
     /// Judges `current` against earlier runs (newest last or first; order does not matter).
+    /// The devices (folders) of `r` whose nodes had no fault: an infra night is judged on these
+    /// and the pairs between them, against the same pairs of the baseline runs (issue 38).
+    public static func healthyDevices(_ r: AnalysisResult, infra: [String]) -> Set<String> {
+        Set(r.devices.map(\.folder).filter { f in !infra.contains { $0.hasPrefix("node \(f.prefix(64)):") } })
+    }
+
     public static func judge(current: AnalysisResult, history: [AnalysisResult], tolerancePct: Double) -> Judgement {
         let infra = infrastructure(current)
         let usable = history.filter { infrastructure($0).isEmpty }
         let names = usable.map { $0.input.runId ?? $0.input.path }
-        let method = "prediction interval of the last \(usable.count) runs (mean - t s √(1+1/n), one-sided, Bonferroni over \(Metric.allCases.count) metrics at \(historyFamily)) and worse than the mean by more than the tolerance"
+        // A night with faulty nodes is judged on the nodes that ran well and the pairs between
+        // them, and so is its baseline: a firmware that wedges some dongles still shows what it
+        // did to the others.
+        let healthy = healthyDevices(current, infra: infra)
+        let partial = !infra.isEmpty && healthy.count < current.devices.count
+        let selection = partial ? PairSelection(devices: healthy) : .all
+        let on = partial ? "; judged on the \(healthy.count) of \(current.devices.count) nodes without faults and the pairs between them" : ""
+        let method = "prediction interval of the last \(usable.count) runs (mean - t s √(1+1/n), one-sided, Bonferroni over \(Metric.allCases.count) metrics at \(historyFamily)) and worse than the mean by more than the tolerance\(on)"
         var findings = [Finding]()
         var regressed = false
         let t = usable.count >= 2 ? Stats.tQuantile(1 - historyFamily / Double(Metric.allCases.count), df: Double(usable.count - 1)) : .nan
         for m in Metric.allCases {
-            let values = usable.compactMap { value($0, m) }
-            var f = Finding(metric: m.rawValue, label: m.label, current: value(current, m), regressed: false)
+            let values = usable.compactMap { value($0, m, selection: selection) }
+            var f = Finding(metric: m.rawValue, label: m.label, current: value(current, m, selection: selection), regressed: false)
             guard values.count >= minimumHistory, let mean = Stats.mean(values), let sd = Stats.sd(values), let cur = f.current else {
                 f.note = f.current == nil ? "no data in this run" : "\(values.count) baseline value\(values.count == 1 ? "" : "s")"
                 findings.append(f)
@@ -103,7 +116,9 @@ public enum Regression {
         var reasons = [String]()
         var verdict: Verdict
         if !infra.isEmpty {
-            verdict = .infra
+            // Faults do not hide a regression among the nodes that ran well: it is one, with
+            // the faults noted; without one the night is infra (not judged clean).
+            verdict = regressed && usable.count >= minimumHistory && healthy.count >= 2 ? .regression : .infra
             reasons = infra
         } else if usable.count < minimumHistory {
             verdict = .inconclusive
@@ -192,9 +207,11 @@ public enum Regression {
         if let a = j.alert { lines.append("alert: " + Format.label(a)) }
         switch j.verdict {
         case .none: lines.append("no regression (\(j.method))")
-        case .regression: lines.append("REGRESSION: \(j.findings.filter(\.regressed).map(\.label).joined(separator: ", ")) (\(j.method))")
+        case .regression:
+            lines.append("REGRESSION: \(j.findings.filter(\.regressed).map(\.label).joined(separator: ", ")) (\(j.method))")
+            if !j.reasons.isEmpty { lines.append("infra noted (the faulty nodes were left out, not the regression): " + j.reasons.prefix(10).map(Format.label).joined(separator: "; ")) }
         case .inconclusive: lines.append("inconclusive: " + j.reasons.map(Format.label).joined(separator: "; "))
-        case .infra: lines.append("infra: this run had infrastructure faults, so it is not judged for protocol regressions: " + j.reasons.prefix(10).map(Format.label).joined(separator: "; "))
+        case .infra: lines.append("infra: this run had infrastructure faults and no regression among the nodes without them; it is not judged clean: " + j.reasons.prefix(10).map(Format.label).joined(separator: "; "))
         }
         return lines.joined(separator: "\n")
     }

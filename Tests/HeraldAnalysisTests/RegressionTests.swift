@@ -19,9 +19,10 @@ final class RegressionTests: XCTestCase {
     thresholds: {regressionTolerancePct: 2}
     """
 
-    func night(_ plan: Plan, seed: UInt64, in dir: URL, pause: Bool = false) throws -> AnalysisResult {
-        let bundle = dir.appendingPathComponent("night-\(seed)\(pause ? "-paused" : "")")
+    func night(_ plan: Plan, seed: UInt64, in dir: URL, pause: Bool = false, reportLoss: Double? = nil) throws -> AnalysisResult {
+        let bundle = dir.appendingPathComponent("night-\(seed)\(pause ? "-paused" : "")\(reportLoss != nil ? "-lossy" : "")")
         var p = plan
+        if let reportLoss { p.radio.reportLoss = reportLoss }
         if pause { p.nodes[0].power = [PowerInterval(off: 10, on: 20)] }
         _ = try Simulation(plan: p, planText: Self.yaml, seed: seed, output: bundle, threads: 1).run()
         if pause {
@@ -88,5 +89,39 @@ final class RegressionTests: XCTestCase {
         let j = Regression.judge(current: try Analyser.analyse(bundle).result, history: history, tolerancePct: 2)
         XCTAssertEqual(j.verdict, .regression, Regression.text(j))
         XCTAssertTrue(j.findings.contains { $0.metric == "samplesPerPairMinute" && $0.regressed }, Regression.text(j))
+    }
+
+    /// A night with a faulty node that also regressed everywhere else (issue 38): judged on the
+    /// nodes without faults and the pairs between them, it is a regression (exit 1), the fault
+    /// noted, not `infra` (exit 3) that hides it.
+    func testInfraCannotHideARegressionAmongTheNodesThatRan() throws {
+        let tmp = TestPaths.temp("infra-regress")
+        defer { try? FileManager.default.removeItem(at: tmp) }
+        let plan = try Plan.parse(yaml: Self.yaml)
+        let history = try (UInt64(1)...5).map { try night(plan, seed: $0, in: tmp) }
+        let both = try night(plan, seed: 9, in: tmp, pause: true, reportLoss: 0.8)
+        let j = Regression.judge(current: both, history: history, tolerancePct: 2)
+        XCTAssertEqual(j.verdict, .regression, Regression.text(j))
+        XCTAssertTrue(j.reasons.contains { $0.contains("n1") && $0.contains("agent paused") }, "\(j.reasons)")
+        XCTAssertTrue(j.method.contains("judged on the 23 of 24 nodes without faults"), j.method)
+        XCTAssertTrue(Regression.text(j).contains("infra noted"), Regression.text(j))
+        // The same fault on a night without the regression stays infra.
+        let paused = try night(plan, seed: 10, in: tmp, pause: true)
+        XCTAssertEqual(Regression.judge(current: paused, history: history, tolerancePct: 2).verdict, .infra)
+    }
+
+    /// The plan's own power schedule is the test's condition: a node the plan switches off for
+    /// good ends `partial` in the manifest, and that is not an infrastructure fault (issue 38).
+    func testAPlannedPowerOffIsNotInfra() throws {
+        let tmp = TestPaths.temp("planned-off")
+        defer { try? FileManager.default.removeItem(at: tmp) }
+        var plan = try Plan.parse(yaml: Self.yaml)
+        plan.nodes[0].power = [PowerInterval(off: 20, on: nil)]
+        let bundle = tmp.appendingPathComponent("off")
+        _ = try Simulation(plan: plan, planText: Self.yaml, seed: 3, output: bundle, threads: 1).run()
+        let m = try Manifest.read(from: bundle.appendingPathComponent("manifest.json"))
+        XCTAssertEqual(m.nodes.first?.state, .partial, "the manifest says what the logs show")
+        let r = try Analyser.analyse(bundle).result
+        XCTAssertEqual(Regression.infrastructure(r), [], "a planned power-off is no fault")
     }
 }
