@@ -36,6 +36,10 @@ public enum Regression {
         /// The alert of this plan, variant, settings and testbed (regress against history):
         /// opened, still open since a night, or closed by this night; nil: none.
         public var alert: String?
+        /// Change points of the plan's nightly series, newest night included (E-Divisive,
+        /// `ChangePoints`): where a level moved, so a regression can be dated (regress against
+        /// history); nil: not searched.
+        public var changePoints: [String]?
     }
 
     /// Runs of history a verdict needs at least (a prediction interval from fewer says little).
@@ -205,6 +209,7 @@ public enum Regression {
         }
         lines.append(contentsOf: j.nodeDrops)
         if let a = j.alert { lines.append("alert: " + Format.label(a)) }
+        for c in j.changePoints ?? [] { lines.append("change point: " + Format.label(c)) }
         switch j.verdict {
         case .none: lines.append("no regression (\(j.method))")
         case .regression:

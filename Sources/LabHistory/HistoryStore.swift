@@ -243,6 +243,18 @@ public final class HistoryStore {
         return Array(rows.filter { !excluded($0.id ?? 0) }.prefix(max(1, last)).reversed())
     }
 
+    /// The nightly series of `r`'s plan, variant, settings and testbed up to and including
+    /// history row `row`, without nights with infrastructure faults, the last `last`, oldest
+    /// first: what change points are searched in (RegressionMemory).
+    public func series(like r: AnalysisResult, upTo row: Int64, last: Int) throws -> [Run] {
+        let key = Self.settingsKey(r)
+        return try db.read { db in
+            try Run.filter(Column("plan") == (r.input.plan ?? "") && Column("variant") == (r.input.variant ?? "") && Column("settingsKey") == key
+                           && Column("testbed") == (r.input.testbed ?? "") && Column("infra") == "" && Column("id") <= row)
+                .order(Column("id").desc).limit(max(1, last)).fetchAll(db).reversed()
+        }
+    }
+
     /// Runs of `plan` whatever their settings (to say why none matched).
     public func count(plan: String) throws -> Int {
         try db.read { db in try Run.filter(Column("plan") == plan).fetchCount(db) }

@@ -36,7 +36,29 @@ public enum RegressionMemory {
         default:
             break
         }
+        j.changePoints = try changePoints(current: current, store: store, row: row)
         return j
+    }
+
+    /// Nights searched for change points, the judged night the newest.
+    public static let changeWindow = 60
+
+    /// Change points of each headline metric over the last `changeWindow` healthy nights
+    /// (E-Divisive, Bonferroni over the metrics at `ChangePoints.alpha`), as lines naming the
+    /// metric, the first run after the change, the levels before and after, and the p-value.
+    public static func changePoints(current: AnalysisResult, store: HistoryStore, row: Int64) throws -> [String] {
+        let runs = try store.series(like: current, upTo: row, last: changeWindow)
+        guard runs.count >= 2 * ChangePoints.minimumSize else { return [] }
+        let results = try runs.map { try store.summary(of: $0) }
+        let alpha = ChangePoints.alpha / Double(Metric.allCases.count)
+        var out = [String]()
+        for (i, m) in Metric.allCases.enumerated() {
+            let series = results.map { Regression.value($0, m) ?? .nan }
+            for c in ChangePoints.find(series, alpha: alpha, permutations: 499, seed: UInt64(i + 1)) {
+                out.append("\(m.label): from run \(runs[c.index].runId) (night \(c.index + 1) of \(runs.count)) \(Format.number(c.before)) → \(Format.number(c.after)) (E-Divisive, p \(String(format: "%.3f", c.p)))")
+            }
+        }
+        return out
     }
 }
 

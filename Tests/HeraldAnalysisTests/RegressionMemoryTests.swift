@@ -78,4 +78,17 @@ final class RegressionMemoryTests: XCTestCase {
         XCTAssertEqual(try store.alerts(plan: "smoke").map(\.state), [.returned])
         XCTAssertEqual(try store.baseline(like: night(base, "n5"), last: 10).map(\.runId), ["n1", "n2", "n3", "n4"], "the flagged night stays out")
     }
+
+    /// The nightly series is searched for change points (E-Divisive): after 8 normal nights and
+    /// 5 worse ones, the judgement dates the drop to the first worse night.
+    func testThePersistentDropIsDatedByAChangePoint() throws {
+        let base = try nights()
+        let store = try HistoryStore(url: tmp.appendingPathComponent("history.sqlite"))
+        for k in 1...8 { _ = try RegressionMemory.judge(current: night(base, "n\(k)"), store: store, last: 10, tolerancePct: 2) }
+        var j: Regression.Judgement?
+        for k in 1...5 { j = try RegressionMemory.judge(current: night(base, "w\(k)", worse: true), store: store, last: 10, tolerancePct: 2) }
+        let changes = j?.changePoints ?? []
+        XCTAssertTrue(changes.contains { $0.hasPrefix("continuity % (strict)") && $0.contains("from run w1 (night 9 of 13)") }, "\(changes)")
+        XCTAssertTrue(Regression.text(j!).contains("change point: "), Regression.text(j!))
+    }
 }
