@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import HeraldAnalysis
 import LabHTTP
+import LabHistory
 import LabMetrics
 import LabPlan
 
@@ -48,6 +49,8 @@ final class CoordinatorMetrics: @unchecked Sendable {
 }
 
 extension Coordinator {
+    /// Runs per testbed the infra rate counts (metrics and Trends).
+    static let infraWindow = 30
     static let runStates: [RunRecord.State] = [.arming, .running, .gathering, .complete, .aborted, .failed, .cancelled]
 
     func metricsRoute() {
@@ -118,6 +121,20 @@ extension Coordinator {
         }
         for (plan, at) in lastSuccess {
             m.gauge("heraldlab_last_nightly_success_timestamp_seconds", "End of the plan's last run that passed its thresholds (Unix time).", ["plan": plan]).record(at)
+        }
+        // Infrastructure faults per testbed over its last 30 analysed runs (issue 38): the
+        // ratio of the two gauges is the infra rate Grafana plots.
+        let history = config.results.appendingPathComponent("history.sqlite")
+        if FileManager.default.fileExists(atPath: history.path) {
+            do {
+                for rate in try HistoryStore(url: history).infraRates(last: Self.infraWindow) {
+                    let l = ["testbed": rate.testbed]
+                    m.gauge("heraldlab_testbed_recent_runs", "Analysed runs of the testbed counted for its infra rate (its last 30).", l).record(rate.runs)
+                    m.gauge("heraldlab_testbed_recent_infra_runs", "Of those, runs with infrastructure faults (a node not complete, gaps, dongle recoveries).", l).record(rate.infra)
+                }
+            } catch {
+                logger.warning("metrics: the history cannot be read for the infra rate: \(error)")
+            }
         }
         for r in records where r.state == .running {
             for n in r.nodes {

@@ -163,7 +163,20 @@ extension Coordinator {
         } catch {
             return page("Trends", s, active: "Trends", body: "<p class=\"fail\">The history cannot be read: \(Self.h("\(error)"))</p>", status: .internalServerError)
         }
-        var body = "<p class=\"small\">Each headline metric per plan, variant and testbed, oldest run first. The band is the noise the regression check allows (the prediction bound from the runs before, as <code>herald-lab regress</code> judges); red points are regressions.</p>"
+        var body = ""
+        do {
+            let rates = try store.infraRates(last: Self.infraWindow)
+            if !rates.isEmpty {
+                body += "<p id=\"infrarate\">Infrastructure faults per testbed (its last \(Self.infraWindow) runs; a node not complete, gaps, dongle recoveries): "
+                    + rates.map { r in
+                        let ci = r.interval
+                        return "<b>\(Self.h(r.testbed.isEmpty ? "(none)" : r.testbed))</b> \(r.infra) of \(r.runs) (\(Format.number(100 * r.rate)) %, 95 % CI \(Format.number(100 * ci.lo))–\(Format.number(100 * ci.hi)) %)"
+                    }.joined(separator: "; ") + "</p>"
+            }
+        } catch {
+            body += "<p class=\"fail\">The infra rate cannot be read from the history: \(Self.h("\(error)"))</p>"
+        }
+        body += "<p class=\"small\">Each headline metric per plan, variant and testbed, oldest run first. The band is the noise the regression check allows (the prediction bound from the runs before, as <code>herald-lab regress</code> judges); red points are regressions.</p>"
         let groups = Dictionary(grouping: history) { "\($0.plan)\u{1F}\($0.variant)\u{1F}\($0.testbed)\u{1F}\($0.settingsKey)" }
         let newestFirst = groups.values.sorted { ($0.last?.id ?? 0) > ($1.last?.id ?? 0) }
         for runs in newestFirst.prefix(12) {

@@ -255,6 +255,34 @@ public final class HistoryStore {
         }
     }
 
+    /// How often a testbed's runs had infrastructure faults (issue 38): of its last `runs`
+    /// runs (every plan), how many; `interval` is the 95 % Wilson interval of the rate.
+    public struct InfraRate: Sendable, Equatable, Codable {
+        public var testbed: String
+        public var runs: Int
+        public var infra: Int
+        public init(testbed: String, runs: Int, infra: Int) { self.testbed = testbed; self.runs = runs; self.infra = infra }
+        public var rate: Double { runs > 0 ? Double(infra) / Double(runs) : 0 }
+        public var interval: Stats.Interval { Stats.wilson(infra, runs) }
+    }
+
+    /// The infrastructure-fault rate of each testbed over its last `last` runs, by testbed name.
+    public func infraRates(last: Int = 30) throws -> [InfraRate] {
+        let rows = try db.read { db in
+            try Row.fetchAll(db, Run.select(Column("testbed"), Column("infra")).order(Column("id").desc))
+        }
+        var out = [String: InfraRate]()
+        for row in rows {
+            let testbed: String = row["testbed"], infra: String = row["infra"]
+            var r = out[testbed] ?? InfraRate(testbed: testbed, runs: 0, infra: 0)
+            guard r.runs < max(1, last) else { continue }
+            r.runs += 1
+            if !infra.isEmpty { r.infra += 1 }
+            out[testbed] = r
+        }
+        return out.values.sorted { $0.testbed < $1.testbed }
+    }
+
     /// Runs of `plan` whatever their settings (to say why none matched).
     public func count(plan: String) throws -> Int {
         try db.read { db in try Run.filter(Column("plan") == plan).fetchCount(db) }

@@ -422,6 +422,34 @@ final class DashboardTests: XCTestCase {
         }
     }
 
+    /// The infra rate per testbed (issue 38) is on the Trends page with its interval and in the
+    /// metrics, from the history's rows.
+    func testTheInfraRatePerTestbedIsOnTrendsAndInTheMetrics() async throws {
+        let (c, client) = try await start()
+        let yaml = "name: infraplan\nduration: 20s\nnodes: {count: 3}\nradio: {kind: sim}\n"
+        let plan = try Plan.parse(yaml: yaml)
+        try FileManager.default.createDirectory(at: c.config.results, withIntermediateDirectories: true)
+        let store = try HistoryStore(url: c.config.results.appendingPathComponent("history.sqlite"))
+        for seed in UInt64(1)...3 {
+            let bundle = c.config.results.appendingPathComponent("infraplan-\(seed)")
+            _ = try Simulation(plan: plan, planText: yaml, seed: seed, output: bundle, threads: 1).run()
+            _ = try store.record(try Analyser.analyse(bundle).result, reportPath: "")
+        }
+        let faulty = try XCTUnwrap(try store.runs().last)
+        let db = try DatabaseQueue(path: c.config.results.appendingPathComponent("history.sqlite").path)
+        try await db.write { try $0.execute(sql: "UPDATE run SET infra = 'node n1: 1 gap (agent paused)' WHERE id = ?", arguments: [faulty.id]) }
+        XCTAssertEqual(try store.infraRates(), [HistoryStore.InfraRate(testbed: "sim", runs: 3, infra: 1)])
+        let (cookie, _) = try await session(client)
+        let (status, body, _) = try await client.request("GET", "/trends", headers: ["Cookie": cookie])
+        XCTAssertEqual(status, 200)
+        let page = String(decoding: body, as: UTF8.self)
+        XCTAssertTrue(page.contains("<p id=\"infrarate\">") && page.contains("<b>sim</b> 1 of 3 (33.33 %, 95 % CI 6.149–79.23 %)"), page)
+        c.collectMetrics()
+        let metrics = String(decoding: c.metrics.metrics.exposition(), as: UTF8.self)
+        XCTAssertTrue(metrics.contains("heraldlab_testbed_recent_runs{testbed=\"sim\"} 3"), metrics)
+        XCTAssertTrue(metrics.contains("heraldlab_testbed_recent_infra_runs{testbed=\"sim\"} 1"), metrics)
+    }
+
     /// A history row whose stored summary no longer decodes is named on the Trends page, not
     /// dropped from the chart and the regression band without a word.
     func testTrendsNamesAStoredSummaryThatCannotBeRead() async throws {
