@@ -17,13 +17,31 @@ extension Agent {
     func collectMetrics() {
         let s = status
         let m = metrics
-        m.gauge("heraldlab_node_running", "1 while this agent's node runs.").record(s.state == .running ? 1 : 0)
-        m.gauge("heraldlab_node_peers_detected", "Peers the current (or last) run's node has detected.").record(s.peersDetected)
-        m.gauge("heraldlab_node_rssi_rows_last_minute", "RSSI rows the node logged in the last minute.").record(s.rssiLastMinute)
-        m.mirror("heraldlab_node_rssi_rows_total", "RSSI rows the agent's nodes logged.", to: Int64(max(0, s.rssiTotal)))
-        m.mirror("heraldlab_node_payload_reads_total", "Payloads the agent's nodes read from peers.", to: Int64(max(0, s.payloadsRead)))
-        m.mirror("heraldlab_node_radio_recoveries_total", "Times the node's radio recovered its dongle (power-cycle, USB reset).", to: Int64(s.recoveries?.count ?? 0))
-        m.gauge("heraldlab_node_log_write_error", "1 while the node's last write to its log files failed (disk full, ...).").record(s.writeError == nil ? 0 : 1)
-        m.gauge("heraldlab_agent_runs_held", "Runs this agent holds on disk, not yet released by the coordinator.").record(s.held?.count ?? 0)
+        // Every series names its agent; the node's gauges also name the node, run and plan
+        // while it runs (the series of a run that ended are removed, not left at their last
+        // value). Counters run over the agent's life, across runs: agent only.
+        // One family keeps one set of label names (swift-prometheus traps otherwise): idle,
+        // node, run and plan are empty, which Prometheus reads as absent.
+        let agent = ["agent": config.name]
+        var node = agent.merging(["node": "", "run": "", "plan": ""]) { a, _ in a }
+        if s.state == .running, let run = s.runId, let name = s.node {
+            node["run"] = run
+            node["node"] = name
+            node["plan"] = scheduler.sync { runs[run]?.assignment.planName } ?? ""
+        }
+        let nodeGauges: [(String, String, Double)] = [
+            ("heraldlab_node_running", "1 while this agent's node runs.", s.state == .running ? 1 : 0),
+            ("heraldlab_node_peers_detected", "Peers the current (or last) run's node has detected.", Double(s.peersDetected)),
+            ("heraldlab_node_rssi_rows_last_minute", "RSSI rows the node logged in the last minute.", Double(s.rssiLastMinute)),
+            ("heraldlab_node_log_write_error", "1 while the node's last write to its log files failed (disk full, ...).", s.writeError == nil ? 0 : 1),
+        ]
+        for (name, help, value) in nodeGauges {
+            m.gauge(name, help, node).record(value)
+            m.pruneGauges(name, keep: [node])
+        }
+        m.mirror("heraldlab_node_rssi_rows_total", "RSSI rows the agent's nodes logged.", agent, to: Int64(max(0, s.rssiTotal)))
+        m.mirror("heraldlab_node_payload_reads_total", "Payloads the agent's nodes read from peers.", agent, to: Int64(max(0, s.payloadsRead)))
+        m.mirror("heraldlab_node_radio_recoveries_total", "Times the node's radio recovered its dongle (power-cycle, USB reset).", agent, to: Int64(s.recoveries?.count ?? 0))
+        m.gauge("heraldlab_agent_runs_held", "Runs this agent holds on disk, not yet released by the coordinator.", agent).record(s.held?.count ?? 0)
     }
 }

@@ -96,14 +96,29 @@ extension Coordinator {
             m.timer("heraldlab_run_start_delay_seconds", "From a run's submission to its nodes' common start: arming, pre-flight and the barrier.",
                     buckets: [.seconds(1), .seconds(2), .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(300)])
                 .recordNanoseconds(Saturating.nanoseconds(start - r.created))
-            if r.state == .complete {
-                m.timer("heraldlab_run_duration_seconds", "Planned duration of the runs that completed.",
-                        buckets: [.seconds(60), .seconds(600), .seconds(3600), .seconds(4 * 3600), .seconds(12 * 3600), .seconds(24 * 3600)])
-                    .recordNanoseconds(Saturating.nanoseconds(r.duration))
-            }
+            // The actual duration: from the nodes' common start to the run's end (gathered),
+            // whatever its result; records from before `ended` was kept give the planned one.
+            m.timer("heraldlab_run_duration_seconds", "From a run's common start to its end (nodes stopped and gathered), of the runs that started.",
+                    buckets: [.seconds(60), .seconds(600), .seconds(3600), .seconds(4 * 3600), .seconds(12 * 3600), .seconds(24 * 3600)])
+                .recordNanoseconds(Saturating.nanoseconds(max(0, (r.ended ?? start + r.duration) - start)))
         }
+        // Every plan the coordinator has a run of has its series from its first submission, at
+        // 0 until a run is analysed, so that `increase()` over a new nightly plan is 0, not NaN.
         var byPlan: [String: CoordinatorMetrics.Counts] = [:]
+        for r in records { byPlan[r.plan] = CoordinatorMetrics.Counts(plan: r.plan) }
         var lastSuccess: [String: Double] = [:]
+        // Each plan's last analysed run: its headline figures and verdict as gauges.
+        var lastRun: [String: (RunRecord, CoordinatorMetrics.Counts)] = [:]
+        for r in ended.sorted(by: { $0.created < $1.created }) {
+            if let c = metrics.counts(of: r) { lastRun[r.plan] = (r, c) }
+        }
+        for (plan, (r, c)) in lastRun {
+            let l = ["plan": plan]
+            if c.pairs > 0 { m.gauge("heraldlab_plan_last_run_detection_ratio", "Of the plan's last analysed run: ordered pairs detected over pairs (strict).", l).record(Double(c.pairsDetected) / Double(c.pairs)) }
+            if c.windows > 0 { m.gauge("heraldlab_plan_last_run_continuity_ratio", "Of the plan's last analysed run: 30-s windows hit over windows (strict).", l).record(Double(c.windowsHit) / Double(c.windows)) }
+            if let passed = r.passed { m.gauge("heraldlab_plan_last_run_passed", "Of the plan's last analysed run: 1 if it passed its thresholds, 0 if not.", l).record(passed ? 1 : 0) }
+            if let end = r.ended ?? r.startAt.map({ $0 + r.duration }) { m.gauge("heraldlab_plan_last_run_end_timestamp_seconds", "End of the plan's last analysed run (Unix time).", l).record(end) }
+        }
         for r in ended {
             if r.passed == true, let start = r.startAt { lastSuccess[r.plan] = max(lastSuccess[r.plan] ?? 0, start + r.duration) }
             guard let c = metrics.counts(of: r) else { continue }
@@ -136,11 +151,16 @@ extension Coordinator {
                 logger.warning("metrics: the history cannot be read for the infra rate: \(error)")
             }
         }
+        // Running nodes' clock offsets, labelled with their run and plan; a series goes with its run.
+        var offsets = [[String: String]]()
         for r in records where r.state == .running {
             for n in r.nodes {
                 guard let offset = n.clockBefore?.offset else { continue }
-                m.gauge("heraldlab_node_clock_offset_seconds", "A running node's clock offset from the coordinator's, as measured at arming.", ["node": n.name]).record(offset)
+                let l = ["node": n.name, "agent": n.agent, "run": r.id, "plan": r.plan]
+                m.gauge("heraldlab_node_clock_offset_seconds", "A running node's clock offset from the coordinator's, as measured at arming.", l).record(offset)
+                offsets.append(l)
             }
         }
+        m.pruneGauges("heraldlab_node_clock_offset_seconds", keep: offsets)
     }
 }

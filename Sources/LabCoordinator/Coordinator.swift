@@ -403,6 +403,8 @@ public final class Coordinator: @unchecked Sendable {
     /// Records a run in memory and in SQLite; throws when SQLite cannot (callers that are about to
     /// let agents delete data must not go on).
     func save(_ r: RunRecord) throws {
+        var r = r
+        if r.state.isFinal && r.ended == nil { r.ended = now }
         withLock { runs[r.id] = r }
         try store.saveRun(r)
     }

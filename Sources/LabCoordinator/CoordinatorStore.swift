@@ -9,7 +9,11 @@ final class CoordinatorStore: @unchecked Sendable {
 
     init(url: URL) throws {
         try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-        db = try DatabaseQueue(path: url.path)
+        // Other connections to the same file wait for one another up to 10 s (a coordinator restarted on the same results folder, or a second reader),
+        // then fail loudly, instead of failing at once with "database is locked".
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        db = try DatabaseQueue(path: url.path, configuration: configuration)
         var m = DatabaseMigrator()
         m.registerMigration("v1") { db in
             try db.create(table: "agent") { t in
@@ -277,6 +281,8 @@ public struct RunRecord: Codable, Sendable {
     public var bundleSha256: String?
     public var passed: Bool?
     public var headline: String?
+    /// When the run reached its final state (coordinator clock); nil in records from before.
+    public var ended: Double?
     /// Set by an abort request: the run stops early and what exists is gathered.
     public var abortRequested: Bool?
     /// Agents with dongles checked with the chosen ones, each standing in for one that fails its

@@ -62,7 +62,11 @@ public final class HistoryStore {
 
     public init(url: URL) throws {
         try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-        db = try DatabaseQueue(path: url.path)
+        // Other connections to the same file wait for one another up to 10 s (the dashboard, the metrics and `analyse` open the history while the coordinator records a run),
+        // then fail loudly, instead of failing at once with "database is locked".
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        db = try DatabaseQueue(path: url.path, configuration: configuration)
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
             try db.create(table: "run") { t in

@@ -15,6 +15,8 @@ public final class LabMetrics: @unchecked Sendable {
     private let lock = NSLock()
     private var counters: [String: CoreMetrics.Counter] = [:]
     private var gauges: [String: CoreMetrics.Recorder] = [:]
+    /// Each gauge series' registry handle and labels, so a series can be removed.
+    private var gaugeSeries: [String: (name: String, labels: [String: String], gauge: Prometheus.Gauge)] = [:]
     private var timers: [String: CoreMetrics.Timer] = [:]
     /// Last value a `mirror` counter was brought to, per series.
     private var mirrored: [String: Int64] = [:]
@@ -46,9 +48,25 @@ public final class LabMetrics: @unchecked Sendable {
         let l = Self.sorted(labels)
         return lock.withLock {
             if let g = gauges[Self.key(name, l)] { return g }
-            let g = CoreMetrics.Recorder(label: name, dimensions: l, aggregate: false, handler: registry.makeGauge(name: name, labels: l, help: help))
+            let handle = registry.makeGauge(name: name, labels: l, help: help)
+            let g = CoreMetrics.Recorder(label: name, dimensions: l, aggregate: false, handler: handle)
             gauges[Self.key(name, l)] = g
+            gaugeSeries[Self.key(name, l)] = (name, labels, handle)
             return g
+        }
+    }
+
+    /// Removes every series of gauge `name` but those whose labels are in `keep` (a node's
+    /// clock offset once its run ended, an agent's node gauges of its previous run): they are
+    /// gone from the next scrape instead of holding their last value for ever.
+    public func pruneGauges(_ name: String, keep: [[String: String]]) {
+        let kept = Set(keep.map { Self.key(name, Self.sorted($0)) })
+        lock.withLock {
+            for (key, series) in gaugeSeries where series.name == name && !kept.contains(key) {
+                registry.unregisterGauge(series.gauge)
+                gaugeSeries[key] = nil
+                gauges[key] = nil
+            }
         }
     }
 

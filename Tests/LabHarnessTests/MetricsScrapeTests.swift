@@ -52,6 +52,16 @@ final class MetricsScrapeTests: XCTestCase {
         return Double(text)
     }
 
+    /// An instant query's result: how many series, or nil when Prometheus refused the query
+    /// (bad PromQL) or did not answer.
+    func seriesCount(_ port: UInt16, _ promql: String) -> Int? {
+        let q = promql.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        let (status, body) = get("http://127.0.0.1:\(port)/api/v1/query?query=\(q)", token: nil)
+        guard status == 200, let obj = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any], obj["status"] as? String == "success",
+              let data = obj["data"] as? [String: Any], let result = data["result"] as? [Any] else { return nil }
+        return result.count
+    }
+
     func promtoolAccepts(_ text: String) throws -> (Bool, String) {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/promtool")
@@ -144,6 +154,12 @@ final class MetricsScrapeTests: XCTestCase {
         // A run: its nodes counted on the agents while it runs, its figures on the coordinator after.
         let id = try lab.submit(LabProcesses.plan("scraped", nodes: 2, duration: "16s"))
         try lab.waitUntil(timeout: 60, "both nodes running, seen by Prometheus") { query(port, "sum(heraldlab_node_running)") == 2 }
+        // While it runs (issue 40): the agents' node series name the run, its plan and node; the
+        // coordinator's clock offsets name them too; the plan's counters exist, at 0.
+        XCTAssertEqual(query(port, "count(heraldlab_node_running{run=\"\(id)\", plan=\"scraped\", node=~\"n.+\", agent=~\"agent.\"} == 1)"), 2, promLog())
+        XCTAssertEqual(query(port, "count(heraldlab_node_clock_offset_seconds{run=\"\(id)\", plan=\"scraped\"})"), 2)
+        XCTAssertEqual(query(port, "heraldlab_windows_total{plan=\"scraped\"}"), 0, "the plan's series exist from its submission")
+        let exposedWhileRunning = [coordinator, "http://\(agents[0])"].map { get("\($0)/metrics", token: scrapeToken).1 }.joined(separator: "\n")
         try lab.waitUntil(timeout: 90, "run \(id) complete") { lab.runRecord(id)?["state"] as? String == "complete" }
         try lab.waitUntil(timeout: 30, "the ended run in Prometheus") { query(port, "heraldlab_run_verdicts_total{verdict=\"pass\"}") == 1 }
         XCTAssertEqual(query(port, "heraldlab_runs_ended_total{result=\"complete\"}"), 1)
@@ -157,6 +173,35 @@ final class MetricsScrapeTests: XCTestCase {
         XCTAssertEqual(query(port, "heraldlab_run_start_delay_seconds_count"), 1)
         let success = try XCTUnwrap(query(port, "heraldlab_last_nightly_success_timestamp_seconds{plan=\"scraped\"}"))
         XCTAssertEqual(success, Date().timeIntervalSince1970, accuracy: 120)
+        // After it (issue 40): the plan's last run as gauges, the actual duration, and the
+        // run's own series gone from both sides.
+        XCTAssertEqual(query(port, "heraldlab_plan_last_run_passed{plan=\"scraped\"}"), 1)
+        XCTAssertEqual(query(port, "heraldlab_plan_last_run_detection_ratio{plan=\"scraped\"}"), 1)
+        XCTAssertEqual(query(port, "heraldlab_run_duration_seconds_count"), 1)
+        XCTAssertGreaterThanOrEqual(try XCTUnwrap(query(port, "heraldlab_run_duration_seconds_sum")), 16, "from the common start to the end, at least the planned 16 s")
+        try lab.waitUntil(timeout: 30, "the ended run's series gone") {
+            seriesCount(port, "heraldlab_node_clock_offset_seconds") == 0 && seriesCount(port, "heraldlab_node_running{run!=\"\"}") == 0
+        }
+        XCTAssertEqual(query(port, "sum(heraldlab_node_running)"), 0)
+        // The shipped Grafana dashboard: every panel's query is one Prometheus accepts, over
+        // series the services export (a renamed family would leave a panel empty).
+        let dashboard = LabProcesses.root.appendingPathComponent("packaging/grafana/heraldlab.json")
+        let json = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(contentsOf: dashboard)) as? [String: Any])
+        let panels = try XCTUnwrap(json["panels"] as? [[String: Any]])
+        XCTAssertGreaterThanOrEqual(panels.count, 15)
+        // What either service exported during the run or after it.
+        let exposed = exposedWhileRunning + [coordinator, "http://\(agents[0])"].map { get("\($0)/metrics", token: scrapeToken).1 }.joined(separator: "\n")
+        for panel in panels {
+            let title = panel["title"] as? String ?? "?"
+            XCTAssertNotNil(panel["gridPos"] as? [String: Any], title)
+            for target in try XCTUnwrap(panel["targets"] as? [[String: Any]], title) {
+                let expr = try XCTUnwrap(target["expr"] as? String, title)
+                XCTAssertNotNil(seriesCount(port, expr), "Prometheus refuses the query of \(title): \(expr)")
+                let names = expr.matches(of: /heraldlab_[a-z_]+/).map { String($0.output) }
+                    .map { $0.replacingOccurrences(of: "_bucket", with: "") }
+                for name in names { XCTAssertTrue(exposed.contains("# TYPE \(name) "), "\(title): \(name) is not exported") }
+            }
+        }
 
         // promtool accepts both services' output.
         for target in [coordinator, "http://\(agents[0])"] {

@@ -41,6 +41,7 @@ doc=$pkg/usr/share/doc/herald-lab
 install -D -m 0644 "$top/README.md" "$doc/README.md"
 install -m 0644 "$top/agents/README.md" "$doc/agents-README.md"
 install -m 0644 "$top/agents/inventory.example.yaml" "$doc/"
+install -D -m 0644 "$top/packaging/grafana/heraldlab.json" "$pkg/usr/share/herald-lab/grafana/heraldlab.json"
 printf 'HeraldLab %s (commit %s): a test lab for the Herald BLE proximity protocol.\n' "$release" "${commit:-unknown}" > "$doc/copyright"
 
 # Shared libraries the binary needs, as Debian packages.
