@@ -78,7 +78,7 @@ struct BenchArm: AsyncParsableCommand {
         var alive = 0
         while alive < agents {
             try await Task.sleep(nanoseconds: 200_000_000)
-            let views: [Coordinator.AgentView] = try await client.call("GET", "/v1/agents")
+            let views: [Coordinator.AgentView] = try await client.call(CoordinatorAPI.agents.method, CoordinatorAPI.agents.path())
             alive = views.filter { $0.state == .alive }.count
             if Date().timeIntervalSince(started) > 120 { throw ValidationError("only \(alive) of \(agents) agents alive after 120 s") }
         }
@@ -96,14 +96,14 @@ struct BenchArm: AsyncParsableCommand {
         for attempt in 1...max(1, repeats) {
             let t0 = Date()
             let cpu0 = (Bench.cpuSeconds(of: coordinator.processIdentifier), Bench.cpuSeconds(of: getpid()))
-            let (status, body, _) = try await client.request("POST", "/v1/runs?name=bench", body: Data(plan.utf8))
+            let (status, body, _) = try await client.request(CoordinatorAPI.submit.method, CoordinatorAPI.submit.path(query: "name=bench"), body: Data(plan.utf8))
             guard status == 201, var run = try? LabJSON.decoder.decode(Run.self, from: body) else {
                 throw ValidationError("submit refused: HTTP \(status) \(String(decoding: body.prefix(300), as: UTF8.self))")
             }
             while run.state == .arming {
                 // Not more often: each answer encodes the whole run record (a thousand nodes).
                 try await Task.sleep(nanoseconds: 50_000_000)
-                run = try await client.call("GET", "/v1/runs/\(run.id)")
+                run = try await client.call(CoordinatorAPI.run.method, CoordinatorAPI.run.path(run.id))
             }
             let armed = Date().timeIntervalSince(t0)
             let cpu1 = (Bench.cpuSeconds(of: coordinator.processIdentifier), Bench.cpuSeconds(of: getpid()))
@@ -124,11 +124,11 @@ struct BenchArm: AsyncParsableCommand {
             }
             if attempt < repeats {
                 // End the run at once so that the agents are free for the next.
-                _ = try? await client.request("POST", "/v1/runs/\(run.id)/abort")
+                _ = try? await client.request(CoordinatorAPI.abort.method, CoordinatorAPI.abort.path(run.id))
                 var state = run.state
                 for _ in 0..<600 where !state.isFinal {
                     try await Task.sleep(nanoseconds: 100_000_000)
-                    state = (try? await client.call("GET", "/v1/runs/\(run.id)", as: Run.self))?.state ?? state
+                    state = (try? await client.call(CoordinatorAPI.run.method, CoordinatorAPI.run.path(run.id), as: Run.self))?.state ?? state
                 }
                 try await Task.sleep(nanoseconds: 1_000_000_000)
             }

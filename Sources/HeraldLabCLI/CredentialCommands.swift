@@ -86,7 +86,7 @@ struct AgentsEnrol: AsyncParsableCommand {
         let c = try options.client()
         let e: Enrolment
         do {
-            e = try await c.call("POST", "/v1/agents/enrol", LabWire.EnrolRequest(name: name, hosts: hosts, coordinator: options.coordinator, days: days))
+            e = try await c.call(CoordinatorAPI.enrol.method, CoordinatorAPI.enrol.path(), LabWire.EnrolRequest(name: name, hosts: hosts, coordinator: options.coordinator, days: days))
         } catch {
             log("herald-lab agents enrol: \(error)")
             throw ExitCode(2)
@@ -107,7 +107,7 @@ struct AgentsRevoke: AsyncParsableCommand {
 
     func run() async throws {
         guard SafeName.isValid(name) else { log("agent name \"\(name)\" \(SafeName.problem(with: name)!)"); throw ExitCode(2) }
-        let _: Empty = try await options.call("POST", "/v1/agents/\(name)/revoke")
+        let _: Empty = try await options.call(CoordinatorAPI.revoke.method, CoordinatorAPI.revoke.path(name))
         print("agent \(name) revoked")
     }
 }

@@ -48,7 +48,7 @@ struct DonglesList: AsyncParsableCommand {
         if let coordinator {
             let client = try coordinatorClient(coordinator, tokenFile: tokenFile, credentials: credentials)
             let views: [LabWire.DongleView]
-            do { views = try await client.call("GET", "/v1/dongles?history=\(history)") } catch {
+            do { views = try await client.call(CoordinatorAPI.dongles.method, CoordinatorAPI.dongles.path(query: "history=\(history)")) } catch {
                 log("herald-lab dongles: GET \(coordinator)/v1/dongles: \(error)"); throw ExitCode(2)
             }
             if json { print(String(decoding: try LabJSON.encoder.encode(views), as: UTF8.self)); return }
@@ -179,7 +179,7 @@ struct DonglesCheck: AsyncParsableCommand {
         let client = LabClient(base: base.base, token: base.token, timeout: bound + 60)
         let result: LabWire.CheckResult
         do {
-            result = try await client.call("POST", "/v1/dongles/check", LabWire.CheckRequest(dongles: dongles.isEmpty ? nil : dongles, bound: bound))
+            result = try await client.call(CoordinatorAPI.checkDongles.method, CoordinatorAPI.checkDongles.path(), LabWire.CheckRequest(dongles: dongles.isEmpty ? nil : dongles, bound: bound))
         } catch {
             log("herald-lab dongles check: \(error)"); throw ExitCode(2)
         }
@@ -218,7 +218,7 @@ extension HealthAction {
             guard dongle.utf8.count <= 128, dongle.allSatisfy({ $0.isLetter || $0.isNumber || "-_.:".contains($0) }) else {
                 log("dongle \"\(dongle)\": a name or an address"); throw ExitCode(2)
             }
-            view = try await client.call("POST", "/v1/dongles/\(dongle)/health", LabWire.HealthRequest(health: Self.health, reason: reason))
+            view = try await client.call(CoordinatorAPI.dongleHealth.method, CoordinatorAPI.dongleHealth.path(dongle), LabWire.HealthRequest(health: Self.health, reason: reason))
         } catch let e as ExitCode { throw e } catch {
             log("herald-lab dongles: \(error)"); throw ExitCode(2)
         }

@@ -49,7 +49,7 @@ struct AgentsList: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        let views: [Coordinator.AgentView] = try await options.call("GET", "/v1/agents")
+        let views: [Coordinator.AgentView] = try await options.call(CoordinatorAPI.agents.method, CoordinatorAPI.agents.path())
         if json {
             print(String(decoding: try LabJSON.encoder.encode(views), as: UTF8.self))
             return
@@ -82,7 +82,7 @@ struct RunsCommand: AsyncParsableCommand {
         @Flag(help: "Print the coordinator's JSON.")
         var json = false
         func run() async throws {
-            let runs: [RunRecord] = try await options.call("GET", "/v1/runs")
+            let runs: [RunRecord] = try await options.call(CoordinatorAPI.runs.method, CoordinatorAPI.runs.path())
             if json {
                 print(String(decoding: try LabJSON.encoder.encode(runs), as: UTF8.self))
                 return
@@ -96,7 +96,7 @@ struct RunsCommand: AsyncParsableCommand {
 
     struct Abort: RunAction {
         static let configuration = CommandConfiguration(abstract: "Stop a running run now; what the nodes logged is gathered into its bundle.")
-        static let verb = "abort"
+        static let endpoint = CoordinatorAPI.abort
         @OptionGroup var options: CoordinatorOptions
         @Argument(help: "Run id.") var id: String
         static func describe(_ r: RunRecord) -> String { r.state == .cancelled ? "cancelled" : "abort requested; nodes stop and are gathered" }
@@ -104,14 +104,14 @@ struct RunsCommand: AsyncParsableCommand {
 
     struct Cancel: RunAction {
         static let configuration = CommandConfiguration(abstract: "Cancel a run that has not started; its agents are released.")
-        static let verb = "cancel"
+        static let endpoint = CoordinatorAPI.cancel
         @OptionGroup var options: CoordinatorOptions
         @Argument(help: "Run id.") var id: String
     }
 
     struct Gather: RunAction {
         static let configuration = CommandConfiguration(abstract: "Gather an ended run again (nodes lost before, a disk that was full).")
-        static let verb = "gather"
+        static let endpoint = CoordinatorAPI.gather
         @OptionGroup var options: CoordinatorOptions
         @Argument(help: "Run id.") var id: String
     }
@@ -119,7 +119,7 @@ struct RunsCommand: AsyncParsableCommand {
 
 /// A command that POSTs `/v1/runs/ID/<verb>` and prints the run's new state.
 protocol RunAction: AsyncParsableCommand {
-    static var verb: String { get }
+    static var endpoint: Endpoint<NoBody, Data> { get }
     var options: CoordinatorOptions { get }
     var id: String { get }
     static func describe(_ r: RunRecord) -> String
@@ -130,7 +130,7 @@ extension RunAction {
 
     func run() async throws {
         guard SafeName.isValid(id) else { log("run id \"\(id)\" \(SafeName.problem(with: id)!)"); throw ExitCode(2) }
-        let r: RunRecord = try await options.call("POST", "/v1/runs/\(id)/\(Self.verb)")
+        let r: RunRecord = try await options.call(Self.endpoint.method, Self.endpoint.path(id))
         print("run \(r.id): \(Self.describe(r))")
     }
 }

@@ -47,7 +47,7 @@ struct RunCommand: AsyncParsableCommand {
     /// The run submitted now, or the one named by --attach.
     func startOrAttach(_ client: LabClient) async throws -> RunRecord {
         if let attach {
-            let record: RunRecord = try await options.call("GET", "/v1/runs/\(attach)")
+            let record: RunRecord = try await options.call(CoordinatorAPI.run.method, CoordinatorAPI.run.path(attach))
             if let problem = Self.runIdProblem(record.id) { throw BundleFailure(description: "\(problem): not followed") }
             print("run \(record.id) attached: \(record.nodes.count) nodes for \(formatDuration(record.duration)), \(record.state.rawValue)")
             return record
@@ -94,7 +94,7 @@ struct RunCommand: AsyncParsableCommand {
         let status: Int, body: Data
         let query = name.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._"))) ?? "plan"
         do {
-            (status, body, _) = try await client.request("POST", "/v1/runs?name=\(query)", body: Data(text.utf8))
+            (status, body, _) = try await client.request(CoordinatorAPI.submit.method, CoordinatorAPI.submit.path(query: "name=\(query)"), body: Data(text.utf8))
         } catch {
             // Refused, unresolvable, another CA, http against https, TLS failures: all errors.
             throw SubmitFailure.unreachable(coordinator: client.base.absoluteString, error: "\(error)")
@@ -207,7 +207,7 @@ struct RunCommand: AsyncParsableCommand {
         var unanswered: Date?
         while true {
             do {
-                current = try await client.call("GET", "/v1/runs/\(record.id)")
+                current = try await client.call(CoordinatorAPI.run.method, CoordinatorAPI.run.path(record.id))
                 unanswered = nil
             } catch {
                 // A coordinator that is gone for a minute is given up on (it keeps the run if it comes back).

@@ -45,7 +45,7 @@ extension RunCommand {
         let client = try options.client()
         // The coordinator is reached before anything is written.
         do {
-            let (status, body, _) = try await client.request("GET", "/v1/agents")
+            let (status, body, _) = try await client.request(CoordinatorAPI.agents.method, CoordinatorAPI.agents.path())
             guard status == 200 else {
                 let message = (try? JSONDecoder().decode([String: String].self, from: body))?["error"] ?? String(decoding: body.prefix(500), as: UTF8.self)
                 log("herald-lab run: the coordinator at \(coordinator) refused (HTTP \(status)): \(OutsideText.escaped(message))")
@@ -125,7 +125,7 @@ extension RunCommand {
                     if !moved.isEmpty {
                         let what = moved.map { n in "\(n.name): agent \(n.agent) now drives \(n.dongle?.id ?? "no dongle"), not the pinned \((pinnedDongles[n.name] ?? nil) ?? "none")" }
                         outcome.message = "pinned dongle lost: " + what.joined(separator: "; ")
-                        _ = try? await client.request("POST", "/v1/runs/\(submitted.id)/abort", body: nil)
+                        _ = try? await client.request(CoordinatorAPI.abort.method, CoordinatorAPI.abort.path(submitted.id), body: nil)
                         log("herald-lab run: \(r.folder) (run \(submitted.id)): \(OutsideText.escaped(outcome.message!)); the run was stopped (a crossover runs every level on the same dongles)")
                         outcomes.append(outcome)
                         try save()

@@ -8,7 +8,7 @@ import LabPlan
 /// node's status at each scrape; counters run over the agent's life, across runs.
 extension Agent {
     func metricsRoute() {
-        http.route("GET", "/metrics", allow: [.coordinator, .operator, .scraper]) { [unowned self] _ in
+        http.route(AgentAPI.metrics.method, AgentAPI.metrics.template, allow: [.coordinator, .operator, .scraper]) { [unowned self] _ in
             self.collectMetrics()
             return HTTPResponse(.ok, headers: ["Content-Type": LabMetrics.contentType], body: Data(self.metrics.exposition()))
         }

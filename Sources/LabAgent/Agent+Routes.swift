@@ -9,23 +9,23 @@ import LabPlan
 /// on the scheduler's queue. `LocalAgentLink` calls the same methods without HTTP.
 extension Agent {
     func routes() {
-        http.route("GET", "/v1/status") { [unowned self] _ in .json(self.status) }
-        http.route("POST", "/v1/clock") { [unowned self] _ in .json(self.clockReply()) }
-        http.route("POST", "/v1/arm") { [unowned self] req in .json(try await self.armRun(try req.decode(LabWire.ArmRequest.self))) }
-        http.route("POST", "/v1/start") { [unowned self] req in .json(try self.startRun(try req.decode(LabWire.StartRequest.self))) }
-        http.route("POST", "/v1/preflight") { [unowned self] req in
+        http.route(AgentAPI.status.method, AgentAPI.status.template) { [unowned self] _ in .json(self.status) }
+        http.route(AgentAPI.clock.method, AgentAPI.clock.template) { [unowned self] _ in .json(self.clockReply()) }
+        http.route(AgentAPI.arm.method, AgentAPI.arm.template) { [unowned self] req in .json(try await self.armRun(try req.decode(LabWire.ArmRequest.self))) }
+        http.route(AgentAPI.start.method, AgentAPI.start.template) { [unowned self] req in .json(try self.startRun(try req.decode(LabWire.StartRequest.self))) }
+        http.route(AgentAPI.startPreflight.method, AgentAPI.startPreflight.template) { [unowned self] req in
             .json(try await self.startPreflight(try req.decode(LabWire.PreflightRequest.self)))
         }
-        http.route("GET", "/v1/preflight") { [unowned self] _ in .json(try self.preflightStatus()) }
-        http.route("POST", "/v1/preflight/stop") { [unowned self] _ in .json(try await self.endPreflight()) }
-        http.route("GET", "/v1/runs") { [unowned self] _ in .json(self.scheduler.sync { self.heldRuns() }) }
-        http.route("GET", "/v1/runs/:run/files") { [unowned self] req in .json(try self.files(of: req.parameters["run"] ?? "")) }
-        http.route("GET", "/v1/runs/:run/files/:file") { [unowned self] req in
+        http.route(AgentAPI.preflightStatus.method, AgentAPI.preflightStatus.template) { [unowned self] _ in .json(try self.preflightStatus()) }
+        http.route(AgentAPI.stopPreflight.method, AgentAPI.stopPreflight.template) { [unowned self] _ in .json(try await self.endPreflight()) }
+        http.route(AgentAPI.heldRuns.method, AgentAPI.heldRuns.template) { [unowned self] _ in .json(self.scheduler.sync { self.heldRuns() }) }
+        http.route(AgentAPI.files.method, AgentAPI.files.template) { [unowned self] req in .json(try self.files(of: req.parameters["run"] ?? "")) }
+        http.route(AgentAPI.file.method, AgentAPI.file.template) { [unowned self] req in
             let (url, id, file) = try self.fileURL(run: req.parameters["run"] ?? "", name: req.parameters["file"] ?? "")
             return try .file(url, range: req.headers["range"], missing: "run \(id) has no \(file) here")
         }
-        http.route("POST", "/v1/runs/:run/stop") { [unowned self] req in .json(try self.stopRun(req.parameters["run"] ?? "")) }
-        http.route("POST", "/v1/runs/:run/release") { [unowned self] req in
+        http.route(AgentAPI.stopRun.method, AgentAPI.stopRun.template) { [unowned self] req in .json(try self.stopRun(req.parameters["run"] ?? "")) }
+        http.route(AgentAPI.release.method, AgentAPI.release.template) { [unowned self] req in
             .json(["released": try self.releaseRun(req.parameters["run"] ?? "")])
         }
     }

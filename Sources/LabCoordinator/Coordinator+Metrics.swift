@@ -54,7 +54,7 @@ extension Coordinator {
     static let runStates: [RunRecord.State] = [.arming, .running, .gathering, .complete, .aborted, .failed, .cancelled]
 
     func metricsRoute() {
-        http.route("GET", "/metrics", allow: [.operator, .scraper]) { [unowned self] _ in
+        http.route(CoordinatorAPI.metrics.method, CoordinatorAPI.metrics.template, allow: [.operator, .scraper]) { [unowned self] _ in
             self.collectMetrics()
             return HTTPResponse(.ok, headers: ["Content-Type": LabMetrics.contentType], body: Data(self.metrics.metrics.exposition()))
         }

@@ -8,47 +8,47 @@ import Logging
 extension Coordinator {
     func routes() {
         // Agents call these two about themselves (their own credential, their own name only).
-        http.route("POST", "/v1/agents/register", allow: [.agent, .operator]) { [unowned self] req in
+        http.route(CoordinatorAPI.register.method, CoordinatorAPI.register.template, allow: [.agent, .operator]) { [unowned self] req in
             try self.register(try req.decode(LabWire.AgentInfo.self), principal: req.principal, peerHost: req.peerHost)
             return .json(Empty())
         }
-        http.route("POST", "/v1/agents/:name/heartbeat", allow: [.agent, .operator]) { [unowned self] req in
+        http.route(CoordinatorAPI.heartbeat.method, CoordinatorAPI.heartbeat.template, allow: [.agent, .operator]) { [unowned self] req in
             let received = self.now
             return .json(try self.heartbeat(req.parameters["name"] ?? "", try req.decode(LabWire.AgentStatus.self), principal: req.principal, received: received))
         }
         // Everything else is the operator's.
-        http.route("GET", "/v1/agents", allow: [.operator]) { [unowned self] _ in .json(self.agentViews) }
-        http.route("POST", "/v1/agents/enrol", bodyLimit: 16 * 1024, allow: [.operator]) { [unowned self] req in
+        http.route(CoordinatorAPI.agents.method, CoordinatorAPI.agents.template, allow: [.operator]) { [unowned self] _ in .json(self.agentViews) }
+        http.route(CoordinatorAPI.enrol.method, CoordinatorAPI.enrol.template, bodyLimit: 16 * 1024, allow: [.operator]) { [unowned self] req in
             .json(try self.enrol(try req.decode(LabWire.EnrolRequest.self)), status: .created)
         }
-        http.route("POST", "/v1/agents/:name/revoke", allow: [.operator]) { [unowned self] req in
+        http.route(CoordinatorAPI.revoke.method, CoordinatorAPI.revoke.template, allow: [.operator]) { [unowned self] req in
             try self.revoke(req.parameters["name"] ?? "")
             return .json(Empty())
         }
-        http.route("GET", "/v1/dongles", allow: [.operator]) { [unowned self] req in
+        http.route(CoordinatorAPI.dongles.method, CoordinatorAPI.dongles.template, allow: [.operator]) { [unowned self] req in
             let history = min(max(Int(req.query["history"] ?? "") ?? 20, 0), 1000)
             return .json(self.dongleViews(history: history))
         }
-        http.route("POST", "/v1/dongles/check", bodyLimit: 64 * 1024, allow: [.operator]) { [unowned self] req in
+        http.route(CoordinatorAPI.checkDongles.method, CoordinatorAPI.checkDongles.template, bodyLimit: 64 * 1024, allow: [.operator]) { [unowned self] req in
             .json(try await self.checkDongles(req.body.isEmpty ? LabWire.CheckRequest(dongles: nil, bound: nil) : try req.decode(LabWire.CheckRequest.self)))
         }
-        http.route("POST", "/v1/dongles/:dongle/health", bodyLimit: 16 * 1024, allow: [.operator]) { [unowned self] req in
+        http.route(CoordinatorAPI.dongleHealth.method, CoordinatorAPI.dongleHealth.template, bodyLimit: 16 * 1024, allow: [.operator]) { [unowned self] req in
             .json(try self.setHealth(req.parameters["dongle"] ?? "", try req.decode(LabWire.HealthRequest.self)))
         }
-        http.route("POST", "/v1/runs", bodyLimit: 256 * 1024, allow: [.operator]) { [unowned self] req in
+        http.route(CoordinatorAPI.submit.method, CoordinatorAPI.submit.template, bodyLimit: 256 * 1024, allow: [.operator]) { [unowned self] req in
             let text = String(decoding: req.body, as: UTF8.self)
             let run = try self.submit(planText: text, source: req.query["name"] ?? "plan")
             return .json(run, status: .created)
         }
-        http.route("GET", "/v1/runs", allow: [.operator]) { [unowned self] _ in
+        http.route(CoordinatorAPI.runs.method, CoordinatorAPI.runs.template, allow: [.operator]) { [unowned self] _ in
             .json(self.withLock { self.runs.values.sorted { $0.created < $1.created } })
         }
-        http.route("GET", "/v1/runs/:id", allow: [.operator]) { [unowned self] req in
+        http.route(CoordinatorAPI.run.method, CoordinatorAPI.run.template, allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
             guard let r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
             return .json(r)
         }
-        http.route("POST", "/v1/runs/:id/cancel", allow: [.operator]) { [unowned self] req in
+        http.route(CoordinatorAPI.cancel.method, CoordinatorAPI.cancel.template, allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
             guard let r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
             guard r.state == .arming, r.startAt == nil else {
@@ -58,10 +58,10 @@ extension Coordinator {
             let cancelled = await self.endBeforeStart(r, state: .cancelled, message: "cancelled before the start")
             return .json(cancelled)
         }
-        http.route("POST", "/v1/runs/:id/abort", allow: [.operator]) { [unowned self] req in
+        http.route(CoordinatorAPI.abort.method, CoordinatorAPI.abort.template, allow: [.operator]) { [unowned self] req in
             .json(try await self.abort(try Self.runId(req)))
         }
-        http.route("POST", "/v1/runs/:id/gather", allow: [.operator]) { [unowned self] req in
+        http.route(CoordinatorAPI.gather.method, CoordinatorAPI.gather.template, allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
             guard var r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
             guard r.state.isFinal, r.state != .cancelled, r.startAt != nil else {
@@ -73,7 +73,7 @@ extension Coordinator {
             self.launch(id)
             return .json(r)
         }
-        http.route("GET", "/v1/runs/:id/bundle", allow: [.operator]) { [unowned self] req in
+        http.route(CoordinatorAPI.bundle.method, CoordinatorAPI.bundle.template, allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
             guard let r = self.run(id), r.bundle != nil, [.complete, .aborted].contains(r.state) else { throw HTTPError(.conflict, "run \(id) has no bundle") }
             let tar = self.config.results.appendingPathComponent("\(id).tar.gz")

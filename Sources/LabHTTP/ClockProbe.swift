@@ -29,7 +29,7 @@ public enum ClockProbe {
     /// `settle`: after that many samples, stop early once a round trip of at most
     /// `settledRoundTrip` has been seen (the offset is then good to half of it); on a slow or
     /// jittery link all `count` are taken. `timeout` bounds the connection and each exchange.
-    public static func measure(_ url: URL, token: String?, count: Int, settle: Int? = nil, settledRoundTrip: Double = 0.001, timeout: TimeInterval = 5) async throws -> [Sample] {
+    public static func measure(_ url: URL, path: String, token: String?, count: Int, settle: Int? = nil, settledRoundTrip: Double = 0.001, timeout: TimeInterval = 5) async throws -> [Sample] {
         func failure(_ kind: NetError.Kind, _ why: String) -> NetError {
             NetError(kind, "clock probe of \(url.absoluteString): \(why)")
         }
@@ -40,7 +40,7 @@ public enum ClockProbe {
             target = try HostPort(url: url)
             tls = try LabTrust.context(for: url)
         } catch let e as NetError { throw failure(e.kind, e.message) }
-        var head = HTTPRequestHead(version: .http1_1, method: .POST, uri: "/v1/clock")
+        var head = HTTPRequestHead(version: .http1_1, method: .POST, uri: path)
         head.headers.add(name: "Host", value: "\(target)")
         head.headers.add(name: "Content-Type", value: "application/json")
         head.headers.add(name: "Content-Length", value: "2")

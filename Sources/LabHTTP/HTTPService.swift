@@ -130,6 +130,12 @@ public final class HTTPService: @unchecked Sendable {
     public let throttle: AuthThrottle
     var routes: [Route] = []
     let routesLock = NSLock()
+    /// Every route's method and path template, in the order routed (the endpoint-table tests
+    /// compare them with LabPlan's `AgentAPI` and `CoordinatorAPI`).
+    public var routeTable: [(method: String, path: String)] {
+        routesLock.lock(); defer { routesLock.unlock() }
+        return routes.map { ($0.method, "/" + $0.parts.joined(separator: "/")) }
+    }
     /// The running server: its service group, the task running it, and its gate.
     private var running: (group: ServiceGroup, task: Task<Void, Never>, gate: ConnectionGate, listener: any Channel)?
     private let runningLock = NSLock()

@@ -18,25 +18,25 @@ public struct HTTPAgentLink: AgentLink {
     /// The link factory the coordinator uses unless it is given another.
     public static let factory: AgentLinkFactory = { HTTPAgentLink($0) }
 
-    public func status() async throws(LinkError) -> LabWire.AgentStatus { try await client.link("GET", "/v1/status") }
+    public func status() async throws(LinkError) -> LabWire.AgentStatus { try await client.link(AgentAPI.status.method, AgentAPI.status.path()) }
 
     public func clockSamples(count: Int, settle: Int) async throws(LinkError) -> [LabWire.ClockSample] {
         do {
-            return try await ClockProbe.measure(client.base, token: client.token, count: count, settle: settle)
+            return try await ClockProbe.measure(client.base, path: AgentAPI.clock.path(), token: client.token, count: count, settle: settle)
                 .map { LabWire.ClockSample(offset: $0.offset, roundTrip: $0.roundTrip) }
         } catch { throw LinkError(error) }
     }
 
-    public func arm(_ request: LabWire.ArmRequest) async throws(LinkError) -> LabWire.AgentStatus { try await client.link("POST", "/v1/arm", request) }
-    public func start(_ request: LabWire.StartRequest) async throws(LinkError) -> LabWire.AgentStatus { try await client.link("POST", "/v1/start", request) }
-    public func startPreflight(_ request: LabWire.PreflightRequest) async throws(LinkError) -> LabWire.PreflightReport { try await client.link("POST", "/v1/preflight", request) }
-    public func preflightStatus() async throws(LinkError) -> LabWire.PreflightReport { try await client.link("GET", "/v1/preflight") }
-    public func stopPreflight() async throws(LinkError) -> LabWire.PreflightReport { try await client.link("POST", "/v1/preflight/stop") }
-    public func stopRun(_ run: String) async throws(LinkError) -> LabWire.AgentStatus { try await client.link("POST", "/v1/runs/\(run)/stop") }
-    public func files(of run: String) async throws(LinkError) -> LabWire.FileList { try await client.link("GET", "/v1/runs/\(run)/files") }
+    public func arm(_ request: LabWire.ArmRequest) async throws(LinkError) -> LabWire.AgentStatus { try await client.link(AgentAPI.arm.method, AgentAPI.arm.path(), request) }
+    public func start(_ request: LabWire.StartRequest) async throws(LinkError) -> LabWire.AgentStatus { try await client.link(AgentAPI.start.method, AgentAPI.start.path(), request) }
+    public func startPreflight(_ request: LabWire.PreflightRequest) async throws(LinkError) -> LabWire.PreflightReport { try await client.link(AgentAPI.startPreflight.method, AgentAPI.startPreflight.path(), request) }
+    public func preflightStatus() async throws(LinkError) -> LabWire.PreflightReport { try await client.link(AgentAPI.preflightStatus.method, AgentAPI.preflightStatus.path()) }
+    public func stopPreflight() async throws(LinkError) -> LabWire.PreflightReport { try await client.link(AgentAPI.stopPreflight.method, AgentAPI.stopPreflight.path()) }
+    public func stopRun(_ run: String) async throws(LinkError) -> LabWire.AgentStatus { try await client.link(AgentAPI.stopRun.method, AgentAPI.stopRun.path(run)) }
+    public func files(of run: String) async throws(LinkError) -> LabWire.FileList { try await client.link(AgentAPI.files.method, AgentAPI.files.path(run)) }
 
     public func fetchFile(run: String, name: String, from offset: Int64, appendingTo destination: URL, hasher: inout SHA256) async throws(LinkError) -> FetchedPart {
-        let url = client.base.appendingPathComponent("v1/runs/\(run)/files/\(name)")
+        guard let url = URL(string: AgentAPI.file.path(run, name), relativeTo: client.base)?.absoluteURL else { throw LinkError(status: nil, message: "bad agent URL") }
         var headers = ["Authorization": "Bearer \(client.token ?? "")"]
         if offset > 0 { headers["Range"] = "bytes=\(offset)-" }
         do {
@@ -48,7 +48,7 @@ public struct HTTPAgentLink: AgentLink {
     /// A refusal carries the answer's first 200 bytes as its message.
     public func release(_ run: String) async throws(LinkError) {
         let answer: (Int, Data, [String: String])
-        do { answer = try await client.request("POST", "/v1/runs/\(run)/release") } catch { throw LinkError(error) }
+        do { answer = try await client.request(AgentAPI.release.method, AgentAPI.release.path(run)) } catch { throw LinkError(error) }
         guard answer.0 < 300 else { throw LinkError(status: answer.0, message: String(decoding: answer.1.prefix(200), as: UTF8.self)) }
     }
 }
@@ -63,7 +63,7 @@ public struct HTTPCoordinatorLink: CoordinatorLink {
     }
 
     public func register(_ info: LabWire.AgentInfo) async throws(LinkError) {
-        let _: Empty = try await client.link("POST", "/v1/agents/register", info)
+        let _: Empty = try await client.link(CoordinatorAPI.register.method, CoordinatorAPI.register.path(), info)
     }
 
     /// Stamped just before the request is handed to the client (after the status is encoded) and
@@ -72,7 +72,7 @@ public struct HTTPCoordinatorLink: CoordinatorLink {
         // A coordinator from before heartbeat clocks answers {}: no stamps, no sample.
         struct Stamps: Decodable { var received: Double?; var sent: Double? }
         let answer: (answer: Stamps, sent: Double, answered: Double)
-        do { answer = try await client.timedCall("POST", "/v1/agents/\(name)/heartbeat", status, as: Stamps.self) } catch { throw LinkError(error) }
+        do { answer = try await client.timedCall(CoordinatorAPI.heartbeat.method, CoordinatorAPI.heartbeat.path(name), status, as: Stamps.self) } catch { throw LinkError(error) }
         let reply = answer.answer.received.flatMap { r in answer.answer.sent.map { LabWire.ClockReply(received: r, sent: $0) } }
         return HeartbeatAnswer(sent: answer.sent, answered: answer.answered, reply: reply)
     }

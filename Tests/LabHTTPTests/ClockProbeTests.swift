@@ -42,7 +42,7 @@ final class ClockProbeTests: XCTestCase {
         // Trusting another CA: the handshake fails, and the error says TLS.
         try LabTrust.trust(caFile: other.appendingPathComponent("ca.pem").path)
         do {
-            _ = try await ClockProbe.measure(url, token: nil, count: 2, timeout: 5)
+            _ = try await ClockProbe.measure(url, path: "/v1/clock", token: nil, count: 2, timeout: 5)
             XCTFail("probed a server another CA signed")
         } catch let e as NetError {
             XCTAssertEqual(e.kind, .tls, "\(e)")
@@ -51,14 +51,14 @@ final class ClockProbeTests: XCTestCase {
 
         // The right CA: samples, each with the true offset (0, one clock) within its bounds.
         try LabTrust.trust(caFile: ours.appendingPathComponent("ca.pem").path)
-        let samples = try await ClockProbe.measure(url, token: nil, count: 4)
+        let samples = try await ClockProbe.measure(url, path: "/v1/clock", token: nil, count: 4)
         XCTAssertEqual(samples.count, 4)
         for s in samples { XCTAssertLessThanOrEqual(abs(s.offset), s.roundTrip / 2 + 1e-6, "\(samples)") }
 
         // Without any CA, https is refused before a connection is made.
         LabTrust.forget()
         do {
-            _ = try await ClockProbe.measure(url, token: nil, count: 1)
+            _ = try await ClockProbe.measure(url, path: "/v1/clock", token: nil, count: 1)
             XCTFail("probed https without the lab CA")
         } catch let e as NetError {
             XCTAssertEqual(e.kind, .tls)
@@ -82,7 +82,7 @@ final class ClockProbeTests: XCTestCase {
         }.start()
         let url = URL(string: "http://127.0.0.1:\(port)")!
         do {
-            _ = try await ClockProbe.measure(url, token: nil, count: 3, timeout: 5)
+            _ = try await ClockProbe.measure(url, path: "/v1/clock", token: nil, count: 3, timeout: 5)
             XCTFail("measured a peer that vanished")
         } catch let e as NetError {
             XCTAssertEqual(e.kind, .closed, "\(e)")

@@ -85,7 +85,7 @@ final class HostileNumberTests: XCTestCase {
     func testClockProbeTimeoutsAreRefusedByName() async throws {
         for t in Self.hostile {
             do {
-                _ = try await ClockProbe.measure(nowhere, token: nil, count: 1, timeout: t)
+                _ = try await ClockProbe.measure(nowhere, path: "/v1/clock", token: nil, count: 1, timeout: t)
                 XCTFail("\(t) was taken")
             } catch let e as NetError {
                 XCTAssertEqual(e.message, "clock probe of http://127.0.0.1:9/: timeout \(t) s is not 0 to 3600 s")

@@ -88,7 +88,9 @@ final class HostileAgentTests: XCTestCase {
         let lab = try await MemoryLab.make(agents: 3)
         self.lab = lab
         let id = try lab.coordinator.submit(planText: plan("lies-running", nodes: 3), source: "lies").id
-        let running = try await lab.waitFor("the run running", timeout: 30) { lab.coordinator.run(id).flatMap { $0.state == .running ? $0 : nil } }
+        let running = try await lab.waitFor("the run running on every agent", timeout: 30) {
+            lab.coordinator.run(id).flatMap { r in r.state == .running && r.nodes.allSatisfy { lab.agents[$0.agent]?.status.state == .running } ? r : nil }
+        }
         let hostile = try XCTUnwrap(running.nodes.first?.agent)
         let link = try XCTUnwrap(lab.links[hostile])
         let before = link.heartbeats

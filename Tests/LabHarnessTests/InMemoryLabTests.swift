@@ -130,7 +130,11 @@ final class InMemoryLabTests: XCTestCase {
         let lab = try await MemoryLab.make(agents: 2)
         self.lab = lab
         let id = try lab.coordinator.submit(planText: plan("absurd", nodes: 2), source: "absurd").id
-        let running = try await lab.waitFor("the run running", timeout: 30) { lab.coordinator.run(id).flatMap { $0.state == .running ? $0 : nil } }
+        // Its node running on its agent: the start was taken before the clock turns (a start
+        // still in flight would be sent 5e10 s early, another test's matter).
+        let running = try await lab.waitFor("the run running on every agent", timeout: 30) {
+            lab.coordinator.run(id).flatMap { r in r.state == .running && r.nodes.allSatisfy { lab.agents[$0.agent]?.status.state == .running } ? r : nil }
+        }
         let hostile = try XCTUnwrap(running.nodes.first?.agent)
         lab.links[hostile]!.clockSkew = 5e10
         let r = try await lab.waitFor("the run's end", timeout: 60) { lab.coordinator.run(id).flatMap { $0.state.isFinal ? $0 : nil } }

@@ -93,14 +93,14 @@ final class HTTPOverLabNetTests: XCTestCase {
     func testClockProbeMeasuresOverIPv6() async throws {
         try requireIPv6Loopback()
         let (_, port) = try await start(on: "::1")
-        let samples = try await ClockProbe.measure(url("::1", port), token: nil, count: 4)
+        let samples = try await ClockProbe.measure(url("::1", port), path: "/v1/clock", token: nil, count: 4)
         XCTAssertEqual(samples.count, 4)
         XCTAssertTrue(samples.allSatisfy { abs($0.offset) < 0.05 && $0.roundTrip >= 0 && $0.roundTrip < 1 }, "\(samples)")
     }
 
     func testClockProbeMeasuresOnLocalhost() async throws {
         let (_, port) = try await start(on: "localhost")
-        let samples = try await ClockProbe.measure(url("localhost", port), token: nil, count: 4)
+        let samples = try await ClockProbe.measure(url("localhost", port), path: "/v1/clock", token: nil, count: 4)
         XCTAssertEqual(samples.count, 4)
         // One clock on both ends: the true offset, 0, lies within every exchange's bounds, unless a
         // stamp was taken on the wrong side of the exchange (t0 after the agent's t1, t3 before t2).
@@ -113,7 +113,7 @@ final class HTTPOverLabNetTests: XCTestCase {
         let port = try closedPort()
         let refused = url("127.0.0.1", port)
         do {
-            _ = try await ClockProbe.measure(refused, token: nil, count: 2, timeout: 2)
+            _ = try await ClockProbe.measure(refused, path: "/v1/clock", token: nil, count: 2, timeout: 2)
             XCTFail("measured a closed port")
         } catch {
             XCTAssertEqual("\(error)", "clock probe of \(refused.absoluteString): cannot connect to 127.0.0.1:\(port): Connection refused")
@@ -122,12 +122,12 @@ final class HTTPOverLabNetTests: XCTestCase {
         let (_, guarded) = try await start(on: "localhost", token: "0123456789abcdef0123")
         let unauthorised = url("localhost", guarded)
         do {
-            _ = try await ClockProbe.measure(unauthorised, token: nil, count: 2)
+            _ = try await ClockProbe.measure(unauthorised, path: "/v1/clock", token: nil, count: 2)
             XCTFail("measured without the token")
         } catch {
             XCTAssertTrue("\(error)".hasPrefix("clock probe of \(unauthorised.absoluteString): HTTP 401"), "\(error)")
         }
-        let samples = try await ClockProbe.measure(unauthorised, token: "0123456789abcdef0123", count: 1)
+        let samples = try await ClockProbe.measure(unauthorised, path: "/v1/clock", token: "0123456789abcdef0123", count: 1)
         XCTAssertEqual(samples.count, 1)
     }
 
