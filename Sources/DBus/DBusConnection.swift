@@ -54,7 +54,7 @@ public final class DBusConnection: @unchecked Sendable {
         var readingSignal: (@Sendable (_ member: String) -> Error?)?
         var buildingSignal: (@Sendable (_ member: String) -> Error?)?
     }
-    var faults = Faults()
+    private(set) var faults = Faults()
 
     // Id counter shared by tasks (lock, not queue, so ids exist before hopping onto the queue).
     private let idLock = NSLock()
