@@ -2,9 +2,10 @@
 SWIFT ?= swift
 SHELL := /bin/bash
 # What `swift build` needs (make build, make demo): only these on a newcomer's first run.
-BUILD_APT := pkg-config libdbus-1-dev libbluetooth-dev libcurl4-openssl-dev libsqlite3-dev
-# What the tests drive besides: a private dbus-daemon, the fixture's xz, a browser, Prometheus.
-TEST_APT := dbus xz-utils chromium chromium-driver prometheus
+BUILD_APT := pkg-config libdbus-1-dev libbluetooth-dev libsqlite3-dev
+# What the tests drive besides: a private dbus-daemon, the fixture's xz, a browser, Prometheus,
+# and libcurl for the toolchain's FoundationNetworking (URLSession in two test files; the product has none).
+TEST_APT := dbus xz-utils chromium chromium-driver prometheus libcurl4
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps deps-build build release release-static lab deb-binary deb test-deb test test-integration test-calibration test-ci test-dashboard test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
@@ -198,7 +199,7 @@ test-lab: deb
 	$(SUDO) python3 scripts/netlab/netlab.py test --deb $$(ls $(DEB_OUT)/herald-lab_*.deb) --out $(LAB_OUT)
 
 clean:
-	rm -rf .build Benchmarks/.build .build-bluez .build-deb dist
+	rm -rf .build .build-bluez .build-deb dist
 
 # Benchmarks (release build): figures and ratios, never asserted in tests.
 bench: bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale bench-variance

@@ -51,7 +51,7 @@ let package = Package(
         // MARK: Herald-format log files.
         .target(name: "HeraldLogs", dependencies: ["HeraldCore", "HeraldRadio"]),
         // MARK: The Herald sensor engine (Android-like), over HeraldRadio only.
-        .target(name: "HeraldSensor", dependencies: ["HeraldCore", "HeraldRadio", "HeraldLogs"]),
+        .target(name: "HeraldSensor", dependencies: ["HeraldCore", "HeraldRadio"]),
         // MARK: Simulated radio: propagation model, virtual-time medium, simulated transport.
         .target(name: "RadioSim", dependencies: ["HeraldCore", "HeraldRadio"]),
         // MARK: Test plans (YAML) and the results bundle manifest.
@@ -130,7 +130,6 @@ let package = Package(
         .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio"),
                                                        .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabLink", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio")]),
-        .testTarget(name: "EndToEndTests", dependencies: ["LabPlan"]),
         // The command's own functions (its texts of durations from a coordinator's records), and
         // its client against a hostile coordinator (a socket server in the test process).
         .testTarget(name: "HeraldLabCLITests", dependencies: ["HeraldLabCLI", "HeraldCore", "LabCoordinator", "LabHTTP", "LabNet", "LabTestSupport",

@@ -196,7 +196,11 @@ extension BlueZTransport {
     private func abandon(_ path: String) {
         resolveWaiters.removeValue(forKey: path)
         guard let bus, state == .poweredOn else { return }
-        Task { _ = try? await self.call(bus, path, BlueZ.device, "Disconnect", timeout: 5) }
+        Task {
+            do { _ = try await self.call(bus, path, BlueZ.device, "Disconnect", timeout: 5) } catch {
+                await self.onScheduler { self.note("Disconnect of \(path) after a timed-out attempt failed: \(error)") }
+            }
+        }
     }
 
     public func discoverServices(_ address: RadioAddress, completion: @escaping (Result<[GATTService], TransportError>) -> Void) {

@@ -108,7 +108,10 @@ extension BlueZTransport {
         }) { bus in
             // New content (a renewed pseudo address) means unregistering and registering again.
             if let previous {
-                _ = try? await self.call(bus, adapter, BlueZ.advertisingManager, "UnregisterAdvertisement", [.objectPath(previous)])
+                do { _ = try await self.call(bus, adapter, BlueZ.advertisingManager, "UnregisterAdvertisement", [.objectPath(previous)]) } catch {
+                    // The old one may go on being advertised beside the new one: log.txt says so.
+                    await self.onScheduler { self.note("could not unregister advertisement \(previous) before its renewal: \(error)") }
+                }
                 await bus.unexport(path: previous)
             }
             try await bus.export(path: path, interfaces: [interface])

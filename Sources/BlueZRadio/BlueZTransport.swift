@@ -341,6 +341,11 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     private func connection() async throws -> DBusConnection {
         if let bus = await onScheduler({ self.bus }), await bus.isConnected { return bus }
         let bus = try await DBusConnection.connect(address: options.busAddress)
+        // A signal of bluetoothd's that cannot be read, or one of ours not emitted, goes to log.txt.
+        await bus.onProblem { [weak self] problem in
+            guard let self else { return }
+            self.dispatch.queue.async { self.note("D-Bus: \(problem)") }
+        }
         // Subscribe before GetManagedObjects, so no change between the two is missed.
         let events = try await bus.signals(matching: DBusMatchRule(sender: BlueZ.service))
         let owners = try await bus.signals(matching: DBusMatchRule(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus",

@@ -1,9 +1,7 @@
 #ifndef CLINUXEVENTS_SHIM_H
 #define CLINUXEVENTS_SHIM_H
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
+// What FileDownload needs of Linux that Glibc declares only under _GNU_SOURCE.
 #include <sys/syscall.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <stdint.h>
 #include <fcntl.h>
@@ -12,10 +10,6 @@
 /// SYNC_FILE_RANGE_WRITE, which Glibc declares only under _GNU_SOURCE).
 static inline int heraldlab_start_writeback(int fd, int64_t offset, int64_t length) {
     return (int)syscall(SYS_sync_file_range, fd, offset, length, 2 /* SYNC_FILE_RANGE_WRITE */);
-}
-/// accept4 with SOCK_CLOEXEC (Glibc declares accept4 only under _GNU_SOURCE).
-static inline int heraldlab_accept_cloexec(int fd, struct sockaddr *address, socklen_t *length) {
-    return (int)syscall(SYS_accept4, fd, address, length, SOCK_CLOEXEC);
 }
 /// O_DIRECT (Glibc names it only under _GNU_SOURCE; its value differs between architectures).
 static inline int heraldlab_o_direct(void) {

@@ -47,6 +47,14 @@ public final class DBusConnection: @unchecked Sendable {
     private var nameOwners: [String: String] = [:]       // well-known sender name -> current unique owner
     private var objects: [String: [String: DBusInterface]] = [:]   // path -> interface name -> interface
     private var managers: Set<String> = []
+    private var problemHandler: (@Sendable (DBusProblem) -> Void)?
+    /// Failures no daemon provokes (a body libdbus validated that this binding cannot read, a
+    /// signal it cannot build), by member name: only the tests of how they are reported set them.
+    struct Faults: Sendable {
+        var readingSignal: (@Sendable (_ member: String) -> Error?)?
+        var buildingSignal: (@Sendable (_ member: String) -> Error?)?
+    }
+    private(set) var faults = Faults()
 
     // Id counter shared by tasks (lock, not queue, so ids exist before hopping onto the queue).
     private let idLock = NSLock()
@@ -257,9 +265,16 @@ public final class DBusConnection: @unchecked Sendable {
                 return DBUS_HANDLER_RESULT_HANDLED
             }
             guard !subscriptions.isEmpty else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
-            let args = (try? DBusReader.readAll(message)) ?? []
-            let signal = DBusSignal(sender: Self.string(dbus_message_get_sender(message)), path: path,
-                                    interface: interface, member: member, arguments: args)
+            let sender = Self.string(dbus_message_get_sender(message))
+            let args: [DBusValue]
+            do {
+                if let fault = faults.readingSignal?(member) { throw fault }
+                args = try DBusReader.readAll(message)
+            } catch {
+                report(.unreadableSignal(sender: sender, path: path, interface: interface, member: member, reason: "\(error)"))
+                return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+            }
+            let signal = DBusSignal(sender: sender, path: path, interface: interface, member: member, arguments: args)
             if signal.sender == Self.bus, interface == Self.bus, member == "NameOwnerChanged", args.count == 3,
                case .string(let name) = args[0], trackedNames[name] != nil, case .string(let owner) = args[2] {
                 nameOwners[name] = owner.isEmpty ? nil : owner
@@ -621,6 +636,7 @@ public final class DBusConnection: @unchecked Sendable {
                 guard subscriptions.removeValue(forKey: id) != nil else { return }
                 if let trackedName { untrackOwner(of: trackedName) }
                 guard connected else { return }
+                // Best effort: a rule left on the bus only brings signals no subscription takes.
                 Task { try? await self.send(destination: Self.bus, path: Self.busPath, interface: Self.bus,
                                             member: "RemoveMatch", arguments: [.string(rule.ruleString)]) }
             }
@@ -654,6 +670,7 @@ public final class DBusConnection: @unchecked Sendable {
         trackedNames.removeValue(forKey: name)
         nameOwners.removeValue(forKey: name)
         guard connected else { return }
+        // Best effort, as for a subscription's rule.
         Task { try? await self.send(destination: Self.bus, path: Self.busPath, interface: Self.bus,
                                     member: "RemoveMatch", arguments: [.string(Self.ownerRule(name).ruleString)]) }
     }
@@ -687,13 +704,41 @@ public final class DBusConnection: @unchecked Sendable {
         return UncheckedPointer(raw: m)
     }
 
-    /// Emits a signal from the queue (used by the exported-object machinery).
+    /// Emits a signal from the queue (used by the exported-object machinery, which has no caller
+    /// to throw to: a signal that cannot be built or queued is reported through `onProblem`).
+    /// Nothing is emitted once the connection is closed or lost: there is no bus to emit on.
     private func emitNow(path: String, interface: String, member: String, arguments: [DBusValue]) {
-        guard let conn, connected,
-              let m = try? Self.makeSignal(path: path, interface: interface, member: member,
-                                           arguments: arguments, destination: nil) else { return }
-        _ = dbus_connection_send(conn, m.raw, nil)
+        guard let conn, connected else { return }
+        let m: UncheckedPointer
+        do {
+            if let fault = faults.buildingSignal?(member) { throw fault }
+            m = try Self.makeSignal(path: path, interface: interface, member: member, arguments: arguments, destination: nil)
+        } catch {
+            report(.signalNotEmitted(path: path, interface: interface, member: member, reason: "\(error)"))
+            return
+        }
+        if dbus_connection_send(conn, m.raw, nil) == 0 {
+            report(.signalNotEmitted(path: path, interface: interface, member: member, reason: "libdbus could not queue it (out of memory)"))
+        }
         dbus_message_unref(m.raw)
+    }
+
+    // MARK: - Problems
+
+    /// Hands every later problem (`DBusProblem`) to `handler`, on the connection's queue (it must
+    /// not block). Until a handler is set, each is written to stderr as one line.
+    public func onProblem(_ handler: @escaping @Sendable (DBusProblem) -> Void) async {
+        await onQueue { [self] in problemHandler = handler }
+    }
+
+    private func report(_ problem: DBusProblem) {
+        if let problemHandler { problemHandler(problem); return }
+        FileHandle.standardError.write(Data("herald-lab D-Bus (\(uniqueName)): \(problem)\n".utf8))
+    }
+
+    /// Sets `faults` on the queue (tests).
+    func inject(_ faults: Faults) async {
+        await onQueue { [self] in self.faults = faults }
     }
 
     // MARK: - Exported objects
@@ -750,10 +795,6 @@ public final class DBusConnection: @unchecked Sendable {
             guard DBusValidate.objectPath(path) else { throw DBusConnectionError.invalidArgument("object path '\(path)'") }
             managers.insert(path)
         }
-    }
-
-    public func unexportObjectManager(at path: String) async {
-        await onQueue { [self] in _ = managers.remove(path) }
     }
 
     /// Updates a property of an exported object and emits PropertiesChanged.

@@ -63,6 +63,24 @@ public struct DBusMethodCall: Sendable {
 }
 
 /// A signal received through a match rule.
+/// What a connection could not do and had no caller to tell (`DBusConnection.onProblem`): a
+/// signal arrived whose body it could not read, so it was not delivered (an empty or partial
+/// argument list would read as another signal); or a signal its exported objects emit
+/// (InterfacesAdded, InterfacesRemoved, PropertiesChanged) could not be built or queued.
+public enum DBusProblem: Sendable, Equatable, CustomStringConvertible {
+    case unreadableSignal(sender: String?, path: String, interface: String, member: String, reason: String)
+    case signalNotEmitted(path: String, interface: String, member: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .unreadableSignal(let sender, let path, let interface, let member, let reason):
+            return "signal \(interface).\(member) at \(path) from \(sender ?? "an unnamed sender") not delivered: its body cannot be read: \(reason)"
+        case .signalNotEmitted(let path, let interface, let member, let reason):
+            return "signal \(interface).\(member) at \(path) not emitted: \(reason)"
+        }
+    }
+}
+
 public struct DBusSignal: Sendable, Equatable {
     public var sender: String?
     public var path: String

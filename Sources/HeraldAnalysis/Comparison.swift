@@ -2,9 +2,16 @@ import Foundation
 
 /// Loads or computes a bundle's summary: report/summary.json when present, else a fresh analysis.
 public enum SummaryLoader {
-    public static func load(_ path: URL) throws -> AnalysisResult {
+    /// `note` is told when report/summary.json is there but cannot be read, so the bundle is
+    /// analysed again with the default options (which may not be those the summary was made
+    /// with); by default one line on stderr.
+    public static func load(_ path: URL, note: (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) throws -> AnalysisResult {
         let summary = path.appendingPathComponent("report/summary.json")
-        if FileManager.default.fileExists(atPath: summary.path), let r = try? ReportWriter.readSummary(summary, root: path) { return r }
+        if FileManager.default.fileExists(atPath: summary.path) {
+            do { return try ReportWriter.readSummary(summary, root: path) } catch {
+                note("\(summary.path) cannot be read (\(error)); analysing \(path.path) again with the default options")
+            }
+        }
         if path.lastPathComponent == "summary.json" {
             // A summary given directly: a regular file, read whole up to a bound.
             return try ReportWriter.readSummary(path, root: path.deletingLastPathComponent())

@@ -29,9 +29,14 @@ public final class LogFile {
 
     public init(url: URL, scheduler: (any Scheduler)?, flushInterval: TimeInterval? = 2) {
         self.url = url
-        try? FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        var folderError: String?
+        do { try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true) } catch {
+            folderError = error.localizedDescription
+        }
         fd = open(url.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
-        if fd < 0 { writeError = "\(url.lastPathComponent): cannot open (\(String(cString: strerror(errno))))" }
+        if fd < 0 {
+            writeError = "\(url.lastPathComponent): cannot open (\(String(cString: strerror(errno))))" + (folderError.map { "; its folder could not be made: \($0)" } ?? "")
+        }
         var st = stat()
         if fd >= 0, fstat(fd, &st) == 0 { bytesWritten = Int64(st.st_size) }
         wasEmpty = bytesWritten == 0

@@ -47,9 +47,14 @@ public struct LocalAgentLink: AgentLink {
         // The destination is the caller's disk: its failures carry no status.
         do {
             let out = try FileHandle(forWritingTo: destination)
-            defer { try? out.close() }
-            if whole { try out.truncate(atOffset: 0) } else { try out.seekToEnd() }
-            try out.write(contentsOf: part)
+            do {
+                if whole { try out.truncate(atOffset: 0) } else { try out.seekToEnd() }
+                try out.write(contentsOf: part)
+            } catch {
+                try? out.close() // already failing with the write's error
+                throw error
+            }
+            try out.close() // a close that fails may have lost what was written: the fetch fails
         } catch { throw LinkError(error) }
         hasher.update(part)
         return whole ? .whole : .rest

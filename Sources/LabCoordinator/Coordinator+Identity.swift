@@ -155,7 +155,12 @@ extension Coordinator {
         guard (1...3650).contains(days) else { throw HTTPError(.badRequest, "days must be between 1 and 3650") }
         let tmp = FileManager.default.temporaryDirectory.appendingPathComponent("heraldlab-enrol-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: tmp, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
-        defer { try? FileManager.default.removeItem(at: tmp) }
+        defer {
+            // It holds the private key just issued: a copy left behind is said.
+            do { try FileManager.default.removeItem(at: tmp) } catch {
+                logger.warning("cannot remove \(tmp.path), which holds the key issued for \(request.name): \(error)", metadata: ["agent": .string(request.name)])
+            }
+        }
         let cert = tmp.appendingPathComponent("cert.pem"), key = tmp.appendingPathComponent("key.pem")
         do {
             try LabCA.issue(caCertificate: folder.path("ca.pem"), caKey: folder.path("ca-key.pem"), commonName: request.name,

@@ -53,8 +53,8 @@ extension Coordinator {
             }
         }
         if r.state == .running {
-            await ensureStarted(&r)
-            let failure = await watch(&r)
+            let owed = await ensureStarted(&r)
+            let failure = await watch(&r, startsOwed: owed)
             if Task.isCancelled { return }
             if r.abortRequested == true || failure != nil { await stopAgents(r) }
             if let failure { r.message = failure }
@@ -174,38 +174,63 @@ extension Coordinator {
         return r
     }
 
-    func sendStarts(_ r: RunRecord, only: Set<String>? = nil) async {
-        guard let startAt = r.startAt else { return }
-        await withTaskGroup(of: Void.self) { group in
+    /// Sends each node (or those in `only`) its start, `attempts` times at most; returns the
+    /// nodes that took it, and those that did not although their agent may yet (it did not
+    /// answer, or not properly): the start is still owed to them. An agent that refuses it (4xx)
+    /// is not asked again.
+    @discardableResult
+    func sendStarts(_ r: RunRecord, only: Set<String>? = nil, attempts: Int = 3) async -> (taken: Set<String>, owed: Set<String>) {
+        guard let startAt = r.startAt else { return ([], []) }
+        return await withTaskGroup(of: (node: String, taken: Bool?).self) { group in
             for n in r.nodes where only?.contains(n.name) ?? true {
                 let offset = n.clockBefore?.offset ?? 0
                 group.addTask { [self] in
-                    guard let c = linkOrSkip(n, of: r, "the start") else { return }
-                    var lastError = ""
-                    for attempt in 0..<3 {
-                        do {
+                    guard let c = linkOrSkip(n, of: r, "the start") else { return (n.name, nil) }
+                    var lastError = LinkError(status: nil, message: "not sent")
+                    for attempt in 0..<max(1, attempts) {
+                        if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(0.3 * Double(attempt)))) }
+                        do throws(LinkError) {
                             let s = try await c.start(LabWire.StartRequest(runId: r.id, startAt: startAt + offset))
                             if let m = s.message, s.runId == r.id { logger.info("agent \(n.agent): \(m)", metadata: ["run": .string(r.id), "node": .string(n.name), "agent": .string(n.agent)]) }
-                            return
-                        } catch { lastError = "\(error)" }
-                        try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(0.3 * Double(attempt + 1))))
+                            return (n.name, true)
+                        } catch {
+                            lastError = error
+                            if error.isRefusal { break }
+                        }
                     }
+                    let owed = !lastError.isRefusal
                     agentError(n.agent, "did not take the start of run \(r.id): \(lastError)")
-                    logger.error("agent \(n.agent) (\(n.agentURL)) did not take the start of run \(r.id): \(lastError)",
+                    logger.error("agent \(n.agent) (\(n.agentURL)) did not take the start of run \(r.id): \(lastError)\(owed ? "; it is sent again while the run lasts" : "")",
                                  metadata: ["run": .string(r.id), "node": .string(n.name), "agent": .string(n.agent)])
+                    return (n.name, owed ? false : nil)
                 }
             }
+            var taken = Set<String>(), owed = Set<String>()
+            for await x in group {
+                if x.taken == true { taken.insert(x.node) } else if x.taken == false { owed.insert(x.node) }
+            }
+            return (taken, owed)
         }
     }
 
-    /// After a coordinator restart: agents still armed without a start get it again.
-    func ensureStarted(_ r: inout RunRecord) async {
+    /// After a coordinator restart (and after arming): agents still armed without a start get it
+    /// again. An agent whose status cannot be read gets it too: taking a start it already has
+    /// changes nothing on an agent, while a start never sent leaves its node idle for the whole
+    /// run. Returns the nodes that still have not taken it (for `watch` to send it again).
+    func ensureStarted(_ r: inout RunRecord) async -> Set<String> {
         var missing = Set<String>()
         for n in r.nodes {
             guard let c = linkOrSkip(n, of: r, "a status request") else { continue }
-            if let s = try? await c.status(), s.runId == r.id, s.state == .armed, s.startAt == nil { missing.insert(n.name) }
+            do throws(LinkError) {
+                let s = try await c.status()
+                if s.runId == r.id, s.state == .armed, s.startAt == nil { missing.insert(n.name) }
+            } catch {
+                logger.warning("run \(r.id): status of node \(n.name) on agent \(n.agent) unknown (\(error)); sending its start again",
+                               metadata: ["run": .string(r.id), "node": .string(n.name), "agent": .string(n.agent), "error": .string("\(error)")])
+                missing.insert(n.name)
+            }
         }
-        if !missing.isEmpty { await sendStarts(r, only: missing) }
+        return missing.isEmpty ? [] : await sendStarts(r, only: missing).owed
     }
 
     /// Tells every agent to stop the run now (abort, or another node failed); each keeps what it logged.
@@ -225,17 +250,30 @@ extension Coordinator {
     // MARK: Watching
 
     /// Follows the heartbeats until the planned end, an abort, or a node failing (returned).
-    func watch(_ r: inout RunRecord) async -> String? {
+    /// Nodes in `startsOwed` have not taken their start: it is sent again every 2 s until they
+    /// take it, refuse it, or show in a heartbeat that they have it.
+    func watch(_ r: inout RunRecord, startsOwed: Set<String> = []) async -> String? {
         guard let startAt = r.startAt else { return nil }
         let end = startAt + r.duration + 1.5
         var lastSave = 0.0
+        var owed = startsOwed
+        var nextStart = now + 2
         while now < end && !Task.isCancelled {
+            if !owed.isEmpty, now >= nextStart {
+                let sent = await sendStarts(r, only: owed, attempts: 1)
+                for name in sent.taken.sorted() {
+                    logger.notice("run \(r.id): node \(name) took its start on a later try", metadata: ["run": .string(r.id), "node": .string(name)])
+                }
+                owed = sent.owed
+                nextStart = now + 2
+            }
             // An abort arrives through the stored record; take it before writing ours back.
             if run(r.id)?.abortRequested == true { r.abortRequested = true; update(r); return nil }
             let statuses = withLock { agentsStatus() }
             var changed = markNotCalled(&r)
             for i in r.nodes.indices where r.nodes[i].state != .lost {
                 guard let s = statuses[r.nodes[i].agent], s.runId == r.id else { continue }
+                if s.startAt != nil || s.state != .armed { owed.remove(r.nodes[i].name) }
                 r.nodes[i].status = s
                 r.nodes[i].state = RunRecord.NodeState(agent: s.state)
                 if r.nodes[i].startedAt == nil, let st = s.startedAt {

@@ -167,11 +167,6 @@ public final class HTTPService: @unchecked Sendable {
         return logger
     }
 
-    /// One shared token: its holder is the operator.
-    public static func sharedToken(_ token: String) -> Authenticate {
-        { given in constantTimeEqual(given, token) ? Principal(role: .operator, name: "token") : nil }
-    }
-
     /// One shared token, authenticated as the operator; nil turns authentication off.
     public convenience init(name: String, token: String?, limits: Limits = Limits(),
                             logger: Logger = Logger(label: "herald-lab.http")) {

@@ -161,8 +161,9 @@ public enum LabJSON {
 public enum LabToken {
     public static func load(file: String?) throws -> String? {
         if let file {
-            guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
-                throw HTTPError(.internalServerError, "cannot read the token file \(file)")
+            let text: String
+            do { text = try String(contentsOfFile: file, encoding: .utf8) } catch {
+                throw HTTPError(.internalServerError, "cannot read the token file \(file): \(error.localizedDescription)")
             }
             let token = text.split(whereSeparator: \.isNewline).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
             guard token.count >= minimumLength else {

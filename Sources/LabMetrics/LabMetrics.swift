@@ -95,10 +95,6 @@ public final class LabMetrics: @unchecked Sendable {
         if delta > 0 { c.increment(by: delta) }
     }
 
-    /// Declares a family with no series yet, so that `promtool` and dashboards see its HELP and
-    /// TYPE before the first event.
-    public func declareCounter(_ name: String, _ help: String, _ labels: [String: String]) { _ = counter(name, help, labels) }
-
     /// The Prometheus text exposition (version 0.0.4).
     public func exposition() -> [UInt8] { registry.emitToBuffer() }
 

@@ -78,7 +78,8 @@ public final class Simulation {
         if let problem = plan.rangeProblems.first { throw SimulationError.invalidPlan(problem) }
         let fm = FileManager.default
         let nodesDir = output.appendingPathComponent("nodes")
-        if fm.fileExists(atPath: nodesDir.path), let existing = try? fm.contentsOfDirectory(atPath: nodesDir.path), !existing.isEmpty {
+        // A nodes folder that cannot be listed is an error, not an empty one to write into.
+        if fm.fileExists(atPath: nodesDir.path), !(try fm.contentsOfDirectory(atPath: nodesDir.path)).isEmpty {
             throw SimulationError.outputNotEmpty(output.path)
         }
         try fm.createDirectory(at: nodesDir, withIntermediateDirectories: true)

@@ -115,6 +115,16 @@ final class LogsTests: XCTestCase {
         XCTAssertEqual(file.size, 4, "the row stays buffered for the next flush")
     }
 
+    func testALogFileWhoseFolderCannotBeMadeSaysWhy() throws {
+        // A file where the node's folder should be: the folder cannot be made, so neither can the log.
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let blocker = dir.appendingPathComponent("node")
+        try Data("x".utf8).write(to: blocker)
+        let file = LogFile(url: blocker.appendingPathComponent("contacts.csv"), scheduler: nil)
+        let said = try XCTUnwrap(file.writeError)
+        XCTAssertTrue(said.hasPrefix("contacts.csv: cannot open (Not a directory)") && said.contains("its folder could not be made"), said)
+    }
+
     func testStatisticsOfIntervals() {
         let a = FixedPayloadSupplier(identifier: 1_784_521_062).payloadData
         let log = StatisticsLog(url: dir.appendingPathComponent("statistics.csv"), scheduler: scheduler, ownShortName: "self00")

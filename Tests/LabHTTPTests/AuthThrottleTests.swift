@@ -77,7 +77,9 @@ final class AuthThrottleTests: XCTestCase {
     func testGuessesPerSecondBeforeAndAfter() async throws {
         func checked(_ rules: AuthThrottle.Rules, guesses: Int, seconds: Int) async throws -> (checked: Int, refused: Int, retryAfter: String?) {
             let clock = ManualClock()
-            let service = HTTPService(name: "t", authenticate: HTTPService.sharedToken(String(repeating: "k", count: 64)), logger: LogCapture.quiet(),
+            let key = String(repeating: "k", count: 64)
+            let service = HTTPService(name: "t", authenticate: { HTTPService.constantTimeEqual($0, key) ? HTTPService.Principal(role: .operator, name: "token") : nil },
+                                      logger: LogCapture.quiet(),
                                       throttle: rules, now: { clock.now })
             service.route("GET", "/v1/x") { _ in .json(["ok": "yes"]) }
             let port = try await service.start(host: "127.0.0.1", port: 0)
