@@ -1,5 +1,5 @@
 import XCTest
-import HeraldAnalysis
+@testable import HeraldAnalysis
 import LabHistory
 import LabNode
 import LabPlan
@@ -29,7 +29,11 @@ final class AbortedRunTests: XCTestCase {
     func testAnAbortedRunHasNoVerdictAndIsNoBaseline() throws {
         let clean = try Analyser.analyse(try bundle("clean", aborted: false)).result
         XCTAssertNil(clean.input.aborted)
-        let aborted = try Analyser.analyse(try bundle("stopped", aborted: true)).result
+        let abortedReport = try Analyser.analyse(try bundle("stopped", aborted: true))
+        let aborted = abortedReport.result
+        let html = HTMLReport.render(abortedReport)
+        XCTAssertTrue(html.contains("<b class=\"aborted\">ABORTED</b><span>no verdict</span>"), "report.html: no verdict")
+        XCTAssertFalse(html.contains(">PASS</b>") || html.contains(">FAIL</b>"))
         XCTAssertEqual(aborted.input.aborted, true)
         XCTAssertEqual(Regression.infrastructure(aborted).first, "the run was aborted", "an aborted run is never a protocol regression")
         let text = Summary.text(aborted, mode: .strict)
