@@ -162,7 +162,7 @@ struct RunCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
         let outDir = URL(fileURLWithPath: out)
-        do { try await Self.fetchBundle(client, current, into: outDir) } catch {
+        do { try await Self.fetchBundle(client, current, into: outDir, options: options.pasteable) } catch {
             log("herald-lab run: \(error)")
             throw ExitCode(2)
         }
@@ -258,7 +258,7 @@ struct RunCommand: AsyncParsableCommand {
     /// Only the archive's `<run id>/` is unpacked, and kept only when it holds nothing but files
     /// and folders; else, as when the fetch fails, no bundle folder is left. Returns the bundle folder.
     @discardableResult
-    static func fetchBundle(_ client: LabClient, _ current: RunRecord, into outDir: URL, folder: String? = nil) async throws -> URL {
+    static func fetchBundle(_ client: LabClient, _ current: RunRecord, into outDir: URL, folder: String? = nil, options: String? = nil) async throws -> URL {
         // The run id is the coordinator's text: it names a file here only once it is a safe name
         // (a hostile coordinator once made `--out DIR` write DIR/../<id>.tar.gz).
         if let problem = runIdProblem(current.id) { throw BundleFailure(description: "\(problem): no file is named after it") }
@@ -283,7 +283,7 @@ struct RunCommand: AsyncParsableCommand {
         let sha = hasher.finalizeHex()
         if let expected = current.bundleSha256, expected != sha {
             try? FileManager.default.removeItem(at: part)
-            throw BundleFailure(description: "the bundle of \(current.id) arrived damaged (SHA-256 \(sha), the coordinator says \(expected)); fetch it again with `herald-lab run` or from \(client.base.absoluteString)/v1/runs/\(current.id)/bundle")
+            throw BundleFailure(description: "the bundle of \(current.id) arrived damaged (SHA-256 \(sha), the coordinator says \(expected)); fetch it again with `herald-lab run --attach \(current.id)\(options.map { " " + $0 } ?? "")` or from \(client.base.absoluteString)/v1/runs/\(current.id)/bundle")
         }
         try Self.removeIfPresent(tarURL)
         try FileManager.default.moveItem(at: part, to: tarURL)
