@@ -93,6 +93,12 @@ final class CommandTests: XCTestCase {
         XCTAssertEqual(pcode, 0, perr)
         let checked = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(pout.utf8)) as? [String: Any], pout)
         XCTAssertEqual((checked["plan"] as? [String: Any])?["name"] as? String, "smoke")
+        let simulated = tmp.appendingPathComponent("simulated")
+        let (scode, sout, serr) = try herald(["simulate", TestPaths.packageRoot.appendingPathComponent("plans/smoke.yaml").path, "--out", simulated.path, "--quiet", "--json"])
+        XCTAssertEqual(scode, 0, serr)
+        let simJSON = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(sout.utf8)) as? [String: Any], sout)
+        XCTAssertEqual(simJSON["bundle"] as? String, simulated.path)
+        XCTAssertEqual(simJSON["plan"] as? String, "smoke")
     }
 
     func testCompareNamesTheSettingsThatDifferAndGivesIntervalsAndVerdicts() throws {

@@ -42,6 +42,7 @@ final class CLIConventionsTests: XCTestCase {
         XCTAssertEqual(check.plan, plan.path)
         XCTAssertEqual((try parse(["plan", "check", plan.path, "--json", "plan.json"]) as? PlanCommand.Check)?.json, "plan.json")
         XCTAssertEqual((try parse(["history", "--json"]) as? HistoryCommand)?.json, "-")
+        XCTAssertEqual((try parse(["simulate", plan.path, "--json"]) as? SimulateCommand)?.json, "-")
         XCTAssertNil((try parse(["history"]) as? HistoryCommand)?.json)
         XCTAssertEqual((try parse(["analyse", "--json", tmp.path]) as? AnalyseCommand)?.json, "-")
         XCTAssertEqual((try parse(["analyse", tmp.path, "--json", "s.json"]) as? AnalyseCommand)?.json, "s.json")
