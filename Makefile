@@ -67,7 +67,7 @@ test-deb: deb
 # bluetoothd beside a private dbus-daemon; the herald-lab binary), a browser or Prometheus:
 # `make test-integration` runs them, side by side (they mostly wait). `make test-calibration`
 # runs the seeded A/A, known-effect and false-alarm loops in the release build.
-INTEGRATION := LabHarnessTests\.(FaultTests|HarnessTests|HostileAgentTests|IdentityTests|ImpostorTests|MetricsScrapeTests|RunAttachTests|ServiceShutdownTests|StudyRunTests|SubmissionErrorTests)|HeraldAnalysisTests\.(CommandTests|CLIFlagTests|InputValidationCommandTests|ShippedPlansTests)|BlueZRadioTests\.(BlueZTransportTests|AgentDongleTests)|/test[A-Za-z0-9]*InChromium
+INTEGRATION := LabHarnessTests\.(FaultTests|HarnessTests|HostileAgentTests|IdentityTests|ImpostorTests|LabScriptTests|MetricsScrapeTests|RunAttachTests|ServiceShutdownTests|StudyRunTests|SubmissionErrorTests)|HeraldAnalysisTests\.(CommandTests|CLIFlagTests|InputValidationCommandTests|ShippedPlansTests)|BlueZRadioTests\.(BlueZTransportTests|AgentDongleTests)|/test[A-Za-z0-9]*InChromium
 INTEGRATION_WORKERS ?= 3
 TEST_TIMING := results/test-timing
 test: deps

@@ -18,8 +18,19 @@ mkdir -p "$work"
 read -r -a adapters <<< "${ADAPTERS:-}"
 
 pids=()
+# Every child is stopped on exit, INT or TERM: TERM first, KILL for one still there after 4 s, so
+# that the lab is gone within 5 s (issue 40). The script waits on its children with `wait`, never
+# in a foreground command, so a signal's trap runs at once.
 cleanup() {
+  trap - INT TERM
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  for _ in $(seq 1 40); do
+    alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive -eq 0 ] && break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
   if [ -n "${KEEP_LAB:-}" ] || [ -n "${LAB_WORK:-}" ]; then echo "lab: logs kept in $work/logs" >&2; else rm -rf "$work"; fi
 }
@@ -64,9 +75,10 @@ lab: up until Ctrl-C (logs in $work/logs)
   metrics:      curl -H "Authorization: Bearer \$(cat $token)" $coordinator/metrics
 SERVE
   KEEP_LAB=1
-  while sleep 3600; do :; done
+  while :; do sleep 3600 & pids+=($!); wait $!; done
 fi
-"$bin" run "$plan" --coordinator "$coordinator" --token-file "$token" --out "$results"
+"$bin" run "$plan" --coordinator "$coordinator" --token-file "$token" --out "$results" & pids+=($!)
+wait $!
 status=$?
 if [ $status -eq 2 ]; then
   echo "lab: the run did not complete; service logs:" >&2

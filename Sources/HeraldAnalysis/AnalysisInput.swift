@@ -143,6 +143,8 @@ struct BundleManifest: Decodable {
     var plan: PlanPart?
     var software: [String: String]?
     var planText: JSONValue?
+    /// An operator aborted the run (the coordinator writes it): no verdict.
+    var aborted: Bool?
 }
 
 /// A loose JSON value (sensor settings are shown, compared and stored, not interpreted).
@@ -203,6 +205,9 @@ public struct InputDescription: Codable, Sendable {
     public var infrastructure: [String]?
     /// The radio kind and the set of controllers (the testbed runs are compared within).
     public var testbed: String?
+    /// An operator aborted the run (manifest.json): it has no verdict, is in no trend and no
+    /// baseline (issue 40). Absent when it was not.
+    public var aborted: Bool?
 }
 
 public enum AnalysisError: Error, CustomStringConvertible {
@@ -297,6 +302,10 @@ enum InputLoader {
                         infra.append("node \(name): \(g.count) gap\(g.count == 1 ? "" : "s") (\(reasons.sorted().joined(separator: ", ")))")
                     }
                     if let r = n.recoveries, !r.isEmpty { infra.append("node \(name): \(r.count) dongle recover\(r.count == 1 ? "y" : "ies")") }
+                }
+                if m.aborted == true {
+                    description.aborted = true
+                    infra.insert("the run was aborted", at: 0)
                 }
                 if !infra.isEmpty { description.infrastructure = infra }
                 let radioKind: String

@@ -44,9 +44,16 @@ extension HTMLReport {
         for g in groups where !g.failed.isEmpty {
             reasons.append(g.overall ? "\(esc(g.title.lowercased())): \(esc(g.failed[0].message))" : "\(esc(g.title.lowercased())) fails for \(g.failed.count) of \(g.checks.count)")
         }
-        var s = "<div class=\"verdict \(r.passed ? "vp" : "vf")\"><div class=\"badge\"><b class=\"\(r.passed ? "pass" : "fail")\">\(r.passed ? "PASS" : "FAIL")</b>"
-        s += "<span>\(passed) of \(r.checks.count) checks passed</span>"
-        s += r.passed ? "<span class=\"small\">every check of the plan's thresholds holds</span>" : "<span class=\"small\">because: \(reasons.joined(separator: "; "))</span>"
+        var s: String
+        if r.input.aborted == true {
+            // Issue 40: an aborted run has no verdict; its checks are shown for what was logged.
+            s = "<div class=\"verdict va\"><div class=\"badge\"><b class=\"aborted\">ABORTED</b>"
+            s += "<span>no verdict</span><span class=\"small\">the run was aborted: its logs stop early, so the checks below (\(passed) of \(r.checks.count) hold) judge nothing</span>"
+        } else {
+            s = "<div class=\"verdict \(r.passed ? "vp" : "vf")\"><div class=\"badge\"><b class=\"\(r.passed ? "pass" : "fail")\">\(r.passed ? "PASS" : "FAIL")</b>"
+            s += "<span>\(passed) of \(r.checks.count) checks passed</span>"
+            s += r.passed ? "<span class=\"small\">every check of the plan's thresholds holds</span>" : "<span class=\"small\">because: \(reasons.joined(separator: "; "))</span>"
+        }
         s += "</div><table class=\"checks\"><tr><th class=\"l\">check (strict mode)</th><th class=\"l\">requires</th><th>result</th><th class=\"l\">failing (worst first), or closest to the limit</th></tr>"
         for g in groups {
             let failed = naturallySorted(g.failed, by: \.subject)

@@ -25,7 +25,7 @@ enum HTMLReport {
         th{background:#f3f3f3}td.l,th.l{text-align:left}.pass{color:#1a7f37;font-weight:bold}.fail{color:#c62828;font-weight:bold}
         .cards{display:flex;gap:16px;flex-wrap:wrap}.card{border:1px solid #ddd;border-radius:6px;padding:10px 16px;min-width:180px;max-width:520px}
         .card b{font-size:22px;display:block}.small{font-size:12px;color:#666}.grid{display:flex;flex-wrap:wrap;gap:12px}.grid>div{max-width:560px}
-        .verdict{display:flex;gap:20px;align-items:flex-start;border:2px solid #c62828;border-radius:8px;padding:12px 16px;margin:8px 0 16px}.verdict.vp{border-color:#1a7f37}
+        .verdict{display:flex;gap:20px;align-items:flex-start;border:2px solid #c62828;border-radius:8px;padding:12px 16px;margin:8px 0 16px}.verdict.vp{border-color:#1a7f37}.verdict.va{border-color:#6e7781}.badge b.aborted{color:#6e7781}
         .badge{min-width:200px;max-width:300px}.badge b{font-size:34px;display:block}.badge span{display:block;margin-top:4px}
         table.checks td,table.checks th{font-size:13px;vertical-align:top}table.settings th{width:130px}.links{font-size:14px}.links a{margin:0 2px}
         .card b.sub{font-size:16px}pre{background:#f6f6f6;padding:8px;font-size:12px;max-height:300px;overflow:auto}nav{margin:8px 0}

@@ -91,6 +91,10 @@ public enum Summary {
         lines.append(String(format: "%@ mode: detection %.2f%%, continuity %.4f%%, longevity %.4f", other.mode.rawValue, other.detectionpct, other.continuitypct, other.longevity))
         for d in r.devices where d.flagged { lines.append("flagged: \(OutsideText.escaped(d.folder)): \(OutsideText.escaped(d.problems.joined(separator: "; ")))") }
         let failed = r.checks.filter { !$0.passed }
+        if r.input.aborted == true {
+            lines.append("verdict: none (the run was aborted: its figures cover the logs until then, and it is in no trend, baseline or verdict count)")
+            return lines.joined(separator: "\n")
+        }
         lines.append(r.passed ? "verdict: PASS (\(r.checks.count) checks)" : "verdict: FAIL (\(failed.count) of \(r.checks.count) checks failed; first: \(failed[0].name) \(OutsideText.escaped(failed[0].subject)): \(OutsideText.escaped(failed[0].message)))")
         return lines.joined(separator: "\n")
     }

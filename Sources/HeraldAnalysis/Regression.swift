@@ -122,7 +122,9 @@ public enum Regression {
         if !infra.isEmpty {
             // Faults do not hide a regression among the nodes that ran well: it is one, with
             // the faults noted; without one the night is infra (not judged clean).
-            verdict = regressed && usable.count >= minimumHistory && healthy.count >= 2 ? .regression : .infra
+            // A fault of the whole run (an abort) leaves nothing to judge it on.
+            let wholeRun = infra.contains { !$0.hasPrefix("node ") }
+            verdict = !wholeRun && regressed && usable.count >= minimumHistory && healthy.count >= 2 ? .regression : .infra
             reasons = infra
         } else if usable.count < minimumHistory {
             verdict = .inconclusive

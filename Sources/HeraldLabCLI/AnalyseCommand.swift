@@ -9,7 +9,7 @@ struct AnalyseCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "analyse",
         abstract: "Herald-exact and strict efficacy figures, report.html, junit.xml and summary.json for a bundle or a folder of device folders.",
-        discussion: "Exit 0 when the verdict is PASS, 1 when it is FAIL (the plan's thresholds), 2 on bad input."
+        discussion: "Exit 0 when the verdict is PASS, 1 when it is FAIL (the plan's thresholds), 2 on bad input or for a bundle of an aborted run (no verdict). The run is recorded in history.sqlite of --results (the path is said on standard error)."
     )
 
     @Argument(help: "A results bundle (with manifest.json) or a folder holding one folder per device.")
@@ -45,15 +45,15 @@ struct AnalyseCommand: ParsableCommand {
     @Flag(help: "Do not record the run in the history database.")
     var noHistory = false
 
-    @Flag(help: "Print summary.json (the verdict, its checks and every figure) instead of the text summary; the exit code is the same.")
-    var json = false
+    @Option(help: ArgumentHelp("summary.json (the verdict, its checks and every figure) to FILE, or alone on standard output instead of the text summary with --json or --json -; the exit code is the same.", valueName: "FILE"))
+    var json: String?
 
     @Flag(help: "Print how long each step took.")
     var timings = false
 
     func run() throws {
         guard let mode = AnalysisMode(rawValue: mode) else {
-            log("--mode \"\(OutsideText.escaped(String(mode.prefix(32))))\": must be \(AnalysisMode.allCases.map(\.rawValue).joined(separator: " or "))"); throw ExitCode(2)
+            log("--mode \"\(OutsideText.escaped(String(mode.prefix(32))))\": must be \(AnalysisMode.allCases.map(\.rawValue).joined(separator: " or "))\(CLIConventions.didYouMean(mode, among: AnalysisMode.allCases.map(\.rawValue)))"); throw ExitCode(2)
         }
         var options = AnalysisOptions()
         func time(_ flag: String, _ value: String?) throws -> Double? {
@@ -93,20 +93,28 @@ struct AnalyseCommand: ParsableCommand {
         let written = Date()
         if !noHistory {
             let resultsDir = URL(fileURLWithPath: results ?? ProcessInfo.processInfo.environment["HERALDLAB_RESULTS"] ?? "results")
+            let file = resultsDir.appendingPathComponent("history.sqlite")
             do {
-                let store = try HistoryStore(url: resultsDir.appendingPathComponent("history.sqlite"))
+                let store = try HistoryStore(url: file)
                 try store.record(report.result, reportPath: outDir.path)
+                // Said, since the default is ./results wherever the command stands (--no-history: none).
+                log("history: recorded in \(file.standardizedFileURL.path)")
             } catch {
                 log("warning: run not recorded in history (\(error)); the report is complete")
             }
         }
-        if json {
-            do { FileHandle.standardOutput.write(try ReportWriter.summaryJSON(report.result)); print("") } catch {
+        if let json {
+            let data: Data
+            do { data = try ReportWriter.summaryJSON(report.result) } catch {
                 log("herald-lab analyse: cannot encode summary.json: \(error)")
                 throw ExitCode(2)
             }
-            if !report.result.passed { throw ExitCode(1) }
-            return
+            try CLIConventions.writeJSON(data, to: json, command: "analyse")
+            if json == "-" {
+                if report.result.input.aborted == true { throw ExitCode(2) }
+                if !report.result.passed { throw ExitCode(1) }
+                return
+            }
         }
         print(Summary.text(report.result, mode: mode))
         if metrics { print(RunMetrics.table(RunMetrics.compute(report.result))) }
@@ -118,6 +126,8 @@ struct AnalyseCommand: ParsableCommand {
                          analysed.timeIntervalSince(started), mb, mb / max(analysed.timeIntervalSince(started), 1e-9),
                          written.timeIntervalSince(analysed), Date().timeIntervalSince(started), peakMemoryMB()))
         }
+        // An aborted run has no verdict (issue 40): not a FAIL, not a pass either.
+        if report.result.input.aborted == true { throw ExitCode(2) }
         // CI: a FAIL verdict is a failing step.
         if !report.result.passed { throw ExitCode(1) }
     }

@@ -15,7 +15,7 @@ struct CompareCommand: ParsableCommand {
     @Argument(help: "A study folder (with study.json), or bundles (two or more; node groups of one bundle are arms too); the first level is the baseline.")
     var bundles: [String]
 
-    @Option(help: "Write the effects as JSON to this file (- for standard output).")
+    @Option(help: ArgumentHelp("Write the effects as JSON to FILE (--json alone or --json -: standard output, instead of the text).", valueName: "FILE"))
     var json: String?
 
     @Option(help: "Write the study report (forest plot, per-level figures, run order; self-contained HTML) to this file.")
@@ -118,7 +118,7 @@ struct RegressJudgeCommand: ParsableCommand {
     @Option(help: "Results folder holding history.sqlite (default: $HERALDLAB_RESULTS or results).")
     var results: String?
 
-    @Option(help: "Write the judgement as JSON to this file (- : to standard output, instead of the text).")
+    @Option(help: ArgumentHelp("Write the judgement as JSON to FILE (--json alone or --json -: standard output, instead of the text).", valueName: "FILE"))
     var json: String?
 
     func run() throws {
@@ -170,6 +170,11 @@ struct RegressJudgeCommand: ParsableCommand {
                 throw ExitCode(2)
             }
         } else {
+            // A slip of a keyword (`histroy`) is not a folder to read.
+            if !FileManager.default.fileExists(atPath: baseline) {
+                log("herald-lab regress: --baseline \"\(OutsideText.escaped(String(baseline.prefix(200))))\": no such bundle, and not history or latest\(CLIConventions.didYouMean(baseline, among: ["history", "latest"]))")
+                throw ExitCode(2)
+            }
             let base: AnalysisResult
             do { base = try SummaryLoader.load(URL(fileURLWithPath: baseline)) } catch {
                 log("herald-lab regress: baseline \(Format.label(baseline)): \(error)")
@@ -216,7 +221,8 @@ struct RegressJudgeCommand: ParsableCommand {
 struct HistoryCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "history",
-        abstract: "Show the recorded runs and the trend of each headline metric."
+        abstract: "Show the recorded runs and the trend of each headline metric.",
+        discussion: "Arrows compare a run with the plan's previous clean run: aborted runs (no verdict) and runs with infrastructure faults (infra) have none and are not compared with. A --plan that names no plan in the history is exit 2."
     )
 
     @Option(help: "Only runs of this plan.")
@@ -225,48 +231,84 @@ struct HistoryCommand: ParsableCommand {
     @Option(help: "Results folder holding history.sqlite (default: $HERALDLAB_RESULTS or results).")
     var results: String?
 
-    @Flag(help: "Print the runs as JSON (recordedAt, runId, plan, variant, devices, headline figures, passed, report and bundle paths).")
-    var json = false
+    @Option(help: ArgumentHelp("The runs as JSON to FILE (--json alone or --json -: standard output, instead of the table): recordedAt, runId, plan, variant, devices, headline figures, verdict (pass, fail or aborted), passed (null when aborted), infra, report and bundle paths.", valueName: "FILE"))
+    var json: String?
 
     /// One history row for --json: the figures and where they came from, not the stored summary.
     struct Row: Encodable {
         var recordedAt, runId, plan, variant, path, reportPath: String
         var devices: Int
         var detectionPct, continuityPct, heraldContinuityPct, longevity: Double
-        var passed: Bool
+        /// nil for an aborted run, which has no verdict.
+        var passed: Bool?
+        var verdict: String
+        var aborted: Bool
+        /// Infrastructure faults; empty: none.
+        var infra: String
+
+        init(_ r: HistoryStore.Run) {
+            recordedAt = r.recordedAt; runId = r.runId; plan = r.plan; variant = r.variant; path = r.path; reportPath = r.reportPath
+            devices = r.devices; detectionPct = r.detectionPct; continuityPct = r.continuityPct; heraldContinuityPct = r.heraldContinuityPct; longevity = r.longevity
+            passed = r.aborted ? nil : r.passed; verdict = r.verdict; aborted = r.aborted; infra = r.infra
+        }
+        func encode(to encoder: Encoder) throws {
+            enum K: String, CodingKey { case recordedAt, runId, plan, variant, path, reportPath, devices, detectionPct, continuityPct, heraldContinuityPct, longevity, passed, verdict, aborted, infra }
+            var c = encoder.container(keyedBy: K.self)
+            try c.encode(recordedAt, forKey: .recordedAt); try c.encode(runId, forKey: .runId); try c.encode(plan, forKey: .plan); try c.encode(variant, forKey: .variant)
+            try c.encode(path, forKey: .path); try c.encode(reportPath, forKey: .reportPath); try c.encode(devices, forKey: .devices)
+            try c.encode(detectionPct, forKey: .detectionPct); try c.encode(continuityPct, forKey: .continuityPct); try c.encode(heraldContinuityPct, forKey: .heraldContinuityPct)
+            try c.encode(longevity, forKey: .longevity); try c.encode(passed, forKey: .passed); try c.encode(verdict, forKey: .verdict); try c.encode(aborted, forKey: .aborted); try c.encode(infra, forKey: .infra)
+        }
     }
 
     func run() throws {
         let dir = URL(fileURLWithPath: results ?? ProcessInfo.processInfo.environment["HERALDLAB_RESULTS"] ?? "results")
         let runs: [HistoryStore.Run]
-        do { runs = try HistoryStore(url: dir.appendingPathComponent("history.sqlite")).runs(plan: plan) } catch {
+        do {
+            let store = try HistoryStore(url: dir.appendingPathComponent("history.sqlite"))
+            runs = try store.runs(plan: plan)
+            if let plan, runs.isEmpty {
+                let plans = try store.plans()
+                log("herald-lab history: --plan \"\(OutsideText.escaped(String(plan.prefix(200))))\": no plan by that name in \(dir.path)/history.sqlite"
+                    + (CLIConventions.suggestion(for: plan, among: plans).map { "; did you mean '\(OutsideText.escaped($0))'?" } ?? (plans.isEmpty ? " (no runs recorded)" : " (plans: \(plans.prefix(20).map { OutsideText.escaped($0) }.joined(separator: ", ")))")))
+                throw ExitCode(2)
+            }
+        } catch let e as ExitCode { throw e } catch {
             log("herald-lab history: \(error)")
             throw ExitCode(2)
         }
-        if json {
-            let rows = runs.map { Row(recordedAt: $0.recordedAt, runId: $0.runId, plan: $0.plan, variant: $0.variant, path: $0.path, reportPath: $0.reportPath,
-                                      devices: $0.devices, detectionPct: $0.detectionPct, continuityPct: $0.continuityPct,
-                                      heraldContinuityPct: $0.heraldContinuityPct, longevity: $0.longevity, passed: $0.passed) }
+        if let json {
             let e = JSONEncoder()
             e.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-            print(String(decoding: try e.encode(rows), as: UTF8.self))
-            return
+            try CLIConventions.writeJSON(try e.encode(runs.map(Row.init)), to: json, command: "history")
+            if json == "-" { return }
         }
-        guard !runs.isEmpty else { print("no runs recorded\(plan.map { " for plan \(Format.label($0))" } ?? "") in \(Format.label(dir.path))/history.sqlite"); return }
+        guard !runs.isEmpty else { print("no runs recorded in \(Format.label(dir.path))/history.sqlite"); return }
+        for line in Self.table(runs) { print(line) }
+    }
+
+    /// The table: run ids whole, arrows against the plan's previous clean run (neither aborted
+    /// nor infra), aborted runs without a verdict, infra runs marked.
+    static func table(_ runs: [HistoryStore.Run]) -> [String] {
         func arrow(_ a: Double?, _ b: Double) -> String {
             guard let a else { return " " }
             return b > a + 1e-9 ? "↑" : (b < a - 1e-9 ? "↓" : "=")
         }
-        print("recorded             plan            run                          detection%   continuity%   herald cont.%  longevity  verdict")
-        var prev: HistoryStore.Run?
+        let planWidth = max(14, runs.map { Format.label($0.plan).count }.max() ?? 0)
+        let runWidth = max(27, runs.map { Format.label($0.runId).count }.max() ?? 0)
+        func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s : s + String(repeating: " ", count: n - s.count) }
+        var lines = ["recorded             \(pad("plan", planWidth))  \(pad("run", runWidth))  detection%   continuity%   herald cont.%  longevity  verdict"]
+        var previous = [String: HistoryStore.Run]()
         for r in runs {
-            let p = prev.flatMap { $0.plan == r.plan ? $0 : nil }
-            print(String(format: "%@  %@  %@  %8.2f %@   %9.4f %@   %9.4f %@   %7.4f    %@",
-                         Format.label(r.recordedAt), Format.label(r.plan).padding(toLength: 14, withPad: " ", startingAt: 0), Format.label(r.runId).padding(toLength: 27, withPad: " ", startingAt: 0),
-                         r.detectionPct, arrow(p?.detectionPct, r.detectionPct), r.continuityPct, arrow(p?.continuityPct, r.continuityPct),
-                         r.heraldContinuityPct, arrow(p?.heraldContinuityPct, r.heraldContinuityPct), r.longevity, r.passed ? "pass" : "FAIL"))
-            prev = r
+            let p = r.isClean ? previous[r.plan] : nil
+            let verdict = r.aborted ? "aborted (no verdict)" : (r.passed ? "pass" : "FAIL") + (r.infra.isEmpty ? "" : " (infra: \(Format.label(String(r.infra.prefix(120)))))")
+            lines.append(String(format: "%@  %@  %@  %8.2f %@   %9.4f %@   %9.4f %@   %7.4f    %@",
+                                Format.label(r.recordedAt), pad(Format.label(r.plan), planWidth), pad(Format.label(r.runId), runWidth),
+                                r.detectionPct, arrow(p?.detectionPct, r.detectionPct), r.continuityPct, arrow(p?.continuityPct, r.continuityPct),
+                                r.heraldContinuityPct, arrow(p?.heraldContinuityPct, r.heraldContinuityPct), r.longevity, verdict))
+            if r.isClean { previous[r.plan] = r }
         }
+        return lines
     }
 }
 

@@ -37,8 +37,8 @@ struct DonglesList: AsyncParsableCommand {
     @Option(help: "Where sysfs is (this host).")
     var sysfs: String = "/sys"
 
-    @Flag(help: "Print JSON.")
-    var json = false
+    @Option(help: ArgumentHelp("JSON to FILE (--json alone or --json -: standard output, instead of the list).", valueName: "FILE"))
+    var json: String?
 
     @Option(help: "Print a dongles.conf for agents/install.sh instead, naming each dongle PREFIX and its USB port path (this host).")
     var conf: String?
@@ -51,7 +51,10 @@ struct DonglesList: AsyncParsableCommand {
             do { views = try await client.call(CoordinatorAPI.dongles.method, CoordinatorAPI.dongles.path(query: "history=\(history)")) } catch {
                 log("herald-lab dongles: GET \(coordinator)/v1/dongles: \(error)"); throw ExitCode(2)
             }
-            if json { print(String(decoding: try LabJSON.encoder.encode(views), as: UTF8.self)); return }
+            if let json {
+                try CLIConventions.writeJSON(try LabJSON.encoder.encode(views), to: json, command: "dongles")
+                if json == "-" { return }
+            }
             if views.isEmpty { print("no dongles: no agent with radio bluez has registered"); return }
             for v in views { print(Self.describe(v)) }
             return
@@ -72,7 +75,10 @@ struct DonglesList: AsyncParsableCommand {
             }
             return
         }
-        if json { print(String(decoding: try LabJSON.encoder.encode(infos), as: UTF8.self)); return }
+        if let json {
+            try CLIConventions.writeJSON(try LabJSON.encoder.encode(infos), to: json, command: "dongles")
+            if json == "-" { return }
+        }
         if infos.isEmpty { print("no Bluetooth controllers on this host") }
         for d in infos { print(Self.describe(d)) }
         for p in survey.problems { print("note: \(p)") }
@@ -171,8 +177,8 @@ struct DonglesCheck: AsyncParsableCommand {
     @Option(help: "The longest the check may take, 1s to 10m (default: 30s).", transform: Flags.duration(min: 1, max: 600))
     var bound: TimeInterval = AgentSelection.defaultPreflight
 
-    @Flag(help: "Print the coordinator's JSON (the verdicts); the exit code is the same.")
-    var json = false
+    @Option(help: ArgumentHelp("The coordinator's JSON (the verdicts) to FILE (--json alone or --json -: standard output, instead of the text); the exit code is the same.", valueName: "FILE"))
+    var json: String?
 
     func run() async throws {
         let base = try options.client()
@@ -183,10 +189,12 @@ struct DonglesCheck: AsyncParsableCommand {
         } catch {
             log("herald-lab dongles check: \(error)"); throw ExitCode(2)
         }
-        if json {
-            print(String(decoding: try LabJSON.encoder.encode(result), as: UTF8.self))
-            if result.verdicts.contains(where: { !$0.ok }) { throw ExitCode(1) }
-            return
+        if let json {
+            try CLIConventions.writeJSON(try LabJSON.encoder.encode(result), to: json, command: "dongles check")
+            if json == "-" {
+                if result.verdicts.contains(where: { !$0.ok }) { throw ExitCode(1) }
+                return
+            }
         }
         print("health check \(result.id): \(result.verdicts.filter(\.ok).count) of \(result.verdicts.count) dongles passed")
         for v in result.verdicts {

@@ -19,7 +19,7 @@ enum Flags {
     /// A transform for `--log-level`: trace, debug, info, notice, warning, error or critical.
     static let logLevel: @Sendable (String) throws -> Logger.Level = { text in
         do { return try LabLogLevel.parse(text) } catch {
-            throw ValidationError("\(error)")
+            throw ValidationError("\(error)\(CLIConventions.didYouMean(text, among: Logger.Level.allCases.map(\.rawValue)))")
         }
     }
 }

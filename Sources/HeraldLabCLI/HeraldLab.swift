@@ -15,13 +15,21 @@ struct HeraldLab: AsyncParsableCommand {
     )
 
     /// As ArgumentParser's, except that a command line it cannot parse exits 2 like every other
-    /// bad input (ArgumentParser's own code is 64), with its message and usage.
+    /// bad input (ArgumentParser's own code is 64), with its message and usage; `--json` alone is
+    /// `--json -` (standard output), and a mistyped subcommand is told the close one.
     static func main() async {
         // The services' logs (coordinator, agent, air, their HTTP): one line per event on stderr,
         // outside text escaped; each service sets its level from --log-level.
         LoggingSystem.bootstrap { LabLogHandler(label: $0) }
+        // One --json [FILE] on every command (CLIConventions), and a subcommand that is not one
+        // answered with the close one, exit 2.
+        let arguments = CLIConventions.normalizeJSON(Array(CommandLine.arguments.dropFirst()))
+        if let unknown = CLIConventions.unknownSubcommand(arguments, root: HeraldLab.self) {
+            FileHandle.standardError.write(Data("\(unknown)\n".utf8))
+            Foundation.exit(2)
+        }
         do {
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(arguments)
             if var async = command as? AsyncParsableCommand { try await async.run() } else { try command.run() }
         } catch {
             if exitCode(for: error) == .validationFailure {

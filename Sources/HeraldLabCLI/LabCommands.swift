@@ -234,7 +234,7 @@ struct AgentCommand: AsyncParsableCommand {
 
     func run() async throws {
         guard SafeName.isValid(name) else { log("--name \"\(name)\" \(SafeName.problem(with: name)!)"); throw ExitCode(2) }
-        guard let radioKind = RadioKind(rawValue: radio) else { log("--radio \"\(radio)\": must be sim or bluez"); throw ExitCode(2) }
+        guard let radioKind = RadioKind(rawValue: radio) else { log("--radio \"\(OutsideText.escaped(String(radio.prefix(32))))\": must be sim or bluez\(CLIConventions.didYouMean(radio, among: ["sim", "bluez"]))"); throw ExitCode(2) }
         var config = Agent.Config(name: name, dataDirectory: URL(fileURLWithPath: data))
         config.host = try service.bindHost()
         config.port = service.port

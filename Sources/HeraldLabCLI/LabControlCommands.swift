@@ -8,14 +8,48 @@ import LabPlan
 
 /// Options of every command that talks to a coordinator.
 struct CoordinatorOptions: ParsableArguments {
-    @Option(help: "Coordinator URL, e.g. http://coord.lab:8700.")
-    var coordinator: String
+    /// The environment's defaults (README, docs/CI.md): the coordinator's URL and the file
+    /// holding the operator's credential (a path, never the secret; $HERALDLAB_TOKEN holds a token
+    /// itself, and $HERALDLAB_CREDENTIALS a credentials folder).
+    static let coordinatorVariable = "HERALDLAB_COORDINATOR"
+    static let tokenFileVariable = "HERALDLAB_TOKEN_FILE"
 
-    @Option(name: .customLong("token-file"), help: "File holding the token (default: $HERALDLAB_TOKEN, else operator.token in the credentials folder).")
-    var tokenFile: String?
+    @Option(name: .customLong("coordinator"), help: "Coordinator URL, e.g. http://coord.lab:8700 (default: $HERALDLAB_COORDINATOR).")
+    var coordinatorFlag: String?
+
+    @Option(name: .customLong("token-file"), help: "File holding the token (default: $HERALDLAB_TOKEN_FILE, else $HERALDLAB_TOKEN, else operator.token in the credentials folder).")
+    var tokenFileFlag: String?
 
     @Option(help: "Credentials folder: ca.pem checks an https coordinator, operator.token is the credential (default: $HERALDLAB_CREDENTIALS).")
     var credentials: String?
+
+    /// The environment the defaults are read from (a test's own).
+    var environment: [String: String] = ProcessInfo.processInfo.environment
+
+    enum CodingKeys: String, CodingKey { case coordinatorFlag, tokenFileFlag, credentials }
+
+    /// --coordinator, else $HERALDLAB_COORDINATOR; "" when neither (validate refuses that).
+    var coordinator: String { coordinatorFlag ?? environment[Self.coordinatorVariable].flatMap { $0.isEmpty ? nil : $0 } ?? "" }
+
+    /// --token-file, else $HERALDLAB_TOKEN_FILE.
+    var tokenFile: String? { tokenFileFlag ?? environment[Self.tokenFileVariable].flatMap { $0.isEmpty ? nil : $0 } }
+
+    func validate() throws {
+        if coordinator.isEmpty { throw ValidationError("--coordinator: give the coordinator's URL (e.g. --coordinator http://coord.lab:8700) or set $\(Self.coordinatorVariable)") }
+    }
+
+    /// The options as a command line to paste (hints): the coordinator, and the credential by the
+    /// file or folder it is in, never the secret itself; a credential from $HERALDLAB_TOKEN is
+    /// named as that variable, to be set again.
+    var pasteable: String {
+        var words = ["--coordinator", CLIConventions.shellQuoted(coordinator)]
+        if let tokenFile { words += ["--token-file", CLIConventions.shellQuoted(tokenFile)] }
+        if let credentials { words += ["--credentials", CLIConventions.shellQuoted(credentials)] }
+        var line = words.joined(separator: " ")
+        if tokenFile == nil, credentials == nil, environment["HERALDLAB_TOKEN"].map({ !$0.isEmpty }) == true { line += "   (with $HERALDLAB_TOKEN set)" }
+        else if tokenFile == nil, credentials == nil, environment["HERALDLAB_CREDENTIALS"].map({ !$0.isEmpty }) == true { line += "   (with $HERALDLAB_CREDENTIALS set)" }
+        return line
+    }
 
     func client() throws -> LabClient {
         try coordinatorClient(coordinator, tokenFile: tokenFile, credentials: credentials)
@@ -45,14 +79,14 @@ struct AgentsList: AsyncParsableCommand {
 
     @OptionGroup var options: CoordinatorOptions
 
-    @Flag(help: "Print the coordinator's JSON.")
-    var json = false
+    @Option(help: ArgumentHelp("The coordinator's JSON to FILE (--json alone or --json -: standard output, instead of the table).", valueName: "FILE"))
+    var json: String?
 
     func run() async throws {
         let views: [Coordinator.AgentView] = try await options.call(CoordinatorAPI.agents.method, CoordinatorAPI.agents.path())
-        if json {
-            print(String(decoding: try LabJSON.encoder.encode(views), as: UTF8.self))
-            return
+        if let json {
+            try CLIConventions.writeJSON(try LabJSON.encoder.encode(views), to: json, command: "agents")
+            if json == "-" { return }
         }
         let now = Date().timeIntervalSince1970
         print("agent           state    radio  url                              last heartbeat  runs held")
@@ -79,13 +113,13 @@ struct RunsCommand: AsyncParsableCommand {
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Every run with its state and nodes.")
         @OptionGroup var options: CoordinatorOptions
-        @Flag(help: "Print the coordinator's JSON.")
-        var json = false
+        @Option(help: ArgumentHelp("The coordinator's JSON to FILE (--json alone or --json -: standard output, instead of the list).", valueName: "FILE"))
+        var json: String?
         func run() async throws {
             let runs: [RunRecord] = try await options.call(CoordinatorAPI.runs.method, CoordinatorAPI.runs.path())
-            if json {
-                print(String(decoding: try LabJSON.encoder.encode(runs), as: UTF8.self))
-                return
+            if let json {
+                try CLIConventions.writeJSON(try LabJSON.encoder.encode(runs), to: json, command: "runs")
+                if json == "-" { return }
             }
             for r in runs {
                 let nodes = r.nodes.map { OutsideText.escaped("\($0.name)@\($0.agent) \($0.state.rawValue)") }.joined(separator: ", ")

@@ -17,8 +17,34 @@ struct PlanCommand: ParsableCommand {
         @Argument(help: "Plan file (YAML).")
         var plan: String
 
+        @Option(help: ArgumentHelp("The plan as parsed (every default filled in) and a study's run order, as JSON to FILE (--json alone or --json -: standard output, instead of the text).", valueName: "FILE"))
+        var json: String?
+
+        /// --json: the plan as parsed, and a study's runs in order.
+        struct Checked: Encodable {
+            struct Run: Encodable { var index, block: Int; var level: String; var seed: UInt64; var folder: String }
+            var plan: Plan
+            var runs: [Run]?
+        }
+
         func run() throws {
             let (plan, text) = try loadPlanWithText(self.plan)
+            if let json {
+                var checked = Checked(plan: plan)
+                if plan.study != nil {
+                    do { checked.runs = try Plan.expandStudy(yaml: text, source: self.plan).runs.map { Checked.Run(index: $0.index, block: $0.block, level: $0.level, seed: $0.seed, folder: $0.folder) } } catch {
+                        FileHandle.standardError.write(Data((error.description + "\n").utf8))
+                        throw ExitCode(2)
+                    }
+                }
+                let e = JSONEncoder()
+                e.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+                e.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
+                let data: Data
+                do { data = try e.encode(checked) } catch { log("herald-lab plan check: cannot encode the plan: \(error)"); throw ExitCode(2) }
+                try CLIConventions.writeJSON(data, to: json, command: "plan check")
+                if json == "-" { return }
+            }
             print("\(plan.name): \(plan.nodes.count) nodes, \(formatDuration(plan.duration)) (warm-up \(formatDuration(plan.warmup))), radio \(plan.radio.kind.rawValue)")
             for n in plan.nodes {
                 print("  \(n.name)\tidentifier \(n.identifier)\tshortName \(n.shortName)\tat \(n.position)" + (n.persona.map { "\tpersona \($0.rawValue)" } ?? ""))

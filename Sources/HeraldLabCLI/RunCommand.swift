@@ -114,18 +114,26 @@ struct RunCommand: AsyncParsableCommand {
         SafeName.problem(with: id).map { "the coordinator's run id \"\(OutsideText.escaped(id, limit: 80, quotes: true))\" \(OutsideText.escaped($0))" }
     }
 
+    /// What Ctrl-C prints while following: the commands to follow the run again and to stop it,
+    /// with the options given (`options`: CoordinatorOptions.pasteable; the credential by its
+    /// file or folder, never its value).
+    static func detachHint(_ id: String, options: String) -> String {
+        """
+
+        herald-lab run: detached; run \(id) goes on at the coordinator.
+          follow it again: herald-lab run --attach \(id) \(options)
+          stop it:         herald-lab runs abort \(id) \(options)
+
+        """
+    }
+
     /// Ctrl-C while following: the run goes on at the coordinator; say so, and how to follow it again.
-    static func detachOnInterrupt(_ id: String, coordinator: String) -> DispatchSourceSignal {
+    static func detachOnInterrupt(_ id: String, options: String) -> DispatchSourceSignal {
         signal(SIGINT, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: DispatchQueue(label: "heraldlab.run.interrupt"))
+        let hint = detachHint(id, options: options)
         source.setEventHandler {
-            FileHandle.standardError.write(Data("""
-
-            herald-lab run: detached; run \(id) goes on at the coordinator.
-              follow it again: herald-lab run --attach \(id) --coordinator \(coordinator)
-              stop it:         herald-lab runs abort \(id) --coordinator \(coordinator)
-
-            """.utf8))
+            FileHandle.standardError.write(Data(hint.utf8))
             Foundation.exit(130)
         }
         source.resume()
@@ -154,7 +162,7 @@ struct RunCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
         let outDir = URL(fileURLWithPath: out)
-        do { try await Self.fetchBundle(client, current, into: outDir) } catch {
+        do { try await Self.fetchBundle(client, current, into: outDir, options: options.pasteable) } catch {
             log("herald-lab run: \(error)")
             throw ExitCode(2)
         }
@@ -188,8 +196,9 @@ struct RunCommand: AsyncParsableCommand {
             print(Summary.text(summary, mode: .strict))
             print("report: \(bundle.appendingPathComponent("report/report.html").path)")
             try copyForCI(from: bundle.appendingPathComponent("report"))
+            // An aborted run has no verdict (issue 40): exit 2, never the plan's FAIL.
+            if current.state == .aborted || summary.input.aborted == true { throw ExitCode(2) }
             if !summary.passed { throw ExitCode(1) }
-            if current.state == .aborted { throw ExitCode(2) }
         } else {
             log("herald-lab run: the bundle has no report (\(OutsideText.escaped(current.message ?? "analysis failed")))")
             throw ExitCode(2)
@@ -199,7 +208,7 @@ struct RunCommand: AsyncParsableCommand {
     /// Follows a run to its end, showing the nodes live (a table redrawn on a terminal, else
     /// every 10 s); Ctrl-C detaches (the run goes on). The run's final record.
     func follow(_ client: LabClient, _ record: RunRecord) async throws -> RunRecord {
-        let interrupt = Self.detachOnInterrupt(record.id, coordinator: coordinator)
+        let interrupt = Self.detachOnInterrupt(record.id, options: options.pasteable)
         let live = isatty(STDOUT_FILENO) == 1
         var drawnLines = 0
         var lastPlain = Date.distantPast
@@ -214,7 +223,7 @@ struct RunCommand: AsyncParsableCommand {
                 let since = unanswered ?? Date()
                 unanswered = since
                 if Date().timeIntervalSince(since) > 60 {
-                    log("herald-lab run: the coordinator at \(coordinator) has not answered for 60 s (\(error)); run \(record.id) is still recorded there: `herald-lab runs list` shows it")
+                    log("herald-lab run: the coordinator at \(coordinator) has not answered for 60 s (\(error)); run \(record.id) is still recorded there: `herald-lab runs list \(options.pasteable)` shows it")
                     throw ExitCode(2)
                 }
             }
@@ -249,7 +258,7 @@ struct RunCommand: AsyncParsableCommand {
     /// Only the archive's `<run id>/` is unpacked, and kept only when it holds nothing but files
     /// and folders; else, as when the fetch fails, no bundle folder is left. Returns the bundle folder.
     @discardableResult
-    static func fetchBundle(_ client: LabClient, _ current: RunRecord, into outDir: URL, folder: String? = nil) async throws -> URL {
+    static func fetchBundle(_ client: LabClient, _ current: RunRecord, into outDir: URL, folder: String? = nil, options: String? = nil) async throws -> URL {
         // The run id is the coordinator's text: it names a file here only once it is a safe name
         // (a hostile coordinator once made `--out DIR` write DIR/../<id>.tar.gz).
         if let problem = runIdProblem(current.id) { throw BundleFailure(description: "\(problem): no file is named after it") }
@@ -274,7 +283,7 @@ struct RunCommand: AsyncParsableCommand {
         let sha = hasher.finalizeHex()
         if let expected = current.bundleSha256, expected != sha {
             try? FileManager.default.removeItem(at: part)
-            throw BundleFailure(description: "the bundle of \(current.id) arrived damaged (SHA-256 \(sha), the coordinator says \(expected)); fetch it again with `herald-lab run` or from \(client.base.absoluteString)/v1/runs/\(current.id)/bundle")
+            throw BundleFailure(description: "the bundle of \(current.id) arrived damaged (SHA-256 \(sha), the coordinator says \(expected)); fetch it again with `herald-lab run --attach \(current.id)\(options.map { " " + $0 } ?? "")` or from \(client.base.absoluteString)/v1/runs/\(current.id)/bundle")
         }
         try Self.removeIfPresent(tarURL)
         try FileManager.default.moveItem(at: part, to: tarURL)

@@ -145,7 +145,7 @@ extension RunCommand {
             outcome.nodes = final.nodes.map { .init(node: $0.name, agent: $0.agent, dongle: $0.dongle) }
             if final.state == .complete || final.state == .aborted {
                 do {
-                    let bundle = try await Self.fetchBundle(client, final, into: study.folder, folder: r.folder)
+                    let bundle = try await Self.fetchBundle(client, final, into: study.folder, folder: r.folder, options: options.pasteable)
                     print("bundle: \(bundle.path)")
                     if final.state == .aborted { outcome.message = "aborted; the bundle holds what the nodes logged until then" }
                 } catch {

@@ -30,6 +30,18 @@ struct SimulateCommand: ParsableCommand {
     @Flag(help: "Print no progress.")
     var quiet = false
 
+    @Option(help: ArgumentHelp("What was simulated as JSON to FILE (--json alone or --json -: standard output, instead of the text): the bundle, plan, seed, nodes and the simulation's figures; for a study, compare's effects (compare.json).", valueName: "FILE"))
+    var json: String?
+
+    /// --json of one run.
+    struct Simulated: Encodable {
+        var bundle, plan: String
+        var seed: UInt64
+        var nodes: Int
+        var simulatedSeconds, wallSeconds: Double
+        var advertisingEvents, reportsDelivered: Int
+    }
+
     func run() throws {
         var (plan, text) = try loadPlanWithText(self.plan)
         if let maxDuration {
@@ -67,12 +79,21 @@ struct SimulateCommand: ParsableCommand {
             log("herald-lab simulate: \(error)")
             throw ExitCode(2)
         }
+        if let json {
+            let e = JSONEncoder()
+            e.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            e.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
+            let data = try e.encode(Simulated(bundle: result.bundle.path, plan: plan.name, seed: seed, nodes: plan.nodes.count, simulatedSeconds: result.simulatedSeconds,
+                                              wallSeconds: result.wallSeconds, advertisingEvents: result.advertisingEvents, reportsDelivered: result.reportsDelivered))
+            try CLIConventions.writeJSON(data, to: json, command: "simulate")
+            if json == "-" { return }
+        }
         let rate = result.simulatedSeconds / 3600 / max(result.wallSeconds, 1e-6)
         print("bundle: \(result.bundle.path)")
         print(String(format: "simulated %@ x %d nodes in %.2f s wall: %.2f simulated hours per wall second (%.1f node-hours/s); %d adverts, %d reports; peak memory %.0f MB",
                      formatDuration(result.simulatedSeconds), plan.nodes.count, result.wallSeconds, rate, rate * Double(plan.nodes.count),
                      result.advertisingEvents, result.reportsDelivered, peakMemoryMB()))
-        print("next: herald-lab analyse \(result.bundle.path)")
+        print("next: herald-lab analyse \(CLIConventions.shellQuoted(result.bundle.path))")
     }
 }
 
@@ -112,22 +133,29 @@ extension SimulateCommand {
             log("herald-lab simulate: \(error)")
             throw ExitCode(2)
         }
-        print("study: \(study.folder.path) (\(runs.count) runs in \(String(format: "%.1f", Date().timeIntervalSince(started))) s)")
-        try compareStudy(study.folder, runs: runs, title: "Study \(base.study?.name ?? base.name)", command: "simulate")
+        let done = "study: \(study.folder.path) (\(runs.count) runs in \(String(format: "%.1f", Date().timeIntervalSince(started))) s)"
+        if json == "-" { log(done) } else { print(done) } // standard output holds the JSON alone
+        try compareStudy(study.folder, runs: runs, title: "Study \(base.study?.name ?? base.name)", command: "simulate", json: json)
     }
 }
 
 /// The end of a study (simulate STUDY, run STUDY): its levels compared, compare.json and
 /// study.html written durably beside study.json, the comparison printed.
-func compareStudy(_ folder: URL, runs: [StudyRun], title: String, command: String) throws {
+func compareStudy(_ folder: URL, runs: [StudyRun], title: String, command: String, json: String? = nil) throws {
     guard let design = try loadStudyFolder(folder.path, command: command), design.levels.count >= 2 else {
-        print("next: herald-lab compare \(folder.path)")
+        let next = "next: herald-lab compare \(CLIConventions.shellQuoted(folder.path))"
+        if json == "-" { log(next) } else { print(next) }
         return
     }
     let outcome = Comparison.compare(design)
-    try Durable.write(try Comparison.json(outcome), to: folder.appendingPathComponent("compare.json"))
+    let effects = try Comparison.json(outcome)
+    try Durable.write(effects, to: folder.appendingPathComponent("compare.json"))
     let order = runs.map { StudyReport.OrderedRun(index: $0.index, block: $0.block, level: $0.level, seed: $0.seed, bundle: $0.folder) }
     try Durable.write(Data(StudyReport.html(outcome, title: title, order: order).utf8), to: folder.appendingPathComponent("study.html"))
+    if let json {
+        try CLIConventions.writeJSON(effects, to: json, command: command)
+        if json == "-" { return }
+    }
     print(Comparison.text(outcome))
     print("report: \(folder.appendingPathComponent("study.html").path)")
 }

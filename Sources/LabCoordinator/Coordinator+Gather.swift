@@ -84,8 +84,10 @@ extension Coordinator {
         do {
             let report = try Analyser.analyse(bundle)
             try ReportWriter.write(report, to: bundle.appendingPathComponent("report"))
-            r.passed = report.result.passed
+            r.passed = report.result.input.aborted == true ? nil : report.result.passed
             r.headline = Summary.text(report.result, mode: .strict)
+            let infra = Regression.infrastructure(report.result)
+            r.infra = infra.isEmpty ? nil : infra
             if plan.radio.kind == .bluez {
                 // The dongles' side of the run: their history, and the run's outliers.
                 let detected = Set(report.result.pairs.filter(\.detected).map { "\(($0.observer as NSString).lastPathComponent)\u{1F}\(($0.observed as NSString).lastPathComponent)" })
@@ -110,6 +112,8 @@ extension Coordinator {
         if !lost.isEmpty && !gathered.isEmpty { notes.append("lost: " + lost.map { "\($0.name) (\($0.message ?? "nothing gathered"))" }.joined(separator: ", ")) }
         r.bundle = bundle.path
         r.state = failure != nil || gathered.isEmpty || !lost.isEmpty ? .failed : (r.abortRequested == true ? .aborted : .complete)
+        // An aborted run has no verdict (issue 40): its logs stop early by request.
+        if r.abortRequested == true { r.passed = nil }
         r.message = notes.isEmpty ? nil : notes.joined(separator: "; ")
         // Recorded as ended, durably, before any agent may delete: a crash here gathers again.
         do { try save(r) } catch {
@@ -311,6 +315,7 @@ extension Coordinator {
                                 contactEvent: plan.contactEvent(startingAt: Date(timeIntervalSince1970: startAt)), nodes: nodes)
         manifest.startAt = r.startAt.map { Date(timeIntervalSince1970: $0) }
         manifest.preflight = r.preflight
+        if r.abortRequested == true { manifest.aborted = true }
         if !delays.isEmpty {
             let s = delays.sorted()
             func pct(_ q: Double) -> Double { s[max(0, min(s.count - 1, Int((q * Double(s.count)).rounded(.up)) - 1))] }

@@ -60,6 +60,22 @@ extension Coordinator {
         }
     }
 
+    /// Ended runs by what `heraldlab_run_verdicts_total` and `heraldlab_runs_without_verdict_total`
+    /// count them as (issue 40): `pass`, `fail`, `aborted` (no verdict, whatever an older record
+    /// says) or `infra` (a failed verdict with infrastructure faults: not the protocol's fail).
+    /// Runs without an analysed bundle are in none.
+    static func verdictCounts(_ ended: [RunRecord]) -> [String: Int] {
+        var out = [String: Int]()
+        for r in ended {
+            let key: String
+            if r.state == .aborted || (r.abortRequested == true && r.bundle != nil) { key = "aborted" }
+            else if let passed = r.passed { key = passed ? "pass" : ((r.infra ?? []).isEmpty ? "fail" : "infra") }
+            else { continue }
+            out[key, default: 0] += 1
+        }
+        return out
+    }
+
     /// Brings every family up to date.
     func collectMetrics() {
         let m = metrics.metrics
@@ -85,9 +101,14 @@ extension Coordinator {
         for s in Self.runStates where s.isFinal {
             m.mirror("heraldlab_runs_ended_total", "Runs that ended, by how.", ["result": s.rawValue], to: Int64(ended.filter { $0.state == s }.count))
         }
-        for (verdict, passed) in [("pass", true), ("fail", false)] {
-            m.mirror("heraldlab_run_verdicts_total", "Ended runs whose bundle was analysed, by the plan's verdict.", ["verdict": verdict],
-                     to: Int64(ended.filter { $0.passed == passed }.count))
+        let verdicts = Self.verdictCounts(ended)
+        for verdict in ["pass", "fail"] {
+            m.mirror("heraldlab_run_verdicts_total", "Ended runs whose bundle was analysed, by the plan's verdict; aborted runs have none, and runs with infrastructure faults are not counted as fails (heraldlab_runs_without_verdict_total).", ["verdict": verdict],
+                     to: Int64(verdicts[verdict] ?? 0))
+        }
+        for reason in ["aborted", "infra"] {
+            m.mirror("heraldlab_runs_without_verdict_total", "Ended runs with a bundle and no counted verdict: aborted by an operator, or failed with infrastructure faults (nodes not complete, gaps, dongle recoveries).", ["reason": reason],
+                     to: Int64(verdicts[reason] ?? 0))
         }
         let gathered = ended.filter { $0.bundle != nil }.flatMap(\.nodes).flatMap(\.files).reduce(Int64(0)) { $0 + max(0, $1.bytes) }
         m.mirror("heraldlab_gather_bytes_total", "Bytes of node logs gathered into bundles.", to: gathered)

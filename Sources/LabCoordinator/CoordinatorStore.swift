@@ -279,10 +279,15 @@ public struct RunRecord: Codable, Sendable {
     public var bundle: String?
     /// SHA-256 of `<id>.tar.gz`, for clients to verify what they fetched.
     public var bundleSha256: String?
+    /// The plan's verdict on the analysed bundle; nil while there is none, and for an aborted
+    /// run, which has no verdict (issue 40).
     public var passed: Bool?
     public var headline: String?
     /// When the run reached its final state (coordinator clock); nil in records from before.
     public var ended: Double?
+    /// The run's infrastructure faults (nodes not complete, gaps, dongle recoveries), as the
+    /// analysis found them: a failed verdict of such a run is not counted as a fail.
+    public var infra: [String]?
     /// Set by an abort request: the run stops early and what exists is gathered.
     public var abortRequested: Bool?
     /// Agents with dongles checked with the chosen ones, each standing in for one that fails its

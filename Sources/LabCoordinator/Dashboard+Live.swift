@@ -108,6 +108,10 @@ struct LiveSnapshot: Codable {
     var passed: Bool?
     var headline: String?
     var totalReads: Int
+    /// An operator aborted it: no verdict (issue 40).
+    var aborted: Bool?
+    /// Infrastructure faults the analysis found (its verdict is not the protocol's).
+    var infra: [String]?
 }
 
 extension Coordinator {
@@ -141,7 +145,8 @@ extension Coordinator {
         var snap = LiveSnapshot(id: r.id, plan: r.plan, state: r.state.rawValue, final: r.state.isFinal,
                                 secondsLeft: r.startAt.map { r.state == .running ? max(0, $0 + r.duration - t) : 0 },
                                 elapsed: r.startAt.map { max(0, min(r.duration, t - $0)) }, message: r.message, nodes: nodes,
-                                passed: r.passed, headline: r.headline, totalReads: nodes.reduce(0) { $0 + $1.reads })
+                                passed: r.passed, headline: r.headline, totalReads: nodes.reduce(0) { $0 + $1.reads },
+                                aborted: r.state == .aborted || r.abortRequested == true ? true : nil, infra: r.infra)
         if r.nodes.count <= LiveStrips.maxNodes {
             snap.matrix = r.nodes.map { a in
                 r.nodes.map { b -> Int? in
@@ -229,7 +234,8 @@ extension Coordinator {
       $("left").textContent = d.secondsLeft != null && d.state === "running" ? "(" + Math.round(d.secondsLeft) + " s left)" : "";
       $("totalreads").textContent = String(d.totalReads);
       $("message").textContent = d.message || "";
-      if (d.passed != null) { $("verdict").textContent = (d.passed ? "PASS" : "FAIL") + (d.headline ? ": " + d.headline : ""); $("verdict").className = d.passed ? "pass" : "fail"; }
+      if (d.final && d.aborted) { $("verdict").textContent = "aborted: no verdict" + (d.headline ? ": " + d.headline : ""); $("verdict").className = "noverdict"; }
+      else if (d.passed != null) { $("verdict").textContent = (d.passed ? "PASS" : "FAIL") + (d.infra ? " (infra: " + d.infra.join("; ") + ")" : "") + (d.headline ? ": " + d.headline : ""); $("verdict").className = d.passed ? "pass" : (d.infra ? "infra" : "fail"); }
       if (d.final && $("abortform")) $("abortform").remove();
       const tb = document.querySelector("#nodes tbody"); tb.replaceChildren();
       for (const n of d.nodes) {

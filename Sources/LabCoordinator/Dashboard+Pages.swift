@@ -32,6 +32,7 @@ extension Coordinator {
     .strip td{width:6px;height:12px;padding:0}.strip td:first-child{width:auto;white-space:nowrap;padding:0 6px;font-size:12px}.strip td.y{background:#2ca02c}.strip td.n{background:#f3d0d0}.strip td.f{background:#fff}
     .better{color:#1a7f37;font-weight:600}.worse{color:#cf222e;font-weight:600}.same{color:#555}.inconclusive{color:#9a6700}.note{color:#666;font-size:12px}
     .legend .sw{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}
+    .noverdict,.infra{color:#6e7781;font-style:italic}
     """
 
     /// A whole page: the header with the navigation and sign-out, then `body`. `script` runs with
@@ -134,7 +135,7 @@ extension Coordinator {
         var body = "<table id=\"runs\"><tr><th>run</th><th>plan</th><th>created</th><th>state</th><th>verdict</th><th>headline</th><th>files</th></tr>"
         for r in all.prefix(500) {
             let link = "<a href=\"\(Self.dashboardPath(run: Self.segment(r.id)))\">\(Self.h(r.id))</a>"
-            let verdict = r.passed.map { $0 ? "<span class=\"pass\">PASS</span>" : "<span class=\"fail\">FAIL</span>" } ?? "–"
+            let verdict = Self.verdictCell(r)
             var files = [String]()
             let report = config.results.appendingPathComponent(r.id).appendingPathComponent("report")
             for name in ["report.html", "junit.xml", "summary.json"] where FileManager.default.fileExists(atPath: report.appendingPathComponent(name).path) {
@@ -146,6 +147,16 @@ extension Coordinator {
         }
         if all.isEmpty { body += "<tr><td colspan=\"7\">No runs yet.</td></tr>" }
         return page("Runs", s, active: "Runs", body: body + "</table>")
+    }
+
+    /// A run's verdict as the Runs page shows it (issue 40): an aborted run has none, and a
+    /// failed run with infrastructure faults is marked infra, not FAIL.
+    static func verdictCell(_ r: RunRecord) -> String {
+        if r.state == .aborted || (r.abortRequested == true && r.bundle != nil) { return "<span class=\"noverdict\">aborted</span>" }
+        guard let passed = r.passed else { return "–" }
+        let infra = r.infra.map { "<span class=\"infra\" title=\"\(h($0.joined(separator: "; ")))\">infra</span>" }
+        if passed { return "<span class=\"pass\">PASS</span>" + (infra.map { " " + $0 } ?? "") }
+        return infra ?? "<span class=\"fail\">FAIL</span>"
     }
 
     // MARK: Trends
@@ -180,8 +191,10 @@ extension Coordinator {
         let groups = Dictionary(grouping: history) { "\($0.plan)\u{1F}\($0.variant)\u{1F}\($0.testbed)\u{1F}\($0.settingsKey)" }
         let newestFirst = groups.values.sorted { ($0.last?.id ?? 0) > ($1.last?.id ?? 0) }
         for runs in newestFirst.prefix(12) {
-            let recent = Array(runs.suffix(30))
-            guard let first = recent.first else { continue }
+            // Aborted runs have no verdict and are not plotted (issue 40): named below the charts.
+            let aborted = runs.filter(\.aborted)
+            let recent = Array(runs.filter { !$0.aborted }.suffix(30))
+            guard let first = recent.first ?? runs.first else { continue }
             var results = [AnalysisResult?]()
             var unreadable = [String]()
             for r in recent {
@@ -209,13 +222,22 @@ extension Coordinator {
                     let value = results[i].flatMap { Regression.value($0, m) }
                     var lo: Double?, hi: Double?
                     if let b = finding?.baseline, let bound = finding?.bound, b.isFinite, bound.isFinite { lo = min(bound, 2 * b - bound); hi = max(bound, 2 * b - bound) }
-                    return TrendChart.Point(label: recent[i].runId, value: value, bandLow: lo, bandHigh: hi, regressed: finding?.regressed ?? false)
+                    let infra = recent[i].infra.isEmpty ? nil : recent[i].infra
+                    return TrendChart.Point(label: recent[i].runId, value: value, bandLow: infra == nil ? lo : nil, bandHigh: infra == nil ? hi : nil,
+                                            regressed: infra == nil && (finding?.regressed ?? false), infra: infra)
                 }
                 guard points.contains(where: { $0.value != nil }) else { continue }
                 body += TrendChart.svg(title: m.label, points: points)
             }
             let regressed = recent.indices.filter { judgements[$0]?.verdict == .regression }.map { Self.h(recent[$0].runId) }
             body += "</div><p>Regressions: \(regressed.isEmpty ? "none" : "<span class=\"fail\">" + regressed.joined(separator: ", ") + "</span>")</p>"
+            let infra = recent.filter { !$0.infra.isEmpty }
+            if !infra.isEmpty {
+                body += "<p class=\"infra\">Infrastructure faults (grey rings; not in the line, the band or the scale): " + infra.map { "\(Self.h($0.runId)) (\(Self.h(String($0.infra.prefix(200)))))" }.joined(separator: "; ") + "</p>"
+            }
+            if !aborted.isEmpty {
+                body += "<p class=\"noverdict aborted-runs\">Aborted, no verdict (not plotted): " + aborted.suffix(30).map { Self.h($0.runId) }.joined(separator: ", ") + "</p>"
+            }
         }
         if groups.isEmpty { body += "<p id=\"nohistory\">No runs in the history yet.</p>" }
         return page("Trends", s, active: "Trends", body: body + studiesSection())

@@ -27,6 +27,14 @@ public final class HistoryStore {
         public var testbed: String = ""
         /// Infrastructure faults (partial nodes, gaps, recoveries); empty: none.
         public var infra: String = ""
+        /// An operator aborted the run (its manifest says so): it has no verdict, and is in no
+        /// trend, arrow or baseline (issue 40).
+        public var aborted: Bool = false
+
+        /// `aborted` (no verdict), else `pass` or `fail`.
+        public var verdict: String { aborted ? "aborted" : (passed ? "pass" : "fail") }
+        /// Neither aborted nor with infrastructure faults: a run trends and arrows compare.
+        public var isClean: Bool { !aborted && infra.isEmpty }
 
         public mutating func didInsert(_ inserted: InsertionSuccess) { id = inserted.rowID }
     }
@@ -116,6 +124,9 @@ public final class HistoryStore {
             }
             try db.create(index: "alert_key", on: "alert", columns: ["plan", "variant", "testbed", "state"])
         }
+        migrator.registerMigration("v4-aborted") { db in
+            try db.alter(table: "run") { t in t.add(column: "aborted", .boolean).notNull().defaults(to: false) }
+        }
         try migrator.migrate(db)
     }
 
@@ -188,7 +199,8 @@ public final class HistoryStore {
                       detectionPct: r.strict.detectionpct, continuityPct: r.strict.continuitypct, heraldContinuityPct: r.herald.continuitypct,
                       longevity: r.strict.longevity, passed: r.passed, reportPath: reportPath,
                       summaryJSON: String(decoding: try ReportWriter.summaryJSON(r), as: UTF8.self),
-                      settingsKey: Self.settingsKey(r), testbed: r.input.testbed ?? "", infra: Regression.infrastructure(r).joined(separator: "; "))
+                      settingsKey: Self.settingsKey(r), testbed: r.input.testbed ?? "", infra: Regression.infrastructure(r).joined(separator: "; "),
+                      aborted: r.input.aborted == true)
         // The same bundle analysed again replaces its row (one row per bundle), keeping its place.
         try db.write { db in
             if let old = try Run.filter(Column("path") == run.path && Column("runId") == run.runId).fetchOne(db) {
@@ -199,6 +211,11 @@ public final class HistoryStore {
             }
         }
         return run
+    }
+
+    /// The plans in the history, by name.
+    public func plans() throws -> [String] {
+        try db.read { db in try String.fetchAll(db, sql: "SELECT DISTINCT plan FROM run ORDER BY plan") }
     }
 
     /// Runs, oldest first, optionally of one plan.
@@ -242,6 +259,7 @@ public final class HistoryStore {
                 q = q.filter(Column("id") < id)
             }
             if !includeInfra { q = q.filter(Column("infra") == "") }
+            q = q.filter(Column("aborted") == false)
             return try q.order(Column("id").desc).limit(max(1, last) + 1000).fetchAll(db)
         }
         return Array(rows.filter { !excluded($0.id ?? 0) }.prefix(max(1, last)).reversed())

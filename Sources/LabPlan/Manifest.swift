@@ -148,6 +148,8 @@ public struct Manifest: Codable, Sendable, Equatable {
     public var preflight: [LabWire.PreflightVerdict]?
     /// What the simulated room did in this run (`radio.environment` on).
     public var environment: EnvironmentRecord?
+    /// True when an operator aborted the run: its logs stop early and it has no verdict (issue 40).
+    public var aborted: Bool?
 
     /// A simulated run's draw of its environment.
     public struct EnvironmentRecord: Codable, Sendable, Equatable {

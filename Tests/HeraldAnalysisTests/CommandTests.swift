@@ -63,6 +63,44 @@ final class CommandTests: XCTestCase {
         XCTAssertEqual(rows.components(separatedBy: "good").count - 1, 1, rows)
     }
 
+    /// Issue 40, item 7, as a user meets it: a mistyped subcommand, keyword or plan is exit 2
+    /// with the close one; analyse says where it recorded the history; --json [FILE] alike.
+    func testSlipsAreExitTwoWithTheCloseOneAndAnalyseSaysWhereItRecorded() throws {
+        let (sim, _, simErr) = try herald(["simulat", "plans/smoke.yaml"])
+        XCTAssertEqual(sim, 2, simErr)
+        XCTAssertTrue(simErr.contains("unknown command 'simulat'; did you mean 'simulate'?"), simErr)
+        let good = try simulate("good")
+        let (code, _, err) = try herald(["analyse", good.path])
+        XCTAssertEqual(code, 0, err)
+        XCTAssertTrue(err.contains("history: recorded in \(tmp.appendingPathComponent("results/history.sqlite").standardizedFileURL.path)"), err)
+        let (base, _, baseErr) = try herald(["regress", good.path, "--baseline", "histroy"])
+        XCTAssertEqual(base, 2, baseErr)
+        XCTAssertTrue(baseErr.contains("--baseline \"histroy\": no such bundle, and not history or latest; did you mean 'history'?"), baseErr)
+        let (plan, planOut, planErr) = try herald(["history", "--plan", "smok"])
+        XCTAssertEqual(plan, 2, planOut)
+        XCTAssertTrue(planErr.contains("--plan \"smok\": no plan by that name") && planErr.contains("did you mean 'smoke'?"), planErr)
+        let (mode, _, modeErr) = try herald(["analyse", good.path, "--mode", "stric", "--no-history"])
+        XCTAssertEqual(mode, 2)
+        XCTAssertTrue(modeErr.contains("did you mean 'strict'?"), modeErr)
+        // --json FILE writes the file and prints the text; --json alone prints the JSON alone.
+        let file = tmp.appendingPathComponent("history.json")
+        let (hcode, hout, herr) = try herald(["history", "--json", file.path])
+        XCTAssertEqual(hcode, 0, herr)
+        XCTAssertTrue(hout.contains("verdict"), hout)
+        let rows = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: file)) as? [[String: Any]])
+        XCTAssertEqual(rows.first?["verdict"] as? String, "pass")
+        let (pcode, pout, perr) = try herald(["plan", "check", "--json", TestPaths.packageRoot.appendingPathComponent("plans/smoke.yaml").path])
+        XCTAssertEqual(pcode, 0, perr)
+        let checked = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(pout.utf8)) as? [String: Any], pout)
+        XCTAssertEqual((checked["plan"] as? [String: Any])?["name"] as? String, "smoke")
+        let simulated = tmp.appendingPathComponent("simulated")
+        let (scode, sout, serr) = try herald(["simulate", TestPaths.packageRoot.appendingPathComponent("plans/smoke.yaml").path, "--out", simulated.path, "--quiet", "--json"])
+        XCTAssertEqual(scode, 0, serr)
+        let simJSON = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(sout.utf8)) as? [String: Any], sout)
+        XCTAssertEqual(simJSON["bundle"] as? String, simulated.path)
+        XCTAssertEqual(simJSON["plan"] as? String, "smoke")
+    }
+
     func testCompareNamesTheSettingsThatDifferAndGivesIntervalsAndVerdicts() throws {
         let a = try simulate("a")
         let b = try simulate("b") { $0.variant = "slow-scan\u{1b}[2J"; $0.sensor.scanOn = 2 }

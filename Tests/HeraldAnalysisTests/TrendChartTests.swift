@@ -22,4 +22,33 @@ final class TrendChartTests: XCTestCase {
         XCTAssertFalse(svg.contains("<b>"))
         XCTAssertFalse(TrendChart.svg(title: "t", points: [TrendChart.Point(label: "a", value: 1)]).contains("noise band"), "no band without history")
     }
+
+    /// Issue 40: a run with infrastructure faults is marked (a grey ring), outside the line, the
+    /// band and the y-scale: its fall to 0 does not squash the clean runs' scale.
+    func testAnInfraRunIsMarkedAndOutsideTheLineTheBandAndTheScale() {
+        let clean = [
+            TrendChart.Point(label: "night-1", value: 99),
+            TrendChart.Point(label: "night-2", value: 98, bandLow: 97, bandHigh: 100),
+            TrendChart.Point(label: "night-4", value: 98.5, bandLow: 97, bandHigh: 100),
+        ]
+        var withInfra = clean
+        withInfra.insert(TrendChart.Point(label: "night-3", value: 0, bandLow: 10, bandHigh: 20, infra: "node n2: state partial"), at: 2)
+        let svg = TrendChart.svg(title: "detection %", points: withInfra)
+        XCTAssertEqual(svg.components(separatedBy: "class=\"infra\"").count - 1, 1, "the infra run is marked")
+        XCTAssertTrue(svg.contains("night-3: 0.00 (infra: node n2: state partial; not in the line, the band or the scale)"), svg)
+        XCTAssertEqual(svg.components(separatedBy: "<circle").count - 1, 4)
+        // The y-scale is the clean runs': each clean point lies where it lies without the infra run.
+        func cy(_ svg: String, _ label: String) -> String? {
+            guard let t = svg.range(of: "<title>\(label):") else { return nil }
+            let circle = svg[..<t.lowerBound]
+            guard let c = circle.range(of: "cy=\"", options: .backwards) else { return nil }
+            return String(circle[c.upperBound...].prefix(while: { $0 != "\"" }))
+        }
+        let reference = TrendChart.svg(title: "detection %", points: [clean[0], clean[1], TrendChart.Point(label: "gap", value: nil), clean[2]])
+        for label in ["night-1", "night-2", "night-4"] {
+            XCTAssertNotNil(cy(svg, label))
+            XCTAssertEqual(cy(svg, label), cy(reference, label), "\(label): the scale leaves the infra run and its band out")
+        }
+        XCTAssertEqual(svg.components(separatedBy: "noise band").count, reference.components(separatedBy: "noise band").count, "no band at the infra run")
+    }
 }

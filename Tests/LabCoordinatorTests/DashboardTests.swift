@@ -538,4 +538,69 @@ final class DashboardTests: XCTestCase {
         XCTAssertEqual(Set(known.map(\.study.name)), ["advstudy", "halfstudy"])
         XCTAssertEqual(known.first { $0.study.name == "advstudy" }?.finished.count, 6)
     }
+
+    /// Issue 40: an aborted run has no verdict (the Runs page says aborted, Trends does not plot
+    /// it, it is in no verdict count), and a run with infrastructure faults is marked, outside the
+    /// band and the scale, and not counted as a fail.
+    func testAbortedRunsHaveNoVerdictAndInfraRunsAreMarked() async throws {
+        let (c, client) = try await start()
+        let yaml = "name: abortplan\nduration: 20s\nnodes: {count: 3}\nradio: {kind: sim}\n"
+        let plan = try Plan.parse(yaml: yaml)
+        try FileManager.default.createDirectory(at: c.config.results, withIntermediateDirectories: true)
+        let store = try HistoryStore(url: c.config.results.appendingPathComponent("history.sqlite"))
+        let bundle = c.config.results.appendingPathComponent("abortplan-base")
+        _ = try Simulation(plan: plan, planText: yaml, seed: 1, output: bundle, threads: 1).run()
+        let base = try Analyser.analyse(bundle).result
+        func night(_ id: String, aborted: Bool = false, infra: Bool = false) throws {
+            var r = base
+            r.input.runId = id
+            r.input.path = c.config.results.appendingPathComponent(id).path
+            if aborted { r.input.aborted = true; r.input.infrastructure = ["the run was aborted"] }
+            if infra { r.input.infrastructure = ["node node2: state partial (paused)"] }
+            _ = try store.record(r, reportPath: "")
+        }
+        for k in 1...3 { try night("abortplan-n\(k)") }
+        try night("abortplan-stopped", aborted: true)
+        try night("abortplan-paused", infra: true)
+        try night("abortplan-n4")
+        let (cookie, _) = try await session(client)
+        let (status, body, _) = try await client.request("GET", "/trends", headers: ["Cookie": cookie])
+        XCTAssertEqual(status, 200)
+        let page = String(decoding: body, as: UTF8.self)
+        XCTAssertTrue(page.contains("Aborted, no verdict (not plotted): abortplan-stopped"), page)
+        XCTAssertFalse(page.contains("<title>abortplan-stopped"), "an aborted run is in no chart")
+        XCTAssertTrue(page.contains("<title>abortplan-paused: "), "an infra run is plotted, marked")
+        XCTAssertTrue(page.contains("class=\"infra\"><title>abortplan-paused"), page)
+        XCTAssertTrue(page.contains("Infrastructure faults (grey rings; not in the line, the band or the scale): abortplan-paused (node node2: state partial (paused))"))
+
+        // The Runs page and the verdict counts.
+        func record(_ id: String, _ state: RunRecord.State, passed: Bool?, infra: [String]? = nil, abort: Bool = false) -> RunRecord {
+            var r = RunRecord(id: id, plan: "abortplan", planText: yaml, state: state, created: 1_700_000_500, duration: 20, warmup: 0, air: nil, nodes: [])
+            r.bundle = id
+            r.passed = passed
+            r.infra = infra
+            r.abortRequested = abort ? true : nil
+            return r
+        }
+        let records = [record("abortplan-pass", .complete, passed: true), record("abortplan-fail", .complete, passed: false),
+                       record("abortplan-infra", .complete, passed: false, infra: ["node n2: 1 gap (agent paused)"]),
+                       record("abortplan-aborted", .aborted, passed: nil, abort: true),
+                       // Recorded before issue 40: an aborted run with the analysis' FAIL.
+                       record("abortplan-oldabort", .aborted, passed: false, abort: true)]
+        XCTAssertEqual(Coordinator.verdictCounts(records), ["pass": 1, "fail": 1, "infra": 1, "aborted": 2])
+        XCTAssertEqual(Coordinator.verdictCell(records[3]), "<span class=\"noverdict\">aborted</span>")
+        XCTAssertEqual(Coordinator.verdictCell(records[4]), "<span class=\"noverdict\">aborted</span>")
+        XCTAssertTrue(Coordinator.verdictCell(records[2]).contains(">infra</span>"))
+        XCTAssertFalse(Coordinator.verdictCell(records[2]).contains("FAIL"))
+        XCTAssertTrue(Coordinator.verdictCell(records[1]).contains("FAIL"))
+        for r in records { try c.save(r) }
+        let (_, runsBody, _) = try await client.request("GET", "/runs", headers: ["Cookie": cookie])
+        let runs = String(decoding: runsBody, as: UTF8.self)
+        XCTAssertTrue(runs.contains("<span class=\"noverdict\">aborted</span>"), runs)
+        c.collectMetrics()
+        let exposition = String(decoding: Data(c.metrics.metrics.exposition()), as: UTF8.self)
+        XCTAssertTrue(exposition.contains("heraldlab_run_verdicts_total{verdict=\"fail\"} 1"), exposition)
+        XCTAssertTrue(exposition.contains("heraldlab_runs_without_verdict_total{reason=\"aborted\"} 2"), exposition)
+        XCTAssertTrue(exposition.contains("heraldlab_runs_without_verdict_total{reason=\"infra\"} 1"), exposition)
+    }
 }

@@ -173,6 +173,10 @@ final class FaultTests: XCTestCase {
         let m = try Manifest.read(from: lab.results.appendingPathComponent("\(id)/manifest.json"))
         XCTAssertEqual(m.nodes.map(\.state), [.partial, .partial], "stopped early: partial")
         XCTAssertTrue(m.nodes.allSatisfy { $0.message?.contains("stopped before the planned end") == true })
+        // Issue 40: an aborted run has no verdict (not the FAIL of its short logs).
+        XCTAssertEqual(m.aborted, true, "the manifest says it was aborted")
+        XCTAssertFalse(lab.runRecord(id)?["passed"] is Bool, "no verdict: \(lab.runRecord(id) ?? [:])")
+        XCTAssertTrue((lab.runRecord(id)?["headline"] as? String)?.contains("verdict: none (the run was aborted") == true, "\(lab.runRecord(id) ?? [:])")
         for n in m.nodes {
             let times = try rows(lab, id, n.name)
             XCTAssertGreaterThan(times.count, 5, "what was logged is in the bundle")

@@ -42,6 +42,9 @@ final class RunAttachTests: XCTestCase {
         XCTAssertTrue(said.contains("detached; run \(id) goes on at the coordinator"), said)
         XCTAssertTrue(said.contains("herald-lab run --attach \(id) --coordinator \(lab.coordinatorURL)"), said)
         XCTAssertTrue(said.contains("herald-lab runs abort \(id) --coordinator \(lab.coordinatorURL)"), said)
+        // Issue 40: the hint carries the credential option given, to be pasted as it is, never the secret.
+        XCTAssertTrue(said.contains("herald-lab run --attach \(id) --coordinator \(lab.coordinatorURL) --token-file \(lab.tokenFile.path)"), said)
+        XCTAssertFalse(said.contains(lab.token), "the token itself is never printed")
         let state = lab.runRecord(id)?["state"] as? String
         XCTAssertTrue(["queued", "arming", "running", "gathering", "complete"].contains(state ?? "?"), "the run goes on: \(state ?? "none")")
 
