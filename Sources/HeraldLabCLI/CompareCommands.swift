@@ -285,6 +285,22 @@ struct HistoryCommand: ParsableCommand {
         }
         guard !runs.isEmpty else { print("no runs recorded in \(Format.label(dir.path))/history.sqlite"); return }
         for line in Self.table(runs) { print(line) }
+        // The infra rate per testbed (every plan's runs), with its interval (issue 38).
+        do {
+            let rates = try HistoryStore(url: dir.appendingPathComponent("history.sqlite")).infraRates(last: 30)
+            for line in Self.infraLines(rates) { print(line) }
+        } catch {
+            log("herald-lab history: the infra rate cannot be read: \(error)")
+            throw ExitCode(2)
+        }
+    }
+
+    /// One line per testbed: how many of its last runs had infrastructure faults.
+    static func infraLines(_ rates: [HistoryStore.InfraRate]) -> [String] {
+        rates.map { r in
+            let ci = r.interval
+            return "infra rate, testbed \(Format.label(r.testbed.isEmpty ? "(none)" : r.testbed)): \(r.infra) of its last \(r.runs) runs (\(Format.number(100 * r.rate)) %, 95 % CI \(Format.number(100 * ci.lo))-\(Format.number(100 * ci.hi)) %)"
+        }
     }
 
     /// The table: run ids whole, arrows against the plan's previous clean run (neither aborted

@@ -122,7 +122,16 @@ extension Coordinator {
         try mayActAs(name, principal)
         let (boot, sequence) = try Self.freshnessFields(given.boot, given.sequence)
         try Self.checkClock(given.clock)
-        if let problem = given.problem { throw HTTPError(.badRequest, "heartbeat of agent \(name) refused: \(problem)") }
+        if let problem = given.problem {
+            // Said once per kind of refusal (logged, and the agent's last error on the
+            // dashboard), not once per heartbeat.
+            let why = "heartbeat refused: \(problem)"
+            if withLock({ agents[name] != nil && agents[name]?.lastError != why }) {
+                logger.warning("agent \(name): \(why)", metadata: ["agent": .string(name)])
+                agentError(name, why)
+            }
+            throw HTTPError(.badRequest, "heartbeat of agent \(name) refused: \(problem)")
+        }
         var status = given
         status.dongle = status.dongle?.sanitised(agent: name)
         let clock = status.clock

@@ -137,4 +137,10 @@ final class CLIConventionsTests: XCTestCase {
         XCTAssertTrue(lines[4].contains("97.00 ↓"), "compared with the last clean run (98), not the aborted 0: \(lines[4])")
         XCTAssertTrue(lines[4].hasSuffix("pass"))
     }
+
+    func testHistoryEndsWithTheInfraRatePerTestbed() {
+        let lines = HistoryCommand.infraLines([HistoryStore.InfraRate(testbed: "sim", runs: 30, infra: 3), HistoryStore.InfraRate(testbed: "", runs: 2, infra: 0)])
+        XCTAssertEqual(lines, ["infra rate, testbed sim: 3 of its last 30 runs (10.00 %, 95 % CI 3.460-25.62 %)",
+                               "infra rate, testbed (none): 0 of its last 2 runs (0.000 %, 95 % CI 0.000-65.76 %)"])
+    }
 }

@@ -185,7 +185,10 @@ final class ImpostorTests: XCTestCase {
         }
         XCTAssertTrue(log.contains("\\x1B[2J\\x1B[H\\x0Dcoordinator: run forged-1 complete\\x0Acoordinator: run forged-2 complete\\u{202E}txt.exe\\u{2066}\\u{200F}\\u{200E}\\u{009B}"),
                       "the heartbeat's message is in the log, escaped:\n\(log.suffix(3000))")
-        XCTAssertTrue(agents.contains("\\x1B[2J"), "the runs it says it holds are shown escaped: \(agents)")
+        // The runs it says it holds are not names: its heartbeats are refused where they enter
+        // (400 naming the field, LabWire.Bounds), so nothing of them reaches `herald-lab agents`.
+        XCTAssertFalse(agents.contains("forged"), "the runs it says it holds are refused, not shown: \(agents)")
+        XCTAssertTrue(log.contains("held[0] is not a safe name"), "the refusal is in the log, naming the field:\n\(log.suffix(3000))")
         XCTAssertTrue(run.contains("\\x1B[2J") || runs.contains("\\x1B[2J"), "the gap reason is shown escaped:\n\(run)\n\(runs)")
         XCTAssertGreaterThan(escapesSeen, 2)
     }
