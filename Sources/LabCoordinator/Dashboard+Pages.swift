@@ -161,6 +161,23 @@ extension Coordinator {
 
     // MARK: Trends
 
+    /// The settings of `run`'s series that differ from those of its plan's other series
+    /// (same plan and variant, other settings), as `key=value`.
+    static func differingSettings(_ run: HistoryStore.Run, among history: [HistoryStore.Run]) -> [String] {
+        func parse(_ key: String) -> [String: String] {
+            Dictionary(key.split(separator: "\u{1F}").compactMap { part -> (String, String)? in
+                let kv = part.split(separator: "=", maxSplits: 1)
+                return kv.count == 2 ? (String(kv[0]), String(kv[1])) : nil
+            }, uniquingKeysWith: { a, _ in a })
+        }
+        let others = Set(history.filter { $0.plan == run.plan && $0.variant == run.variant && $0.settingsKey != run.settingsKey }.map(\.settingsKey))
+        guard !others.isEmpty else { return [] }
+        let mine = parse(run.settingsKey)
+        let theirs = others.map(parse)
+        let keys = Set(mine.keys).union(theirs.flatMap(\.keys))
+        return keys.sorted().filter { k in theirs.contains { $0[k] != mine[k] } }.map { "\($0)=\(mine[$0] ?? "(unset)")" }
+    }
+
     func trendsPage(_ s: DashboardSession) -> HTTPResponse {
         let url = config.results.appendingPathComponent("history.sqlite")
         guard FileManager.default.fileExists(atPath: url.path) else {
@@ -211,7 +228,12 @@ extension Coordinator {
                 let before = results[max(0, i - 10)..<i].compactMap { $0 }
                 judgements.append(before.isEmpty ? nil : Regression.judge(current: current, history: before, tolerancePct: current.thresholds.regressionTolerancePct))
             }
-            body += "<h2>\(Self.h(first.plan))\(first.variant.isEmpty ? "" : " · " + Self.h(first.variant))\(first.testbed.isEmpty ? "" : " · testbed " + Self.h(first.testbed)) <span class=\"small\">(\(runs.count) runs)</span></h2>"
+            // Each point links to its run's page when the coordinator has the run.
+            let links = recent.map { r -> String? in run(r.runId) != nil ? "/runs/\(Self.segment(r.runId))" : nil }
+            // A plan charted with several settings: each series is named by the settings that
+            // differ between them (advertInterval=100ms vs 1s), not only by the plan.
+            let differing = Self.differingSettings(first, among: history).map { Self.h($0) }.joined(separator: ", ")
+            body += "<h2>\(Self.h(first.plan))\(first.variant.isEmpty ? "" : " · " + Self.h(first.variant))\(first.testbed.isEmpty ? "" : " · testbed " + Self.h(first.testbed))\(differing.isEmpty ? "" : " · <span class=\"settings\">" + differing + "</span>") <span class=\"small\">(\(runs.count) runs)</span></h2>"
             if !unreadable.isEmpty {
                 body += "<p class=\"fail unreadable\">Left out of the chart and the band, their stored summaries cannot be read (history.sqlite): " + unreadable.map { Self.h($0) }.joined(separator: "; ") + "</p>"
             }
@@ -224,10 +246,11 @@ extension Coordinator {
                     if let b = finding?.baseline, let bound = finding?.bound, b.isFinite, bound.isFinite { lo = min(bound, 2 * b - bound); hi = max(bound, 2 * b - bound) }
                     let infra = recent[i].infra.isEmpty ? nil : recent[i].infra
                     return TrendChart.Point(label: recent[i].runId, value: value, bandLow: infra == nil ? lo : nil, bandHigh: infra == nil ? hi : nil,
-                                            regressed: infra == nil && (finding?.regressed ?? false), infra: infra)
+                                            regressed: infra == nil && (finding?.regressed ?? false), infra: infra,
+                                            at: AnalysisTime.parse(recent[i].recordedAt), link: links[i])
                 }
                 guard points.contains(where: { $0.value != nil }) else { continue }
-                body += TrendChart.svg(title: m.label, points: points)
+                body += TrendChart.svg(title: m.label, points: points, domain: 0...(m.ceiling ?? .infinity))
             }
             let regressed = recent.indices.filter { judgements[$0]?.verdict == .regression }.map { Self.h(recent[$0].runId) }
             body += "</div><p>Regressions: \(regressed.isEmpty ? "none" : "<span class=\"fail\">" + regressed.joined(separator: ", ") + "</span>")</p>"

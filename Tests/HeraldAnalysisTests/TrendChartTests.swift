@@ -51,4 +51,27 @@ final class TrendChartTests: XCTestCase {
         }
         XCTAssertEqual(svg.components(separatedBy: "noise band").count, reference.components(separatedBy: "noise band").count, "no band at the infra run")
     }
+
+    /// Issue 40: by date when every run has one (ticks are dates, a point's hover names its run
+    /// and when, a click opens its page), and the y axis never leaves the metric's domain.
+    func testByDateWithLinksAndAnAxisInsideTheDomain() {
+        let day = 86_400.0, start = 1_795_000_000.0
+        let points = (0..<5).map { k in
+            TrendChart.Point(label: "night-\(k)", value: 100 - Double(k % 2) * 0.2, bandLow: 99, bandHigh: 100.6, at: start + Double(k) * day * 1.5, link: "/runs/night-\(k)")
+        }
+        let svg = TrendChart.svg(title: "detection %", points: points, domain: 0...100)
+        XCTAssertTrue(svg.contains("recorded (UTC)"), "a date axis")
+        XCTAssertTrue(svg.contains("<a href=\"/runs/night-2\"><circle"), "a point opens its run's page")
+        XCTAssertTrue(svg.contains("night-2 (\(AnalysisTime.format(start + 3 * day)) UTC): "), "the hover names the run and when")
+        // The axis labels stay inside 0-100: no tick at 100.x.
+        let ticks = svg.matches(of: /text-anchor="end">([0-9.]+)<\/text>/).compactMap { Double($0.output.1) }
+        XCTAssertFalse(ticks.isEmpty, svg)
+        XCTAssertTrue(ticks.allSatisfy { $0 <= 100 }, "\(ticks)")
+        // The x positions follow the dates: the gap between runs 1 and 2 equals that between 3 and 4.
+        let xs = svg.matches(of: /<circle cx="([0-9.]+)"/).compactMap { Double($0.output.1) }
+        XCTAssertEqual(xs.count, 5)
+        XCTAssertEqual(xs[2] - xs[1], xs[4] - xs[3], accuracy: 0.2)
+        // Without dates for every run, by place.
+        XCTAssertTrue(TrendChart.svg(title: "t", points: [TrendChart.Point(label: "a", value: 1), TrendChart.Point(label: "b", value: 2, at: start)]).contains("run (oldest first)"))
+    }
 }

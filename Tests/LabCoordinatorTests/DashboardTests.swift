@@ -1,7 +1,7 @@
 import XCTest
 import HeraldAnalysis
 import HeraldCore
-import LabHistory
+@testable import LabHistory
 import GRDB
 import LabHTTP
 import LabNet
@@ -422,6 +422,17 @@ final class DashboardTests: XCTestCase {
         }
     }
 
+    /// Issue 40: a plan charted with several settings names each series by what differs.
+    func testSeriesOfOnePlanAreNamedByTheSettingsThatDiffer() {
+        func run(_ key: String, plan: String = "p") -> HistoryStore.Run {
+            HistoryStore.Run(id: nil, recordedAt: "2026-01-01 00:00:00", runId: "r", path: "/r", plan: plan, variant: "", devices: 3, detectionPct: 1, continuityPct: 1,
+                             heraldContinuityPct: 1, longevity: 1, passed: true, reportPath: "", summaryJSON: "", settingsKey: key)
+        }
+        let fast = run("sensor.advertInterval=100ms\u{1F}sensor.scan=on"), slow = run("sensor.advertInterval=1s\u{1F}sensor.scan=on")
+        XCTAssertEqual(Coordinator.differingSettings(fast, among: [fast, slow, run("x=1", plan: "other")]), ["sensor.advertInterval=100ms"])
+        XCTAssertEqual(Coordinator.differingSettings(fast, among: [fast]), [], "one series: nothing to tell apart")
+    }
+
     /// The infra rate per testbed (issue 38) is on the Trends page with its interval and in the
     /// metrics, from the history's rows.
     func testTheInfraRatePerTestbedIsOnTrendsAndInTheMetrics() async throws {
@@ -569,7 +580,7 @@ final class DashboardTests: XCTestCase {
         let page = String(decoding: body, as: UTF8.self)
         XCTAssertTrue(page.contains("Aborted, no verdict (not plotted): abortplan-stopped"), page)
         XCTAssertFalse(page.contains("<title>abortplan-stopped"), "an aborted run is in no chart")
-        XCTAssertTrue(page.contains("<title>abortplan-paused: "), "an infra run is plotted, marked")
+        XCTAssertTrue(page.contains("<title>abortplan-paused (") && page.contains(" UTC): "), "an infra run is plotted, marked")
         XCTAssertTrue(page.contains("class=\"infra\"><title>abortplan-paused"), page)
         XCTAssertTrue(page.contains("Infrastructure faults (grey rings; not in the line, the band or the scale): abortplan-paused (node node2: state partial (paused))"))
 

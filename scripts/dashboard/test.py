@@ -257,6 +257,12 @@ def main():
         check(study.returncode == 0, f"herald-lab run STUDY on the lab (exit {study.returncode})" + ("" if study.returncode == 0 else ": " + study.stdout[-2000:]))
         driver.get(base + "/trends")
         check(wait("the study on Trends", 10, lambda: driver.find_elements(By.CSS_SELECTOR, "#studies a[href='/studies/dashstudy']")), "Trends: the study listed")
+        # Issue 40: points by date that open their run's page, and the study's two series named
+        # by the setting that differs.
+        check(len(driver.find_elements(By.CSS_SELECTOR, ".trend svg a[href^='/runs/'] circle")) > 0, "Trends: each point opens its run's page")
+        named = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "h2 .settings")]
+        check(any("advertInterval=" in t for t in named), f"Trends: the study's series named by the setting that differs ({named})")
+        check("recorded (UTC)" in driver.page_source, "Trends: a date axis")
         driver.get(base + "/studies/dashstudy")
         check(wait("the forest plot", 60, lambda: driver.find_elements(By.CSS_SELECTOR, ".forest svg")), "Study: the forest plot of its effects")
         check(len(driver.find_elements(By.CSS_SELECTOR, ".estimates tr")) > 1, "Study: each metric's estimates")
