@@ -37,8 +37,14 @@ extension Coordinator {
         }
         http.route(CoordinatorAPI.submit.method, CoordinatorAPI.submit.template, bodyLimit: 256 * 1024, allow: [.operator]) { [unowned self] req in
             let text = String(decoding: req.body, as: UTF8.self)
-            let run = try self.submit(planText: text, source: req.query["name"] ?? "plan")
-            return .json(run, status: .created)
+            let source = req.query["name"] ?? "plan"
+            do {
+                return .json(try self.submit(planText: text, source: source), status: .created)
+            } catch {
+                // Kept a day with its reason for the dashboard (issue 40), then refused as before.
+                self.dashboard.refusals.note(source: source, reason: (error as? HTTPError)?.message ?? "\(error)", at: self.now)
+                throw error
+            }
         }
         http.route(CoordinatorAPI.runs.method, CoordinatorAPI.runs.template, allow: [.operator]) { [unowned self] _ in
             .json(self.withLock { self.runs.values.sorted { $0.created < $1.created } })

@@ -88,12 +88,13 @@ extension Coordinator {
     func labPage(_ s: DashboardSession, notice: String? = nil) -> HTTPResponse {
         let t = now
         var body = notice.map { "<p class=\"notice\" id=\"notice\">\(Self.h($0))</p>" } ?? ""
+        body += summaryStrip(labSummary())
         body += "<h2>Agents</h2><table id=\"agents\"><tr><th>agent</th><th>liveness</th><th>URL</th><th>radio</th><th>last heartbeat</th><th>run</th><th>runs held</th><th>last error</th><th>version, tags</th></tr>"
         let views = agentViews
         for a in views {
             let held = a.status?.held ?? []
-            body += "<tr><td>\(Self.h(a.info.name))</td><td class=\"\(a.state.rawValue)\">\(a.state.rawValue)</td><td>\(Self.h(a.info.url))</td><td>\(a.info.radio.rawValue)\(a.info.dongle.map { " · " + Self.h($0.name) } ?? "")</td>"
-            body += "<td class=\"num\">\(Self.age(a.lastSeen.map { t - $0 }))</td><td>\(a.status?.runId.map { "<a href=\"/runs/\(Self.segment($0))\">\(Self.h($0))</a>" } ?? "–")</td>"
+            body += "<tr data-agent=\"\(Self.h(a.info.name))\"><td>\(Self.h(a.info.name))</td><td class=\"liveness \(a.state.rawValue)\">\(a.state.rawValue)</td><td>\(Self.h(a.info.url))</td><td>\(a.info.radio.rawValue)\(a.info.dongle.map { " · " + Self.h($0.name) } ?? "")</td>"
+            body += "<td class=\"num age\">\(Self.age(a.lastSeen.map { t - $0 }))</td><td>\(a.status?.runId.map { "<a href=\"/runs/\(Self.segment($0))\">\(Self.h($0))</a>" } ?? "–")</td>"
             body += "<td>\(held.count)\(held.isEmpty ? "" : ": " + held.prefix(5).map(Self.h).joined(separator: ", ") + (held.count > 5 ? ", …" : ""))</td>"
             body += "<td>\(a.lastError.map { "\(Self.h($0)) <span class=\"small\">(\(Self.age(a.lastErrorAt.map { t - $0 })) ago)</span>" } ?? "–")</td>"
             body += "<td class=\"small\">\(Self.h(a.info.version)) \(a.info.tags.map(Self.h).joined(separator: ", "))</td></tr>"
@@ -118,7 +119,7 @@ extension Coordinator {
             }
             body += "</table>"
         }
-        return page("Lab", s, active: "Lab", body: body)
+        return page("Lab", s, active: "Lab", body: body, script: Self.listScript)
     }
 
     func dongleButtons(_ d: LabWire.DongleView, _ s: DashboardSession) -> String {
@@ -130,23 +131,69 @@ extension Coordinator {
 
     // MARK: Runs
 
-    func runsPage(_ s: DashboardSession) -> HTTPResponse {
+    /// Runs, newest first, 50 a page (`?page=N`), filtered by `?plan=`, `?state=` and
+    /// `?verdict=` (pass, fail, infra, aborted, none); live (the strip, each run's state, a new
+    /// run or verdict redraws the first page); with each run's duration and study.
+    func runsPage(_ s: DashboardSession, query: [String: String] = [:]) -> HTTPResponse {
+        let plan = query["plan"].flatMap { $0.isEmpty ? nil : $0 }, state = query["state"].flatMap { $0.isEmpty ? nil : $0 }
+        let verdict = query["verdict"].flatMap { $0.isEmpty ? nil : $0 }
+        let pageNumber = max(1, min(Int(query["page"] ?? "") ?? 1, 100_000))
         let all = withLock { runs.values.sorted { $0.created > $1.created } }
-        var body = "<table id=\"runs\"><tr><th>run</th><th>plan</th><th>created</th><th>state</th><th>verdict</th><th>headline</th><th>files</th></tr>"
-        for r in all.prefix(500) {
+        let plans = Set(all.map(\.plan)).sorted()
+        let chosen = all.filter { r in
+            (plan == nil || r.plan == plan) && (state == nil || r.state.rawValue == state) && (verdict == nil || Self.verdictWord(r) == verdict)
+        }
+        let pages = max(1, (chosen.count + Self.runsPerPage - 1) / Self.runsPerPage)
+        let shown = chosen.dropFirst((min(pageNumber, pages) - 1) * Self.runsPerPage).prefix(Self.runsPerPage)
+        var body = summaryStrip(labSummary())
+        // Filters: a plain GET form (no state changes, no CSRF token needed).
+        func options(_ name: String, _ values: [String], _ chosen: String?) -> String {
+            "<select name=\"\(name)\" id=\"f-\(name)\"><option value=\"\">any \(name)</option>" + values.map {
+                "<option value=\"\(Self.h($0))\"\($0 == chosen ? " selected" : "")>\(Self.h($0))</option>"
+            }.joined() + "</select>"
+        }
+        body += "<form method=\"get\" action=\"/runs\" id=\"filters\">" + options("plan", plans, plan) + " " + options("state", Self.runStates.map(\.rawValue), state)
+            + " " + options("verdict", ["pass", "fail", "infra", "aborted", "none"], verdict) + " <button>Show</button></form>"
+        let first = pageNumber == 1 && plan == nil && state == nil && verdict == nil
+        body += "<table id=\"runs\" data-first=\"\(first ? 1 : 0)\"><tr><th>run</th><th>plan</th><th>study</th><th>created</th><th>state</th><th>duration</th><th>verdict</th><th>headline</th><th>files</th></tr>"
+        let t = now
+        for r in shown {
             let link = "<a href=\"\(Self.dashboardPath(run: Self.segment(r.id)))\">\(Self.h(r.id))</a>"
-            let verdict = Self.verdictCell(r)
             var files = [String]()
             let report = config.results.appendingPathComponent(r.id).appendingPathComponent("report")
             for name in ["report.html", "junit.xml", "summary.json"] where FileManager.default.fileExists(atPath: report.appendingPathComponent(name).path) {
                 files.append("<a href=\"/runs/\(Self.segment(r.id))/files/\(name)\">\(name)</a>")
             }
             if r.bundle != nil, [.complete, .aborted].contains(r.state) { files.append("<a href=\"/runs/\(Self.segment(r.id))/files/bundle.tar.gz\">bundle</a>") }
-            body += "<tr><td>\(link)</td><td>\(Self.h(r.plan))</td><td class=\"small\">\(Self.time(r.created))</td><td class=\"\(r.state.rawValue)\">\(r.state.rawValue)</td><td>\(verdict)</td>"
+            let study = dashboard.studies.membership(r).map { m in
+                "<a href=\"/studies/\(Self.segment(m.study.name))\">\(Self.h(m.study.name))</a> <span class=\"small\">\(Self.h(m.level))</span>"
+            } ?? "–"
+            body += "<tr data-run=\"\(Self.h(r.id))\" data-verdict=\"\(Self.verdictWord(r))\"><td>\(link)</td><td>\(Self.h(r.plan))</td><td>\(study)</td><td class=\"small\">\(Self.time(r.created))</td>"
+            body += "<td class=\"state \(r.state.rawValue)\">\(r.state.rawValue)</td><td class=\"num\">\(Self.durationText(r, now: t))</td><td>\(Self.verdictCell(r))</td>"
             body += "<td class=\"small\">\(Self.h(r.headline ?? r.message ?? ""))</td><td>\(files.joined(separator: " · "))</td></tr>"
         }
-        if all.isEmpty { body += "<tr><td colspan=\"7\">No runs yet.</td></tr>" }
-        return page("Runs", s, active: "Runs", body: body + "</table>")
+        if shown.isEmpty { body += "<tr><td colspan=\"9\">\(all.isEmpty ? "No runs yet." : "No run matches.")</td></tr>" }
+        body += "</table>"
+        if pages > 1 {
+            func href(_ n: Int) -> String {
+                var q = ["page=\(n)"]
+                for (k, v) in [("plan", plan), ("state", state), ("verdict", verdict)] { if let v { q.append("\(k)=\(v.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")") } }
+                return "/runs?" + q.joined(separator: "&amp;")
+            }
+            let p = min(pageNumber, pages)
+            body += "<p id=\"paging\">page \(p) of \(pages) (\(chosen.count) runs)" + (p > 1 ? " · <a href=\"\(href(p - 1))\" id=\"newer\">newer</a>" : "")
+                + (p < pages ? " · <a href=\"\(href(p + 1))\" id=\"older\">older</a>" : "") + "</p>"
+        }
+        body += refusalsTable()
+        return page("Runs", s, active: "Runs", body: body, script: Self.listScript)
+    }
+
+    /// How long a run took (start to end), or how far it is while it runs; "–" before its start.
+    static func durationText(_ r: RunRecord, now t: Double) -> String {
+        guard let start = r.startAt else { return "–" }
+        if let end = r.ended { return Self.age(max(0, end - start)) }
+        if r.state.isFinal { return Self.age(r.duration) + " planned" }
+        return t < start ? "starts in " + Self.age(start - t) : Self.age(min(t - start, r.duration)) + " of " + Self.age(r.duration)
     }
 
     /// A run's verdict as the Runs page shows it (issue 40): an aborted run has none, and a

@@ -9,6 +9,7 @@ final class DashboardState: @unchecked Sendable {
     let sessions = DashboardSessions()
     let strips = LiveStrips()
     let studies = StudyCache()
+    let refusals = Refusals()
 }
 
 /// The dashboard (docs/API.md, "Dashboard"): pages for the operator's browser on the
@@ -23,7 +24,7 @@ extension Coordinator {
         ("GET", "/"), ("POST", "/signin"), ("POST", "/signout"), ("GET", "/lab"), ("GET", "/runs"), ("GET", "/trends"),
         ("GET", "/studies/:name"),
         ("GET", "/runs/:id"), ("GET", "/runs/:id/events"), ("GET", "/runs/:id/files/:name"),
-        ("POST", "/runs/:id/abort"), ("POST", "/dongles/:dongle/health"), ("GET", "/favicon.ico"),
+        ("POST", "/runs/:id/abort"), ("POST", "/dongles/:dongle/health"), ("GET", "/favicon.ico"), ("GET", "/events/lab"),
     ]
 
     /// Where the dashboard shows a run (printed by `herald-lab run`).
@@ -79,7 +80,11 @@ extension Coordinator {
         }
         http.route("GET", "/runs", public: true) { [unowned self] req in
             guard let s = self.session(req) else { return Self.redirect("/") }
-            return self.runsPage(s)
+            return self.runsPage(s, query: req.query)
+        }
+        http.route("GET", "/events/lab", public: true) { [unowned self] req in
+            guard let s = self.session(req) else { throw Self.signInRequired }
+            return self.labEvents(s)
         }
         http.route("GET", "/trends", public: true) { [unowned self] req in
             guard let s = self.session(req) else { return Self.redirect("/") }

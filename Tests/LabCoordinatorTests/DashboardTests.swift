@@ -203,7 +203,7 @@ final class DashboardTests: XCTestCase {
                 case ("GET", "/"): XCTAssertEqual(status, 200, "the sign-in page")
                 case ("GET", "/favicon.ico"): XCTAssertEqual(status, 204)
                 case ("POST", "/signin"): XCTAssertEqual(status, 401)
-                case ("GET", "/runs/:id/events"), ("GET", "/runs/:id/files/:name"), ("POST", _): XCTAssertEqual(status, 401, "\(method) \(path)")
+                case ("GET", "/runs/:id/events"), ("GET", "/events/lab"), ("GET", "/runs/:id/files/:name"), ("POST", _): XCTAssertEqual(status, 401, "\(method) \(path)")
                 default:
                     XCTAssertEqual(status, 303, "\(method) \(path)")
                     XCTAssertEqual(answerHeaders["location"], "/")
@@ -420,6 +420,63 @@ final class DashboardTests: XCTestCase {
             rec.bundle = bundle.path
             try c.save(rec)
         }
+    }
+
+    /// Issue 40: the Lab and Runs pages carry the lab's summary (agents, runs, dongles, each
+    /// plan's last verdict, refusals of the day), the Runs list filters and pages with each
+    /// run's duration, a refused submission is kept with its reason, and both pages are live
+    /// (their event stream sends snapshots).
+    func testTheRunsListFiltersAndPagesAndTheSummaryAndRefusalsAreShown() async throws {
+        let (c, client) = try await start()
+        let yaml = "name: listplan\nduration: 20s\nnodes: {count: 2}\n"
+        for k in 0..<55 {
+            var r = RunRecord(id: "listplan-2026010\(k % 9 + 1)-0000\(String(format: "%02d", k))-abcd", plan: k < 52 ? "listplan" : "otherplan", planText: yaml,
+                              state: k == 54 ? .aborted : .complete, created: 1_700_000_000 + Double(k), duration: 20, warmup: 0, air: nil, nodes: [])
+            r.startAt = r.created + 2
+            r.ended = r.created + 24
+            r.passed = k == 54 ? nil : k % 2 == 0
+            r.bundle = k == 54 ? "x" : nil
+            try c.save(r)
+        }
+        // A submission the coordinator refuses (no agents to run it) is kept with its reason.
+        let (refused, _, _) = try await client.request("POST", CoordinatorAPI.submit.path(query: "name=toolarge"), body: Data("name: toolarge\nduration: 1m\nnodes: {count: 40}\n".utf8),
+                                                       headers: ["Authorization": "Bearer \(operatorToken)"])
+        XCTAssertGreaterThanOrEqual(refused, 400)
+        let (cookie, _) = try await session(client)
+        func get(_ path: String) async throws -> String {
+            let (status, body, _) = try await client.request("GET", path, headers: ["Cookie": cookie])
+            XCTAssertEqual(status, 200, path)
+            return String(decoding: body, as: UTF8.self)
+        }
+        let first = try await get("/runs")
+        XCTAssertTrue(first.contains("<div id=\"summary\""), "the summary strip")
+        XCTAssertTrue(first.contains("refused today <b id=\"s-refused\">1</b>"), first)
+        XCTAssertTrue(first.contains("otherplan <a class=\"aborted\""), "the last verdict of each plan: otherplan's newest is aborted")
+        XCTAssertEqual(first.components(separatedBy: "<tr data-run=").count - 1, 50, "50 a page")
+        XCTAssertTrue(first.contains("page 1 of 2 (57 runs)") && first.contains("id=\"older\""), first)
+        XCTAssertTrue(first.contains("<td class=\"num\">22 s</td>"), "each run's duration, start to end")
+        XCTAssertTrue(first.contains("<table id=\"refused\">") && first.contains("<td>toolarge</td>"), "the refusal with its reason")
+        XCTAssertTrue(first.contains("<script nonce="), "live")
+        let second = try await get("/runs?page=2")
+        XCTAssertEqual(second.components(separatedBy: "<tr data-run=").count - 1, 7, "the 55 and start()'s two runs")
+        let other = try await get("/runs?plan=otherplan")
+        XCTAssertEqual(other.components(separatedBy: "<tr data-run=").count - 1, 3)
+        let aborted = try await get("/runs?verdict=aborted")
+        XCTAssertEqual(aborted.components(separatedBy: "<tr data-run=").count - 1, 1)
+        XCTAssertTrue(aborted.contains("data-verdict=\"aborted\""))
+        let running = try await get("/runs?state=running")
+        XCTAssertEqual(running.components(separatedBy: "<tr data-run=").count - 1, 1)
+        let cancelled = try await get("/runs?state=cancelled")
+        XCTAssertTrue(cancelled.contains("No run matches."))
+        let lab = try await get("/lab")
+        XCTAssertTrue(lab.contains("<div id=\"summary\"") && lab.contains("<script nonce="), "the Lab page has the strip and is live")
+        // The stream both pages listen to.
+        let port = UInt16(try XCTUnwrap(client.base.port))
+        let stream = try TestStream.connect(host: "127.0.0.1", port: port)
+        defer { stream.close() }
+        try stream.write("GET /events/lab HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nCookie: \(cookie)\r\n\r\n")
+        let got = String(decoding: try stream.read { String(decoding: $0, as: UTF8.self).contains("\"refusedToday\"") }, as: UTF8.self)
+        XCTAssertTrue(got.contains("200 OK") && got.contains("event: snapshot") && got.contains("\"refusedToday\":1"), got)
     }
 
     /// Issue 40: a plan charted with several settings names each series by what differs.

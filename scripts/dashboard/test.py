@@ -205,6 +205,9 @@ def main():
         # Runs: the verdict and the downloads (with the session only).
         driver.get(base + "/runs")
         row = wait("the run's row", 10, lambda: [r for r in driver.find_elements(By.CSS_SELECTOR, "#runs tr") if run_id in r.text])
+        # Issue 40: the list is live (its stream connected, the summary strip filled in).
+        check(wait("the Runs page live", 15, lambda: driver.find_element(By.ID, "conn").text == "live"), "Runs: live (server-sent events)")
+        check(driver.find_element(By.ID, "s-alive").text.isdigit(), "Runs: the summary strip's agents alive")
         check(row and ("PASS" in row[0].text or "FAIL" in row[0].text or "infra" in row[0].text), "Runs: the run with its verdict")
         links = [a.get_attribute("href") for a in row[0].find_elements(By.TAG_NAME, "a")] if row else []
         for name in ["report.html", "junit.xml", "summary.json", "bundle.tar.gz"]:
