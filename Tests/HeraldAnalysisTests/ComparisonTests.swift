@@ -133,5 +133,19 @@ final class ComparisonTests: XCTestCase {
         for e in o.effects where e.verdict == .better || e.verdict == .worse {
             XCTAssertNotNil(e.ci95, "\(e.metric): a verdict without its interval")
         }
+        // One statistic per row (issue 38, item 5): every row's columns are the estimates of the
+        // statistic whose difference it reports, paired or not, in the text and in the JSON.
+        for e in o.effects where e.delta != nil {
+            let a = try XCTUnwrap(e.baselineEstimate), b = try XCTUnwrap(e.estimate)
+            XCTAssertEqual(b - a, e.delta!, accuracy: 1e-9 * max(1, abs(a)), "\(e.metric) (\(e.pairing ?? "-")): \(b) - \(a) against \(e.delta!)")
+            XCTAssertNotNil(e.baselineCI95, e.metric)
+        }
+        XCTAssertTrue(o.effects.contains { $0.pairing == "paired per dongle" })
+        let json = try XCTUnwrap(JSONSerialization.jsonObject(with: Comparison.json(o)) as? [String: Any])
+        let effects = try XCTUnwrap(json["effects"] as? [[String: Any]])
+        for e in effects {
+            guard let delta = e["delta"] as? Double, let a = e["baselineEstimate"] as? Double, let b = e["estimate"] as? Double else { continue }
+            XCTAssertEqual(b - a, delta, accuracy: 1e-9 * max(1, abs(a)))
+        }
     }
 }
