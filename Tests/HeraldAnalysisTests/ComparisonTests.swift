@@ -50,7 +50,11 @@ final class ComparisonTests: XCTestCase {
 
     func testAKnownEffectIsFoundWithItsIntervalBelowZero() throws {
         let slow = try Self.effectPlan("1s"), fast = try Self.effectPlan("100ms")
-        let o = Comparison.compare(try design([slow, fast, fast, slow, slow, fast], seed: 1))
+        // Four runs a level (A,B / B,A / A,B / B,A), as the calibration's known effect: the
+        // dongles drawn once for all runs and the expanded interval (issue 38) are wider, and
+        // with three runs seed 1's first detection interval ended just below 0 (-0.013) with a
+        // Holm-adjusted p above 0.05.
+        let o = Comparison.compare(try design([slow, fast, fast, slow, slow, fast, fast, slow], seed: 1))
         XCTAssertTrue(o.checkPassed, o.check.joined(separator: "; "))
         XCTAssertEqual(o.factor, "sensor.advertInterval")
         XCTAssertEqual(o.baseline, "1")
