@@ -45,6 +45,7 @@ final class DongleBootstrapTests: XCTestCase {
         let sixRuns = b.estimate(six, pooling: .ratio)!.ci.width
         let oneRun = b.estimate([six[0]], pooling: .ratio)!.ci.width
         let separate = b.estimate(asOld, pooling: .ratio)!.ci.width
+        print("widths: 6 runs \(sixRuns), one run \(oneRun), each run's dongles new \(separate)")
         XCTAssertGreaterThan(sixRuns, 0.8 * oneRun, "6 runs of the same 5 dongles: \(sixRuns) against one run's \(oneRun)")
         XCTAssertGreaterThan(sixRuns, 2 * separate, "the same dongle counted as 6 dongles: \(separate)")
         // The difference of two such arms (an A/A) is no narrower either.
@@ -107,6 +108,7 @@ final class DongleBootstrapTests: XCTestCase {
             }
         }
         let rate = Double(covered) / Double(trials)
+        print("coverage: \(covered) of \(trials) with the dongles drawn once; \(coveredAsOld) of 100 with each run's dongles new")
         XCTAssertGreaterThanOrEqual(rate, 0.92, "coverage \(covered) of \(trials)")
         XCTAssertLessThanOrEqual(rate, 0.98, "coverage \(covered) of \(trials)")
         XCTAssertLessThan(coveredAsOld, 85, "each run's dongles as new ones: \(coveredAsOld) of 100")
