@@ -291,8 +291,8 @@ enum CalibrationLoops {
         c.falseCalls(falseCalls, of: present.count, allowed: seeds.count / 20, "a paired A/A study calls a metric better or worse in at most 5 % of seeds", perMetric(present))
     }
 
-    /// The worked study's effect at a smaller scale: 16 nodes for 15 s, four runs of each level
-    /// per seed in blocks A,B / B,A / A,B / B,A; advertising every 100 ms is found better than every 1 s,
+    /// The worked study's effect at a smaller scale: 16 nodes for 15 s, five runs of each level
+    /// per seed in blocks A,B / B,A / A,B / B,A / A,B; advertising every 100 ms is found better than every 1 s,
     /// with its interval below 0, in at least 36 of 40 seeds (crowding off: with it, a 15-s run
     /// detects too few pairs to time their first detection).
     static func knownEffect(_ c: Checks, threads: Int) throws {
@@ -311,20 +311,25 @@ enum CalibrationLoops {
         let slow = try plan("1s"), fast = try plan("100ms")
         let tmp = temp("effect")
         defer { removeQuietly(tmp) }
-        // Four runs a level (blocks A,B / B,A / A,B / B,A): fewer than 3 give no verdict across
-        // runs, and with 3 the run bootstrap's interval (wide with so few runs) finds the
-        // time to first detection in about 85 % of seeds.
-        let outcomes = try bySeed(seeds, threads: threads) { seed in try study([slow, fast, fast, slow, slow, fast, fast, slow], seed: seed, in: tmp).map { Comparison.compare($0) } }
+        // Five runs a level (blocks A,B / B,A / A,B / B,A / A,B): fewer than 3 give no verdict
+        // across runs; with each node's device drawn once for all runs and the expanded
+        // interval (issue 38), 4 runs found the time to first detection in 34 of 40 seeds
+        // (the misses: intervals below 0 whose Holm-adjusted p stayed above 0.05), 5 in 38.
+        // The misses are printed.
+        let outcomes = try bySeed(seeds, threads: threads) { seed in try study([slow, fast, fast, slow, slow, fast, fast, slow, slow, fast], seed: seed, in: tmp).map { Comparison.compare($0) } }
         let present = outcomes.compactMap { $0 }
         c.check(present.count == seeds.count, "every seed gives a design", "\(present.count) of \(seeds.count)")
         let wrong = present.filter { $0.factor != "sensor.advertInterval" || $0.baseline != "1" }
         c.check(wrong.isEmpty, "the factor is the advert interval, 1 s the baseline", wrong.first.map { "\($0.factor), \($0.baseline)" } ?? "\(present.count) of \(present.count)")
         var found = [String: Int]()
+        var missed = [String]()
         for o in present {
             for e in o.effects where ["intervalMedian", "timeToFirstDetection"].contains(e.metric) {
                 if e.verdict == .better, let ci = e.ci95, ci[1] < 0 { found[e.metric, default: 0] += 1 }
+                else { missed.append(String(format: "%@ %@ [%+.3f, %+.3f] p %.4f, Holm %.4f", e.metric, e.verdict.rawValue, e.ci95?[0] ?? .nan, e.ci95?[1] ?? .nan, e.p ?? .nan, e.pAdjusted ?? .nan)) }
             }
         }
+        for m in missed.prefix(12) { print("missed: \(m)") }
         for metric in ["intervalMedian", "timeToFirstDetection"] {
             let n = found[metric] ?? 0
             if c.variance {
