@@ -142,6 +142,14 @@ final class DongleBootstrapTests: XCTestCase {
         XCTAssertEqual(ClusterBootstrap.Prepared(nodes).deviceCount, 4)
     }
 
+    /// A lab manifest names each node's device across runs: its dongle's address, else the
+    /// dongle's label, else its agent.
+    func testTheManifestNamesEachNodesDevice() throws {
+        let json = #"{"nodes": [{"name": "n1", "dongle": {"id": "AA:BB", "name": "d1"}, "agent": {"name": "a1"}}, {"name": "n2", "agent": {"name": "a2"}}, {"name": "n3", "dongle": {"name": "label"}}, {"name": "n4", "agent": null}]}"#
+        let m = try JSONDecoder().decode(BundleManifest.self, from: Data(json.utf8))
+        XCTAssertEqual(m.nodes?.map(\.unit), ["dongle AA:BB", "agent a2", "dongle label", nil])
+    }
+
     /// (c) Censored times: a pair never detected counts as not detected by the end of the run,
     /// so the median is over every pair, and it is censored when more than half had none.
     func testTimesToFirstDetectionAreCensoredAtTheRunsEnd() {
