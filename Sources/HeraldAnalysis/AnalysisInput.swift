@@ -104,6 +104,22 @@ struct BundleManifest: Decodable {
         var message: JSONValue?
         var persona: JSONValue?
         var recoveries: [JSONValue]?
+        /// The dongle and the agent that ran the node (lab runs): the device's identity across runs.
+        var dongle: JSONValue?
+        var agent: JSONValue?
+
+        /// What stands for the physical device across runs (compare draws it once for all its
+        /// runs): its dongle's address, else the dongle's label, else the agent; nil: none recorded.
+        var unit: String? {
+            func field(_ v: JSONValue?, _ key: String) -> String? {
+                guard case .object(let o)? = v, case .string(let s)? = o[key], !s.isEmpty else { return nil }
+                return String(s.prefix(200))
+            }
+            if let id = field(dongle, "id") { return "dongle \(id)" }
+            if let name = field(dongle, "name") { return "dongle \(name)" }
+            if let a = field(agent, "name") { return "agent \(a)" }
+            return nil
+        }
     }
     struct PlanPart: Decodable {
         var name: String?
@@ -208,6 +224,9 @@ public struct InputDescription: Codable, Sendable {
     /// An operator aborted the run (manifest.json): it has no verdict, is in no trend and no
     /// baseline (issue 40). Absent when it was not.
     public var aborted: Bool?
+    /// Each node's device across runs (lab runs): "dongle <address>", "dongle <label>" or
+    /// "agent <name>", from the manifest; compare draws a dongle once for all of its runs.
+    public var units: [String: String]?
 }
 
 public enum AnalysisError: Error, CustomStringConvertible {
@@ -288,6 +307,9 @@ enum InputLoader {
                 var controllers = [String: String]()
                 for n in m.nodes ?? [] { if let c = n.controller { controllers[n.name] = c.keys.sorted().map { "\($0)=\(c[$0]!)" }.joined(separator: " ") } }
                 if !controllers.isEmpty { description.controllers = controllers }
+                var units = [String: String]()
+                for n in m.nodes ?? [] { if let u = n.unit { units[n.name] = u } }
+                if !units.isEmpty { description.units = units }
                 var infra = [String]()
                 let plannedOff = Set((m.plan?.nodes ?? []).filter(\.offForGood).map(\.name))
                 for n in m.nodes ?? [] {

@@ -90,9 +90,17 @@ public enum Comparison {
         public var factor: String
         public var baseline: String
         public var level: String
+        /// The two arms' estimates of exactly the statistic whose difference `delta` is (paired
+        /// per dongle: the mean over the paired dongles of each dongle's figure), so that
+        /// delta = estimate - baselineEstimate, with their 95 % intervals.
         public var baselineEstimate: Double?
+        public var baselineCI95: [Double]?
         public var estimate: Double?
         public var estimateCI95: [Double]?
+        /// A median time that is censored (more than half of the pairs had none by the end of
+        /// the run): the estimate is the run's length, a lower bound, printed "> estimate".
+        public var baselineCensored: Bool?
+        public var estimateCensored: Bool?
         public var delta: Double?
         public var ci95: [Double]?
         /// Bootstrap p-value of the difference, and after Holm's adjustment over the family.
@@ -113,6 +121,9 @@ public enum Comparison {
         public var name: String
         public var runs: [String]
         public var devicesPerRun: [Int]
+        /// Distinct devices (dongles, by their identity across runs) in all of the level's runs:
+        /// the bootstrap's sample of devices, which repeat runs of the same dongles do not grow.
+        public var dongles: Int?
         /// Each run's own estimate of every metric (run-to-run noise), by metric.
         public var perRun: [String: [Double?]]
         public var settings: [String: String]
@@ -136,6 +147,56 @@ public enum Comparison {
 
     /// Paired differences need at least this many dongles that ran both levels.
     public static let minimumPairedUnits = 3
+
+    /// The device a run's folder stands for across runs: the crossover's unit (study.json), the
+    /// manifest's dongle or agent, the controller's address, else the node (a simulated node is
+    /// the same device, with the same character, in every run).
+    static func identity(_ ref: RunRef, folder: String) -> String {
+        if let u = ref.units?[folder] { return u }
+        if let u = ref.result.input.units?[folder] { return u }
+        if let c = ref.result.input.controllers?[folder], let address = c.split(separator: " ").first(where: { $0.hasPrefix("address=") && $0.count > 8 }) {
+            return "controller " + address.dropFirst(8)
+        }
+        return "node " + folder
+    }
+
+    /// A level's runs as one arm whose devices are numbered by their identity across the
+    /// level's runs (`identity`): the bootstrap then draws a dongle once for all of its runs,
+    /// instead of as a new device in every run (issue 38). A run whose identities are not
+    /// distinct (two folders on one dongle) is numbered by its nodes.
+    static func arm(_ level: Level, _ metric: Metric) -> ClusterBootstrap.Arm {
+        var ids = [String: Int]()
+        func number(_ key: String) -> Int {
+            if let n = ids[key] { return n }
+            ids[key] = ids.count
+            return ids.count - 1
+        }
+        return level.runs.enumerated().map { (r, ref) in
+            let folders = ref.result.devices.map(\.folder)
+            var keys = folders.map { identity(ref, folder: $0) }
+            if Set(keys).count != keys.count { keys = folders.map { "node " + $0 } }
+            let numbers = keys.map(number)
+            func numbered(_ i: Int) -> Int { i >= 0 && i < numbers.count ? numbers[i] : number("run \(r) device \(i)") }
+            var units = RunMetrics.units(ref.result, metric, selection: ref.selection)
+            for k in units.indices {
+                units[k].device = numbered(units[k].device)
+                units[k].partner = units[k].partner.map(numbered)
+            }
+            return units
+        }
+    }
+
+    /// The distinct devices of a level's runs (by `identity`): the dongles its bootstrap draws.
+    public static func dongles(_ level: Level) -> Int {
+        var keys = Set<String>()
+        for ref in level.runs {
+            let folders = ref.result.devices.map(\.folder).filter { ref.selection.devices?.contains($0) ?? true }
+            var k = folders.map { identity(ref, folder: $0) }
+            if Set(k).count != k.count { k = folders.map { "node " + $0 } }
+            keys.formUnion(k)
+        }
+        return keys.count
+    }
 
     /// Each run's figure per unit (dongle) under a level: the pairs the unit observed in that run.
     static func perUnit(_ level: Level, _ metric: Metric) -> [[String: Double]] {
@@ -268,7 +329,7 @@ public enum Comparison {
         let bootstrap = ClusterBootstrap(resamples: d.resamples, seed: d.seed)
         let arms: [[Metric: ClusterBootstrap.Arm]] = d.levels.map { level in
             var m = [Metric: ClusterBootstrap.Arm]()
-            for metric in Metric.allCases { m[metric] = level.runs.map { RunMetrics.units($0.result, metric, selection: $0.selection) } }
+            for metric in Metric.allCases { m[metric] = arm(level, metric) }
             return m
         }
         var effects = [Effect]()
@@ -286,9 +347,11 @@ public enum Comparison {
                     continue
                 }
                 e.baselineEstimate = ea.estimate
-                if baselineCI[metric.rawValue] == nil { baselineCI[metric.rawValue] = [ea.ci.lo, ea.ci.hi] }
+                e.baselineCI95 = [ea.ci.lo, ea.ci.hi]
                 e.estimate = eb.estimate
                 e.estimateCI95 = [eb.ci.lo, eb.ci.hi]
+                if ea.censored { e.baselineCensored = true }
+                if eb.censored { e.estimateCensored = true }
                 e.delta = diff.delta
                 e.ci95 = [diff.ci.lo, diff.ci.hi]
                 e.p = diff.p
@@ -304,16 +367,31 @@ public enum Comparison {
                         e.delta = pd.delta
                         e.ci95 = [pd.ci.lo, pd.ci.hi]
                         e.p = pd.p
+                        // One statistic per row: the arms' columns are the paired statistic's
+                        // (the mean over these dongles of each one's figure), delta = level - baseline.
+                        if let pa = pd.baseline, let pb = pd.level {
+                            e.baselineEstimate = pa.estimate
+                            e.baselineCI95 = [pa.ci.lo, pa.ci.hi]
+                            e.estimate = pb.estimate
+                            e.estimateCI95 = [pb.ci.lo, pb.ci.hi]
+                            e.baselineCensored = nil
+                            e.estimateCensored = nil
+                        }
                         e.pairing = "paired per dongle"
                         e.pairedUnits = units
                     } else {
                         e.note = "unpaired: fewer than \(minimumPairedUnits) dongles gave this figure under both levels"
                     }
                 }
-                e.margin = d.margin(metric).absolute(baseline: ea.estimate)
+                if baselineCI[metric.rawValue] == nil, let ci = e.baselineCI95 { baselineCI[metric.rawValue] = ci }
+                e.margin = d.margin(metric).absolute(baseline: e.baselineEstimate ?? ea.estimate)
                 let spread = RunMetrics.spread(a + b, metric)
-                if spread.atCeiling { e.note = "at its ceiling in every pair of both arms: saturated, it cannot show a difference" }
-                else if spread.noVariance { e.note = "no variance: every pair of both arms gives the same value" }
+                let censoredArms = [e.baselineCensored == true ? baseline.name : nil, e.estimateCensored == true ? level.name : nil].compactMap { $0 }
+                if !censoredArms.isEmpty {
+                    e.note = [e.note, "censored in \(censoredArms.map(Format.label).joined(separator: " and ")): more than half of the pairs had none by the end of the run, so that median is only known to be above the run's length (the difference is a bound)"].compactMap { $0 }.joined(separator: "; ")
+                }
+                if spread.atCeiling { e.note = [e.note, "at its ceiling in every pair of both arms: saturated, it cannot show a difference"].compactMap { $0 }.joined(separator: "; ") }
+                else if spread.noVariance { e.note = [e.note, "no variance: every pair of both arms gives the same value"].compactMap { $0 }.joined(separator: "; ") }
                 effects.append(e)
             }
         }
@@ -389,7 +467,7 @@ public enum Comparison {
             for r in level.runs { common = common.filter { r.settings[$0.key] == $0.value } }
             return LevelSummary(name: level.name, runs: level.runs.map(\.label),
                                 devicesPerRun: level.runs.map { ref in ref.result.devices.filter { ref.selection.devices?.contains($0.folder) ?? true }.count },
-                                perRun: perRun, settings: common)
+                                dongles: dongles(level), perRun: perRun, settings: common)
         }
         var shared = levels.first?.settings ?? [:]
         for l in levels { shared = shared.filter { l.settings[$0.key] == $0.value } }
@@ -398,10 +476,10 @@ public enum Comparison {
         let pairedText = pairing == "paired per dongle"
             ? "paired per dongle (a crossover: every level ran on the same dongles; the difference is the mean over dongles of each dongle's figure under the level minus under the baseline, \(d.resamples) resamples of the runs of each level and of the dongles, seed \(d.seed)\(pairedEffects.count < effects.filter { $0.p != nil }.count ? "; metrics with fewer than \(minimumPairedUnits) dongles in both levels unpaired" : "")); arm estimates by "
             : "unpaired; "
-        let method = pairedText + "device bootstrap (\(d.resamples) resamples, fewer for very large arms but never under \(min(d.resamples, ClusterBootstrap.minimumResamples)), seed \(d.seed)): devices drawn with replacement, a pair weighted by how often both its devices were drawn" +
-            (d.levels.contains { $0.runs.count >= 3 } ? ", runs resampled first within each level of 3 runs or more" : "") +
-            (d.levels.contains { $0.runs.count < 3 } ? (d.levels.contains { $0.runs.count >= 3 } ? "; levels of fewer runs" : "; with fewer than 3 runs a level") + " devices are drawn run by run (the interval then holds device-to-device noise only: repeat runs to see run-to-run noise)" : "") +
-            "; percentile 95 % intervals; Holm over \(familySize) comparisons at family-wise \(String(format: "%g", d.alpha)); same = interval inside the practical margin and not of zero width; no verdict with fewer than \(minimumDevicesToJudge) devices a run in an arm, nor across runs with fewer than \(ClusterBootstrap.minimumRunsToResample) runs a level"
+        let method = pairedText + "device bootstrap (\(d.resamples) resamples, fewer for very large arms but never under \(min(d.resamples, ClusterBootstrap.minimumResamples)), seed \(d.seed)): each dongle (by its identity across runs) drawn with replacement once for all of its runs, a pair weighted by how often both its devices were drawn" +
+            (d.levels.contains { $0.runs.count >= 3 } ? ", times how often its run was drawn: runs resampled within each level of 3 runs or more" : "") +
+            (d.levels.contains { $0.runs.count < 3 } ? (d.levels.contains { $0.runs.count >= 3 } ? "; levels of fewer runs" : "; with fewer than 3 runs a level") + " keep each run once (the interval then holds device-to-device noise only: repeat runs to see run-to-run noise)" : "") +
+            "; expanded percentile 95 % intervals (widened for the number of dongles); times to first detection and read censored at the run's end; Holm over \(familySize) comparisons at family-wise \(String(format: "%g", d.alpha)); same = interval inside the practical margin and not of zero width; no verdict with fewer than \(minimumDevicesToJudge) devices a run in an arm, nor across runs with fewer than \(ClusterBootstrap.minimumRunsToResample) runs a level"
         return Outcome(factor: d.factor, baseline: baseline.name, levels: levels, sameSettings: shared, checkPassed: checked, check: checkLines, effects: effects, baselineCI95: baselineCI, method: method, pairing: pairing)
     }
 
@@ -411,7 +489,7 @@ public enum Comparison {
         var lines = [String]()
         lines.append("factor: \(Format.label(o.factor))  (baseline \(Format.label(o.baseline)))")
         for l in o.levels {
-            lines.append("  level \(Format.label(l.name)): \(l.runs.count) run\(l.runs.count == 1 ? "" : "s"), devices per run \(Set(l.devicesPerRun).sorted().map(String.init).joined(separator: "/")): \(l.runs.prefix(6).map(Format.label).joined(separator: ", "))\(l.runs.count > 6 ? ", …" : "")")
+            lines.append("  level \(Format.label(l.name)): \(l.runs.count) run\(l.runs.count == 1 ? "" : "s"), devices per run \(Set(l.devicesPerRun).sorted().map(String.init).joined(separator: "/"))\(l.dongles.map { ", \($0) distinct" } ?? ""): \(l.runs.prefix(6).map(Format.label).joined(separator: ", "))\(l.runs.count > 6 ? ", …" : "")")
         }
         lines.append((o.checkPassed ? "check: " : "CHECK FAILED (no verdicts): ") + o.check.prefix(20).joined(separator: "\n  "))
         let units = Set(o.effects.compactMap(\.pairedUnits))
@@ -424,12 +502,12 @@ public enum Comparison {
                     guard let v else { return "–" }
                     return Format.number(v) + (ci.map { " [\(Format.number($0[0])), \(Format.number($0[1]))]" } ?? "")
                 }
-                let baseEffect = o.effects.first { $0.metric == e.metric && $0.level == level.name }
-                let base = est(baseEffect?.baselineEstimate, o.baselineCI95[e.metric])
+                func bound(_ censored: Bool?) -> String { censored == true ? "> " : "" }
+                let base = bound(e.baselineCensored) + est(e.baselineEstimate, e.baselineCI95 ?? o.baselineCI95[e.metric])
                 let diff = e.delta.map { Format.signed($0) + (e.ci95.map { " [\(Format.signed($0[0])), \(Format.signed($0[1]))]" } ?? "") } ?? "–"
                 var verdict = e.verdict.rawValue
                 if let r = e.repeatsAdvised { verdict += " (+\(r) run\(r == 1 ? "" : "s") a level)" }
-                lines.append(Format.pad(e.label, 24) + Format.pad(base, 27) + Format.pad(est(e.estimate, e.estimateCI95), 27) + Format.pad(diff, 28) + verdict)
+                lines.append(Format.pad(e.label, 24) + Format.pad(base, 27) + Format.pad(bound(e.estimateCensored) + est(e.estimate, e.estimateCI95), 27) + Format.pad(diff, 28) + verdict)
             }
             let notes = o.effects.filter { $0.level == level.name && $0.note != nil }
             for e in notes { lines.append("  note: \(e.label): \(e.note!)") }

@@ -107,11 +107,22 @@ public enum RunMetrics {
         return Double(r.parameters.cetotal) / 2
     }
 
+    /// Seconds from the filter window's start (where times to first detection and first read
+    /// are counted from) to its end: a pair not detected (or not read) by then is censored there.
+    public static func observedSeconds(_ r: AnalysisResult) -> Double {
+        if let s = AnalysisTime.parse(r.parameters.filterStart), let e = AnalysisTime.parse(r.parameters.filterEnd), e > s { return e - s }
+        return contactMinutes(r) * 60
+    }
+
     /// One unit per ordered pair (its observer and observed device, by index in the run's
-    /// devices) holding what `metric` needs of it; a bootstrap draws devices, not pairs.
+    /// devices) holding what `metric` needs of it; a bootstrap draws devices, not pairs. The
+    /// times to first detection and first read are censored: a pair never detected (read)
+    /// holds the run's observed length, marked censored ("not detected by the end"), so their
+    /// median is over every pair (docs/STATISTICS.md).
     public static func units(_ r: AnalysisResult, _ metric: Metric, selection: PairSelection = .all) -> [StatUnit] {
         let cetotal = Double(max(1, r.parameters.cetotal))
         let minutes = contactMinutes(r)
+        let end = observedSeconds(r)
         var index = [String: Int]()
         for (i, d) in r.devices.enumerated() { index[d.folder] = i }
         var out = [StatUnit]()
@@ -126,8 +137,10 @@ public enum RunMetrics {
             case .intervalMedian: if let v = p.intervalP50 { u.values = [v] }
             case .intervalP95: if let v = p.intervalP95 { u.values = [v] }
             case .longestGap: u.values = [p.longestGap]
-            case .timeToFirstDetection: if let v = p.timeToFirstDetection { u.values = [v] }
-            case .timeToFirstRead: if let v = p.timeToFirstRead { u.values = [v] }
+            case .timeToFirstDetection:
+                if let v = p.timeToFirstDetection, v.isFinite { u.values = [v] } else { u.values = [end]; u.censored = true }
+            case .timeToFirstRead:
+                if let v = p.timeToFirstRead, v.isFinite { u.values = [v] } else { u.values = [end]; u.censored = true }
             }
             out.append(u)
         }
@@ -162,6 +175,9 @@ public enum RunMetrics {
         public var units: Int
         /// "at its ceiling", "no variance across devices", "no data", or nil.
         public var note: String?
+        /// A time whose median is censored: more than half of the pairs had no event by the end,
+        /// so the median is above `estimate` (the run's length).
+        public var censored: Bool? = nil
     }
 
     /// Every metric of one run with its 95 % interval (bootstrap over devices, seeded).
@@ -174,8 +190,9 @@ public enum RunMetrics {
                 return Value(metric: m, estimate: nil, ci95: nil, units: 0, note: "no data")
             }
             let s = spread([usable], m)
-            let note = s.atCeiling ? "at its ceiling (every pair)" : (s.noVariance ? "no variance across pairs" : nil)
-            return Value(metric: m, estimate: e.estimate, ci95: [e.ci.lo, e.ci.hi], units: devices, note: note)
+            let note = e.censored ? "censored: more than half of the pairs had none by the end of the run"
+                : (s.atCeiling ? "at its ceiling (every pair)" : (s.noVariance ? "no variance across pairs" : nil))
+            return Value(metric: m, estimate: e.estimate, ci95: [e.ci.lo, e.ci.hi], units: devices, note: note, censored: e.censored ? true : nil)
         }
     }
 
@@ -183,7 +200,7 @@ public enum RunMetrics {
     public static func table(_ values: [Value]) -> String {
         var lines = ["metric (devices as units)       estimate   95 % interval          devices"]
         for v in values {
-            let est = v.estimate.map { Format.number($0) } ?? "–"
+            let est = v.estimate.map { (v.censored == true ? "> " : "") + Format.number($0) } ?? "–"
             let ci = v.ci95.map { "[\(Format.number($0[0])), \(Format.number($0[1]))]" } ?? ""
             lines.append(Format.pad(v.metric.label, 29) + " " + Format.pad(est, 10) + " " + Format.pad(ci, 22) + " " + String(v.units) + (v.note.map { "  (\($0))" } ?? ""))
         }

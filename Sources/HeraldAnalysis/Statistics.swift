@@ -212,15 +212,22 @@ public struct StatUnit: Sendable, Equatable {
     public var possible: Double
     /// Values for a median metric (empty for a pooled one).
     public var values: [Double]
-    /// The device (observer) within its run, and the other device of a pair (nil: none).
+    /// The device (observer) and the other device of a pair (nil: none), as identities within
+    /// the arm: the same number stands for the same dongle in every run of the arm (compare keys
+    /// it by the dongle, docs/STATISTICS.md), so a resample draws that dongle once for all of
+    /// its runs. Numbers need not be contiguous.
     public var device: Int
     public var partner: Int?
-    public init(hits: Double = 0, possible: Double = 0, values: [Double] = [], device: Int = 0, partner: Int? = nil) {
+    /// The values are censoring times, not event times: the event (a first detection, a first
+    /// read) had not happened by then, the end of the run (docs/STATISTICS.md, censored times).
+    public var censored: Bool
+    public init(hits: Double = 0, possible: Double = 0, values: [Double] = [], device: Int = 0, partner: Int? = nil, censored: Bool = false) {
         self.hits = hits
         self.possible = possible
         self.values = values
         self.device = device
         self.partner = partner
+        self.censored = censored
     }
 }
 
@@ -241,10 +248,24 @@ public enum Pooling: String, Codable, Sendable {
             return Stats.median(all)
         }
     }
+
+    /// Whether the median lands on a censored value (more than half of the values, or exactly
+    /// half with the other middle value, were not observed by the end): the median is then
+    /// only known to be above the run's length. Never for a ratio.
+    public func censored(_ units: [StatUnit]) -> Bool {
+        guard self == .median else { return false }
+        var all = [(Double, Bool)]()
+        for u in units { for v in u.values { all.append((v, u.censored)) } }
+        guard !all.isEmpty else { return false }
+        all.sort { $0.0 < $1.0 || ($0.0 == $1.0 && !$0.1 && $1.1) }
+        let n = all.count
+        return n % 2 == 1 ? all[n / 2].1 : (all[n / 2 - 1].1 || all[n / 2].1)
+    }
 }
 
-/// Seeded cluster bootstraps: resample units (and, with several runs in an arm, runs first,
-/// then units inside each chosen run), recompute the pooled statistic, take percentiles.
+/// Seeded cluster bootstraps: resample runs (three or more in an arm) and the arm's dongles
+/// (each dongle once for all of its runs), recompute the pooled statistic, take expanded
+/// percentile intervals (docs/STATISTICS.md).
 public struct ClusterBootstrap: Sendable {
     public var resamples: Int
     public var seed: UInt64
@@ -274,75 +295,148 @@ public struct ClusterBootstrap: Sendable {
     /// An arm: its runs, each a list of units.
     public typealias Arm = [[StatUnit]]
 
-    /// An arm prepared for fast resampling: a resample is a count per device (how often it was
-    /// drawn; runs are drawn first when there are several), a unit weighs the product of its
-    /// devices' counts (the vertex bootstrap for pairs), and the statistic is a weighted ratio,
-    /// or a weighted median over the arm's values sorted once.
+    /// How much a percentile interval from `n` independent units (dongles) is widened:
+    /// Hesterberg's expanded percentile interval (The American Statistician 69(4), 2015), the
+    /// factor sqrt(n / (n - 1)) t_{1-a/2, n-1} / z_{1-a/2}. A bootstrap of n units has the
+    /// variance (n - 1)/n of the true one and a normal, not a t, shape: with 5-12 dongles
+    /// that differ a 95 % percentile interval covers 84-89 % (docs/STATISTICS.md).
+    public static func expansion(units n: Int, confidence: Double = 0.95) -> Double {
+        guard n >= 2 else { return 1 }
+        let a = (1 - confidence) / 2
+        let nn = Double(n)
+        return (nn / (nn - 1)).squareRoot() * Stats.tQuantile(1 - a, df: nn - 1) / Stats.normalQuantile(1 - a)
+    }
+
+    /// An arm prepared for fast resampling. A resample is a count per run (runs drawn with
+    /// replacement when there are `minimumRunsToResample` or more, else each run once) and a
+    /// count per device: the arm's distinct devices are drawn once for the whole resample
+    /// (a dongle in every run of the arm keeps one count in all of them). A unit weighs
+    /// (its run's count) x (its device's count) x (its partner's count): a run drawn k times
+    /// weighs k, and a pair weighs as often as both its devices were drawn. Devices that never
+    /// share a run with another run's devices are drawn within their own runs (strata), so
+    /// runs of different dongles keep their sizes. The statistic is a weighted ratio, or a
+    /// weighted median over the arm's values sorted once.
     struct Prepared {
-        /// Each run's devices, as a range of global device indices.
-        var runs: [Range<Int>]
+        var runCount: Int
+        /// Distinct devices of the arm (a dongle in several runs is one device).
         var deviceCount: Int
+        /// Devices drawn together: those linked by sharing runs.
+        var strata: [[Int]]
+        var unitRun: [Int]
         var unitDevice: [Int]
         var unitPartner: [Int]
         var hits: [Double]
         var possible: [Double]
-        /// Every value of every unit, sorted, with the unit it belongs to.
+        /// Every value of every unit, sorted (a censored value after an observed one of the
+        /// same time), with the unit it belongs to and whether it is censored.
         var values: [Double]
         var owner: [Int]
+        var valueCensored: [Bool]
 
         init(_ arm: Arm) {
-            var runs = [Range<Int>](), hits = [Double](), possible = [Double]()
-            var unitDevice = [Int](), unitPartner = [Int]()
-            var pairs = [(Double, Int)]()
-            var next = 0
+            var ids = [Int: Int]()
+            func index(_ d: Int) -> Int {
+                if let g = ids[d] { return g }
+                let g = ids.count
+                ids[d] = g
+                return g
+            }
+            var hits = [Double](), possible = [Double](), unitRun = [Int](), unitDevice = [Int](), unitPartner = [Int]()
+            var pairs = [(Double, Int, Bool)]()
+            var runFirst = [Int]()
             for run in arm where !run.isEmpty {
-                var ids = [Int: Int]()
-                func global(_ d: Int) -> Int {
-                    if let g = ids[d] { return g }
-                    let g = next + ids.count
-                    ids[d] = g
-                    return g
-                }
+                let r = runFirst.count
+                runFirst.append(index(run[0].device))
                 for u in run {
                     let k = hits.count
-                    for v in u.values { pairs.append((v, k)) }
+                    for v in u.values { pairs.append((v, k, u.censored)) }
                     hits.append(u.hits)
                     possible.append(u.possible)
-                    unitDevice.append(global(u.device))
-                    unitPartner.append(u.partner.map(global) ?? -1)
+                    unitRun.append(r)
+                    unitDevice.append(index(u.device))
+                    unitPartner.append(u.partner.map(index) ?? -1)
                 }
-                runs.append(next..<(next + ids.count))
-                next += ids.count
             }
-            pairs.sort { $0.0 < $1.0 }
-            self.runs = runs
-            self.deviceCount = next
+            // Strata: devices of one run belong together, and runs that share a device merge.
+            var parent = Array(0..<ids.count)
+            func find(_ x: Int) -> Int {
+                var x = x
+                while parent[x] != x { parent[x] = parent[parent[x]]; x = parent[x] }
+                return x
+            }
+            func union(_ a: Int, _ b: Int) { let ra = find(a), rb = find(b); if ra != rb { parent[max(ra, rb)] = min(ra, rb) } }
+            for u in unitDevice.indices {
+                union(unitDevice[u], runFirst[unitRun[u]])
+                if unitPartner[u] >= 0 { union(unitPartner[u], runFirst[unitRun[u]]) }
+            }
+            var byRoot = [Int: Int](), strata = [[Int]]()
+            for d in 0..<ids.count {
+                let root = find(d)
+                if let s = byRoot[root] { strata[s].append(d) } else { byRoot[root] = strata.count; strata.append([d]) }
+            }
+            pairs.sort { $0.0 < $1.0 || ($0.0 == $1.0 && !$0.2 && $1.2) }
+            self.runCount = runFirst.count
+            self.deviceCount = ids.count
+            self.strata = strata
+            self.unitRun = unitRun
             self.unitDevice = unitDevice
             self.unitPartner = unitPartner
             self.hits = hits
             self.possible = possible
             self.values = pairs.map(\.0)
             self.owner = pairs.map(\.1)
+            self.valueCensored = pairs.map(\.2)
         }
 
-        /// Runs are drawn (then devices inside each) only from this many runs up: fewer runs
-        /// say nothing of run-to-run noise, so their devices are drawn run by run.
+        /// Runs are drawn only from this many runs up: fewer runs say nothing of run-to-run
+        /// noise, so each is kept once and only the devices are drawn.
         static let minimumRunsToResample = 3
 
-        /// Draws devices (runs first when there are enough) and sets each unit's weight.
+        /// Draws runs (when there are enough) and devices, and sets each unit's weight.
         func draw(_ g: inout SeededGenerator, counts: inout [Int], weights: inout [Double]) {
+            var runCounts = [Int](repeating: 1, count: runCount)
+            draw(&g, runCounts: &runCounts, counts: &counts, weights: &weights)
+        }
+
+        func draw(_ g: inout SeededGenerator, runCounts: inout [Int], counts: inout [Int], weights: inout [Double]) {
+            let n = runCount
+            if n >= Self.minimumRunsToResample {
+                for r in runCounts.indices { runCounts[r] = 0 }
+                for _ in 0..<n { runCounts[Int(g.next() % UInt64(n))] += 1 }
+            } else {
+                for r in runCounts.indices { runCounts[r] = 1 }
+            }
             for i in counts.indices { counts[i] = 0 }
-            let n = runs.count
-            let resampleRuns = n >= Self.minimumRunsToResample
-            for k in 0..<n {
-                let run = resampleRuns ? runs[Int(g.next() % UInt64(n))] : runs[k]
-                let size = UInt64(run.count)
-                for _ in 0..<run.count { counts[run.lowerBound + Int(g.next() % size)] += 1 }
+            for stratum in strata {
+                let size = UInt64(stratum.count)
+                for _ in 0..<stratum.count { counts[stratum[Int(g.next() % size)]] += 1 }
             }
             for u in weights.indices {
                 let p = unitPartner[u]
-                weights[u] = Double(counts[unitDevice[u]] * (p >= 0 ? counts[p] : 1))
+                weights[u] = Double(runCounts[unitRun[u]] * counts[unitDevice[u]] * (p >= 0 ? counts[p] : 1))
             }
+        }
+
+        /// The weighted median's position: the value where the cumulative weight passes half,
+        /// and the next value with weight when it lands exactly on half.
+        func medianPosition(weights: [Double]?) -> (Int, Int?)? {
+            var total = 0.0
+            if let weights { for i in values.indices { total += weights[owner[i]] } } else { total = Double(values.count) }
+            guard total > 0 else { return nil }
+            let half = total / 2
+            var seen = 0.0
+            for i in values.indices {
+                let w = weights?[owner[i]] ?? 1
+                guard w > 0 else { continue }
+                seen += w
+                if seen > half { return (i, nil) }
+                if seen == half {
+                    var j = i + 1
+                    while j < values.count, (weights?[owner[j]] ?? 1) == 0 { j += 1 }
+                    return (i, j < values.count ? j : nil)
+                }
+            }
+            return nil
         }
 
         func statistic(_ pooling: Pooling, weights: [Double]?, scale: Double) -> Double? {
@@ -356,26 +450,15 @@ public struct ClusterBootstrap: Sendable {
                 }
                 return p > 0 ? scale * h / p : nil
             case .median:
-                var total = 0.0
-                if let weights { for i in values.indices { total += weights[owner[i]] } } else { total = Double(values.count) }
-                guard total > 0 else { return nil }
-                // Weighted median: the value where the cumulative weight passes half; between
-                // two values when it lands exactly on half.
-                let half = total / 2
-                var seen = 0.0
-                for i in values.indices {
-                    let w = weights?[owner[i]] ?? 1
-                    guard w > 0 else { continue }
-                    seen += w
-                    if seen > half { return values[i] }
-                    if seen == half {
-                        var j = i + 1
-                        while j < values.count, (weights?[owner[j]] ?? 1) == 0 { j += 1 }
-                        return j < values.count ? (values[i] + values[j]) / 2 : values[i]
-                    }
-                }
-                return nil
+                guard let (i, j) = medianPosition(weights: weights) else { return nil }
+                return j.map { (values[i] + values[$0]) / 2 } ?? values[i]
             }
+        }
+
+        /// Whether the (unweighted) median is censored: it lands on a value not observed by the end.
+        func censored(_ pooling: Pooling) -> Bool {
+            guard pooling == .median, let (i, j) = medianPosition(weights: nil) else { return false }
+            return valueCensored[i] || (j.map { valueCensored[$0] } ?? false)
         }
     }
 
@@ -384,26 +467,40 @@ public struct ClusterBootstrap: Sendable {
         public var ci: Stats.Interval
         /// Standard deviation of the bootstrap replicates.
         public var se: Double
+        /// A median of times that lands on a censored value: the estimate (the run's length) is
+        /// a lower bound, printed "> estimate".
+        public var censored = false
     }
 
-    /// The statistic of one arm with its percentile interval.
+    /// The percentile interval of `reps` widened by `factor` around the replicates' median
+    /// (the expanded percentile interval; factor 1: the plain percentile interval).
+    static func interval(sorted reps: [Double], confidence: Double, factor: Double) -> Stats.Interval {
+        let a = (1 - confidence) / 2
+        let lo = Stats.quantile(sorted: reps, a)!, hi = Stats.quantile(sorted: reps, 1 - a)!
+        let mid = Stats.quantile(sorted: reps, 0.5)!
+        return Stats.Interval(mid + factor * (lo - mid), mid + factor * (hi - mid))
+    }
+
+    /// The statistic of one arm with its expanded percentile interval.
     public func estimate(_ arm: Arm, pooling: Pooling, scale: Double = 1, confidence: Double = 0.95, stream: String = "") -> Estimate? {
         let prepared = Prepared(arm)
-        guard !prepared.runs.isEmpty, let point = prepared.statistic(pooling, weights: nil, scale: scale) else { return nil }
+        guard prepared.runCount > 0, let point = prepared.statistic(pooling, weights: nil, scale: scale) else { return nil }
         var g = SeededGenerator(seed: seed, stream: "bootstrap-one " + stream)
         var counts = [Int](repeating: 0, count: prepared.deviceCount)
+        var runCounts = [Int](repeating: 1, count: prepared.runCount)
         var weights = [Double](repeating: 0, count: prepared.hits.count)
         var reps = [Double]()
         let draws = resamples(over: prepared.hits.count)
         reps.reserveCapacity(draws)
         for _ in 0..<draws {
-            prepared.draw(&g, counts: &counts, weights: &weights)
+            prepared.draw(&g, runCounts: &runCounts, counts: &counts, weights: &weights)
             if let v = prepared.statistic(pooling, weights: weights, scale: scale) { reps.append(v) }
         }
         guard !reps.isEmpty else { return nil }
         reps.sort()
-        let a = (1 - confidence) / 2
-        return Estimate(estimate: point, ci: Stats.Interval(Stats.quantile(sorted: reps, a)!, Stats.quantile(sorted: reps, 1 - a)!), se: Stats.sd(reps) ?? 0)
+        let factor = Self.expansion(units: prepared.deviceCount, confidence: confidence)
+        return Estimate(estimate: point, ci: Self.interval(sorted: reps, confidence: confidence, factor: factor), se: Stats.sd(reps) ?? 0,
+                        censored: prepared.censored(pooling))
     }
 
     public struct Difference: Sendable {
@@ -411,9 +508,11 @@ public struct ClusterBootstrap: Sendable {
         public var delta: Double
         public var ci: Stats.Interval
         public var se: Double
-        /// Two-sided bootstrap p-value for a difference of 0 (twice the smaller tail, at least 1/B).
+        /// Two-sided bootstrap p-value for a difference of 0 (twice the smaller tail of the
+        /// expanded replicates, at least 1/B).
         public var p: Double
-        /// Each arm's own estimate and percentile interval, from the same resamples.
+        /// Each arm's own estimate and interval, from the same resamples (the same statistic
+        /// whose difference `delta` is: delta = level - baseline).
         public var baseline: Estimate? = nil
         public var level: Estimate? = nil
     }
@@ -421,30 +520,34 @@ public struct ClusterBootstrap: Sendable {
     /// The difference `level - baseline` of a statistic, each arm resampled on its own.
     public func difference(baseline: Arm, level: Arm, pooling: Pooling, scale: Double = 1, confidence: Double = 0.95, stream: String = "") -> Difference? {
         let pa = Prepared(baseline), pb = Prepared(level)
-        guard !pa.runs.isEmpty, !pb.runs.isEmpty,
+        guard pa.runCount > 0, pb.runCount > 0,
               let a = pa.statistic(pooling, weights: nil, scale: scale), let b = pb.statistic(pooling, weights: nil, scale: scale) else { return nil }
         var g = SeededGenerator(seed: seed, stream: "bootstrap-diff " + stream)
         var ca = [Int](repeating: 0, count: pa.deviceCount), cb = [Int](repeating: 0, count: pb.deviceCount)
+        var ra = [Int](repeating: 1, count: pa.runCount), rb = [Int](repeating: 1, count: pb.runCount)
         var wa = [Double](repeating: 0, count: pa.hits.count), wb = [Double](repeating: 0, count: pb.hits.count)
         var reps = [Double](), repsA = [Double](), repsB = [Double]()
         let draws = resamples(over: pa.hits.count + pb.hits.count)
         reps.reserveCapacity(draws)
         for _ in 0..<draws {
-            pa.draw(&g, counts: &ca, weights: &wa)
-            pb.draw(&g, counts: &cb, weights: &wb)
-            if let ra = pa.statistic(pooling, weights: wa, scale: scale), let rb = pb.statistic(pooling, weights: wb, scale: scale) {
-                reps.append(rb - ra)
-                repsA.append(ra)
-                repsB.append(rb)
+            pa.draw(&g, runCounts: &ra, counts: &ca, weights: &wa)
+            pb.draw(&g, runCounts: &rb, counts: &cb, weights: &wb)
+            if let va = pa.statistic(pooling, weights: wa, scale: scale), let vb = pb.statistic(pooling, weights: wb, scale: scale) {
+                reps.append(vb - va)
+                repsA.append(va)
+                repsB.append(vb)
             }
         }
-        guard var d = Self.summarise(point: b - a, reps: reps, confidence: confidence) else { return nil }
-        func arm(_ point: Double, _ r: [Double]) -> Estimate {
-            let sorted = r.sorted(), q = (1 - confidence) / 2
-            return Estimate(estimate: point, ci: Stats.Interval(Stats.quantile(sorted: sorted, q)!, Stats.quantile(sorted: sorted, 1 - q)!), se: Stats.sd(sorted) ?? 0)
+        // The difference is widened by the smaller arm's dongles (the fewer independent units).
+        let factor = Self.expansion(units: min(pa.deviceCount, pb.deviceCount), confidence: confidence)
+        guard var d = Self.summarise(point: b - a, reps: reps, confidence: confidence, factor: factor) else { return nil }
+        func arm(_ point: Double, _ r: [Double], _ p: Prepared) -> Estimate {
+            let sorted = r.sorted()
+            return Estimate(estimate: point, ci: Self.interval(sorted: sorted, confidence: confidence, factor: Self.expansion(units: p.deviceCount, confidence: confidence)),
+                            se: Stats.sd(sorted) ?? 0, censored: p.censored(pooling))
         }
-        d.baseline = arm(a, repsA)
-        d.level = arm(b, repsB)
+        d.baseline = arm(a, repsA, pa)
+        d.level = arm(b, repsB, pb)
         return d
     }
 
@@ -461,14 +564,16 @@ public struct ClusterBootstrap: Sendable {
             for _ in 0..<n { s += differences[Int(g.next() % UInt64(n))] }
             reps.append(s / Double(n))
         }
-        return Self.summarise(point: point, reps: reps, confidence: confidence)
+        return Self.summarise(point: point, reps: reps, confidence: confidence, factor: Self.expansion(units: n, confidence: confidence))
     }
 
     /// A crossover's paired difference: each unit's (dongle's) mean figure over the level's runs
     /// minus its mean over the baseline's runs, averaged over the units that ran both. A
     /// resample draws the runs of each level (with replacement) and the units (the same draw in
     /// every run, so the pairing holds): run-to-run noise, which every dongle of a run shares,
-    /// stays in the interval. `baseline` and `level` hold each run's figure by unit.
+    /// stays in the interval. `baseline` and `level` hold each run's figure by unit. The
+    /// difference's `baseline` and `level` estimates are the same statistic on each side (the
+    /// mean over those dongles of each dongle's mean figure), so delta = level - baseline.
     public func crossoverDifference(baseline: [[String: Double]], level: [[String: Double]], confidence: Double = 0.95, stream: String = "") -> (difference: Difference, units: Int)? {
         var keys = Set<String>()
         for r in baseline { keys.formUnion(r.keys) }
@@ -484,37 +589,53 @@ public struct ClusterBootstrap: Sendable {
             for r in runs where !t[r][unit].isNaN { s += t[r][unit]; n += 1 }
             return n > 0 ? s / Double(n) : nil
         }
-        func statistic(runsA: [Int], runsB: [Int], draw: [Int]) -> Double? {
-            var s = 0.0, n = 0
+        /// Each side's mean over the drawn dongles that have a figure on both sides.
+        func statistic(runsA: [Int], runsB: [Int], draw: [Int]) -> (Double, Double)? {
+            var sa = 0.0, sb = 0.0, n = 0
             for u in draw {
                 guard let ma = mean(a, runs: runsA, unit: u), let mb = mean(b, runs: runsB, unit: u) else { continue }
-                s += mb - ma
+                sa += ma
+                sb += mb
                 n += 1
             }
-            return n > 0 ? s / Double(n) : nil
+            return n > 0 ? (sa / Double(n), sb / Double(n)) : nil
         }
-        guard let point = statistic(runsA: Array(a.indices), runsB: Array(b.indices), draw: Array(units.indices)) else { return nil }
+        guard let (pointA, pointB) = statistic(runsA: Array(a.indices), runsB: Array(b.indices), draw: Array(units.indices)) else { return nil }
         var g = SeededGenerator(seed: seed, stream: "bootstrap-crossover " + stream)
-        var reps = [Double]()
+        var reps = [Double](), repsA = [Double](), repsB = [Double]()
         reps.reserveCapacity(resamples)
         for _ in 0..<resamples {
             let ra = a.indices.map { _ in Int(g.next() % UInt64(a.count)) }
             let rb = b.indices.map { _ in Int(g.next() % UInt64(b.count)) }
             let draw = units.indices.map { _ in Int(g.next() % UInt64(units.count)) }
-            if let v = statistic(runsA: ra, runsB: rb, draw: draw) { reps.append(v) }
+            if let (va, vb) = statistic(runsA: ra, runsB: rb, draw: draw) {
+                reps.append(vb - va)
+                repsA.append(va)
+                repsB.append(vb)
+            }
         }
-        guard let d = Self.summarise(point: point, reps: reps, confidence: confidence) else { return nil }
+        let factor = Self.expansion(units: units.count, confidence: confidence)
+        guard var d = Self.summarise(point: pointB - pointA, reps: reps, confidence: confidence, factor: factor) else { return nil }
+        func arm(_ point: Double, _ r: [Double]) -> Estimate {
+            let sorted = r.sorted()
+            return Estimate(estimate: point, ci: Self.interval(sorted: sorted, confidence: confidence, factor: factor), se: Stats.sd(sorted) ?? 0)
+        }
+        d.baseline = arm(pointA, repsA)
+        d.level = arm(pointB, repsB)
         return (d, units.count)
     }
 
-    static func summarise(point: Double, reps: [Double], confidence: Double) -> Difference? {
+    /// The difference's expanded percentile interval and p-value: the replicates are widened by
+    /// `factor` around their median, and p is twice the smaller tail of the widened replicates
+    /// beyond 0 (at least 1/B), so p < 1 - confidence exactly when the interval excludes 0.
+    static func summarise(point: Double, reps: [Double], confidence: Double, factor: Double = 1) -> Difference? {
         guard !reps.isEmpty else { return nil }
         let sorted = reps.sorted()
-        let a = (1 - confidence) / 2
-        let below = Double(sorted.filter { $0 <= 0 }.count), above = Double(sorted.filter { $0 >= 0 }.count)
+        let mid = Stats.quantile(sorted: sorted, 0.5)!
+        let widened = factor == 1 ? sorted : sorted.map { mid + factor * ($0 - mid) }
+        let below = Double(widened.filter { $0 <= 0 }.count), above = Double(widened.filter { $0 >= 0 }.count)
         let n = Double(sorted.count)
         let p = min(1, max(1 / n, 2 * min(below, above) / n))
-        return Difference(delta: point, ci: Stats.Interval(Stats.quantile(sorted: sorted, a)!, Stats.quantile(sorted: sorted, 1 - a)!),
-                          se: Stats.sd(sorted) ?? 0, p: p)
+        return Difference(delta: point, ci: interval(sorted: sorted, confidence: confidence, factor: factor), se: Stats.sd(sorted) ?? 0, p: p)
     }
 }

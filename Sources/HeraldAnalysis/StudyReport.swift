@@ -75,7 +75,7 @@ public enum StudyReport {
             func n(_ v: Double?) -> String { v.map(Format.number) ?? "–" }
             let diff = e.delta.map { Format.signed($0) + (e.ci95.map { " [\(Format.signed($0[0])), \(Format.signed($0[1]))]" } ?? "") } ?? "–"
             let verdict = e.verdict.rawValue + (e.repeatsAdvised.map { " (+\($0) runs a level)" } ?? "")
-            h += "<tr><td class=\"l\">\(esc(e.label))</td><td class=\"l\">\(esc(e.level))</td><td>\(n(e.baselineEstimate))</td><td>\(n(e.estimate))</td><td>\(diff)</td>"
+            h += "<tr><td class=\"l\">\(esc(e.label))</td><td class=\"l\">\(esc(e.level))</td><td>\(e.baselineCensored == true ? "&gt; " : "")\(n(e.baselineEstimate))</td><td>\(e.estimateCensored == true ? "&gt; " : "")\(n(e.estimate))</td><td>\(diff)</td>"
             h += "<td class=\"l \(e.verdict == .noData ? "" : e.verdict.rawValue)\">\(esc(verdict))</td><td class=\"l note\">\(esc(e.note ?? ""))</td></tr>\n"
         }
         return h + "</table>\n"

@@ -50,7 +50,11 @@ final class ComparisonTests: XCTestCase {
 
     func testAKnownEffectIsFoundWithItsIntervalBelowZero() throws {
         let slow = try Self.effectPlan("1s"), fast = try Self.effectPlan("100ms")
-        let o = Comparison.compare(try design([slow, fast, fast, slow, slow, fast], seed: 1))
+        // Four runs a level (A,B / B,A / A,B / B,A), as the calibration's known effect: the
+        // dongles drawn once for all runs and the expanded interval (issue 38) are wider, and
+        // with three runs seed 1's first detection interval ended just below 0 (-0.013) with a
+        // Holm-adjusted p above 0.05.
+        let o = Comparison.compare(try design([slow, fast, fast, slow, slow, fast, fast, slow], seed: 1))
         XCTAssertTrue(o.checkPassed, o.check.joined(separator: "; "))
         XCTAssertEqual(o.factor, "sensor.advertInterval")
         XCTAssertEqual(o.baseline, "1")
@@ -132,6 +136,20 @@ final class ComparisonTests: XCTestCase {
         XCTAssertFalse(o.effects.isEmpty)
         for e in o.effects where e.verdict == .better || e.verdict == .worse {
             XCTAssertNotNil(e.ci95, "\(e.metric): a verdict without its interval")
+        }
+        // One statistic per row (issue 38, item 5): every row's columns are the estimates of the
+        // statistic whose difference it reports, paired or not, in the text and in the JSON.
+        for e in o.effects where e.delta != nil {
+            let a = try XCTUnwrap(e.baselineEstimate), b = try XCTUnwrap(e.estimate)
+            XCTAssertEqual(b - a, e.delta!, accuracy: 1e-9 * max(1, abs(a)), "\(e.metric) (\(e.pairing ?? "-")): \(b) - \(a) against \(e.delta!)")
+            XCTAssertNotNil(e.baselineCI95, e.metric)
+        }
+        XCTAssertTrue(o.effects.contains { $0.pairing == "paired per dongle" })
+        let json = try XCTUnwrap(JSONSerialization.jsonObject(with: Comparison.json(o)) as? [String: Any])
+        let effects = try XCTUnwrap(json["effects"] as? [[String: Any]])
+        for e in effects {
+            guard let delta = e["delta"] as? Double, let a = e["baselineEstimate"] as? Double, let b = e["estimate"] as? Double else { continue }
+            XCTAssertEqual(b - a, delta, accuracy: 1e-9 * max(1, abs(a)))
         }
     }
 }

@@ -89,12 +89,11 @@ final class StatisticsTests: XCTestCase {
         XCTAssertEqual(m.estimate, 3)
         // Pairs weigh as often as both their devices are drawn: a pair of two devices drawn
         // twice each counts four times.
-        var one = ClusterBootstrap.Prepared([[StatUnit(hits: 1, possible: 1, device: 0, partner: 1), StatUnit(hits: 0, possible: 1, device: 1, partner: 0)]])
+        let one = ClusterBootstrap.Prepared([[StatUnit(hits: 1, possible: 1, device: 0, partner: 1), StatUnit(hits: 0, possible: 1, device: 1, partner: 0)]])
         var counts = [2, 0], weights = [0.0, 0.0]
         var gen = SeededGenerator(seed: 1)
         one.draw(&gen, counts: &counts, weights: &weights)
         XCTAssertEqual(weights.reduce(0, +), Double(counts[0] * counts[1] * 2))
-        one.runs = [0..<2]
         XCTAssertEqual(one.statistic(.ratio, weights: [4, 0], scale: 100), 100)
         XCTAssertEqual(one.statistic(.ratio, weights: [1, 1], scale: 100), 50)
         let p = b.pairedDifference([0.9, 1.1, 1.0, 0.95, 1.05])!
