@@ -96,7 +96,7 @@ struct RegressJudgeCommand: ParsableCommand {
         a metric regresses when it is worse than their mean by more than its tolerance and beyond their prediction interval \
         (Bonferroni over the metrics). Fewer than 3 such runs: inconclusive (exit 3), saying what is missing. \
         --baseline latest or BUNDLE: one baseline run, with the within-run noise (device bootstrap, Holm over the metrics). \
-        A run with infrastructure faults (nodes not complete, gaps, dongle recoveries) is `infra` (exit 3), never a protocol regression. \
+        A run with infrastructure faults (nodes not complete, gaps, dongle recoveries) is judged on the nodes without faults and the pairs between them: a regression there is exit 1 with the faults noted, else `infra` (exit 3); an aborted run is `infra`. The last 60 healthy nights are searched for change points (E-Divisive), printed as `change point:` lines. \
         A baseline bundle of another plan is refused. docs/STATISTICS.md explains the methods. \
         Against history, a flagged night opens an alert: every later night stays flagged (exit 1) until the level returns \
         or `herald-lab regress accept PLAN --by WHO --reason WHY` accepts it; flagged nights are not baselines until then.
