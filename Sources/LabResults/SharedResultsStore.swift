@@ -241,6 +241,16 @@ public actor SharedResultsStore {
         }
     }
 
+    /// Whether this store's session is encrypted (pg_stat_ssl), and with which protocol.
+    func sessionTLS() async throws -> String? {
+        try await using { c in
+            var out: String?
+            for try await (ssl, version) in try await c.query("SELECT ssl, COALESCE(version, '') FROM pg_stat_ssl WHERE pid = pg_backend_pid()", logger: Self.quiet)
+                .decode((Bool, String).self) where ssl { out = version }
+            return out
+        }
+    }
+
     /// The database's schema version (0: none yet).
     public func schemaVersionInDatabase() async throws -> Int {
         try await using { c in try await version(c) }

@@ -1,4 +1,5 @@
 import Foundation
+import LabNet
 import XCTest
 #if canImport(Glibc)
 import Glibc
@@ -70,6 +71,13 @@ final class PostgresServer {
         let pwfile = dir.appendingPathComponent("superuser.pw")
         try Data("admin-\(UUID().uuidString)\n".utf8).write(to: pwfile)
         if let pw = getpwnam("postgres"), runAs != nil { chown(pwfile.path, pw.pointee.pw_uid, pw.pointee.pw_gid) }
+        // TLS: a CA of its own and a certificate for "localhost" only (so 127.0.0.1 fails verify-full).
+        try LabCA.create(commonName: "results test CA", days: 2, certificate: caFile, key: dir.appendingPathComponent("ca.key").path)
+        try LabCA.issue(caCertificate: caFile, caKey: dir.appendingPathComponent("ca.key").path, commonName: "localhost", names: ["localhost"], days: 2,
+                        certificate: dir.appendingPathComponent("server.crt").path, key: dir.appendingPathComponent("server.key").path)
+        if runAs != nil, let pw = getpwnam("postgres") {
+            for f in ["server.key", "server.crt", "ca.pem"] { chown(dir.appendingPathComponent(f).path, pw.pointee.pw_uid, pw.pointee.pw_gid) }
+        }
         try run("initdb", ["-D", data.path, "-U", Self.superuser, "--pwfile", pwfile.path, "--auth-local=trust", "--auth-host=scram-sha-256",
                            "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"])
         try start()
@@ -77,7 +85,7 @@ final class PostgresServer {
 
     func start() throws {
         try run("pg_ctl", ["-D", data.path, "-l", dir.appendingPathComponent("server.log").path, "-w", "-t", "60",
-                           "-o", "-p \(port) -k \(dir.path) -c listen_addresses=127.0.0.1 -c max_connections=50 -c shared_buffers=16MB", "start"])
+                           "-o", "-p \(port) -k \(dir.path) -c listen_addresses=127.0.0.1 -c max_connections=50 -c shared_buffers=16MB -c ssl=on -c ssl_cert_file=\(dir.path)/server.crt -c ssl_key_file=\(dir.path)/server.key", "start"])
     }
 
     func stop() throws {
@@ -91,6 +99,9 @@ final class PostgresServer {
     }
 
     var log: String { (try? String(contentsOf: dir.appendingPathComponent("server.log"), encoding: .utf8)) ?? "" }
+
+    /// The CA that signed the server's certificate.
+    var caFile: String { dir.appendingPathComponent("ca.pem").path }
 
     /// The Unix socket the superuser connects through (trust).
     var socketPath: String { dir.appendingPathComponent(".s.PGSQL.\(port)").path }

@@ -1,6 +1,7 @@
 import Foundation
 import HeraldAnalysis
 import LabHistory
+import LabNet
 import LabNode
 import LabPlan
 import Logging
@@ -306,6 +307,63 @@ final class SharedResultsStoreTests: XCTestCase {
         XCTAssertEqual(mixed, ResultsOutbox.Drained(sent: 1, left: 0, rejected: 1, failure: nil))
         XCTAssertTrue(FileManager.default.fileExists(atPath: outbox.directory.appendingPathComponent("rejected/0000000000000000-00000000-000000.json").path))
         await store.close()
+    }
+
+    // MARK: TLS
+
+    func testTLSWhenTheURLAsksVerifiedAgainstTheCAFile() async throws {
+        let db = try await newDatabase()
+        let port = Self.server!.port, ca = Self.server!.caFile
+        let pw = tmp.appendingPathComponent("tls.pw")
+        _ = FileManager.default.createFile(atPath: pw.path, contents: Data(Self.coordinatorPassword.utf8), attributes: [.posixPermissions: 0o600])
+        // verify-full against the server's CA, by the name its certificate carries.
+        let full = try await SharedResultsStore.connect(url: "postgres://lab_coordinator@localhost:\(port)/\(db)?sslmode=verify-full&sslrootcert=\(ca)", passwordFile: pw.path, logger: logger)
+        let tls = try await full.sessionTLS()
+        XCTAssertNotNil(tls, "the session is encrypted")
+        XCTAssertTrue(tls?.hasPrefix("TLS") == true, tls ?? "")
+        try await full.record(try SharedRun(variant(try baseResult(), "over-tls"), lab: "tls-lab"))
+        await full.close()
+        // --history-ca-file alone asks for verify-full.
+        let byFlag = try await SharedResultsStore.connect(url: "postgres://lab_coordinator@localhost:\(port)/\(db)", passwordFile: pw.path, caFile: ca, logger: logger)
+        let flagTLS = try await byFlag.sessionTLS()
+        XCTAssertNotNil(flagTLS)
+        await byFlag.close()
+        // Without sslmode: plain, as asked.
+        let plain = try await SharedResultsStore.connect(url: "postgres://lab_coordinator@127.0.0.1:\(port)/\(db)", passwordFile: pw.path, logger: logger)
+        let plainTLS = try await plain.sessionTLS()
+        XCTAssertNil(plainTLS)
+        await plain.close()
+        // The certificate names localhost, not 127.0.0.1: verify-full refuses the address, verify-ca takes it.
+        do {
+            _ = try await SharedResultsStore.connect(url: "postgres://lab_coordinator@127.0.0.1:\(port)/\(db)?sslmode=verify-full&sslrootcert=\(ca)", passwordFile: pw.path, logger: logger)
+            XCTFail("verify-full took a certificate for another name")
+        } catch let e as ResultsStoreError {
+            XCTAssertFalse(e.description.contains(Self.coordinatorPassword))
+        }
+        let byCA = try await SharedResultsStore.connect(url: "postgres://lab_coordinator@127.0.0.1:\(port)/\(db)?sslmode=verify-ca&sslrootcert=\(ca)", passwordFile: pw.path, logger: logger)
+        await byCA.close()
+        // Another CA: refused.
+        let other = tmp.appendingPathComponent("other-ca.pem").path
+        try LabCA.create(commonName: "another CA", days: 2, certificate: other, key: tmp.appendingPathComponent("other-ca.key").path)
+        do {
+            _ = try await SharedResultsStore.connect(url: "postgres://lab_coordinator@localhost:\(port)/\(db)?sslmode=verify-full&sslrootcert=\(other)", passwordFile: pw.path, logger: logger)
+            XCTFail("a certificate of another CA was taken")
+        } catch let e as ResultsStoreError {
+            guard case .database = e else { return XCTFail("\(e)") }
+        }
+        // A wrong password: refused at connect, named as a refusal (the coordinator stops at start), the password never in the error.
+        let wrong = tmp.appendingPathComponent("wrong.pw")
+        _ = FileManager.default.createFile(atPath: wrong.path, contents: Data("not-\(Self.coordinatorPassword)".utf8), attributes: [.posixPermissions: 0o600])
+        do {
+            _ = try await SharedResultsStore.connect(url: "postgres://lab_coordinator@localhost:\(port)/\(db)?sslmode=verify-full&sslrootcert=\(ca)", passwordFile: wrong.path, logger: logger)
+            XCTFail("a wrong password was taken")
+        } catch let e as ResultsStoreError {
+            guard case .refused = e else { return XCTFail("\(e)") }
+            XCTAssertTrue(e.description.contains("28P01"), e.description)
+            XCTAssertFalse(e.description.contains(Self.coordinatorPassword))
+        }
+        let rows = try await count(db, "SELECT count(*) FROM lab_run")
+        XCTAssertEqual(rows, 1)
     }
 
     // MARK: Hostile names and roles
