@@ -354,7 +354,8 @@ struct CoordinatorCommand: AsyncParsableCommand {
         let port = try await coordinator.start()
         service.announce(port, "coordinator")
         let retry = writer.map { w in Task { await w.run(retryEvery: 60) } }
-        defer { retry?.cancel() }
         try await runService("coordinator") { await coordinator.stop() }
+        retry?.cancel()
+        await writer?.store.close()
     }
 }

@@ -54,3 +54,40 @@ struct SharedHistoryOptions: ParsableArguments {
         }
     }
 }
+
+/// `herald-lab results-store`: the shared store's schema and roles (docs/RESULTS-SERVER.md).
+struct ResultsStoreCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "results-store", abstract: "The shared results store on PostgreSQL: migrate its schema, print its roles' grants.",
+                                                    subcommands: [Migrate.self, Grants.self])
+
+    struct Migrate: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Bring the store's schema to this herald-lab's version (as the store's owner role); a newer schema is refused.")
+        @Option(name: .customLong("history"), help: "postgres://OWNER@HOST[:PORT]/DB[?sslmode=verify-full&sslrootcert=CA.pem]")
+        var history: String
+        @Option(name: .customLong("history-password-file"), help: "File (mode 0600) holding the owner's password.")
+        var passwordFile: String?
+        @Option(name: .customLong("history-ca-file"), help: "CA file the store's certificate is checked against.")
+        var caFile: String?
+
+        func run() async throws {
+            do {
+                let store = try await SharedResultsStore.connect(url: history, passwordFile: passwordFile, caFile: caFile, logger: Logger(label: "herald-lab.results"))
+                let version = try await store.schemaVersionInDatabase()
+                await store.close()
+                print("\(store.location): schema version \(version)")
+            } catch {
+                log("herald-lab results-store migrate: \(error)")
+                throw ExitCode(2)
+            }
+        }
+    }
+
+    struct Grants: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print the GRANT statements of the coordinators' role (insert, read) and the operators' role (also update), to run as the owner.")
+        @Option(name: .customLong("coordinator-role")) var coordinator = "lab_coordinator"
+        @Option(name: .customLong("operator-role")) var op = "lab_operator"
+        func run() throws {
+            for statement in SharedResultsStore.grantStatements(coordinator: coordinator, operator: op) { print(statement + ";") }
+        }
+    }
+}

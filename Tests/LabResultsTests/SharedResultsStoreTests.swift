@@ -309,6 +309,32 @@ final class SharedResultsStoreTests: XCTestCase {
         await store.close()
     }
 
+    /// The coordinator's writer: `record` only queues (the run's end never waits for the
+    /// server), sends in the background, and its retry loop lands what waited once the server is back.
+    func testTheCoordinatorsWriterQueuesWhileDownAndItsRetryLoopLandsTheRuns() async throws {
+        let db = try await newDatabase()
+        let base = try baseResult()
+        let s = try await store(db)
+        let writer = try SharedHistoryWriter(lab: "lab-writer", store: s, outbox: try ResultsOutbox(directory: tmp.appendingPathComponent("outbox")), logger: logger)
+        XCTAssertThrowsError(try SharedHistoryWriter(lab: "", store: s, outbox: writer.outbox, logger: logger))
+        try Self.server!.stop()
+        for k in 0..<3 { try writer.record(variant(base, "w\(k)"), bundle: URL(fileURLWithPath: "/srv/results/w\(k)")) }
+        XCTAssertEqual(try writer.outbox.pending().count, 3, "queued before record returned")
+        let down = await writer.drain()
+        XCTAssertEqual(down.left, 3, "a drain while the server is down (or while another is under way) keeps them")
+        try Self.server!.start()
+        let loop = Task { await writer.run(retryEvery: 1) }
+        defer { loop.cancel() }
+        let deadline = Date().addingTimeInterval(20)
+        while try writer.outbox.pending().count > 0 && Date() < deadline { try await Task.sleep(nanoseconds: 100_000_000) }
+        XCTAssertEqual(try writer.outbox.pending(), [])
+        let rows = try await writer.store.runs(labs: ["lab-writer"])
+        XCTAssertEqual(rows.map(\.runId), ["w0", "w1", "w2"])
+        XCTAssertEqual(rows.first?.bundleURL, "/srv/results/w0")
+        loop.cancel()
+        await s.close()
+    }
+
     // MARK: TLS
 
     func testTLSWhenTheURLAsksVerifiedAgainstTheCAFile() async throws {
