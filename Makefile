@@ -84,13 +84,16 @@ test-integration: deps
 	@set -o pipefail; $(SWIFT) test --skip-build --disable-swift-testing --parallel --num-workers $(INTEGRATION_WORKERS) --filter '$(INTEGRATION)' --xunit-output $(TEST_TIMING)/integration.xml 2>&1 | tee $(TEST_TIMING)/integration.log; \
 	 status=$$?; scripts/test-timing.py $(TEST_TIMING)/integration.xml | tee $(TEST_TIMING)/integration.txt; exit $$status
 
-# HERALDLAB_REQUIRE_POSTGRES: here a missing server fails the test rather than skipping it.
+# HERALDLAB_REQUIRE_POSTGRES: here a missing server fails the test rather than skipping it. Then
+# two labs of the real herald-lab write to one store, PostgreSQL stopped during the second lab's
+# run (scripts/results-server/e2e.sh, about 100 s).
 test-results-server: deps-build
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "make test-results-server: installing postgresql"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql; }
 	$(SWIFT) build --build-tests
 	@mkdir -p $(TEST_TIMING)
 	@set -o pipefail; HERALDLAB_REQUIRE_POSTGRES=1 $(SWIFT) test --skip-build --disable-swift-testing --filter '$(RESULTS_SERVER)' 2>&1 | tee $(TEST_TIMING)/results-server.log
+	scripts/results-server/e2e.sh .build/debug/herald-lab
 
 test-calibration: release-static
 	$(BENCH_STATIC) calibrate
