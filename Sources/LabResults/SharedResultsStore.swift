@@ -92,6 +92,9 @@ public actor SharedResultsStore {
             if let host = location.host, !Self.isAddress(host) { config.options.tlsServerName = host }
         }
         config.options.connectTimeout = .seconds(10)
+        // Named in pg_stat_activity; no statement holds a drain for ever (a dead network still can,
+        // until TCP gives up: the runs wait in the outbox meanwhile).
+        config.options.additionalStartupParameters = [("application_name", "herald-lab"), ("statement_timeout", "60000")]
         configuration = config
     }
 
@@ -247,6 +250,16 @@ public actor SharedResultsStore {
             var out: String?
             for try await (ssl, version) in try await c.query("SELECT ssl, COALESCE(version, '') FROM pg_stat_ssl WHERE pid = pg_backend_pid()", logger: Self.quiet)
                 .decode((Bool, String).self) where ssl { out = version }
+            return out
+        }
+    }
+
+    /// The session's application_name and statement_timeout.
+    func sessionSettings() async throws -> [String] {
+        try await using { c in
+            var out = [String]()
+            for try await (a, t) in try await c.query("SELECT current_setting('application_name'), current_setting('statement_timeout')", logger: Self.quiet)
+                .decode((String, String).self) { out = [a, t] }
             return out
         }
     }

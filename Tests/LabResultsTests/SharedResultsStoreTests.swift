@@ -347,6 +347,8 @@ final class SharedResultsStoreTests: XCTestCase {
         let tls = try await full.sessionTLS()
         XCTAssertNotNil(tls, "the session is encrypted")
         XCTAssertTrue(tls?.hasPrefix("TLS") == true, tls ?? "")
+        let settings = try await full.sessionSettings()
+        XCTAssertEqual(settings, ["herald-lab", "1min"], "application_name and statement_timeout")
         try await full.record(try SharedRun(variant(try baseResult(), "over-tls"), lab: "tls-lab"))
         await full.close()
         // --history-ca-file alone asks for verify-full.
