@@ -78,6 +78,13 @@ kill -INT $cpid; wait $cpid
 [ "$(rows)" = "london 1;oslo 1;" ] || fail "after PostgreSQL came back: $(rows)"
 dups=$(psql_admin -d herald_results -At -c "SELECT count(*) FROM (SELECT lab, run_id FROM lab_run GROUP BY 1, 2 HAVING count(*) > 1) d")
 [ "$dups" = 0 ] || fail "$dups duplicated rows"
+# Reading across labs: every lab, then the two by name (JSON), and the infra rate per lab and testbed.
+read_args=(--history "$(printf "$url" lab_coordinator)" --history-password-file "$work/coordinator.pw")
+"$bin" results-store runs "${read_args[@]}" || fail "results-store runs"
+n=$("$bin" results-store runs "${read_args[@]}" --lab london --lab oslo --plan results-e2e --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print(" ".join(sorted(x["lab"] for x in r)))')
+[ "$n" = "london oslo" ] || fail "results-store runs --lab london --lab oslo: $n"
+"$bin" results-store infra "${read_args[@]}" | tee "$work/infra.txt"
+grep -q "^london/sim  0 of 1 runs" "$work/infra.txt" || fail "results-store infra"
 grep -q "$(cat "$work/coordinator.pw")" "$work"/lab-*/logs/*.log "$work"/*.out "$work/oslo-restart.log" && fail "a password is in a log"
 echo "e2e: PostgreSQL back: lab oslo's write landed once; 2 labs, 2 rows, no duplicates, no password in any log ($(( $(date +%s) - t0 )) s)"
 echo "e2e: 1 passed, 0 failed"
