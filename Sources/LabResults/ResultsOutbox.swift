@@ -67,7 +67,8 @@ public final class ResultsOutbox: @unchecked Sendable {
     }
 
     /// Sends the entries to `store`, oldest first, each removed only after its insert committed;
-    /// stops at the first failure of the store (the rest stay queued, in order). One drain at a
+    /// stops at the first failure of the store (the rest stay queued, in order); a row the server
+    /// refuses for its data is set aside in `rejected/` like an unreadable entry. One drain at a
     /// time per outbox folder, across processes (flock on `.lock`).
     public func drain(into store: SharedResultsStore, logger: Logger? = nil) async -> Drained {
         var result = Drained()
@@ -101,6 +102,11 @@ public final class ResultsOutbox: @unchecked Sendable {
             }
             do {
                 try await store.record(run)
+            } catch ResultsStoreError.rowRefused(let why) {
+                // Never storable as it is: set aside, the others go on.
+                reject(url, because: why, logger: logger)
+                result.rejected += 1
+                continue
             } catch {
                 result.failure = "\(error)"
                 result.left = entries.count - k

@@ -163,6 +163,7 @@ public actor SharedResultsStore {
             try? await c.close()
             connection = nil
             if let e = error as? ResultsStoreError { throw e }
+            if let state = Self.sqlState(error), state.hasPrefix("22") || state.hasPrefix("23") { throw ResultsStoreError.rowRefused(Self.describe(error)) }
             throw ResultsStoreError.database(Self.describe(error))
         }
     }

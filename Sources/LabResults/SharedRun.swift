@@ -142,6 +142,9 @@ public enum ResultsStoreError: Error, CustomStringConvertible, Equatable, Sendab
     /// The store could not be reached or answered with an error (its message and SQLSTATE; never a password).
     case database(String)
     case outbox(String)
+    /// The server refused this row for its data (SQLSTATE class 22 or 23): sending it again
+    /// cannot help, so the outbox sets it aside.
+    case rowRefused(String)
 
     public var description: String {
         switch self {
@@ -154,6 +157,7 @@ public enum ResultsStoreError: Error, CustomStringConvertible, Equatable, Sendab
         case .refused(let s): return "not stored: \(s)"
         case .database(let s): return "results store: \(s)"
         case .outbox(let s): return "history outbox: \(s)"
+        case .rowRefused(let s): return "results store refused the row: \(s)"
         }
     }
 }

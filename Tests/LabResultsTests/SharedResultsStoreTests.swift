@@ -306,6 +306,16 @@ final class SharedResultsStoreTests: XCTestCase {
         let mixed = await outbox.drain(into: store)
         XCTAssertEqual(mixed, ResultsOutbox.Drained(sent: 1, left: 0, rejected: 1, failure: nil))
         XCTAssertTrue(FileManager.default.fileExists(atPath: outbox.directory.appendingPathComponent("rejected/0000000000000000-00000000-000000.json").path))
+        // A row the server refuses for its data (here a constraint an operator added) is set aside too; the next lands.
+        try await Self.admin("ALTER TABLE lab_run ADD CONSTRAINT no_evil CHECK (run_id <> 'evil')", database: db, logger: logger)
+        try outbox.enqueue(try SharedRun(variant(base, "evil"), lab: "lab-down"))
+        try outbox.enqueue(try SharedRun(variant(base, "good"), lab: "lab-down"))
+        let refused = await outbox.drain(into: store)
+        XCTAssertEqual(refused, ResultsOutbox.Drained(sent: 1, left: 0, rejected: 1, failure: nil))
+        let afterRefusal = try await store.runs(labs: ["lab-down"]).map(\.runId)
+        XCTAssertEqual(afterRefusal.suffix(2), ["after", "good"])
+        let why = try FileManager.default.contentsOfDirectory(atPath: outbox.directory.appendingPathComponent("rejected").path).filter { $0.hasSuffix(".why") }
+        XCTAssertEqual(why.count, 2)
         await store.close()
     }
 
