@@ -33,6 +33,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         // MARK: The release and the commit a binary was built from (a build-time plugin writes the commit).
@@ -61,6 +62,10 @@ let package = Package(
         // MARK: Analysis of Herald log folders and bundles; run history in SQLite.
         .target(name: "HeraldAnalysis", dependencies: ["HeraldCore"]),
         .target(name: "LabHistory", dependencies: ["HeraldAnalysis", .product(name: "GRDB", package: "GRDB.swift")]),
+        // MARK: The results store many labs share, on PostgreSQL (postgres-nio), and the durable outbox in front of it (issue 41).
+        .target(name: "LabResults", dependencies: ["HeraldCore", "HeraldAnalysis", "LabHistory", .product(name: "PostgresNIO", package: "postgres-nio"),
+                                                   .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                                                   .product(name: "NIOSSL", package: "swift-nio-ssl"), .product(name: "Logging", package: "swift-log")]),
         // MARK: Addresses (names, IPv4, IPv6) and TLS: TLSContext on swift-nio-ssl, the lab CA on swift-certificates (X509, swift-crypto's keys); key files written with HeraldCore's Durable.
         .target(name: "LabNet", dependencies: ["HeraldCore", .product(name: "NIOSSL", package: "swift-nio-ssl"),
                                                .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -91,7 +96,7 @@ let package = Package(
         .target(name: "BlueZRadio", dependencies: ["HeraldCore", "HeraldRadio", "DBus", "CBluetooth"]),
         // MARK: The herald-lab command.
         .executableTarget(name: "HeraldLabCLI", dependencies: [
-            "LabBuildInfo", "LabNode", "LabPlan", "HeraldLogs", "HeraldAnalysis", "LabHistory", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP", "LabNet", "BlueZRadio", "LabLog",
+            "LabBuildInfo", "LabNode", "LabPlan", "HeraldLogs", "HeraldAnalysis", "LabHistory", "LabResults", "LabAgent", "LabCoordinator", "RadioAir", "RadioSim", "LabHTTP", "LabNet", "BlueZRadio", "LabLog",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -130,6 +135,8 @@ let package = Package(
         .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio"),
                                                        .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabLink", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio")]),
+        // Against a real PostgreSQL the test starts (make test-results-server).
+        .testTarget(name: "LabResultsTests", dependencies: ["LabResults", "HeraldAnalysis", "LabHistory", "LabNode", "LabPlan", "LabNet", .product(name: "PostgresNIO", package: "postgres-nio")]),
         // The command's own functions (its texts of durations from a coordinator's records), and
         // its client against a hostile coordinator (a socket server in the test process).
         .testTarget(name: "HeraldLabCLITests", dependencies: ["HeraldLabCLI", "HeraldCore", "LabHistory", "LabCoordinator", "LabHTTP", "LabNet", "LabTestSupport",

@@ -5,7 +5,8 @@
 #        scripts/lab.sh --serve [AGENTS] [RESULTS]  (make lab: the lab stays up, with its URL and
 #                                                    credentials printed, until Ctrl-C)
 # ADAPTERS="hci0 hci1 ..." gives agent i radio bluez on the i-th adapter (name or address) instead
-# of the simulated air; LAB_WORK=DIR keeps tokens, ports and service logs in DIR.
+# of the simulated air; LAB_WORK=DIR keeps tokens, ports and service logs in DIR; COORDINATOR_ARGS
+# adds options to the coordinator's command (e.g. --history postgres://... --lab NAME).
 set -uo pipefail
 plan=${1:?usage: scripts/lab.sh PLAN [AGENTS] [RESULTS]}
 agents=${2:-3}
@@ -16,6 +17,7 @@ bin=${BIN:-.build/debug/herald-lab}
 work=${LAB_WORK:-$(mktemp -d /tmp/heraldlab-lab.XXXXXX)}
 mkdir -p "$work"
 read -r -a adapters <<< "${ADAPTERS:-}"
+read -r -a coordinator_args <<< "${COORDINATOR_ARGS:-}"
 
 pids=()
 # Every child is stopped on exit, INT or TERM: TERM first, KILL for one still there after 4 s, so
@@ -51,7 +53,7 @@ wait_for_file "$work/air.port" 20 || exit 2
 air="127.0.0.1:$(cat "$work/air.port")"
 
 "$bin" coordinator --port 0 --port-file "$work/coordinator.port" --token-file "$token" --results "$results" --air "$air" \
-  >"$work/logs/coordinator.log" 2>&1 & pids+=($!)
+  "${coordinator_args[@]}" >"$work/logs/coordinator.log" 2>&1 & pids+=($!)
 wait_for_file "$work/coordinator.port" 20 || exit 2
 coordinator="http://127.0.0.1:$(cat "$work/coordinator.port")"
 

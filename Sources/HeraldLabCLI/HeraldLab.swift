@@ -11,7 +11,7 @@ struct HeraldLab: AsyncParsableCommand {
         commandName: "herald-lab",
         abstract: "A test lab for the Herald BLE proximity protocol.",
         version: BuildInfo.line,
-        subcommands: [PlanCommand.self, SimulateCommand.self, AnalyseCommand.self, CompareCommand.self, RegressCommand.self, HistoryCommand.self, AirCommand.self, AgentCommand.self, NodeCommand.self, CoordinatorCommand.self, RunCommand.self, AgentsCommand.self, DonglesCommand.self, RunsCommand.self, CACommand.self, EnrolCommand.self]
+        subcommands: [PlanCommand.self, SimulateCommand.self, AnalyseCommand.self, CompareCommand.self, RegressCommand.self, HistoryCommand.self, AirCommand.self, AgentCommand.self, NodeCommand.self, CoordinatorCommand.self, RunCommand.self, AgentsCommand.self, DonglesCommand.self, RunsCommand.self, CACommand.self, EnrolCommand.self, ResultsStoreCommand.self]
     )
 
     /// As ArgumentParser's, except that a command line it cannot parse exits 2 like every other

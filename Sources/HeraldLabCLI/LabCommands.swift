@@ -6,6 +6,7 @@ import LabCoordinator
 import LabHTTP
 import LabNet
 import LabPlan
+import LabResults
 import RadioAir
 import RadioSim
 import Logging
@@ -315,8 +316,12 @@ struct CoordinatorCommand: AsyncParsableCommand {
     @Option(name: .customLong("health-check-every"), help: "Health-check every free dongle this often (e.g. 24h; default: only on demand, herald-lab dongles check).")
     var healthCheckEvery: String?
 
+    @OptionGroup var shared: SharedHistoryOptions
+
     func run() async throws {
         var config = Coordinator.Config(results: URL(fileURLWithPath: results))
+        let writer = try await shared.writer(results: config.results, logger: service.logger("herald-lab.results"))
+        if let writer { config.recordRun = { r, bundle in try writer.record(r, bundle: bundle) } }
         config.host = try service.bindHost()
         config.port = service.port
         let (folder, tls) = try service.folder()
@@ -348,6 +353,9 @@ struct CoordinatorCommand: AsyncParsableCommand {
         }
         let port = try await coordinator.start()
         service.announce(port, "coordinator")
+        let retry = writer.map { w in Task { await w.run(retryEvery: 60) } }
         try await runService("coordinator") { await coordinator.stop() }
+        retry?.cancel()
+        await writer?.store.close()
     }
 }

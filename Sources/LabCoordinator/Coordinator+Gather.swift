@@ -100,6 +100,11 @@ extension Coordinator {
                 let history = try HistoryStore(url: config.results.appendingPathComponent("history.sqlite"))
                 try history.record(report.result, reportPath: bundle.appendingPathComponent("report").path)
             } catch { logger.error("run \(r.id): not recorded in the history: \(error)", metadata: ["run": .string(r.id)]) }
+            if let shared = config.recordRun {
+                do { try shared(report.result, bundle) } catch {
+                    logger.error("run \(r.id): not queued for the shared history: \(error)", metadata: ["run": .string(r.id)])
+                }
+            }
         } catch {
             notes.append("analysis failed: \(error)")
         }

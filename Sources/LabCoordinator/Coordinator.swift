@@ -64,6 +64,10 @@ public final class Coordinator: @unchecked Sendable {
         public var heartbeatClockWindow: Double = 30
         public var heartbeatClockSamples = 3
         public var heartbeatClockRoundTrip: Double = 0.002
+        /// Also records each analysed run here, besides history.sqlite: the shared results
+        /// store's durable outbox (--history postgres://…, issue 41). Called in the gather; it
+        /// must only queue, never wait for a server.
+        public var recordRun: (@Sendable (AnalysisResult, URL) throws -> Void)?
         public init(results: URL) { self.results = results }
     }
 

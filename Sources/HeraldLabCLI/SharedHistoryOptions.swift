@@ -1,0 +1,181 @@
+import ArgumentParser
+import Foundation
+import HeraldAnalysis
+import LabHistory
+import LabResults
+import Logging
+
+/// `--history postgres://…` and its companions (issue 41): the shared results store a
+/// coordinator also records each analysed run to, through the durable outbox in the results
+/// folder; history.sqlite is still written (SQLite stays the default). Never a password on the
+/// command line: it is read from --history-password-file.
+struct SharedHistoryOptions: ParsableArguments {
+    @Option(name: .customLong("history"), help: "The shared results store, postgres://USER@HOST[:PORT]/DB[?sslmode=verify-full&sslrootcert=CA.pem] (docs/RESULTS-SERVER.md): each analysed run is also queued in RESULTS/.history-outbox and sent there. No password in it: --history-password-file.")
+    var history: String?
+
+    @Option(name: .customLong("history-password-file"), help: "File (mode 0600) holding the password of --history's role.")
+    var passwordFile: String?
+
+    @Option(name: .customLong("history-ca-file"), help: "CA file the shared store's certificate is checked against (TLS verify-full unless the URL's sslmode says otherwise).")
+    var caFile: String?
+
+    @Option(name: .customLong("lab"), help: "This lab's name in the shared store (1 to 128 characters; default: this machine's name).")
+    var lab: String?
+
+    /// The writer, or nil without --history. A wrong password, a missing database or a newer
+    /// schema stop here (exit 2); a server that cannot be reached does not: runs queue until it answers.
+    func writer(results: URL, logger: Logger) async throws -> SharedHistoryWriter? {
+        guard let history else {
+            if passwordFile != nil || caFile != nil || lab != nil {
+                log("herald-lab: --history-password-file, --history-ca-file and --lab go with --history postgres://USER@HOST/DB")
+                throw ExitCode(2)
+            }
+            return nil
+        }
+        do {
+            var location = try ResultsLocation.parse(history)
+            if let caFile {
+                location.caFile = caFile
+                if location.tls == .disable { location.tls = .verifyFull }
+            }
+            let password = try passwordFile.map { try ResultsLocation.readPassword(file: $0) }
+            let store = try SharedResultsStore(location: location, password: password, logger: logger)
+            let outbox = try ResultsOutbox(directory: ResultsOutbox.beside(results: results))
+            let name = lab ?? ProcessInfo.processInfo.hostName
+            let writer = try SharedHistoryWriter(lab: name, store: store, outbox: outbox, logger: logger)
+            do {
+                try await store.open()
+                logger.notice("shared history: \(location) as lab \(name.debugDescription)")
+            } catch ResultsStoreError.database(let why) {
+                logger.warning("shared history \(location): \(why); runs are kept in \(outbox.directory.path) until it answers")
+            }
+            return writer
+        } catch {
+            log("herald-lab: \(error)")
+            throw ExitCode(2)
+        }
+    }
+}
+
+/// `herald-lab results-store`: the shared store's schema and roles (docs/RESULTS-SERVER.md).
+struct ResultsStoreCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "results-store", abstract: "The shared results store on PostgreSQL: migrate its schema, print its roles' grants, read runs and infra rates across labs.",
+                                                    subcommands: [Migrate.self, Grants.self, Runs.self, Infra.self])
+
+    /// Where the store is, for the reading subcommands.
+    struct Connection: ParsableArguments {
+        @Option(name: .customLong("history"), help: "postgres://USER@HOST[:PORT]/DB[?sslmode=verify-full&sslrootcert=CA.pem]")
+        var history: String
+        @Option(name: .customLong("history-password-file"), help: "File (mode 0600) holding the role's password.")
+        var passwordFile: String?
+        @Option(name: .customLong("history-ca-file"), help: "CA file the store's certificate is checked against.")
+        var caFile: String?
+        func open(_ command: String) async throws -> SharedResultsStore {
+            do { return try await SharedResultsStore.connect(url: history, passwordFile: passwordFile, caFile: caFile, logger: Logger(label: "herald-lab.results")) } catch {
+                log("herald-lab results-store \(command): \(error)")
+                throw ExitCode(2)
+            }
+        }
+    }
+
+    struct Runs: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "The runs of one or more labs (every lab without --lab), oldest first.")
+        @OptionGroup var connection: Connection
+        @Option(name: .customLong("lab"), help: "A lab's runs (repeat for several).") var labs: [String] = []
+        @Option(help: "Only runs of this plan.") var plan: String?
+        @Option(help: "Only the newest N.") var last: Int?
+        @Flag(help: "Print the runs as JSON.") var json = false
+
+        struct Row: Encodable {
+            var lab, runId, plan, variant, testbed, firmware, dongleMake, recordedAt, verdict, infra, bundleURL: String
+            var devices: Int
+            var detectionPct, continuityPct, heraldContinuityPct, longevity: Double
+            var passed: Bool
+        }
+
+        func run() async throws {
+            if let last, !(1...100_000).contains(last) { log("herald-lab results-store runs: --last from 1 to 100000"); throw ExitCode(2) }
+            let store = try await connection.open("runs")
+            let runs: [SharedRun]
+            do { runs = try await store.runs(labs: labs, plan: plan, last: last) } catch {
+                await store.close()
+                log("herald-lab results-store runs: \(error)")
+                throw ExitCode(2)
+            }
+            await store.close()
+            let iso = ISO8601DateFormatter()
+            if json {
+                let e = JSONEncoder()
+                e.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+                e.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
+                print(String(decoding: try e.encode(runs.map {
+                    Row(lab: $0.lab, runId: $0.runId, plan: $0.plan, variant: $0.variant, testbed: $0.testbed, firmware: $0.firmware, dongleMake: $0.dongleMake,
+                        recordedAt: iso.string(from: $0.recordedAt), verdict: $0.verdict, infra: $0.infra, bundleURL: $0.bundleURL, devices: $0.devices,
+                        detectionPct: $0.detectionPct, continuityPct: $0.continuityPct, heraldContinuityPct: $0.heraldContinuityPct, longevity: $0.longevity, passed: $0.passed)
+                }), as: UTF8.self))
+                return
+            }
+            guard !runs.isEmpty else { print("no runs\(labs.isEmpty ? "" : " of " + labs.map(Format.label).joined(separator: ", "))\(plan.map { " for plan \(Format.label($0))" } ?? "")"); return }
+            print("recorded              lab           plan            testbed       run                          detection%  continuity%  verdict")
+            for r in runs {
+                func col(_ s: String, _ n: Int) -> String { Format.label(s).padding(toLength: n, withPad: " ", startingAt: 0) }
+                print(String(format: "%@  %@  %@  %@  %@  %9.2f  %10.4f  %@", iso.string(from: r.recordedAt), col(r.lab, 12), col(r.plan, 14), col(r.testbed, 12),
+                             col(r.runId, 27), r.detectionPct, r.continuityPct, Format.label(r.verdict)))
+            }
+        }
+    }
+
+    struct Infra: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Each testbed's infrastructure-fault rate over its last runs, of one lab (every lab's, as LAB/TESTBED, without --lab).")
+        @OptionGroup var connection: Connection
+        @Option(name: .customLong("lab"), help: "The lab.") var lab: String?
+        @Option(help: "Runs per testbed (default 30).") var last = 30
+
+        func run() async throws {
+            guard (1...100_000).contains(last) else { log("herald-lab results-store infra: --last from 1 to 100000"); throw ExitCode(2) }
+            let store = try await connection.open("infra")
+            let rates: [HistoryStore.InfraRate]
+            do { rates = try await store.infraRates(lab: lab, last: last) } catch {
+                await store.close()
+                log("herald-lab results-store infra: \(error)")
+                throw ExitCode(2)
+            }
+            await store.close()
+            for r in rates {
+                let i = r.interval
+                print(String(format: "%@  %d of %d runs with infra faults (%.1f %%, 95 %% %.1f to %.1f %%)", Format.label(r.testbed), r.infra, r.runs, r.rate * 100, i.lo * 100, i.hi * 100))
+            }
+        }
+    }
+
+    struct Migrate: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Bring the store's schema to this herald-lab's version (as the store's owner role); a newer schema is refused.")
+        @Option(name: .customLong("history"), help: "postgres://OWNER@HOST[:PORT]/DB[?sslmode=verify-full&sslrootcert=CA.pem]")
+        var history: String
+        @Option(name: .customLong("history-password-file"), help: "File (mode 0600) holding the owner's password.")
+        var passwordFile: String?
+        @Option(name: .customLong("history-ca-file"), help: "CA file the store's certificate is checked against.")
+        var caFile: String?
+
+        func run() async throws {
+            do {
+                let store = try await SharedResultsStore.connect(url: history, passwordFile: passwordFile, caFile: caFile, logger: Logger(label: "herald-lab.results"))
+                let version = try await store.schemaVersionInDatabase()
+                await store.close()
+                print("\(store.location): schema version \(version)")
+            } catch {
+                log("herald-lab results-store migrate: \(error)")
+                throw ExitCode(2)
+            }
+        }
+    }
+
+    struct Grants: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print the GRANT statements of the coordinators' role (insert, read) and the operators' role (also update), to run as the owner.")
+        @Option(name: .customLong("coordinator-role")) var coordinator = "lab_coordinator"
+        @Option(name: .customLong("operator-role")) var op = "lab_operator"
+        func run() throws {
+            for statement in SharedResultsStore.grantStatements(coordinator: coordinator, operator: op) { print(statement + ";") }
+        }
+    }
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Two labs write to one shared results store (issue 41), end to end with the real herald-lab:
+# a PostgreSQL cluster of Debian's packages started in a temporary folder (as the postgres user
+# when run as root), its schema made by `herald-lab results-store migrate` as the owner, the
+# roles' grants from `herald-lab results-store grants`; lab A runs a plan through scripts/lab.sh
+# with `--history` (its row lands); PostgreSQL is stopped and lab B runs (the run completes, its
+# write waits in B's outbox, fsynced); PostgreSQL is started again and B's coordinator started
+# (its write lands once at start). Checks the rows with psql; stops and removes everything.
+# Usage: scripts/results-server/e2e.sh [path/to/herald-lab]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bin=${1:-.build/debug/herald-lab}
+[ -x "$bin" ] || { echo "e2e: $bin not found" >&2; exit 2; }
+pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+[ -x "$pgbin/initdb" ] || { echo "e2e: PostgreSQL's server binaries not found (apt-get install postgresql)" >&2; exit 2; }
+
+work=$(mktemp -d /tmp/hl-e2e.XXXXXX)
+chmod 755 "$work"
+pg="$work/pg"; mkdir -p "$pg"
+as_pg=()
+if [ "$(id -u)" = 0 ]; then chown postgres:postgres "$pg"; as_pg=(runuser -u postgres --); fi
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+pgctl() { (cd /tmp && "${as_pg[@]}" "$pgbin/pg_ctl" -D "$pg/data" -w -t 60 "$@" >/dev/null); }
+cleanup() {
+  pgctl -m immediate stop 2>/dev/null
+  [ -n "${KEEP_E2E:-}" ] && { echo "e2e: kept $work" >&2; return; }
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "e2e: FAILED: $*" >&2; exit 1; }
+psql_admin() { psql -h "$pg" -p "$port" -U admin -X -q -v ON_ERROR_STOP=1 "$@"; }
+
+(cd /tmp && "${as_pg[@]}" "$pgbin/initdb" -D "$pg/data" -U admin --auth-local=trust --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 --no-sync >/dev/null) || fail "initdb"
+pgctl -l "$pg/server.log" -o "-p $port -k $pg -c listen_addresses=127.0.0.1" start || fail "pg_ctl start"
+
+# Roles: passwords made here, kept in 0600 files, never on a command line.
+for role in owner coordinator; do head -c 18 /dev/urandom | base64 | tr -d '/+=' > "$work/$role.pw"; chmod 600 "$work/$role.pw"; done
+psql_admin -d postgres <<SQL || fail "roles"
+CREATE ROLE results_owner LOGIN PASSWORD '$(cat "$work/owner.pw")';
+CREATE ROLE lab_coordinator LOGIN PASSWORD '$(cat "$work/coordinator.pw")';
+CREATE ROLE lab_operator LOGIN;
+CREATE DATABASE herald_results OWNER results_owner;
+SQL
+url="postgres://%s@127.0.0.1:$port/herald_results"
+# A coordinator before the schema exists stops at start, naming the owner role.
+out=$("$bin" coordinator --insecure --port 0 --results "$work/r0" --history "$(printf "$url" lab_coordinator)" --history-password-file "$work/coordinator.pw" --lab early 2>&1)
+[ $? -eq 2 ] && grep -q "owner role" <<<"$out" || fail "a coordinator migrated, or did not say why not: $out"
+"$bin" results-store migrate --history "$(printf "$url" results_owner)" --history-password-file "$work/owner.pw" || fail "migrate"
+"$bin" results-store grants | psql_admin -d herald_results || fail "grants"
+
+plan="$work/e2e.yaml"
+printf 'name: results-e2e\ndescription: Two nodes for 40 seconds (scripts/results-server/e2e.sh).\nduration: 40s\nwarmup: 2s\nnodes:\n  - name: alpha\n    position: [0, 0]\n  - name: beta\n    position: [1m, 0]\nradio:\n  kind: sim\n' > "$plan"
+lab() { # NAME: one run of the plan through lab NAME's coordinator, writing to the store
+  COORDINATOR_ARGS="--history $(printf "$url" lab_coordinator) --history-password-file $work/coordinator.pw --lab $1" \
+    BIN="$bin" LAB_WORK="$work/lab-$1" scripts/lab.sh "$plan" 2 "$work/results-$1" > "$work/lab-$1.out" 2>&1
+  local rc=$?; [ $rc -le 1 ] || { tail -20 "$work/lab-$1.out"; fail "lab $1: scripts/lab.sh exit $rc"; }
+}
+rows() { psql_admin -d herald_results -At -c "SELECT lab || ' ' || count(*) FROM lab_run GROUP BY lab ORDER BY lab" | tr '\n' ';'; }
+
+t0=$(date +%s)
+lab london
+[ "$(rows)" = "london 1;" ] || fail "after lab london: $(rows)"
+echo "e2e: lab london's run stored ($(( $(date +%s) - t0 )) s)"
+
+pgctl -m fast stop || fail "pg_ctl stop"
+lab oslo
+queued=$(ls "$work/results-oslo/.history-outbox/"*.json 2>/dev/null | wc -l)
+[ "$queued" = 1 ] || fail "PostgreSQL down: $queued files in oslo's outbox, expected 1"
+[ "$(stat -c %a "$work/results-oslo/.history-outbox/"*.json)" = 600 ] || fail "the outbox file is not 0600"
+echo "e2e: PostgreSQL stopped: lab oslo's run completed, its write queued in its outbox"
+
+pgctl -l "$pg/server.log" -o "-p $port -k $pg -c listen_addresses=127.0.0.1" start || fail "pg_ctl start again"
+"$bin" coordinator --insecure --port 0 --results "$work/results-oslo" --history "$(printf "$url" lab_coordinator)" --history-password-file "$work/coordinator.pw" --lab oslo > "$work/oslo-restart.log" 2>&1 &
+cpid=$!
+for _ in $(seq 1 100); do [ -z "$(ls "$work/results-oslo/.history-outbox/"*.json 2>/dev/null)" ] && break; sleep 0.1; done
+kill -INT $cpid; wait $cpid
+[ -z "$(ls "$work/results-oslo/.history-outbox/"*.json 2>/dev/null)" ] || fail "oslo's outbox not drained: $(cat "$work/oslo-restart.log")"
+[ "$(rows)" = "london 1;oslo 1;" ] || fail "after PostgreSQL came back: $(rows)"
+dups=$(psql_admin -d herald_results -At -c "SELECT count(*) FROM (SELECT lab, run_id FROM lab_run GROUP BY 1, 2 HAVING count(*) > 1) d")
+[ "$dups" = 0 ] || fail "$dups duplicated rows"
+# Reading across labs: every lab, then the two by name (JSON), and the infra rate per lab and testbed.
+read_args=(--history "$(printf "$url" lab_coordinator)" --history-password-file "$work/coordinator.pw")
+"$bin" results-store runs "${read_args[@]}" || fail "results-store runs"
+n=$("$bin" results-store runs "${read_args[@]}" --lab london --lab oslo --plan results-e2e --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print(" ".join(sorted(x["lab"] for x in r)))')
+[ "$n" = "london oslo" ] || fail "results-store runs --lab london --lab oslo: $n"
+"$bin" results-store infra "${read_args[@]}" | tee "$work/infra.txt"
+grep -q "^london/sim  0 of 1 runs" "$work/infra.txt" || fail "results-store infra"
+grep -q "$(cat "$work/coordinator.pw")" "$work"/lab-*/logs/*.log "$work"/*.out "$work/oslo-restart.log" && fail "a password is in a log"
+echo "e2e: PostgreSQL back: lab oslo's write landed once; 2 labs, 2 rows, no duplicates, no password in any log ($(( $(date +%s) - t0 )) s)"
+echo "e2e: 1 passed, 0 failed"
