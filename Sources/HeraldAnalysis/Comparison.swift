@@ -452,7 +452,14 @@ public enum Comparison {
                     let more = max(1, n - Int(min(na, nb)))
                     e.repeatsAdvised = min(more, d.maximumRepeats)
                     if more > d.maximumRepeats {
-                        e.note = [e.note, "more than \(d.maximumRepeats) more runs a level would be needed: below what this design can resolve"].compactMap { $0 }.joined(separator: "; ")
+                        e.note = [e.note, "more than \(d.maximumRepeats) more runs a level would be needed to tell a difference of \(Format.number(abs(e.delta!))) from none at alpha \(Format.number(alpha)), with the noise between runs and dongles measured here (SD \(Format.number(s)) a run): below what this design can resolve"].compactMap { $0 }.joined(separator: "; ")
+                    } else {
+                        // What the runs would resolve, at the verdict's alpha, from the run and
+                        // dongle noise this comparison measured, and what they cost on this lab.
+                        let minutes = level.runs.map { RunMetrics.contactMinutes($0.result) }.max() ?? 0
+                        let total = Double(more * d.levels.count) * minutes
+                        let cost = minutes > 0 ? String(format: "; at %.0f min a run, at least %.0f min of lab time for the %d levels", minutes, total, d.levels.count) : ""
+                        e.note = [e.note, "+\(more) run\(more == 1 ? "" : "s") a level would tell a difference of \(Format.number(abs(e.delta!))) from none (or show it inside the margin) at alpha \(Format.number(alpha)), with the noise between runs and dongles measured here (SD \(Format.number(s)) a run)\(cost)"].compactMap { $0 }.joined(separator: "; ")
                     }
                 }
             }

@@ -64,6 +64,14 @@ final class ComparisonTests: XCTestCase {
             XCTAssertEqual(e.verdict, .better, "\(metric): \(e.ci95 ?? [])")
             XCTAssertLessThan(try XCTUnwrap(e.ci95)[1], 0, metric)
         }
+        // Repeats advice (issue 38 item 8): an inconclusive metric says how many more runs, what
+        // they would resolve, at which alpha, and the lab time they take.
+        let advised = o.effects.filter { $0.verdict == .inconclusive && $0.repeatsAdvised != nil }
+        XCTAssertFalse(advised.isEmpty, "the metrics the effect does not move are inconclusive, with advice")
+        for e in advised {
+            let note = e.note ?? ""
+            XCTAssertTrue(note.contains("at alpha 0.00") && note.contains("SD ") && note.contains("runs and dongles measured here"), "\(e.metric): \(note)")
+        }
     }
 
     /// Issue 38: across runs, fewer than 3 runs a level give no better, worse or same (the
