@@ -132,7 +132,7 @@ let package = Package(
         .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabLink", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio")]),
         // The command's own functions (its texts of durations from a coordinator's records), and
         // its client against a hostile coordinator (a socket server in the test process).
-        .testTarget(name: "HeraldLabCLITests", dependencies: ["HeraldLabCLI", "HeraldCore", "LabHistory", "LabCoordinator", "LabHTTP", "LabNet", "LabTestSupport",
+        .testTarget(name: "HeraldLabCLITests", dependencies: ["HeraldLabCLI", "HeraldCore", "LabHistory", "LabPlan", "LabCoordinator", "LabHTTP", "LabNet", "LabTestSupport",
                                                             .product(name: "ArgumentParser", package: "swift-argument-parser")]),
     ]
 )

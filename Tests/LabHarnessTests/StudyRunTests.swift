@@ -141,6 +141,27 @@ final class StudyRunTests: XCTestCase {
         XCTAssertNil(runs[1]["runId"], "the second run was never run")
     }
 
+    /// Issue 40, item 5: a lab too small for the study is refused before the first submission,
+    /// with how many agents the study needs and how many fit: exit 2, no run submitted, nothing
+    /// in --out (a 3-agent lab once had all 10 runs of a 25-node study refused, the same 409 ten
+    /// times, and a study.json and study.html written for a study that never ran).
+    func testALabTooSmallForTheStudyIsRefusedBeforeTheFirstRun() throws {
+        let lab = try LabProcesses.make(agents: 3)
+        self.lab = lab
+        let planFile = lab.dir.appendingPathComponent("lab-study.yaml")
+        try Self.study.write(to: planFile, atomically: true, encoding: .utf8)
+        let out = lab.dir.appendingPathComponent("studies")
+        let (code, output) = try lab.cli(["run", planFile.path, "--coordinator", lab.coordinatorURL, "--token-file", lab.tokenFile.path, "--out", out.path])
+        XCTAssertEqual(code, 2, output)
+        XCTAssertTrue(output.contains("needs 4 agents with radio sim, but 3 fit (agent1, agent2, agent3)"), output)
+        XCTAssertTrue(output.contains("nothing submitted, nothing written"), output)
+        XCTAssertEqual(output.components(separatedBy: "needs 4 agents").count - 1, 1, "said once")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: out.path), "nothing written in --out")
+        let (status, data) = lab.call("GET", "/v1/runs")
+        XCTAssertEqual(status, 200)
+        XCTAssertEqual((try JSONSerialization.jsonObject(with: data) as? [Any])?.count, 0, "no run submitted")
+    }
+
     func testAStudyWithoutACoordinatorOrFileIsAClearError() throws {
         guard FileManager.default.isExecutableFile(atPath: LabProcesses.binary.path) else { throw XCTSkip("build herald-lab first") }
         let lab = try LabProcesses()
