@@ -37,6 +37,11 @@ extension RunCommand {
             throw ExitCode(2)
         }
         for r in runs { if let problem = r.plan.rangeProblems.first { log("herald-lab run: \(source) (\(r.folder)): \(problem)"); throw ExitCode(2) } }
+        let personas = base.nodes.filter { $0.persona != nil }
+        if !personas.isEmpty {
+            log("herald-lab run: \(source): \(personas.map { "\($0.name) (\($0.persona!.rawValue))" }.joined(separator: ", ")): personas are simulated phones; a lab runs Linux nodes only (herald-lab simulate runs the study)")
+            throw ExitCode(2)
+        }
         let design = base.study?.labDesign ?? .crossover
         let study = StudySimulation(plan: base, planText: text, runs: runs, output: URL(fileURLWithPath: out))
         let index = study.folder.appendingPathComponent("study.json")

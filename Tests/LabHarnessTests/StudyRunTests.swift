@@ -102,12 +102,13 @@ final class StudyRunTests: XCTestCase {
 
     /// A pinned agent lost in the first run: that run fails, and the next is refused with the
     /// reason rather than run on the free agent the coordinator has (agent5, which an unpinned
-    /// plan would get); the study goes on, records both and exits 2.
+    /// plan would get); the study stops there (issue 40: the rest would be refused alike),
+    /// records both and exits 2.
     func testALostPinnedAgentFailsItsRunsInsteadOfUsingAnother() throws {
         let lab = try LabProcesses.make(agents: 5)
         self.lab = lab
         let planFile = lab.dir.appendingPathComponent("lab-study.yaml")
-        try Self.study.replacingOccurrences(of: "repeats: 3", with: "repeats: 1").write(to: planFile, atomically: true, encoding: .utf8)
+        try Self.study.replacingOccurrences(of: "repeats: 3", with: "repeats: 2").write(to: planFile, atomically: true, encoding: .utf8)
         let out = lab.dir.appendingPathComponent("studies")
         let index = out.appendingPathComponent("lab-study/study.json")
         let study = Process()
@@ -132,8 +133,13 @@ final class StudyRunTests: XCTestCase {
         study.waitUntilExit()
         let output = try String(contentsOf: log, encoding: .utf8)
         XCTAssertEqual(study.terminationStatus, 2, output)
-        XCTAssertTrue(output.contains("2 of 2 runs did not complete"), output)
+        XCTAssertTrue(output.contains("4 of 4 runs did not complete"), output)
         XCTAssertTrue(output.contains("names agent \(firstAgent!), which is not alive"), output)
+        XCTAssertEqual(output.components(separatedBy: "which is not alive").count - 1, 1, "refused once, not once a run: \(output)")
+        XCTAssertTrue(output.contains("so the study stopped there (2 runs not submitted)"), output)
+        let (status, list) = lab.call("GET", "/v1/runs")
+        XCTAssertEqual(status, 200)
+        XCTAssertEqual((try JSONSerialization.jsonObject(with: list) as? [Any])?.count, 1, "only the first run was taken")
         let obj = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: index)) as? [String: Any])
         let runs = try XCTUnwrap(obj["runs"] as? [[String: Any]])
         XCTAssertEqual(runs.map { $0["state"] as? String }, ["failed", "failed"])
