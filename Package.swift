@@ -139,7 +139,7 @@ let package = Package(
         .testTarget(name: "LabResultsTests", dependencies: ["LabResults", "HeraldAnalysis", "LabHistory", "LabNode", "LabPlan", "LabNet", .product(name: "PostgresNIO", package: "postgres-nio")]),
         // The command's own functions (its texts of durations from a coordinator's records), and
         // its client against a hostile coordinator (a socket server in the test process).
-        .testTarget(name: "HeraldLabCLITests", dependencies: ["HeraldLabCLI", "HeraldCore", "LabHistory", "LabCoordinator", "LabHTTP", "LabNet", "LabTestSupport",
+        .testTarget(name: "HeraldLabCLITests", dependencies: ["HeraldLabCLI", "HeraldCore", "LabHistory", "LabPlan", "LabCoordinator", "LabHTTP", "LabNet", "LabTestSupport",
                                                             .product(name: "ArgumentParser", package: "swift-argument-parser")]),
     ]
 )

@@ -20,22 +20,47 @@ struct PlanCommand: ParsableCommand {
         @Option(help: ArgumentHelp("The plan as parsed (every default filled in) and a study's run order, as JSON to FILE (--json alone or --json -: standard output, instead of the text).", valueName: "FILE"))
         var json: String?
 
-        /// --json: the plan as parsed, and a study's runs in order.
+        /// --json: the plan as parsed, what it needs of a lab, and a study's runs in order.
         struct Checked: Encodable {
             struct Run: Encodable { var index, block: Int; var level: String; var seed: UInt64; var folder: String }
             var plan: Plan
+            /// What a lab run needs (`AgentNeeds`): one entry, or one per set of a study's levels
+            /// that need different agents; empty when the plan cannot run on a lab (personas).
+            var needs: [AgentNeeds]
             var runs: [Run]?
+        }
+
+        /// What a lab must offer for the plan (a study: each of its runs), nil when a lab cannot
+        /// run it at all (personas are simulated phones).
+        static func needs(_ plan: Plan, runs: [StudyRun]?) -> [AgentNeeds] {
+            guard plan.nodes.allSatisfy({ $0.persona == nil }) else { return [] }
+            return runs.map { Plan.needs(of: $0) } ?? [plan.needs]
+        }
+
+        /// `plan check`'s lines on what a lab needs for the plan.
+        static func needsLines(_ needs: [AgentNeeds]) -> [String] {
+            guard !needs.isEmpty else { return ["  on a lab: not runnable (nodes with personas are simulated phones: herald-lab simulate runs them)"] }
+            return needs.map { n in
+                let spares = n.spares > 0 ? ", and up to \(n.spares) more as spares (checked with them, each standing in for a dongle that fails its pre-flight)" : ""
+                return "  needs on a lab: \(n)\(spares)" + (n.levels.map { " (level\($0.count == 1 ? "" : "s") \($0.joined(separator: "; ")))" } ?? "")
+            }
+        }
+
+        /// The --json document.
+        static func checked(_ plan: Plan, text: String, source: String) throws(PlanError) -> Checked {
+            var runs: [StudyRun]?
+            if plan.study != nil { runs = try Plan.expandStudy(yaml: text, source: source).runs }
+            return Checked(plan: plan, needs: needs(plan, runs: runs),
+                           runs: runs?.map { Checked.Run(index: $0.index, block: $0.block, level: $0.level, seed: $0.seed, folder: $0.folder) })
         }
 
         func run() throws {
             let (plan, text) = try loadPlanWithText(self.plan)
             if let json {
-                var checked = Checked(plan: plan)
-                if plan.study != nil {
-                    do { checked.runs = try Plan.expandStudy(yaml: text, source: self.plan).runs.map { Checked.Run(index: $0.index, block: $0.block, level: $0.level, seed: $0.seed, folder: $0.folder) } } catch {
-                        FileHandle.standardError.write(Data((error.description + "\n").utf8))
-                        throw ExitCode(2)
-                    }
+                let checked: Checked
+                do { checked = try Self.checked(plan, text: text, source: self.plan) } catch {
+                    FileHandle.standardError.write(Data((error.description + "\n").utf8))
+                    throw ExitCode(2)
                 }
                 let e = JSONEncoder()
                 e.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
@@ -55,12 +80,16 @@ struct PlanCommand: ParsableCommand {
                 let set = g.set.keys.sorted().map { "\($0)=\(g.set[$0]!)" }.joined(separator: ", ")
                 print("  group \(g.name) (\(g.nodes.count) nodes: \(g.nodes.prefix(8).joined(separator: ", "))\(g.nodes.count > 8 ? ", …" : "")): \(set.isEmpty ? "the plan's settings" : set)")
             }
-            guard let study = plan.study else { return }
+            guard let study = plan.study else {
+                for l in Self.needsLines(Self.needs(plan, runs: nil)) { print(l) }
+                return
+            }
             let runs: [StudyRun]
             do { runs = try Plan.expandStudy(yaml: text, source: self.plan).runs } catch {
                 FileHandle.standardError.write(Data((error.description + "\n").utf8))
                 throw ExitCode(2)
             }
+            for l in Self.needsLines(Self.needs(plan, runs: runs)) { print(l) }
             let levels = Set(runs.map(\.level)).count
             print("study \(study.name): \(study.factors.map { "\($0.path) in [\($0.levels.joined(separator: ", "))]" }.joined(separator: " × ")), \(levels) level\(levels == 1 ? "" : "s") × \(study.repeats) repeats = \(runs.count) runs (\(formatDuration(plan.duration * Double(runs.count))) simulated)")
             print("  on a lab (herald-lab run): \(study.labDesign.description)")

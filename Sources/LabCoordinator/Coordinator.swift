@@ -366,16 +366,14 @@ public final class Coordinator: @unchecked Sendable {
             }
             return Selection(chosen: out)
         }
-        let tags = Set(plan.agents.tags ?? [])
-        let nobody = LabWire.DongleInfo(id: nil, name: "", present: false)
+        // The radio, the tags and the dongle's make and firmware: the rule `plan check` and
+        // `run STUDY` apply too (LabPlan's AgentNeeds).
+        let needs = plan.needs
         var fit = [LabWire.AgentInfo]()
         var excluded = [String]()
         var fitURLs = Set<String>() // the URLs in `fit`: one look-up per agent, not a scan of `fit`
-        for v in views where v.info.radio == plan.radio.kind && tags.isSubset(of: Set(v.info.tags)) && !busy(v.info) {
-            if bluez {
-                guard plan.agents.matches(v.info.dongle ?? nobody) else { continue }
-                if let why = unusable(v.info) { excluded.append(why); continue }
-            }
+        for v in views where needs.admits(v.info) && !busy(v.info) {
+            if bluez, let why = unusable(v.info) { excluded.append(why); continue }
             if !fitURLs.insert(v.info.url).inserted { continue }
             fit.append(v.info)
         }
@@ -385,10 +383,8 @@ public final class Coordinator: @unchecked Sendable {
             fit = good + fit.filter { dongleRecord(of: $0)?.health != .good }
         }
         guard fit.count >= need else {
-            let tagText = tags.isEmpty ? "" : " with tags \(tags.sorted().joined(separator: ","))"
-            let dongleText = plan.agents.selectsDongles ? " and dongles of \([plan.agents.manufacturer.map { "make \($0.joined(separator: "/"))" }, plan.agents.firmware.map { "firmware \($0.joined(separator: "/"))" }].compactMap { $0 }.joined(separator: ", "))" : ""
             let excludedText = excluded.isEmpty ? "" : "; not selectable: \(excluded.joined(separator: "; "))"
-            throw HTTPError(.conflict, "plan \(plan.name) needs \(need) agents with radio \(plan.radio.kind.rawValue)\(tagText)\(dongleText), but only \(fit.count) are alive and free\(fit.isEmpty ? "" : ": \(fit.map(\.name).joined(separator: ", "))")\(excludedText); start more agents or lower the node count")
+            throw HTTPError(.conflict, "plan \(plan.name) needs \(needs), but only \(fit.count) are alive and free\(fit.isEmpty ? "" : ": \(fit.map(\.name).joined(separator: ", "))")\(excludedText); start more agents or lower the node count")
         }
         let spares = min(plan.agents.spares ?? 0, fit.count - need)
         return Selection(chosen: Array(fit.prefix(need)), spares: Array(fit[need..<(need + spares)]))

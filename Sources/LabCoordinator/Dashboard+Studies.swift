@@ -57,6 +57,68 @@ struct DashboardStudy {
         let done = Set(finished.map(\.membership.level))
         return study.levelNames.filter { !done.contains($0) }
     }
+    var planned: Int { study.levelNames.count * study.repeats }
+
+    /// How long `herald-lab run STUDY` may take between one run's end and the next run's
+    /// submission (fetching the bundle, analysing it) before the study is taken to have stopped.
+    static let submissionGap: Double = 300
+
+    /// Whether the study is still going on at `now`: a run of it has not ended, or runs are
+    /// still to come and the last one ended lately (the CLI submits them one by one, and the
+    /// coordinator knows nothing of studies beyond each run's `studyRun`).
+    func inProgress(now: Double) -> Bool {
+        if runs.contains(where: { !$0.record.state.isFinal }) { return true }
+        guard runs.count < planned else { return false }
+        let last = runs.map { $0.record.ended ?? $0.record.created }.max() ?? 0
+        return now - last < Self.submissionGap
+    }
+
+    /// Runs that ended without their bundle (failed, cancelled): something actually failed.
+    var failed: [(record: RunRecord, membership: StudyMembership)] {
+        runs.filter { [.failed, .cancelled].contains($0.record.state) }
+    }
+
+    /// Seconds left, roughly: the running run's remainder, and each run still to come at the
+    /// duration of the latest run plus the arming and gathering the finished runs took (each
+    /// bounded by 10 minutes).
+    func secondsLeft(now: Double) -> Double {
+        let ended = runs.filter { $0.record.state.isFinal }
+        let overheads = ended.compactMap { r -> Double? in
+            guard let start = r.record.startAt, let end = r.record.ended else { return nil }
+            return min(max(start - r.record.created, 0), 600) + min(max(end - start - r.record.duration, 0), 600)
+        }
+        let overhead = overheads.isEmpty ? 0 : overheads.reduce(0, +) / Double(overheads.count)
+        let duration = runs.last?.record.duration ?? 0
+        var left = Double(max(0, planned - runs.count)) * (duration + overhead)
+        for (r, _) in runs where !r.state.isFinal {
+            if r.state == .running, let start = r.startAt { left += max(0, start + r.duration - now) + min(overhead, 600) }
+            else if r.state == .gathering { left += min(overhead, 600) }
+            else { left += r.duration + overhead }
+        }
+        return left
+    }
+
+    /// "about 100 s left", "about 25 min left".
+    static func about(_ seconds: Double) -> String {
+        guard seconds.isFinite, seconds >= 0 else { return "time left unknown" }
+        let s = Int(seconds.rounded())
+        return s < 600 ? "about \(s) s left" : "about \(Int((seconds / 60).rounded())) min left"
+    }
+
+    /// The runs not yet submitted, as the study's blocks tell them: index, block and the level
+    /// when the block's submitted runs leave one, else the levels it may be.
+    var plannedOnly: [(index: Int, block: Int, levels: [String])] {
+        let names = study.levelNames
+        guard !names.isEmpty else { return [] }
+        let taken = Set(runs.map(\.membership.index))
+        var out = [(index: Int, block: Int, levels: [String])]()
+        for i in 0..<planned where !taken.contains(i) {
+            let block = i / names.count
+            let used = Set(runs.filter { $0.membership.block == block }.map(\.membership.level))
+            out.append((i, block, names.filter { !used.contains($0) }))
+        }
+        return out
+    }
 }
 
 extension Coordinator {
@@ -112,7 +174,9 @@ extension Coordinator {
             let levels = s.study.levelNames.map { l in "\(Self.h(l)) (\(done.filter { $0.membership.level == l }.count)/\(s.study.repeats))" }.joined(separator: ", ")
             let cached = dashboard.studies.cached(s.key, runs: done.map(\.record.id).sorted())
             let effects: String
-            if !s.missing.isEmpty {
+            if s.inProgress(now: now) {
+                effects = "<span class=\"running\">in progress: \(s.runs.filter { $0.record.state.isFinal }.count) of \(s.planned) runs</span>"
+            } else if !s.missing.isEmpty {
                 effects = "<span class=\"unknown\">too few finished runs</span>"
             } else if let o = cached {
                 let counts = Dictionary(grouping: o.effects, by: \.verdict).map { "\($0.value.count) \($0.key.rawValue)" }.sorted()
@@ -134,27 +198,52 @@ extension Coordinator {
         var body = ""
         for st in studies {
             let planned = st.study.levelNames.count * st.study.repeats
-            body += "<h2>Plan \(Self.h(st.plan))</h2><p>factor <b>\(Self.h(st.study.factors.map(\.path).joined(separator: " × ")))</b>, baseline <b>\(Self.h(st.study.levelNames.first ?? "-"))</b>; \(st.study.levelNames.count) levels × \(st.study.repeats) repeat\(st.study.repeats == 1 ? "" : "s") = \(planned) runs planned. \(Self.h(st.study.labDesign.description)).</p>"
-            body += "<table class=\"studyruns\"><tr><th>#</th><th>block</th><th>level</th><th>run</th><th>state</th></tr>"
-            for (r, m) in st.runs {
-                body += "<tr><td class=\"num\">\(m.index + 1)</td><td class=\"num\">\(m.block + 1)</td><td>\(Self.h(m.level))</td><td><a href=\"\(Self.dashboardPath(run: Self.segment(r.id)))\">\(Self.h(r.id))</a></td><td class=\"\(r.state.rawValue)\">\(r.state.rawValue)</td></tr>"
+            let t = now
+            let going = st.inProgress(now: t)
+            let ended = st.runs.filter { $0.record.state.isFinal }.count
+            body += "<h2>Plan \(Self.h(st.plan))</h2>"
+            if going {
+                body += "<p id=\"inprogress\" class=\"running\">in progress: \(ended) of \(planned) runs, \(DashboardStudy.about(st.secondsLeft(now: t)))</p>"
+            } else if st.runs.count < planned {
+                body += "<p id=\"endedshort\" class=\"fail\">The study stopped after \(st.runs.count) of its \(planned) planned runs; the others were never submitted.</p>"
             }
-            body += "</table>"
+            body += "<p>factor <b>\(Self.h(st.study.factors.map(\.path).joined(separator: " × ")))</b>, baseline <b>\(Self.h(st.study.levelNames.first ?? "-"))</b>; \(st.study.levelNames.count) levels × \(st.study.repeats) repeat\(st.study.repeats == 1 ? "" : "s") = \(planned) runs planned. \(Self.h(st.study.labDesign.description)).</p>"
+            body += "<table class=\"studyruns\"><tr><th>#</th><th>block</th><th>level</th><th>run</th><th>state</th></tr>"
+            var rows = st.runs.map { (r, m) in
+                (m.index, "<tr><td class=\"num\">\(m.index + 1)</td><td class=\"num\">\(m.block + 1)</td><td>\(Self.h(m.level))</td><td><a href=\"\(Self.dashboardPath(run: Self.segment(r.id)))\">\(Self.h(r.id))</a></td><td class=\"\(r.state.rawValue)\">\(r.state.rawValue)</td></tr>")
+            }
+            // The planned runs still to come (or, once the study stopped, never submitted).
+            for p in st.plannedOnly {
+                let level = p.levels.count == 1 ? Self.h(p.levels[0]) : "one of \(p.levels.map(Self.h).joined(separator: ", "))"
+                rows.append((p.index, "<tr class=\"planned\"><td class=\"num\">\(p.index + 1)</td><td class=\"num\">\(p.block + 1)</td><td>\(level)</td><td>–</td><td>\(going ? "planned" : "not submitted")</td></tr>"))
+            }
+            body += rows.sorted { $0.0 < $1.0 }.map(\.1).joined() + "</table>"
             let done = st.finished
             let short = st.study.levelNames.compactMap { l -> String? in
                 let n = done.filter { $0.membership.level == l }.count
                 return n < st.study.repeats ? "\(Self.h(l)): \(n) of \(st.study.repeats)" : nil
             }
+            // While the study goes on, levels short of their runs are only not there yet; what
+            // failed is said at once.
+            if going, !st.failed.isEmpty {
+                body += "<p id=\"runsfailed\" class=\"fail\">Failed: " + st.failed.map { r, m in "run \(m.index + 1) (\(Self.h(m.level))) \(r.state.rawValue)\(r.message.map { ": \(Self.h($0))" } ?? "")" }.joined(separator: "; ") + ".</p>"
+            }
             guard st.missing.isEmpty else {
-                body += "<p id=\"toofew\" class=\"unknown\">Too few finished runs to compare: every level needs at least one finished run with its bundle, and level\(st.missing.count == 1 ? "" : "s") \(st.missing.map(Self.h).joined(separator: ", ")) \(st.missing.count == 1 ? "has" : "have") none (finished runs by level: \(short.joined(separator: "; "))).</p>"
+                if going {
+                    body += "<p id=\"toofew\" class=\"small\">The effects are computed once every level has a finished run with its bundle; level\(st.missing.count == 1 ? "" : "s") \(st.missing.map(Self.h).joined(separator: ", ")) \(st.missing.count == 1 ? "has" : "have") none yet.</p>"
+                } else {
+                    body += "<p id=\"toofew\" class=\"unknown\">Too few finished runs to compare: every level needs at least one finished run with its bundle, and level\(st.missing.count == 1 ? "" : "s") \(st.missing.map(Self.h).joined(separator: ", ")) \(st.missing.count == 1 ? "has" : "have") none (finished runs by level: \(short.joined(separator: "; "))).</p>"
+                }
                 continue
             }
-            if !short.isEmpty { body += "<p class=\"unknown\">Levels short of their planned runs (no verdict on an arm that lost runs): \(short.joined(separator: "; ")).</p>" }
+            if !short.isEmpty && !going { body += "<p class=\"unknown\">Levels short of their planned runs (no verdict on an arm that lost runs): \(short.joined(separator: "; ")).</p>" }
             switch studyOutcome(st) {
             case .failure(let e):
-                body += "<p class=\"fail\">The effects cannot be computed: \(Self.h(e.message))</p>"
+                body += "<p class=\"\(going ? "unknown" : "fail")\">The effects cannot be computed\(going ? " yet" : ""): \(Self.h(e.message))</p>"
             case .success(let o):
-                body += "<h3>Effects</h3><p>Pairing: <b>\(Self.h(o.pairing))</b>. \(o.checkPassed ? "Arm check passed" : "<span class=\"fail\">Arm check failed (no verdicts)</span>"): \(o.check.prefix(20).map(Self.h).joined(separator: "; "))</p>"
+                let check = o.checkPassed ? "Arm check passed"
+                    : going ? "<span class=\"unknown\">Arm check not passed yet (interim, \(done.count) of \(planned) runs)</span>" : "<span class=\"fail\">Arm check failed (no verdicts)</span>"
+                body += "<h3>\(going ? "Interim effects (the study is in progress)" : "Effects")</h3><p>Pairing: <b>\(Self.h(o.pairing))</b>. \(check): \(o.check.prefix(20).map(Self.h).joined(separator: "; "))</p>"
                 body += "<p class=\"small\">Change from the baseline (% of its value, log scale) with its 95 % interval; grey: the practical margin.</p><div class=\"forest\">\(StudyReport.forestPlot(o))</div>"
                 body += "<div class=\"estimates\">\(StudyReport.estimatesTable(o))</div><p class=\"small\">\(Self.h(o.method))</p>"
             }

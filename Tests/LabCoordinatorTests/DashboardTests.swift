@@ -410,13 +410,16 @@ final class DashboardTests: XCTestCase {
 
     /// Finished runs of a study as `herald-lab run STUDY` submits them (each plan text with its
     /// studyRun), their bundles simulated in-process where the coordinator keeps bundles.
-    func saveStudyRuns(_ c: Coordinator, _ runs: [StudyRun], prefix: String) throws {
+    /// Each run created at `created` + its index and ended 130 s later (long ago by default: a
+    /// study whose runs ended long ago is over, whether or not every run was submitted).
+    func saveStudyRuns(_ c: Coordinator, _ runs: [StudyRun], prefix: String, created: Double = 1_700_000_100) throws {
         for r in runs {
             let id = "\(prefix)-2026010\(r.block)-00000\(r.index)-abcd"
             let bundle = c.config.results.appendingPathComponent(id)
             _ = try Simulation(plan: r.plan, planText: r.yaml, output: bundle, runId: id, threads: 1).run()
-            var rec = RunRecord(id: id, plan: "studyplan", planText: r.yaml, state: .complete, created: 1_700_000_100 + Double(r.index), duration: 120, warmup: 0, air: nil,
+            var rec = RunRecord(id: id, plan: "studyplan", planText: r.yaml, state: .complete, created: created + Double(r.index), duration: 120, warmup: 0, air: nil,
                                 nodes: r.plan.nodes.map { RunRecord.Node(name: $0.name, agent: "agent-\($0.name)", agentURL: "http://127.0.0.1:1", state: .complete, files: []) })
+            rec.ended = rec.created + 130
             rec.bundle = bundle.path
             try c.save(rec)
         }
@@ -605,6 +608,60 @@ final class DashboardTests: XCTestCase {
         let known = restarted.dashboardStudies()
         XCTAssertEqual(Set(known.map(\.study.name)), ["advstudy", "halfstudy"])
         XCTAssertEqual(known.first { $0.study.name == "advstudy" }?.finished.count, 6)
+    }
+
+    /// Issue 40, item 5: while a study runs, its page says so ("in progress: 3 of 6 runs, about
+    /// 100 s left"), lists the runs still planned, and shows no red arm check or short levels:
+    /// nothing failed. A study that stopped short, or a run that failed, is said in red.
+    func testAStudyInProgressSaysHowFarAndListsItsPlannedRuns() async throws {
+        let (c, client) = try await start()
+        let (_, runs) = try Plan.expandStudy(yaml: studyYAML(name: "livestudy", repeats: 3))
+        let t = Date().timeIntervalSince1970
+        // The first three runs (both levels among them) finished lately; the fourth is running.
+        XCTAssertEqual(Set(runs.prefix(3).map(\.level)).count, 2)
+        try saveStudyRuns(c, Array(runs.prefix(3)), prefix: "livestudy", created: t - 600)
+        var running = RunRecord(id: "livestudy-running-0004", plan: "studyplan", planText: runs[3].yaml, state: .running, created: t - 30, duration: 40, warmup: 0,
+                                air: nil, nodes: [])
+        running.startAt = t - 20
+        try c.save(running)
+        let st = try XCTUnwrap(c.dashboardStudies().first { $0.study.name == "livestudy" })
+        XCTAssertTrue(st.inProgress(now: t))
+        // The running run's 20 s, and the two runs still to come at its 40 s (the finished runs
+        // say no arming or gathering time: they have no start).
+        XCTAssertEqual(st.secondsLeft(now: t), 100, accuracy: 0.001)
+        XCTAssertEqual(DashboardStudy.about(100), "about 100 s left")
+        XCTAssertEqual(DashboardStudy.about(1500), "about 25 min left")
+        XCTAssertEqual(st.plannedOnly.map(\.index), [4, 5])
+        XCTAssertEqual(st.plannedOnly.map(\.block), [2, 2])
+        XCTAssertEqual(st.plannedOnly.first?.levels, ["100ms", "2s"], "the last block's order is not known until it is submitted")
+
+        let (cookie, _) = try await session(client)
+        let (status, body, _) = try await client.request("GET", "/studies/livestudy", headers: ["Cookie": cookie])
+        XCTAssertEqual(status, 200)
+        let html = String(decoding: body, as: UTF8.self)
+        XCTAssertTrue(html.range(of: "in progress: 3 of 6 runs, about [0-9]+ s left", options: .regularExpression) != nil, html)
+        XCTAssertEqual(html.components(separatedBy: "<td>planned</td>").count - 1, 2, "runs 5 and 6 listed as planned")
+        XCTAssertTrue(html.contains("<td class=\"num\">5</td><td class=\"num\">3</td><td>one of 100ms, 2s</td>"), html)
+        XCTAssertTrue(html.contains(">livestudy-running-0004</a></td><td class=\"running\">running</td>"), html)
+        XCTAssertFalse(html.contains("Arm check failed"), "nothing failed: the study is in progress")
+        XCTAssertFalse(html.contains("Levels short of their planned runs"))
+        XCTAssertFalse(html.contains("id=\"endedshort\""))
+        XCTAssertTrue(html.contains("Interim effects"), html)
+        let (_, trends, _) = try await client.request("GET", "/trends", headers: ["Cookie": cookie])
+        XCTAssertTrue(String(decoding: trends, as: UTF8.self).contains("in progress: 3 of 6 runs"))
+
+        // The fourth run fails: said at once, in red, while the study goes on.
+        running.state = .failed
+        running.message = "agent lost"
+        running.ended = t
+        try c.save(running)
+        let (_, failedPage, _) = try await client.request("GET", "/studies/livestudy", headers: ["Cookie": cookie])
+        let failedHTML = String(decoding: failedPage, as: UTF8.self)
+        XCTAssertTrue(failedHTML.contains("id=\"runsfailed\" class=\"fail\">Failed: run 4"), failedHTML)
+        XCTAssertTrue(failedHTML.contains("in progress: 4 of 6 runs"), "the CLI may still submit the rest")
+        // Nothing more for longer than a submission takes: the study stopped short.
+        let stopped = try XCTUnwrap(c.dashboardStudies().first { $0.study.name == "livestudy" })
+        XCTAssertFalse(stopped.inProgress(now: t + DashboardStudy.submissionGap + 1))
     }
 
     /// Issue 40: an aborted run has no verdict (the Runs page says aborted, Trends does not plot

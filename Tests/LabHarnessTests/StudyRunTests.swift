@@ -102,12 +102,13 @@ final class StudyRunTests: XCTestCase {
 
     /// A pinned agent lost in the first run: that run fails, and the next is refused with the
     /// reason rather than run on the free agent the coordinator has (agent5, which an unpinned
-    /// plan would get); the study goes on, records both and exits 2.
+    /// plan would get); the study stops there (issue 40: the rest would be refused alike),
+    /// records both and exits 2.
     func testALostPinnedAgentFailsItsRunsInsteadOfUsingAnother() throws {
         let lab = try LabProcesses.make(agents: 5)
         self.lab = lab
         let planFile = lab.dir.appendingPathComponent("lab-study.yaml")
-        try Self.study.replacingOccurrences(of: "repeats: 3", with: "repeats: 1").write(to: planFile, atomically: true, encoding: .utf8)
+        try Self.study.replacingOccurrences(of: "repeats: 3", with: "repeats: 2").write(to: planFile, atomically: true, encoding: .utf8)
         let out = lab.dir.appendingPathComponent("studies")
         let index = out.appendingPathComponent("lab-study/study.json")
         let study = Process()
@@ -132,13 +133,39 @@ final class StudyRunTests: XCTestCase {
         study.waitUntilExit()
         let output = try String(contentsOf: log, encoding: .utf8)
         XCTAssertEqual(study.terminationStatus, 2, output)
-        XCTAssertTrue(output.contains("2 of 2 runs did not complete"), output)
+        XCTAssertTrue(output.contains("4 of 4 runs did not complete"), output)
         XCTAssertTrue(output.contains("names agent \(firstAgent!), which is not alive"), output)
+        XCTAssertEqual(output.components(separatedBy: "which is not alive").count - 1, 1, "refused once, not once a run: \(output)")
+        XCTAssertTrue(output.contains("so the study stopped there (2 runs not submitted)"), output)
+        let (status, list) = lab.call("GET", "/v1/runs")
+        XCTAssertEqual(status, 200)
+        XCTAssertEqual((try JSONSerialization.jsonObject(with: list) as? [Any])?.count, 1, "only the first run was taken")
         let obj = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: index)) as? [String: Any])
         let runs = try XCTUnwrap(obj["runs"] as? [[String: Any]])
         XCTAssertEqual(runs.map { $0["state"] as? String }, ["failed", "failed"])
         XCTAssertTrue((runs[1]["message"] as? String ?? "").contains("not alive"), "the reason is recorded: \(runs[1])")
         XCTAssertNil(runs[1]["runId"], "the second run was never run")
+    }
+
+    /// Issue 40, item 5: a lab too small for the study is refused before the first submission,
+    /// with how many agents the study needs and how many fit: exit 2, no run submitted, nothing
+    /// in --out (a 3-agent lab once had all 10 runs of a 25-node study refused, the same 409 ten
+    /// times, and a study.json and study.html written for a study that never ran).
+    func testALabTooSmallForTheStudyIsRefusedBeforeTheFirstRun() throws {
+        let lab = try LabProcesses.make(agents: 3)
+        self.lab = lab
+        let planFile = lab.dir.appendingPathComponent("lab-study.yaml")
+        try Self.study.write(to: planFile, atomically: true, encoding: .utf8)
+        let out = lab.dir.appendingPathComponent("studies")
+        let (code, output) = try lab.cli(["run", planFile.path, "--coordinator", lab.coordinatorURL, "--token-file", lab.tokenFile.path, "--out", out.path])
+        XCTAssertEqual(code, 2, output)
+        XCTAssertTrue(output.contains("needs 4 agents with radio sim, but 3 fit (agent1, agent2, agent3)"), output)
+        XCTAssertTrue(output.contains("nothing submitted, nothing written"), output)
+        XCTAssertEqual(output.components(separatedBy: "needs 4 agents").count - 1, 1, "said once")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: out.path), "nothing written in --out")
+        let (status, data) = lab.call("GET", "/v1/runs")
+        XCTAssertEqual(status, 200)
+        XCTAssertEqual((try JSONSerialization.jsonObject(with: data) as? [Any])?.count, 0, "no run submitted")
     }
 
     func testAStudyWithoutACoordinatorOrFileIsAClearError() throws {
