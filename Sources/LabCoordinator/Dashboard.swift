@@ -237,7 +237,23 @@ extension Coordinator {
             + " <span style=\"opacity:.8\">· served by the dashboard without its script: the pairs table's filters and paging and the heatmap's hover are off here (pairs.csv has every pair; the bundle's own report.html has them)</span></nav>"
         var out = Data(data[..<data.index(after: close)])
         out.append(Data(banner.utf8))
-        out.append(data[data.index(after: close)...])
+        out.append(Self.withoutScripts(data[data.index(after: close)...]))
         return HTTPResponse(.ok, headers: ["Content-Type": "text/html; charset=utf-8"], body: out)
+    }
+
+    /// The report's body without its script elements: none would run (the sandbox), and a browser
+    /// says so for each one on its console. The report's script puts `<` in its data as `\u003c`
+    /// and its outside text is escaped, so a script ends at the first `</script>` after it.
+    static func withoutScripts(_ html: Data) -> Data {
+        let open = Data("<script".utf8), end = Data("</script>".utf8)
+        var out = Data()
+        var rest = html[...]
+        while let start = rest.range(of: open) {
+            out.append(rest[..<start.lowerBound])
+            guard let stop = rest[start.upperBound...].range(of: end) else { return out }
+            rest = rest[stop.upperBound...]
+        }
+        out.append(rest)
+        return out
     }
 }

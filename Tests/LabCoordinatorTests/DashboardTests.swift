@@ -659,6 +659,9 @@ final class DashboardTests: XCTestCase {
         XCTAssertNil(reportHeaders["content-disposition"], "the report is shown, its files downloaded")
         let report = String(decoding: reportData, as: UTF8.self)
         XCTAssertTrue(report.contains("<a style=\"color:#fff\" href=\"/runs/\(id)\">← run \(id)</a>"), "a link back to the run")
+        XCTAssertFalse(report.contains("<script"), "no script is served where none would run")
+        XCTAssertTrue(report.contains("<table id=\"pt\">"), "the report's first page of pairs is static")
+        XCTAssertEqual(String(decoding: Coordinator.withoutScripts(Data("a<script>x</script>b<script src=y></script>c".utf8)), as: UTF8.self), "abc")
         let links = hrefs(report).filter { !$0.hasPrefix("#") }
         for name in ["summary.json", "pairs.csv", "junit.xml", "formal-summary.csv", "formal-continuity.csv", "summary-discovery-pairs.csv", "/runs/\(id)", "/runs"] {
             XCTAssertTrue(links.contains(name), "report.html links \(name): \(links)")
