@@ -180,7 +180,10 @@ struct LiveSnapshot: Codable {
 public struct RunProgress: Codable, Sendable, Equatable {
     public static let phases = ["arming", "armed", "running", "gathering"]
     public var phase: String
+    /// `phase: detail` (what `herald-lab run` prints), and the detail alone (what the page puts
+    /// beside the phase).
     public var text: String
+    public var detail: String
     public var fraction: Double?
 
     public init(_ r: RunRecord, now t: Double) {
@@ -191,31 +194,32 @@ public struct RunProgress: Codable, Sendable, Equatable {
         case .arming:
             let armed = count([.armed])
             phase = "arming"
-            text = "arming: \(armed) of \(n) nodes armed"
+            detail = "\(armed) of \(n) nodes armed"
             fraction = n > 0 ? Double(armed) / Double(n) : nil
         case .running:
             let running = count([.running]), finished = count([.finished, .failed])
             let startAt = r.startAt ?? t
             if t < startAt || (running == 0 && finished == 0) {
                 phase = "armed"
-                text = "armed: \(count([.armed])) of \(n) nodes armed, " + (t < startAt ? "starting in \(s(startAt - t))" : "starting (no node says it runs yet)")
+                detail = "\(count([.armed])) of \(n) nodes armed, " + (t < startAt ? "starting in \(s(startAt - t))" : "starting (no node says it runs yet)")
                 fraction = nil
             } else {
                 let elapsed = min(r.duration, t - startAt)
                 phase = "running"
-                text = "running: \(s(elapsed)) of \(s(r.duration)), \(s(r.duration - elapsed)) left; \(running) of \(n) nodes running" + (finished > 0 ? ", \(finished) finished" : "")
+                detail = "\(s(elapsed)) of \(s(r.duration)), \(s(r.duration - elapsed)) left; \(running) of \(n) nodes running" + (finished > 0 ? ", \(finished) finished" : "")
                 fraction = r.duration > 0 ? max(0, min(1, elapsed / r.duration)) : nil
             }
         case .gathering:
             let gathered = count([.complete, .partial, .lost])
             phase = "gathering"
-            text = "gathering: \(gathered) of \(n) nodes gathered"
+            detail = "\(gathered) of \(n) nodes gathered"
             fraction = n > 0 ? Double(gathered) / Double(n) : nil
         default:
             phase = r.state.rawValue
-            text = r.state.rawValue
+            detail = ""
             fraction = 1
         }
+        text = detail.isEmpty ? phase : "\(phase): \(detail)"
     }
 }
 
@@ -288,6 +292,11 @@ extension Coordinator {
         let n = r.nodes.count
         var out = LiveSnapshot.Series(step: track.step, duration: r.duration, pairs: n * max(0, n - 1), t: [], detected: [], reads: [], rssi: Array(repeating: [], count: n))
         guard let last = track.buckets.keys.max() else { return out }
+        // The start: nothing detected, read or measured yet.
+        out.t.append(0)
+        out.detected.append(0)
+        out.reads.append(0)
+        for i in out.rssi.indices { out.rssi[i].append(0) }
         var current = [String: LiveSeries.Sample]()
         for k in 0...last {
             if let b = track.buckets[k] { current.merge(b) { _, new in new } }
@@ -355,7 +364,7 @@ extension Coordinator {
         }.joined()
         let body = """
         <p>Plan <b>\(Self.h(r.plan))</b>, \(r.nodes.count) nodes for \(Saturating.int(r.duration)) s. State: <b id="state" class="\(progress.phase)">\(progress.phase)</b>
-        <span id="left">\(Self.h(progress.text))</span> · reads in all: <b id="totalreads">–</b> · <span id="conn" class="small">connecting…</span></p>
+        <span id="left">\(Self.h(progress.detail))</span> · reads in all: <b id="totalreads">–</b> · <span id="conn" class="small">connecting…</span></p>
         <ol id="steps" class="steps">\(steps)</ol> <progress id="bar" max="1"\(progress.fraction.map { " value=\"\(String(format: "%.3f", $0))\"" } ?? "")></progress>
         <p id="message" class="small"></p><p id="verdict">\(r.state.isFinal ? Self.verdictCell(r) : "")</p>
         <p id="files">\(Self.fileLinks(r.id, r.state.isFinal ? runFiles(r) : []))</p>\(abort)
@@ -435,13 +444,13 @@ extension Coordinator {
       }
     }
     function renderProgress(d) {
-      const p = d.progress || { phase: d.state, text: d.state, fraction: null };
+      const p = d.progress || { phase: d.state, text: d.state, detail: "", fraction: null };
       $("state").textContent = p.phase; $("state").className = p.phase;
-      $("left").textContent = d.final ? "" : p.text;
-      const at = d.final ? PHASES.length : PHASES.indexOf(p.phase);
+      $("left").textContent = d.final ? "" : p.detail;
+      const at = d.final ? PHASES.length + 1 : PHASES.indexOf(p.phase);
       document.querySelectorAll("#steps li").forEach((li, i) => {
         li.className = i < at ? "done" : i === at ? "current" : "todo";
-        if (li.dataset.phase === "done") li.textContent = d.final ? d.state : "done";
+        if (li.dataset.phase === "done") { li.textContent = d.final ? d.state : "done"; if (d.final && d.state !== "complete") li.className = "ended"; }
       });
       const bar = $("bar");
       if (p.fraction == null) bar.removeAttribute("value"); else bar.value = p.fraction;

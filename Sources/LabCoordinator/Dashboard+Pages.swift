@@ -36,7 +36,7 @@ extension Coordinator {
     .m th{font-weight:normal;font-size:11px;padding:2px 4px}.m th.v{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;padding:4px 1px}
     .strip tr.axis th{font-size:10px;font-weight:normal;text-align:left;padding:0 2px;background:none;border:0;border-left:1px solid #999;white-space:nowrap}
     .steps{display:inline-flex;gap:4px;list-style:none;padding:0;margin:4px 0;vertical-align:middle}.steps li{padding:2px 8px;border-radius:10px;background:#eee;color:#777;font-size:12px}
-    .steps li.done{background:#d8eedd;color:#1a7f37}.steps li.current{background:#9a6700;color:#fff;font-weight:600}progress#bar{width:240px;vertical-align:middle}
+    .steps li.done{background:#d8eedd;color:#1a7f37}.steps li.ended{background:#f6d5d5;color:#cf222e}.steps li.current{background:#9a6700;color:#fff;font-weight:600}progress#bar{width:240px;vertical-align:middle}
     .charts{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}.chart{background:#fff;border:1px solid #ddd}.chart .axis{stroke:#888}.chart text{font-size:10px;fill:#444}.chart text.ctitle{font-size:12px;fill:#222}
     .events td{font-size:12px}.warning{color:#9a6700}.error,.critical{color:#cf222e}
     """

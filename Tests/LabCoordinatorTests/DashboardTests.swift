@@ -705,7 +705,7 @@ final class DashboardTests: XCTestCase {
         let (_, body, _) = try await client.request("GET", "/runs/\(r.id)", headers: ["Cookie": cookie])
         let page = String(decoding: body, as: UTF8.self)
         XCTAssertTrue(page.contains("id=\"state\" class=\"armed\">armed</b>"), page)
-        XCTAssertTrue(page.contains("<span id=\"left\">armed: 1 of 1 nodes armed, starting in"), page)
+        XCTAssertTrue(page.contains("<span id=\"left\">1 of 1 nodes armed, starting in"), page)
         XCTAssertFalse(page.contains("s left"))
         XCTAssertEqual(c.liveSnapshot(r).progress?.phase, "armed")
         var arming = r
@@ -757,10 +757,10 @@ final class DashboardTests: XCTestCase {
         series.note(r, node: "n1", .init(peers: 1, reads: 5, rssiPerMinute: 12), at: 1012)
         series.note(r, node: "n1", .init(peers: 0, reads: 0, rssiPerMinute: 0), at: 990) // before the start: nothing
         let s = Coordinator.series(try XCTUnwrap(series.track(r.id)), r)
-        XCTAssertEqual(s.t, [5, 10, 15])
-        XCTAssertEqual(s.detected, [2, 2, 2])
-        XCTAssertEqual(s.reads, [5, 5, 7])
-        XCTAssertEqual(s.rssi, [[10, 10, 12], [20, 20, 20]])
+        XCTAssertEqual(s.t, [0, 5, 10, 15], "from the start")
+        XCTAssertEqual(s.detected, [0, 2, 2, 2])
+        XCTAssertEqual(s.reads, [0, 5, 5, 7])
+        XCTAssertEqual(s.rssi, [[0, 10, 10, 12], [0, 20, 20, 20]])
         XCTAssertEqual(s.pairs, 2)
     }
 }
