@@ -359,7 +359,9 @@ struct RunCommand: AsyncParsableCommand {
     }
 
     static func table(_ r: RunRecord) -> [String] {
-        var lines = ["run \(OutsideText.escaped(r.id)): \(r.state.rawValue)\(r.startAt.map { t in r.state == .running ? String(format: " (%.0f s left)", max(0, t + r.duration - Date().timeIntervalSince1970)) : "" } ?? "")"]
+        // The phase as the nodes say (arming, armed, running, gathering), as the dashboard shows it.
+        let progress = RunProgress(r, now: Date().timeIntervalSince1970)
+        var lines = ["run \(OutsideText.escaped(r.id)): \(r.state.isFinal ? r.state.rawValue : progress.text)"]
         lines.append("node            agent           state      peers  reads  RSSI/min")
         for n in r.nodes {
             let s = n.status

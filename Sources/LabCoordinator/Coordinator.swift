@@ -113,16 +113,19 @@ public final class Coordinator: @unchecked Sendable {
     /// GET /metrics (Coordinator+Metrics).
     let metrics = CoordinatorMetrics()
     /// The dashboard's sessions and live strips (Dashboard*.swift).
-    let dashboard = DashboardState()
+    let dashboard: DashboardState
     /// The coordinator's log (label herald-lab.coordinator): one line per event, run, node,
-    /// agent and dongle as metadata; its handler escapes outside text (LabLogHandler).
+    /// agent and dongle as metadata; its handler escapes outside text (LabLogHandler). A run's
+    /// lines are also kept for its dashboard page (`RunLogTee`, `RunEvents`).
     public let logger: Logger
     public private(set) var url = ""
 
     /// `httpLogger` is its HTTP service's (nil: label herald-lab.http at `logger`'s level).
     public init(config: Config, logger: Logger = Logger(label: "herald-lab.coordinator"), httpLogger: Logger? = nil) throws {
         self.config = config
-        self.logger = logger
+        let dashboard = DashboardState()
+        self.dashboard = dashboard
+        self.logger = Logger(label: logger.label) { _ in RunLogTee(inner: logger, events: dashboard.events) }
         store = try CoordinatorStore(url: config.results.appendingPathComponent("coordinator.sqlite"))
         identityStore = try config.credentials.map { try IdentityStore(url: $0.url.appendingPathComponent("agents.sqlite")) }
         let identities = IdentityTable(Identities(try identityStore?.credentials() ?? []))

@@ -68,6 +68,47 @@ final class LiveStrips: @unchecked Sendable {
     }
 }
 
+/// A live run's counts over run time, for the live page's charts: per node, the last heartbeat's
+/// peers detected (payload read), reads and RSSI rows in the last minute, in buckets of a round
+/// width that keeps at most `maxPoints` of them over the run; for at most `maxRuns` runs of up to
+/// `LiveStrips.maxNodes` nodes.
+final class LiveSeries: @unchecked Sendable {
+    static let maxPoints = 360
+    static let maxRuns = 8
+
+    struct Sample: Equatable { var peers: Int; var reads: Int; var rssiPerMinute: Int }
+    struct Track {
+        var step: Double
+        var startAt: Double
+        /// Bucket index -> node name -> its last sample in that bucket.
+        var buckets: [Int: [String: Sample]] = [:]
+        var touched: Double
+    }
+
+    private let lock = NSLock()
+    private var tracks: [String: Track] = [:]
+
+    /// A round width (s) for `duration`: at least 5 s, at most `maxPoints` buckets.
+    static func step(duration: Double) -> Double {
+        let need = duration / Double(maxPoints)
+        return [5.0, 10, 15, 20, 30, 60, 120, 300, 600, 1800, 3600].first { $0 >= need } ?? max(3600, need.rounded(.up))
+    }
+
+    func note(_ r: RunRecord, node: String, _ sample: Sample, at t: Double) {
+        guard let startAt = r.startAt, t >= startAt, r.nodes.count <= LiveStrips.maxNodes, r.duration.isFinite else { return }
+        lock.withLock {
+            var track = tracks[r.id] ?? Track(step: Self.step(duration: r.duration), startAt: startAt, touched: t)
+            if tracks[r.id] == nil, tracks.count >= Self.maxRuns, let oldest = tracks.min(by: { $0.value.touched < $1.value.touched }) { tracks[oldest.key] = nil }
+            let k = min(Saturating.int((t - startAt) / track.step), Self.maxPoints)
+            track.buckets[k, default: [:]][node] = sample
+            track.touched = t
+            tracks[r.id] = track
+        }
+    }
+
+    func track(_ id: String) -> Track? { lock.withLock { tracks[id] } }
+}
+
 /// What the live page shows of a run, sent as one server-sent event a second.
 struct LiveSnapshot: Codable {
     struct Node: Codable {
@@ -112,6 +153,74 @@ struct LiveSnapshot: Codable {
     var aborted: Bool?
     /// Infrastructure faults the analysis found (its verdict is not the protocol's).
     var infra: [String]?
+    /// Where the run is, from its state and its nodes' (`RunProgress`).
+    var progress: RunProgress?
+    /// The run's files the dashboard serves (`Coordinator.runFileNames`), once it has them.
+    var files: [String]?
+    /// Counts over run time (s from the start): pairs detected (payload read) and reads over all
+    /// nodes, RSSI rows in the last minute per node (in `nodes` order).
+    var series: Series?
+    /// The coordinator's log lines of this run (the last 100).
+    var events: [RunEvents.Event]?
+
+    struct Series: Codable {
+        var step: Double
+        var duration: Double
+        var pairs: Int
+        var t: [Double]
+        var detected: [Int]
+        var reads: [Int]
+        var rssi: [[Int]]
+    }
+}
+
+/// Where a run is, as its nodes say (issue 40: a run whose nodes are armed is not running yet):
+/// the phase (arming, armed, running, gathering, then the run's final state), a sentence, and how
+/// far into the phase (0-1) when that is known. The dashboard and `herald-lab run` say the same.
+public struct RunProgress: Codable, Sendable, Equatable {
+    public static let phases = ["arming", "armed", "running", "gathering"]
+    public var phase: String
+    /// `phase: detail` (what `herald-lab run` prints), and the detail alone (what the page puts
+    /// beside the phase).
+    public var text: String
+    public var detail: String
+    public var fraction: Double?
+
+    public init(_ r: RunRecord, now t: Double) {
+        let n = r.nodes.count
+        let count = { (states: [RunRecord.NodeState]) in r.nodes.filter { states.contains($0.state) }.count }
+        func s(_ v: Double) -> String { String(format: "%.0f s", max(0, v)) }
+        switch r.state {
+        case .arming:
+            let armed = count([.armed])
+            phase = "arming"
+            detail = "\(armed) of \(n) nodes armed"
+            fraction = n > 0 ? Double(armed) / Double(n) : nil
+        case .running:
+            let running = count([.running]), finished = count([.finished, .failed])
+            let startAt = r.startAt ?? t
+            if t < startAt || (running == 0 && finished == 0) {
+                phase = "armed"
+                detail = "\(count([.armed])) of \(n) nodes armed, " + (t < startAt ? "starting in \(s(startAt - t))" : "starting (no node says it runs yet)")
+                fraction = nil
+            } else {
+                let elapsed = min(r.duration, t - startAt)
+                phase = "running"
+                detail = "\(s(elapsed)) of \(s(r.duration)), \(s(r.duration - elapsed)) left; \(running) of \(n) nodes running" + (finished > 0 ? ", \(finished) finished" : "")
+                fraction = r.duration > 0 ? max(0, min(1, elapsed / r.duration)) : nil
+            }
+        case .gathering:
+            let gathered = count([.complete, .partial, .lost])
+            phase = "gathering"
+            detail = "\(gathered) of \(n) nodes gathered"
+            fraction = n > 0 ? Double(gathered) / Double(n) : nil
+        default:
+            phase = r.state.rawValue
+            detail = ""
+            fraction = 1
+        }
+        text = detail.isEmpty ? phase : "\(phase): \(detail)"
+    }
 }
 
 extension Coordinator {
@@ -123,6 +232,7 @@ extension Coordinator {
         guard let id = status.runId, let recent = status.recentPeers, let r = run(id), r.state == .running, r.nodes.count <= LiveStrips.maxNodes,
               let node = r.nodes.first(where: { $0.agent == agent })?.name else { return }
         dashboard.strips.note(r, node: node, recent: recent, at: t)
+        dashboard.series.note(r, node: node, LiveSeries.Sample(peers: status.peersDetected, reads: status.payloadsRead, rssiPerMinute: status.rssiLastMinute), at: t)
     }
 
     func liveSnapshot(_ r: RunRecord) -> LiveSnapshot {
@@ -169,7 +279,44 @@ extension Coordinator {
             } }
             snap.strip = LiveSnapshot.Strip(window: track.window, first: first, columns: columns, pairs: Array(pairs.prefix(400)), rows: Array(rows.prefix(400)))
         }
+        snap.progress = RunProgress(r, now: t)
+        if r.state.isFinal { snap.files = runFiles(r) }
+        if let track = dashboard.series.track(r.id) { snap.series = Self.series(track, r) }
+        snap.events = Array(runEvents(r).suffix(100))
         return snap
+    }
+
+    /// The charts' points: each bucket up to the newest, a node without a sample in a bucket
+    /// keeping its last one.
+    static func series(_ track: LiveSeries.Track, _ r: RunRecord) -> LiveSnapshot.Series {
+        let n = r.nodes.count
+        var out = LiveSnapshot.Series(step: track.step, duration: r.duration, pairs: n * max(0, n - 1), t: [], detected: [], reads: [], rssi: Array(repeating: [], count: n))
+        guard let last = track.buckets.keys.max() else { return out }
+        // The start: nothing detected, read or measured yet.
+        out.t.append(0)
+        out.detected.append(0)
+        out.reads.append(0)
+        for i in out.rssi.indices { out.rssi[i].append(0) }
+        var current = [String: LiveSeries.Sample]()
+        for k in 0...last {
+            if let b = track.buckets[k] { current.merge(b) { _, new in new } }
+            out.t.append(min(r.duration, Double(k + 1) * track.step))
+            out.detected.append(current.values.reduce(0) { $0 + $1.peers })
+            out.reads.append(current.values.reduce(0) { $0 + $1.reads })
+            for (i, node) in r.nodes.enumerated() { out.rssi[i].append(current[node.name]?.rssiPerMinute ?? 0) }
+        }
+        return out
+    }
+
+    /// The run's lines of the coordinator's log; after a restart (or for a run whose lines were
+    /// dropped), what its record says.
+    func runEvents(_ r: RunRecord) -> [RunEvents.Event] {
+        let kept = dashboard.events.of(r.id)
+        if !kept.isEmpty { return kept }
+        var out = [RunEvents.Event(at: r.created, level: "info", text: "submitted: \(r.nodes.count) nodes (from the run's record; this coordinator has no log lines of it)")]
+        if let s = r.startAt { out.append(RunEvents.Event(at: s, level: "info", text: "start instant")) }
+        if let e = r.ended { out.append(RunEvents.Event(at: e, level: r.state == .complete ? "notice" : "warning", text: "\(r.state.rawValue)\(r.message.map { ": " + OutsideText.line($0) } ?? "")")) }
+        return out
     }
 
     /// `text/event-stream`: a `snapshot` event at once and every second while the run lasts, an
@@ -210,33 +357,127 @@ extension Coordinator {
             return page("No such run", s, active: "Runs", body: "<p>No run \(Self.h(id)).</p>", status: .notFound)
         }
         let abort = r.state.isFinal ? "" : "<form method=\"post\" action=\"/runs/\(Self.segment(r.id))/abort\" id=\"abortform\"><input type=\"hidden\" name=\"csrf\" value=\"\(s.csrf)\"><button id=\"abort\">Abort the run</button></form>"
+        let progress = RunProgress(r, now: now)
+        let steps = (RunProgress.phases + ["done"]).map { "<li data-phase=\"\($0)\">\($0)</li>" }.joined()
+        let events = runEvents(r).suffix(100).map { e in
+            "<tr><td class=\"small\">\(Self.h(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: e.at))))</td><td class=\"\(Self.h(e.level))\">\(Self.h(e.level))</td><td>\(Self.h(e.text))</td></tr>"
+        }.joined()
         let body = """
-        <p>Plan <b>\(Self.h(r.plan))</b>, \(r.nodes.count) nodes for \(Saturating.int(r.duration)) s. State: <b id="state" class="\(r.state.rawValue)">\(r.state.rawValue)</b>
-        <span id="left"></span> · reads in all: <b id="totalreads">–</b> · <span id="conn" class="small">connecting…</span></p>
-        <p id="message" class="small"></p><p id="verdict"></p>\(abort)
+        <p>Plan <b>\(Self.h(r.plan))</b>, \(r.nodes.count) nodes for \(Saturating.int(r.duration)) s. State: <b id="state" class="\(progress.phase)">\(progress.phase)</b>
+        <span id="left">\(Self.h(progress.detail))</span> · reads in all: <b id="totalreads">–</b> · <span id="conn" class="small">connecting…</span></p>
+        <ol id="steps" class="steps">\(steps)</ol> <progress id="bar" max="1"\(progress.fraction.map { " value=\"\(String(format: "%.3f", $0))\"" } ?? "")></progress>
+        <p id="message" class="small"></p><p id="verdict">\(r.state.isFinal ? Self.verdictCell(r) : "")</p>
+        <p id="files">\(Self.fileLinks(r.id, r.state.isFinal ? runFiles(r) : []))</p>\(abort)
+        <p id="thresholds" class="small">\(thresholdsLine(r))</p>
         <h2>Nodes</h2><table id="nodes"><thead><tr><th>node</th><th>agent</th><th>state</th><th>peers</th><th>reads</th><th>RSSI/min</th><th>RSSI rows</th><th>gaps</th><th>last heartbeat</th></tr></thead><tbody></tbody></table>
-        \(r.nodes.count > LiveStrips.maxNodes ? "<p class=\"small\">The matrix and the strip are drawn for runs of up to \(LiveStrips.maxNodes) nodes; the report has every pair.</p>" : "")
+        \(r.nodes.count > LiveStrips.maxNodes ? "<p class=\"small\">The charts, the matrix and the strip are drawn for runs of up to \(LiveStrips.maxNodes) nodes; the report has every pair.</p>" : "")
+        <h2>Over the run</h2><p class="small" id="chartinfo">From the nodes' heartbeats while this coordinator watched the run; the report has the run over time from the logs.</p><div id="charts" class="charts"></div>
         <h2>Detection matrix</h2><p class="small">Row: the node that detects; column: the node detected. Green: detected so far.</p><table class="m" id="matrix"></table>
         <h2>Pairs × time</h2><p class="small" id="stripinfo">Windows in which each pair was heard (rolling, last 30 min).</p><table class="strip" id="strip"></table>
+        <h2>Coordinator's log of this run</h2><table id="events" class="events"><tbody>\(events)</tbody></table>
         <p class="small"><a href="/runs">All runs</a></p>
         """
         return page("Run \(r.id)", s, active: "Runs", body: body, script: Self.liveScript)
+    }
+
+    /// Links to the run's files (names from `runFileNames` only).
+    static func fileLinks(_ id: String, _ names: [String]) -> String {
+        guard !names.isEmpty else { return "" }
+        return "Files: " + names.compactMap { name in
+            runFileNames.first { $0.name == name }.map { "<a href=\"/runs/\(segment(id))/files/\(name)\">\($0.label)</a>" }
+        }.joined(separator: " · ")
+    }
+
+    /// The plan's thresholds (the run's pass/fail, `Verdict.checks`), from its stored plan.
+    func thresholdsLine(_ r: RunRecord) -> String {
+        guard let plan = try? Plan.parse(yaml: r.planText, source: r.plan) else { return "The plan's thresholds: the stored plan does not parse." }
+        let t = plan.thresholds
+        let f = { (v: Double) in String(format: "%g", v) }
+        return "The plan's thresholds: detection ≥ \(f(t.detectionPct)) % · continuity ≥ \(f(t.continuityPct)) % · each pair's continuity ≥ \(f(t.pairContinuityPct)) %"
+            + " · first detection ≤ \(f(t.timeToFirstDetection)) s · first read ≤ \(f(t.timeToFirstRead)) s · regression tolerance \(f(t.regressionTolerancePct)) %"
     }
 
     /// Renders each snapshot with DOM calls and `textContent` only: no outside text is ever parsed as HTML.
     static let liveScript = """
     "use strict";
     const $ = (id) => document.getElementById(id);
-    function cell(row, text, cls) { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; row.appendChild(td); return td; }
+    const SVG = "http://www.w3.org/2000/svg";
+    const PHASES = ["arming", "armed", "running", "gathering"];
+    const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+    function cell(row, text, cls, tag) { const td = document.createElement(tag || "td"); td.textContent = text; if (cls) td.className = cls; row.appendChild(td); return td; }
     function age(s) { return s == null ? "–" : (s < 120 ? Math.round(s) + " s" : Math.round(s / 60) + " min"); }
+    function clock(t) { const m = Math.floor(t / 60), s = Math.round(t % 60); return m >= 60 ? Math.floor(m / 60) + ":" + String(m % 60).padStart(2, "0") + ":" + String(s).padStart(2, "0") : m + ":" + String(s).padStart(2, "0"); }
+    function svg(tag, attrs, parent) { const e = document.createElementNS(SVG, tag); for (const k in attrs) e.setAttribute(k, attrs[k]); if (parent) parent.appendChild(e); return e; }
+    function label(parent, x, y, text, anchor, cls) { const t = svg("text", { x: x, y: y, "text-anchor": anchor || "middle", "class": cls || "tick" }, parent); t.textContent = text; return t; }
+    function nice(v) { if (v <= 0) return 1; const p = Math.pow(10, Math.floor(Math.log10(v))); for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p; return 10 * p; }
+    // A small line chart over run time: its time axis 0 to the run's duration, labelled in s or min.
+    function chart(id, title, t, lines, duration, yMax) {
+      const W = 420, H = 150, L = 44, R = 8, T = 18, B = 32;
+      const box = svg("svg", { id: id, width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img", "class": "chart" });
+      svg("title", {}, box).textContent = title;
+      label(box, L, 12, title, "start", "ctitle");
+      const top = nice(Math.max(yMax || 0, 1, ...lines.map((l) => Math.max(0, ...l.values))));
+      const x = (v) => L + (W - L - R) * Math.min(1, v / Math.max(duration, 1)), y = (v) => H - B - (H - B - T) * v / top;
+      svg("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, "class": "axis" }, box); svg("line", { x1: L, y1: T, x2: L, y2: H - B, "class": "axis" }, box);
+      const minutes = duration >= 600, step = [5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400].find((s) => duration / s <= 6) || 28800;
+      for (let v = 0; v <= duration + 1e-9; v += step) { svg("line", { x1: x(v), y1: H - B, x2: x(v), y2: H - B + 4, "class": "axis" }, box); label(box, x(v), H - B + 15, minutes ? Math.round(v / 60) + "" : Math.round(v) + ""); }
+      label(box, (L + W - R) / 2, H - 3, "run time (" + (minutes ? "min" : "s") + " from the start)", "middle", "atitle");
+      for (const v of [0, top / 2, top]) { svg("line", { x1: L - 4, y1: y(v), x2: L, y2: y(v), "class": "axis" }, box); label(box, L - 6, y(v) + 4, String(Math.round(v * 10) / 10), "end"); }
+      lines.forEach((l, i) => {
+        const p = svg("polyline", { points: l.values.map((v, k) => x(t[k]) + "," + y(v)).join(" "), fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 1.5 }, box);
+        svg("title", {}, p).textContent = l.name;
+      });
+      return box;
+    }
+    function renderCharts(d) {
+      const c = $("charts"); c.replaceChildren();
+      const s = d.series;
+      if (!s || !s.t.length) { c.textContent = d.final ? "No counts over time were kept for this run here (the coordinator keeps them in memory while it watches a run); the report has the run over time." : "Waiting for the first heartbeats after the start…"; return; }
+      c.appendChild(chart("chartpairs", "pairs detected (payload read), of " + s.pairs, s.t, [{ name: "pairs detected", values: s.detected }], s.duration, s.pairs));
+      c.appendChild(chart("chartreads", "payload reads, all nodes", s.t, [{ name: "reads", values: s.reads }], s.duration));
+      const rssi = chart("chartrssi", "RSSI rows per minute, per node", s.t, d.nodes.map((n, i) => ({ name: n.name, values: s.rssi[i] || [] })), s.duration);
+      c.appendChild(rssi);
+      if (d.nodes.length <= 12) {
+        const legend = document.createElement("p"); legend.className = "small legend";
+        d.nodes.forEach((n, i) => { const sw = document.createElement("span"); sw.className = "sw"; sw.style.background = COLORS[i % COLORS.length]; legend.appendChild(sw); legend.appendChild(document.createTextNode(n.name)); });
+        c.appendChild(legend);
+      }
+    }
+    function renderProgress(d) {
+      const p = d.progress || { phase: d.state, text: d.state, detail: "", fraction: null };
+      $("state").textContent = p.phase; $("state").className = p.phase;
+      $("left").textContent = d.final ? "" : p.detail;
+      const at = d.final ? PHASES.length + 1 : PHASES.indexOf(p.phase);
+      document.querySelectorAll("#steps li").forEach((li, i) => {
+        li.className = i < at ? "done" : i === at ? "current" : "todo";
+        if (li.dataset.phase === "done") { li.textContent = d.final ? d.state : "done"; if (d.final && d.state !== "complete") li.className = "ended"; }
+      });
+      const bar = $("bar");
+      if (p.fraction == null) bar.removeAttribute("value"); else bar.value = p.fraction;
+      bar.title = p.text;
+    }
+    function renderFiles(d) {
+      const f = $("files"); f.replaceChildren();
+      if (!d.files || !d.files.length) return;
+      f.appendChild(document.createTextNode("Files: "));
+      d.files.forEach((name, i) => {
+        if (i) f.appendChild(document.createTextNode(" · "));
+        const a = document.createElement("a"); a.href = location.pathname + "/files/" + encodeURIComponent(name); a.textContent = name === "bundle.tar.gz" ? "bundle" : name; f.appendChild(a);
+      });
+    }
+    function renderEvents(d) {
+      if (!d.events) return;
+      const tb = document.querySelector("#events tbody"); tb.replaceChildren();
+      for (const e of d.events) { const tr = document.createElement("tr"); cell(tr, new Date(e.at * 1000).toISOString().slice(0, 19).replace("T", " "), "small"); cell(tr, e.level, e.level); cell(tr, e.text); tb.appendChild(tr); }
+    }
     function render(d) {
-      $("state").textContent = d.state; $("state").className = d.state;
-      $("left").textContent = d.secondsLeft != null && d.state === "running" ? "(" + Math.round(d.secondsLeft) + " s left)" : "";
+      renderProgress(d);
       $("totalreads").textContent = String(d.totalReads);
       $("message").textContent = d.message || "";
       if (d.final && d.aborted) { $("verdict").textContent = "aborted: no verdict" + (d.headline ? ": " + d.headline : ""); $("verdict").className = "noverdict"; }
       else if (d.passed != null) { $("verdict").textContent = (d.passed ? "PASS" : "FAIL") + (d.infra ? " (infra: " + d.infra.join("; ") + ")" : "") + (d.headline ? ": " + d.headline : ""); $("verdict").className = d.passed ? "pass" : (d.infra ? "infra" : "fail"); }
       if (d.final && $("abortform")) $("abortform").remove();
+      renderFiles(d);
       const tb = document.querySelector("#nodes tbody"); tb.replaceChildren();
       for (const n of d.nodes) {
         const tr = document.createElement("tr"); tr.dataset.node = n.name;
@@ -247,26 +488,37 @@ extension Coordinator {
         if (n.message) tr.title = n.message;
         tb.appendChild(tr);
       }
+      renderCharts(d);
       const m = $("matrix"); m.replaceChildren();
       if (d.matrix) {
-        const head = document.createElement("tr"); cell(head, "");
-        for (const n of d.nodes) cell(head, n.name.slice(0, 3)).title = n.name;
+        const head = document.createElement("tr"); cell(head, "", null, "th");
+        for (const n of d.nodes) cell(head, n.name, "v", "th").title = n.name;
         m.appendChild(head);
         d.matrix.forEach((row, i) => {
-          const tr = document.createElement("tr"); cell(tr, d.nodes[i].name);
+          const tr = document.createElement("tr"); cell(tr, d.nodes[i].name, "r", "th");
           row.forEach((v, j) => { const td = cell(tr, "", v === 1 ? "y" : v === -1 ? "s" : "n"); td.title = d.nodes[i].name + " → " + d.nodes[j].name + (v === 1 ? ": detected" : v === 0 ? ": not yet" : ""); });
           m.appendChild(tr);
         });
       }
       const st = $("strip"); st.replaceChildren();
       if (d.strip) {
-        $("stripinfo").textContent = "Windows of " + d.strip.window + " s in which each pair was heard, from " + Math.round(d.strip.first * d.strip.window) + " s (rolling, last 30 min).";
+        const w = d.strip.window;
+        $("stripinfo").textContent = "Windows of " + w + " s in which each pair was heard, from " + clock(d.strip.first * w) + " of run time (rolling, last 30 min); the axis is run time (m:ss from the start).";
+        // The time axis: a label every minute (10 s windows) or every 5 minutes (60 s windows).
+        const every = w < 60 ? Math.max(1, Math.round(60 / w)) : 5;
+        const axis = document.createElement("tr"); axis.className = "axis"; cell(axis, "run time", null, "th");
+        for (let k = d.strip.first; k < d.strip.first + d.strip.columns;) {
+          const span = Math.min(every - (k % every), d.strip.first + d.strip.columns - k);
+          const th = cell(axis, k % every === 0 ? clock(k * w) : "", null, "th"); th.colSpan = span; k += span;
+        }
+        st.appendChild(axis);
         d.strip.pairs.forEach((p, i) => {
           const tr = document.createElement("tr"); cell(tr, p);
           for (const c of d.strip.rows[i]) cell(tr, "", c === "1" ? "y" : "n");
           st.appendChild(tr);
         });
       }
+      renderEvents(d);
     }
     const es = new EventSource(location.pathname + "/events");
     es.addEventListener("snapshot", (e) => { $("conn").textContent = "live"; render(JSON.parse(e.data)); });

@@ -32,7 +32,13 @@ extension Coordinator {
     .strip td{width:6px;height:12px;padding:0}.strip td:first-child{width:auto;white-space:nowrap;padding:0 6px;font-size:12px}.strip td.y{background:#2ca02c}.strip td.n{background:#f3d0d0}.strip td.f{background:#fff}
     .better{color:#1a7f37;font-weight:600}.worse{color:#cf222e;font-weight:600}.same{color:#555}.inconclusive{color:#9a6700}.note{color:#666;font-size:12px}
     .legend .sw{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}
-    .noverdict,.infra{color:#6e7781;font-style:italic}
+    .noverdict,.infra{color:#6e7781;font-style:italic}.armed{color:#9a6700}
+    .m th{font-weight:normal;font-size:11px;padding:2px 4px}.m th.v{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;padding:4px 1px}
+    .strip tr.axis th{font-size:10px;font-weight:normal;text-align:left;padding:0 2px;background:none;border:0;border-left:1px solid #999;white-space:nowrap}
+    .steps{display:inline-flex;gap:4px;list-style:none;padding:0;margin:4px 0;vertical-align:middle}.steps li{padding:2px 8px;border-radius:10px;background:#eee;color:#777;font-size:12px}
+    .steps li.done{background:#d8eedd;color:#1a7f37}.steps li.ended{background:#f6d5d5;color:#cf222e}.steps li.current{background:#9a6700;color:#fff;font-weight:600}progress#bar{width:240px;vertical-align:middle}
+    .charts{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}.chart{background:#fff;border:1px solid #ddd}.chart .axis{stroke:#888}.chart text{font-size:10px;fill:#444}.chart text.ctitle{font-size:12px;fill:#222}
+    .events td{font-size:12px}.warning{color:#9a6700}.error,.critical{color:#cf222e}
     """
 
     /// A whole page: the header with the navigation and sign-out, then `body`. `script` runs with
@@ -161,7 +167,7 @@ extension Coordinator {
             let link = "<a href=\"\(Self.dashboardPath(run: Self.segment(r.id)))\">\(Self.h(r.id))</a>"
             var files = [String]()
             let report = config.results.appendingPathComponent(r.id).appendingPathComponent("report")
-            for name in ["report.html", "junit.xml", "summary.json"] where FileManager.default.fileExists(atPath: report.appendingPathComponent(name).path) {
+            for name in ["report.html", "junit.xml", "summary.json", "pairs.csv"] where FileManager.default.fileExists(atPath: report.appendingPathComponent(name).path) {
                 files.append("<a href=\"/runs/\(Self.segment(r.id))/files/\(name)\">\(name)</a>")
             }
             if r.bundle != nil, [.complete, .aborted].contains(r.state) { files.append("<a href=\"/runs/\(Self.segment(r.id))/files/bundle.tar.gz\">bundle</a>") }

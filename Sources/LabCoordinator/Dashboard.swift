@@ -4,10 +4,13 @@ import LabHTTP
 import LabPlan
 import Logging
 
-/// What the dashboard keeps: the signed-in browsers and the live runs' pairs x time strips.
+/// What the dashboard keeps: the signed-in browsers, the live runs' pairs x time strips and
+/// counts over time, and each run's lines of the coordinator's log.
 final class DashboardState: @unchecked Sendable {
     let sessions = DashboardSessions()
     let strips = LiveStrips()
+    let series = LiveSeries()
+    let events = RunEvents()
     let studies = StudyCache()
     let refusals = Refusals()
 }
@@ -169,29 +172,93 @@ extension Coordinator {
         HTTPResponse(.init(303, phrase: "See Other"), headers: ["Location": to, "Cache-Control": "no-store", "Content-Type": "text/plain"], body: Data())
     }
 
-    /// A finished run's report, JUnit, summary or bundle.
+    /// The files of a run the dashboard serves, by name: the analysis' report folder (docs/BUNDLE.md,
+    /// `ReportWriter.write`) and the bundle's archive. Nothing else is served: a name is looked up
+    /// here, never joined to a path, so no name reaches another file.
+    static let runFileNames: [(name: String, type: String, label: String)] = [
+        ("report.html", "text/html; charset=utf-8", "report.html"), ("junit.xml", "application/xml", "junit.xml"),
+        ("summary.json", "application/json", "summary.json"), ("pairs.csv", "text/csv; charset=utf-8", "pairs.csv"),
+        ("formal-summary.csv", "text/csv; charset=utf-8", "formal-summary.csv"), ("formal-continuity.csv", "text/csv; charset=utf-8", "formal-continuity.csv"),
+        ("summary-discovery-pairs.csv", "text/csv; charset=utf-8", "summary-discovery-pairs.csv"), ("bundle.tar.gz", "application/gzip", "bundle"),
+    ]
+
+    /// The files of `runFileNames` this run has now, in that order.
+    func runFiles(_ r: RunRecord) -> [String] {
+        let report = config.results.appendingPathComponent(r.id).appendingPathComponent("report")
+        return Self.runFileNames.map(\.name).filter { name in
+            if name == "bundle.tar.gz" { return r.bundle != nil && [.complete, .aborted].contains(r.state) }
+            return FileManager.default.fileExists(atPath: report.appendingPathComponent(name).path)
+        }
+    }
+
+    /// report.html's policy on the dashboard: sandboxed without scripts (nothing in the report runs
+    /// here), but in the coordinator's origin, so that its links (the files beside it, the run's
+    /// page) are same-site navigations that carry the session cookie (SameSite=Strict: a sandbox
+    /// without allow-same-origin is an opaque origin, whose links arrive without it). Its files
+    /// are attachments, which a sandbox blocks without allow-downloads.
+    static let reportPolicy = "sandbox allow-same-origin allow-downloads allow-popups allow-top-navigation-by-user-activation; default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; base-uri 'none'; frame-ancestors 'none'"
+
+    /// A finished run's report files or bundle (`runFileNames`); report.html with a line back to
+    /// the run's page.
     func runFile(_ id: String, _ name: String, range: String?) throws -> HTTPResponse {
         guard let r = run(id) else { throw HTTPError(.notFound, "no run \(id)") }
+        guard let known = Self.runFileNames.first(where: { $0.name == name }) else {
+            throw HTTPError(.notFound, "no file \(HTTPService.escaped(name)) of a run (\(Self.runFileNames.map(\.name).joined(separator: ", ")))")
+        }
         let report = config.results.appendingPathComponent(id).appendingPathComponent("report")
         var response: HTTPResponse
         switch name {
         case "report.html":
-            response = try .file(report.appendingPathComponent("report.html"), contentType: "text/html; charset=utf-8", range: range, missing: "run \(id) has no report")
-            // The report runs in an origin of its own: nothing in it can act as the operator here.
-            response.headers["Content-Security-Policy"] = "sandbox allow-scripts; default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
-        case "junit.xml":
-            response = try .file(report.appendingPathComponent("junit.xml"), contentType: "application/xml", range: range, missing: "run \(id) has no junit.xml")
-        case "summary.json":
-            response = try .file(report.appendingPathComponent("summary.json"), contentType: "application/json", range: range, missing: "run \(id) has no summary.json")
+            response = try reportPage(r, report.appendingPathComponent("report.html"), range: range)
+            response.headers["Content-Security-Policy"] = Self.reportPolicy
+            response.headers["Referrer-Policy"] = "same-origin"
+            response.headers["X-Frame-Options"] = "DENY"
         case "bundle.tar.gz":
             guard r.bundle != nil, [.complete, .aborted].contains(r.state) else { throw HTTPError(.conflict, "run \(id) has no bundle") }
-            response = try .file(config.results.appendingPathComponent("\(id).tar.gz"), contentType: "application/gzip", range: range, missing: "bundle archive missing")
+            response = try .file(config.results.appendingPathComponent("\(id).tar.gz"), contentType: known.type, range: range, missing: "bundle archive missing")
         default:
-            throw HTTPError(.notFound, "no file \(HTTPService.escaped(name)) of a run (report.html, junit.xml, summary.json, bundle.tar.gz)")
+            response = try .file(report.appendingPathComponent(name), contentType: known.type, range: range, missing: "run \(id) has no \(name)")
         }
         if name != "report.html" { response.headers["Content-Disposition"] = "attachment; filename=\"\(id)-\(name)\"" }
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Cache-Control"] = "no-store"
         return response
+    }
+
+    /// The largest report.html given a line back to the run (larger ones are served as they are).
+    static let reportBannerLimit = 64 << 20
+
+    /// report.html with a line at the top of its body: back to the run's page, and why its
+    /// filters and paging do not work here (no script runs in the dashboard's origin).
+    func reportPage(_ r: RunRecord, _ url: URL, range: String?) throws -> HTTPResponse {
+        let size = (try? FileManager.default.attributesOfItem(atPath: url.path))?[.size] as? Int
+        guard let size, size <= Self.reportBannerLimit, let data = try? Data(contentsOf: url),
+              let body = data.range(of: Data("<body".utf8)), let close = data[body.upperBound...].firstIndex(of: UInt8(ascii: ">")) else {
+            return try .file(url, contentType: "text/html; charset=utf-8", range: range, missing: "run \(r.id) has no report")
+        }
+        let run = Self.dashboardPath(run: Self.segment(r.id))
+        let banner = "<nav id=\"dashboard\" style=\"font:13px system-ui,sans-serif;background:#23395d;color:#fff;padding:6px 12px\">"
+            + "<a style=\"color:#fff\" href=\"\(run)\">← run \(Self.h(r.id))</a> · <a style=\"color:#fff\" href=\"/runs\">all runs</a>"
+            + " <span style=\"opacity:.8\">· served by the dashboard without its script: the pairs table's filters and paging and the heatmap's hover are off here (pairs.csv has every pair; the bundle's own report.html has them)</span></nav>"
+        var out = Data(data[..<data.index(after: close)])
+        out.append(Data(banner.utf8))
+        out.append(Self.withoutScripts(data[data.index(after: close)...]))
+        return HTTPResponse(.ok, headers: ["Content-Type": "text/html; charset=utf-8"], body: out)
+    }
+
+    /// The report's body without its script elements: none would run (the sandbox), and a browser
+    /// says so for each one on its console. The report's script puts `<` in its data as `\u003c`
+    /// and its outside text is escaped, so a script ends at the first `</script>` after it.
+    static func withoutScripts(_ html: Data) -> Data {
+        let open = Data("<script".utf8), end = Data("</script>".utf8)
+        var out = Data()
+        var rest = html[...]
+        while let start = rest.range(of: open) {
+            out.append(rest[..<start.lowerBound])
+            guard let stop = rest[start.upperBound...].range(of: end) else { return out }
+            rest = rest[stop.upperBound...]
+        }
+        out.append(rest)
+        return out
     }
 }

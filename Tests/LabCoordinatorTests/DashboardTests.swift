@@ -728,4 +728,164 @@ final class DashboardTests: XCTestCase {
         XCTAssertTrue(exposition.contains("heraldlab_runs_without_verdict_total{reason=\"aborted\"} 2"), exposition)
         XCTAssertTrue(exposition.contains("heraldlab_runs_without_verdict_total{reason=\"infra\"} 1"), exposition)
     }
+
+    // MARK: The run page is the run's home (issue 40)
+
+    /// A finished run with a real bundle's report folder (simulated, analysed) and its archive.
+    func saveAnalysedRun(_ c: Coordinator, id: String) throws {
+        let yaml = "name: homeplan\nduration: 20s\nnodes: {count: 3}\nradio: {kind: sim}\nthresholds: {detectionPct: 95, continuityPct: 85}\n"
+        let plan = try Plan.parse(yaml: yaml)
+        let bundle = c.config.results.appendingPathComponent(id)
+        _ = try Simulation(plan: plan, planText: yaml, seed: 3, output: bundle, runId: id, threads: 1).run()
+        try ReportWriter.write(try Analyser.analyse(bundle), to: bundle.appendingPathComponent("report"))
+        try Data("the bundle of \(id)".utf8).write(to: c.config.results.appendingPathComponent("\(id).tar.gz"))
+        var r = RunRecord(id: id, plan: "homeplan", planText: yaml, state: .complete, created: 1_700_000_000, duration: 20, warmup: 0, air: nil,
+                          nodes: plan.nodes.map { RunRecord.Node(name: $0.name, agent: "agent-\($0.name)", agentURL: "http://127.0.0.1:1", state: .complete, files: []) })
+        r.bundle = bundle.path
+        r.passed = true
+        r.headline = "detection 100 %"
+        try c.save(r)
+    }
+
+    func hrefs(_ html: String) -> [String] {
+        html.components(separatedBy: "href=\"").dropFirst().compactMap { $0.split(separator: "\"", maxSplits: 1).first.map(String.init) }
+    }
+
+    /// After a run ends its page links to every file of its report folder and its bundle; each
+    /// answers with the session and 401 without; report.html is sandboxed without script but in the
+    /// dashboard's origin, links back to the run, and every link in it resolves for the session.
+    func testAFinishedRunsPageLinksItsFilesAndTheReportsLinksResolve() async throws {
+        let (c, client) = try await start()
+        let id = "homeplan-20260101-000000-abcd"
+        try saveAnalysedRun(c, id: id)
+        let (cookie, _) = try await session(client)
+        let (status, body, _) = try await client.request("GET", "/runs/\(id)", headers: ["Cookie": cookie])
+        XCTAssertEqual(status, 200)
+        let page = String(decoding: body, as: UTF8.self)
+        let files = hrefs(page).filter { $0.hasPrefix("/runs/\(id)/files/") }
+        XCTAssertEqual(files.map { String($0.dropFirst("/runs/\(id)/files/".count)) }, Coordinator.runFileNames.map(\.name), page)
+        XCTAssertTrue(page.contains("The plan's thresholds: detection ≥ 95 % · continuity ≥ 85 % · each pair's continuity ≥ 80 %"), page)
+        XCTAssertTrue(page.contains("<span class=\"pass\">PASS</span>"), "the verdict")
+        XCTAssertTrue(page.contains("id=\"state\" class=\"complete\">complete<"), page)
+        for path in files {
+            let (ok, data, headers) = try await client.request("GET", path, headers: ["Cookie": cookie])
+            XCTAssertEqual(ok, 200, path)
+            XCTAssertFalse(data.isEmpty, path)
+            XCTAssertEqual(headers["x-content-type-options"], "nosniff")
+            let (stranger, answer, _) = try await client.request("GET", path)
+            XCTAssertEqual(stranger, 401, path)
+            XCTAssertFalse(String(decoding: answer, as: UTF8.self).contains("homeplan"), path)
+        }
+        let (_, reportData, reportHeaders) = try await client.request("GET", "/runs/\(id)/files/report.html", headers: ["Cookie": cookie])
+        let csp = try XCTUnwrap(reportHeaders["content-security-policy"])
+        XCTAssertTrue(csp.hasPrefix("sandbox allow-same-origin allow-downloads"), csp)
+        XCTAssertFalse(csp.contains("allow-scripts"), "nothing in the report runs in the dashboard's origin")
+        XCTAssertTrue(csp.contains("script-src 'none'"), csp)
+        XCTAssertNil(reportHeaders["content-disposition"], "the report is shown, its files downloaded")
+        let report = String(decoding: reportData, as: UTF8.self)
+        XCTAssertTrue(report.contains("<a style=\"color:#fff\" href=\"/runs/\(id)\">← run \(id)</a>"), "a link back to the run")
+        XCTAssertFalse(report.contains("<script"), "no script is served where none would run")
+        XCTAssertTrue(report.contains("<table id=\"pt\">"), "the report's first page of pairs is static")
+        XCTAssertEqual(String(decoding: Coordinator.withoutScripts(Data("a<script>x</script>b<script src=y></script>c".utf8)), as: UTF8.self), "abc")
+        let links = hrefs(report).filter { !$0.hasPrefix("#") }
+        for name in ["summary.json", "pairs.csv", "junit.xml", "formal-summary.csv", "formal-continuity.csv", "summary-discovery-pairs.csv", "/runs/\(id)", "/runs"] {
+            XCTAssertTrue(links.contains(name), "report.html links \(name): \(links)")
+        }
+        let base = try XCTUnwrap(URL(string: "http://127.0.0.1/runs/\(id)/files/report.html"))
+        for link in links {
+            let path = try XCTUnwrap(URL(string: link, relativeTo: base)?.path)
+            let (ok, _, _) = try await client.request("GET", path, headers: ["Cookie": cookie])
+            XCTAssertEqual(ok, 200, "\(link) from report.html is \(path)")
+        }
+        // Only the allow-list's names: nothing else of the results folder, however it is spelled.
+        for name in ["..%2Fcoordinator.sqlite", "..%2F..%2Fcoordinator.sqlite", "%2e%2e", "manifest.json", "report", "nodes%2Fnode1%2Fcontacts.csv",
+                     "report.html%00", "REPORT.HTML", "summary.json.bak", "%2Fetc%2Fpasswd", "..%5Ccoordinator.sqlite"] {
+            let (refused, answer, _) = try await client.request("GET", "/runs/\(id)/files/\(name)", headers: ["Cookie": cookie])
+            XCTAssertTrue([400, 404].contains(refused), "\(name): \(refused)")
+            XCTAssertFalse(String(decoding: answer, as: UTF8.self).contains("SQLite"), name)
+        }
+        // A running run has no files yet: its page links none.
+        let (_, live, _) = try await client.request("GET", "/runs/liveplan-20260101-000000-abcd", headers: ["Cookie": cookie])
+        XCTAssertFalse(String(decoding: live, as: UTF8.self).contains("href=\"/runs/liveplan-20260101-000000-abcd/files/"))
+    }
+
+    /// The progress follows the nodes (issue 40): armed nodes waiting for the start are "armed",
+    /// never "running (… s left)"; then running, gathering and the final state.
+    func testTheProgressSaysArmedWhileTheNodesAreArmed() async throws {
+        let (c, client) = try await start()
+        let t = c.now
+        var r = try XCTUnwrap(c.run("liveplan-20260101-000000-abcd"))
+        r.id = "armedplan-20260101-000000-abcd"
+        r.duration = 120
+        r.startAt = t + 30
+        r.nodes[0].state = .armed
+        try c.save(r)
+        let armed = RunProgress(r, now: t)
+        XCTAssertEqual(armed.phase, "armed")
+        XCTAssertTrue(armed.text.hasPrefix("armed: 1 of 1 nodes armed, starting in 3"), armed.text)
+        XCTAssertFalse(armed.text.contains("running"), armed.text)
+        // Past the instant, a node that has not said it runs is still armed.
+        XCTAssertEqual(RunProgress(r, now: t + 31).phase, "armed")
+        let (cookie, _) = try await session(client)
+        let (_, body, _) = try await client.request("GET", "/runs/\(r.id)", headers: ["Cookie": cookie])
+        let page = String(decoding: body, as: UTF8.self)
+        XCTAssertTrue(page.contains("id=\"state\" class=\"armed\">armed</b>"), page)
+        XCTAssertTrue(page.contains("<span id=\"left\">1 of 1 nodes armed, starting in"), page)
+        XCTAssertFalse(page.contains("s left"))
+        XCTAssertEqual(c.liveSnapshot(r).progress?.phase, "armed")
+        var arming = r
+        arming.state = .arming
+        arming.nodes[0].state = .selected
+        XCTAssertEqual(RunProgress(arming, now: t).text, "arming: 0 of 1 nodes armed")
+        r.nodes[0].state = .running
+        let running = RunProgress(r, now: t + 60)
+        XCTAssertEqual(running.phase, "running")
+        XCTAssertEqual(running.text, "running: 30 s of 120 s, 90 s left; 1 of 1 nodes running")
+        XCTAssertEqual(try XCTUnwrap(running.fraction), 0.25, accuracy: 1e-9)
+        r.state = .gathering
+        r.nodes[0].state = .complete
+        XCTAssertEqual(RunProgress(r, now: t + 200).text, "gathering: 1 of 1 nodes gathered")
+        r.state = .complete
+        XCTAssertEqual(RunProgress(r, now: t + 200).phase, "complete")
+    }
+
+    /// The run's page shows the coordinator's log lines of that run (and no other's), escaped.
+    func testTheRunsPageShowsItsLogLinesEscaped() async throws {
+        let (c, client) = try await start()
+        let live = "liveplan-20260101-000000-abcd"
+        c.logger.notice("run \(live): node <b onmouseover=alert(1)>n1</b> took its start", metadata: ["run": .string(live), "node": .string("n1")])
+        c.logger.notice("run other: elsewhere", metadata: ["run": .string("otherplan-20260101-000000-abcd")])
+        c.logger.debug("run \(live): below info", metadata: ["run": .string(live)])
+        XCTAssertEqual(c.dashboard.events.of(live).map(\.text), ["run \(live): node <b onmouseover=alert(1)>n1</b> took its start node=n1"])
+        let (cookie, _) = try await session(client)
+        let (_, body, _) = try await client.request("GET", "/runs/\(live)", headers: ["Cookie": cookie])
+        let page = String(decoding: body, as: UTF8.self)
+        XCTAssertTrue(page.contains("node &lt;b onmouseover=alert(1)&gt;n1&lt;/b&gt; took its start node=n1</td>"), page)
+        XCTAssertFalse(page.contains("<b onmouseover"))
+        XCTAssertFalse(page.contains("elsewhere"))
+        XCTAssertEqual(c.liveSnapshot(try XCTUnwrap(c.run(live))).events?.count, 1)
+        // A run this coordinator logged nothing of: what its record says.
+        XCTAssertTrue(c.runEvents(try XCTUnwrap(c.run(runId))).first?.text.hasPrefix("submitted: 1 nodes (from the run's record") == true)
+    }
+
+    /// The charts' counts over run time: buckets of a round width, a node keeping its last sample.
+    func testTheLiveSeriesCountOverRunTime() throws {
+        XCTAssertEqual(LiveSeries.step(duration: 60), 5)
+        XCTAssertEqual(LiveSeries.step(duration: 3600), 10)
+        XCTAssertEqual(LiveSeries.step(duration: 86_400), 300)
+        let nodes = ["n1", "n2"].map { RunRecord.Node(name: $0, agent: "a-\($0)", agentURL: "http://127.0.0.1:1", state: .running, files: []) }
+        var r = RunRecord(id: "series-1", plan: "series", planText: "", state: .running, created: 0, duration: 60, warmup: 0, air: nil, nodes: nodes)
+        r.startAt = 1000
+        let series = LiveSeries()
+        series.note(r, node: "n1", .init(peers: 1, reads: 3, rssiPerMinute: 10), at: 1001)
+        series.note(r, node: "n2", .init(peers: 1, reads: 2, rssiPerMinute: 20), at: 1002)
+        series.note(r, node: "n1", .init(peers: 1, reads: 5, rssiPerMinute: 12), at: 1012)
+        series.note(r, node: "n1", .init(peers: 0, reads: 0, rssiPerMinute: 0), at: 990) // before the start: nothing
+        let s = Coordinator.series(try XCTUnwrap(series.track(r.id)), r)
+        XCTAssertEqual(s.t, [0, 5, 10, 15], "from the start")
+        XCTAssertEqual(s.detected, [0, 2, 2, 2])
+        XCTAssertEqual(s.reads, [0, 5, 5, 7])
+        XCTAssertEqual(s.rssi, [[0, 10, 10, 12], [0, 20, 20, 20]])
+        XCTAssertEqual(s.pairs, 2)
+    }
 }

@@ -7,7 +7,9 @@ the operator: the sign-in page, a wrong credential refused, sign-in through the 
 loaded with no console error and no asset from anywhere else, a live run's numbers changing on
 screen while it runs (no reload: a marker set in the page survives), the matrix and the strip
 filling in, the finished run's downloads (with the session; 401 without), a request without the
-cookie getting nothing, the CSRF-protected abort button pressed (and a form without the token
+cookie getting nothing, the run's page as the run's home (the progress by the nodes' phase,
+the thresholds, charts over run time, the coordinator's log lines, every report file linked and
+report.html's links working signed in), the CSRF-protected abort button pressed (and a form without the token
 refused), sign-out. Every wait has a bound; no sleep is an assertion. Screenshots and a summary
 go to results/test-dashboard/. Exit 0 when all passed, 1 otherwise.
 Usage: scripts/dashboard/test.py [BIN] [OUT]
@@ -178,6 +180,13 @@ def main():
         run_id = page.rsplit("/", 1)[1]
         driver.get(page)
         driver.execute_script("window.__noReload = 'kept';")
+        # Issue 40: the progress follows the nodes; armed nodes waiting for the start are not "running".
+        phase = wait("the progress", 10, lambda: driver.find_element(By.ID, "state").text)
+        left = driver.find_element(By.ID, "left").text
+        check(phase in ("arming", "armed", "running") and (phase != "armed" or ("starting" in left and "s left" not in left)),
+              f"live: the progress names the phase the nodes are in ({phase} {left})")
+        check(driver.find_elements(By.CSS_SELECTOR, "#steps li.current") and driver.find_elements(By.ID, "bar"), "live: the progress steps and bar")
+        check("detection ≥" in driver.find_element(By.ID, "thresholds").text, "live: the plan's thresholds shown")
         reads = lambda: int(driver.find_element(By.ID, "totalreads").text)
         first = wait("reads on screen", 60, lambda: driver.find_element(By.ID, "state").text == "running" and reads() > 0 and reads())
         check(first, f"live: the run is running with reads on screen ({first})")
@@ -186,6 +195,13 @@ def main():
         check(driver.execute_script("return window.__noReload") == "kept", "live: no reload (the page's marker survived)")
         check(wait("the matrix", 30, lambda: len(driver.find_elements(By.CSS_SELECTOR, "#matrix td.y")) == 6), "live: the detection matrix filled in (6 of 6 pairs)")
         check(wait("the strip", 30, lambda: driver.find_elements(By.CSS_SELECTOR, "#strip td.y")), "live: the pairs x time strip shows windows hit")
+        check(wait("the strip's time axis", 10, lambda: "0:00" in driver.find_element(By.CSS_SELECTOR, "#strip tr.axis").text), "live: the strip has a time axis (run time)")
+        heads = [e.get_attribute("textContent") for e in driver.find_elements(By.CSS_SELECTOR, "#matrix th.v")]
+        check(heads == ["n1", "n2", "n3"], f"live: the matrix's columns carry whole names ({heads})")
+        check(wait("the charts", 30, lambda: len(driver.find_elements(By.CSS_SELECTOR, "#charts svg polyline")) >= 5),
+              "live: charts of pairs detected, reads and RSSI rows per node")
+        check("run time" in (driver.find_element(By.ID, "charts").get_attribute("textContent") or ""), "live: the charts' time axis is run time")
+        check(wait("the run's log lines", 10, lambda: driver.find_elements(By.CSS_SELECTOR, "#events tbody tr")), "live: the coordinator's log lines of the run")
         figures["live_reads"] = [first, later]
         console_errors(driver, "Run live")
         same_origin_only(driver, base, "Run live")
@@ -199,6 +215,27 @@ def main():
         check(driver.execute_script("return window.__noReload") == "kept", "live: still the same page at the end")
         shot("04-run-finished.png")
         console_errors(driver, "Run finished")
+        # The run's home: its page links the report, the machine-readable files and the bundle.
+        names = wait("the files' links", 60, lambda: [a.get_attribute("href").rsplit("/", 1)[1] for a in driver.find_elements(By.CSS_SELECTOR, "#files a")])
+        expected = ["report.html", "junit.xml", "summary.json", "pairs.csv", "formal-summary.csv", "formal-continuity.csv", "summary-discovery-pairs.csv", "bundle.tar.gz"]
+        check(names == expected, f"finished: the run's page links every file ({names})")
+        for name in names or []:
+            status, _, body = fetch(f"{base}/runs/{run_id}/files/{name}", cookie=session)
+            check(status == 200 and body, f"finished: {name} answers the session ({status}, {len(body)} bytes)")
+        # report.html from the run's page: no script runs in it, its links carry the session.
+        driver.find_element(By.CSS_SELECTOR, "#files a[href$='/report.html']").click()
+        check(wait("the report", 10, lambda: "/files/report.html" in driver.current_url and "dashboard" in driver.page_source), "report: opened from the run's page")
+        shot("04b-report.png")
+        report_links = re.findall(r'href="([^"#][^"]*)"', driver.page_source)
+        for name in ["summary.json", "pairs.csv", "junit.xml", "formal-summary.csv"]:
+            check(name in report_links, f"report: links {name}")
+        try:
+            driver.find_element(By.CSS_SELECTOR, "#dashboard a").click()
+            back = wait("back on the run's page", 10, lambda: driver.current_url.endswith(f"/runs/{run_id}") and driver.find_elements(By.ID, "files") and driver.current_url)
+        except Exception as e:  # noqa: BLE001 - said in the check
+            back = None
+            print(f"the report's link back: {e}", flush=True)
+        check(back, f"report: its link back reaches the run's page signed in ({driver.current_url})")
         wait("herald-lab run to exit", 60, lambda: run.poll() is not None)
         check(run.returncode in (0, 1), f"herald-lab run exited {run.returncode}")
 
