@@ -118,6 +118,8 @@ public final class ResultsOutbox: @unchecked Sendable {
                 result.left = entries.count - k
                 return result
             }
+            // Harmless if it fails: a removal lost in a crash sends the entry again, which the
+            // store takes once (UNIQUE (lab, run_id), ON CONFLICT DO NOTHING).
             try? Durable.syncDirectory(directory)
             result.sent += 1
         }
@@ -126,9 +128,11 @@ public final class ResultsOutbox: @unchecked Sendable {
 
     private func reject(_ url: URL, because why: String, logger: Logger?) {
         let dir = directory.appendingPathComponent("rejected", isDirectory: true)
+        // A folder that cannot be made makes the rename below fail, which is handled there.
         try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let target = dir.appendingPathComponent(url.lastPathComponent)
         if rename(url.path, target.path) == 0 {
+            // The note is a courtesy beside the kept entry; the entry itself is what is kept.
             try? Durable.write(Data("\(why)\n".utf8), to: target.appendingPathExtension("why"), mode: 0o600)
             try? Durable.syncDirectory(directory)
         }
