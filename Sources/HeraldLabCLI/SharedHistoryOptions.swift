@@ -84,7 +84,8 @@ struct ResultsStoreCommand: AsyncParsableCommand {
         @Option(name: .customLong("lab"), help: "A lab's runs (repeat for several).") var labs: [String] = []
         @Option(help: "Only runs of this plan.") var plan: String?
         @Option(help: "Only the newest N.") var last: Int?
-        @Flag(help: "Print the runs as JSON.") var json = false
+        @Option(help: ArgumentHelp("The runs as JSON to FILE (--json alone or --json -: standard output, instead of the table).", valueName: "FILE"))
+        var json: String?
 
         struct Row: Encodable {
             var lab, runId, plan, variant, testbed, firmware, dongleMake, recordedAt, verdict, infra, bundleURL: String
@@ -104,16 +105,16 @@ struct ResultsStoreCommand: AsyncParsableCommand {
             }
             await store.close()
             let iso = ISO8601DateFormatter()
-            if json {
+            if let json {
                 let e = JSONEncoder()
                 e.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
                 e.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
-                print(String(decoding: try e.encode(runs.map {
+                try CLIConventions.writeJSON(try e.encode(runs.map {
                     Row(lab: $0.lab, runId: $0.runId, plan: $0.plan, variant: $0.variant, testbed: $0.testbed, firmware: $0.firmware, dongleMake: $0.dongleMake,
                         recordedAt: iso.string(from: $0.recordedAt), verdict: $0.verdict, infra: $0.infra, bundleURL: $0.bundleURL, devices: $0.devices,
                         detectionPct: $0.detectionPct, continuityPct: $0.continuityPct, heraldContinuityPct: $0.heraldContinuityPct, longevity: $0.longevity, passed: $0.passed)
-                }), as: UTF8.self))
-                return
+                }), to: json, command: "results-store runs")
+                if json == "-" { return }
             }
             guard !runs.isEmpty else { print("no runs\(labs.isEmpty ? "" : " of " + labs.map(Format.label).joined(separator: ", "))\(plan.map { " for plan \(Format.label($0))" } ?? "")"); return }
             print("recorded              lab           plan            testbed       run                          detection%  continuity%  verdict")

@@ -52,6 +52,7 @@ final class CLIConventionsTests: XCTestCase {
         XCTAssertEqual((try parse(["agents", "--coordinator", "http://c:1", "--json", "a.json"]) as? AgentsList)?.json, "a.json")
         XCTAssertEqual((try parse(["dongles", "list", "--json"]) as? DonglesList)?.json, "-")
         XCTAssertEqual((try parse(["dongles", "check", "--coordinator", "http://c:1", "--json"]) as? DonglesCheck)?.json, "-")
+        XCTAssertEqual((try parse(["results-store", "runs", "--history", "postgres://u@h/db", "--json"]) as? ResultsStoreCommand.Runs)?.json, "-")
     }
 
     func testDidYouMean() {
