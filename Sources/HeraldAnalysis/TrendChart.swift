@@ -41,10 +41,12 @@ public enum TrendChart {
         var f = R.Frame(left: 52, top: 10, width: Double(width - 64), height: Double(height - 50))
         // By date when every run has one (and they span some time), else by the run's place.
         let dates = points.compactMap(\.at).filter(\.isFinite)
-        let byDate = dates.count == points.count && (dates.max() ?? 0) > (dates.min() ?? 0)
+        let byDate = !points.isEmpty && dates.count == points.count
         func x(_ i: Int) -> Double { byDate ? points[i].at! : Double(i) }
-        f.xMin = byDate ? dates.min()! : 0
-        f.xMax = byDate ? dates.max()! : Double(max(1, points.count - 1))
+        // Runs all recorded in one second (or one run) get an hour either side.
+        let flat = byDate && dates.max()! - dates.min()! < 1
+        f.xMin = byDate ? dates.min()! - (flat ? 3600 : 0) : 0
+        f.xMax = byDate ? dates.max()! + (flat ? 3600 : 0) : Double(max(1, points.count - 1))
         let lo = values.min() ?? 0, hi = values.max() ?? 1
         let pad = max(0.5, (hi - lo) * 0.1)
         f.yMin = lo - pad

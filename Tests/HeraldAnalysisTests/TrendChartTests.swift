@@ -71,6 +71,8 @@ final class TrendChartTests: XCTestCase {
         let xs = svg.matches(of: /<circle cx="([0-9.]+)"/).compactMap { Double($0.output.1) }
         XCTAssertEqual(xs.count, 5)
         XCTAssertEqual(xs[2] - xs[1], xs[4] - xs[3], accuracy: 0.2)
+        // One run (or runs recorded in one second) still by date, an hour either side.
+        XCTAssertTrue(TrendChart.svg(title: "t", points: [TrendChart.Point(label: "a", value: 1, at: start)]).contains("recorded (UTC)"))
         // Without dates for every run, by place.
         XCTAssertTrue(TrendChart.svg(title: "t", points: [TrendChart.Point(label: "a", value: 1), TrendChart.Point(label: "b", value: 2, at: start)]).contains("run (oldest first)"))
     }
