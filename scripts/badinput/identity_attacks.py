@@ -347,9 +347,17 @@ def run(binary, seed, sandbox):
         raw = raw_in(log) + raw_in(listing) + raw_in(refusal)
         counts["injection"] = (f"register with 4 hostile fields {s_bad} ({refusal[:60]!r}), then plainly {s_reg}; heartbeat {s_beat} with 8 hostile fields; "
                                f"raw control characters in the log, the refusal and `herald-lab agents`: {raw}, forged lines: {forged}")
-        if raw or forged or s_bad != 400 or s_reg != 200:
+        # Its heartbeat with runs held under hostile names is refused where it enters (400).
+        if raw or forged or s_bad != 400 or s_reg != 200 or s_beat != 400:
             bad.append("injection")
 
+        # The hostile held run names make that heartbeat refused where it enters (400 naming
+        # held[0], issue 36), so the replays are of one that was taken: the same text, held runs
+        # that are names, sent once (200), then replayed.
+        status = dict(status, held=["r1"], sequence=3)
+        s_taken, _ = lab.https("POST", "/v1/agents/inj/heartbeat", token, status)
+        if s_taken != 200:
+            bad.append(f"heartbeat replay (the first heartbeat was not taken: {s_taken})")
         replayed, replay_refused = 0, 0
         for _ in range(20):
             replayed += 1
@@ -362,7 +370,7 @@ def run(binary, seed, sandbox):
             s, _ = lab.https("POST", "/v1/agents/inj/heartbeat", token, status)
             replay_refused += s == 409
         state = [v["state"] for v in agents() if v["info"]["name"] == "inj"]
-        counts["heartbeat replay"] = f"{replayed} replays of one captured heartbeat, {replay_refused} refused; the stopped agent is {state[0] if state else 'gone'}"
+        counts["heartbeat replay"] = f"the heartbeat taken ({s_taken}), then {replayed} replays of it, {replay_refused} refused; the stopped agent is {state[0] if state else 'gone'}"
         if replay_refused != replayed or state == ["alive"]:
             bad.append("heartbeat replay")
 
