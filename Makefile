@@ -67,7 +67,7 @@ test-deb: deb
 # bluetoothd beside a private dbus-daemon; the herald-lab binary), a browser or Prometheus:
 # `make test-integration` runs them, side by side (they mostly wait). `make test-calibration`
 # runs the seeded A/A, known-effect and false-alarm loops in the release build.
-INTEGRATION := LabHarnessTests\.(FaultTests|HarnessTests|HostileAgentTests|IdentityTests|ImpostorTests|LabScriptTests|MetricsScrapeTests|RunAttachTests|ServiceShutdownTests|StudyRunTests|SubmissionErrorTests)|HeraldAnalysisTests\.(CommandTests|CLIFlagTests|InputValidationCommandTests|ShippedPlansTests)|BlueZRadioTests\.(BlueZTransportTests|AgentDongleTests)|/test[A-Za-z0-9]*InChromium
+INTEGRATION := LabHarnessTests\.(FaultTests|HarnessTests|HostileAgentTests|IdentityTests|ImpostorTests|LabScriptTests|MetricsScrapeTests|RunAttachTests|ServiceShutdownTests|StudyRunTests|SubmissionErrorTests)|HeraldAnalysisTests\.(CommandTests|CLIFlagTests|FourLevelStudyTests|InputValidationCommandTests|ShippedPlansTests)|BlueZRadioTests\.(BlueZTransportTests|AgentDongleTests)|/test[A-Za-z0-9]*InChromium
 # The shared results store (issue 41) against a real PostgreSQL the test starts and stops
 # (Debian's postgresql, installed when missing): in neither make test nor make test-integration.
 RESULTS_SERVER := LabResultsTests\.SharedResultsStoreTests

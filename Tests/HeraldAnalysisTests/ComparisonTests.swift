@@ -33,7 +33,9 @@ final class ComparisonTests: XCTestCase {
     }
 
     /// Separate runs of `plans` (seeds `seed * plans.count + k`), designed as a study compares them.
-    func design(_ plans: [Plan], seed: UInt64) throws -> Comparison.Design {
+    func design(_ plans: [Plan], seed: UInt64) throws -> Comparison.Design { try Self.design(plans, seed: seed) }
+
+    static func design(_ plans: [Plan], seed: UInt64) throws -> Comparison.Design {
         let tmp = TestPaths.temp("comparison")
         defer { try? FileManager.default.removeItem(at: tmp) }
         var results = [AnalysisResult]()
