@@ -107,10 +107,12 @@ public enum LabCA {
         }
     }
 
-    /// 16 random bytes, the first bit clear (a positive number, as OpenSSL wrote them).
+    /// 16 random bytes, the first from 1 to 0x7F: a positive number of 16 bytes, as OpenSSL
+    /// wrote them. (A first byte of 0 was dropped as a leading zero, leaving 15 bytes whose first
+    /// could have its top bit set: 1 serial in 128, which LabCATests caught as "not positive".)
     static func serial() -> Certificate.SerialNumber {
         var bytes = (0..<16).map { _ in UInt8.random(in: 0...255) }
-        bytes[0] &= 0x7F
+        bytes[0] = UInt8.random(in: 1...0x7F)
         return Certificate.SerialNumber(bytes: bytes)
     }
 

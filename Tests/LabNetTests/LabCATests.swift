@@ -3,7 +3,7 @@ import Foundation
 import XCTest
 import HeraldCore
 import LabHTTP
-import LabNet
+@testable import LabNet
 import LabTestSupport
 import NIOCore
 import NIOEmbedded
@@ -217,6 +217,16 @@ final class LabCATests: XCTestCase {
         XCTAssertLessThan(cert.serialNumber.bytes.first ?? 0xFF, 0x80, "positive", file: file, line: line)
         XCTAssertEqual(cert.notValidBefore.timeIntervalSinceNow, -3600, accuracy: 60, file: file, line: line)
         XCTAssertEqual(cert.notValidAfter.timeIntervalSinceNow, Double(days) * 86400, accuracy: 60, file: file, line: line)
+    }
+
+    /// Every serial is 16 bytes and positive (1 in 128 once lost its leading byte and read as
+    /// negative); 20,000 draws, so the old rule failed this with probability 1 - (127/128)^20000.
+    func testEverySerialIsSixteenPositiveBytes() {
+        for _ in 0..<20_000 {
+            let bytes = Array(LabCA.serial().bytes)
+            XCTAssertEqual(bytes.count, 16)
+            XCTAssertTrue((1...0x7F).contains(bytes[0]), "\(bytes)")
+        }
     }
 
     func testCACertificateHoldsWhatTheCodeWrote() throws {
