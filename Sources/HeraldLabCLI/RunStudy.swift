@@ -162,8 +162,15 @@ extension RunCommand {
                     if !moved.isEmpty {
                         let what = moved.map { n in "\(n.name): agent \(n.agent) now drives \(n.dongle?.id ?? "no dongle"), not the pinned \((pinnedDongles[n.name] ?? nil) ?? "none")" }
                         outcome.message = "pinned dongle lost: " + what.joined(separator: "; ")
-                        _ = try? await client.request(CoordinatorAPI.abort.method, CoordinatorAPI.abort.path(submitted.id), body: nil)
-                        log("herald-lab run: \(r.folder) (run \(submitted.id)): \(OutsideText.escaped(outcome.message!)); the run was stopped (a crossover runs every level on the same dongles)")
+                        // Said as it went: a run that could not be stopped is not called stopped.
+                        var stopped = "the run was stopped"
+                        do {
+                            let (status, _, _) = try await client.request(CoordinatorAPI.abort.method, CoordinatorAPI.abort.path(submitted.id), body: nil)
+                            if status >= 300 { stopped = "stopping the run failed (HTTP \(status)): abort it with herald-lab runs abort \(submitted.id)" }
+                        } catch {
+                            stopped = "stopping the run failed (\(OutsideText.escaped("\(error)"))): abort it with herald-lab runs abort \(submitted.id)"
+                        }
+                        log("herald-lab run: \(r.folder) (run \(submitted.id)): \(OutsideText.escaped(outcome.message!)); \(stopped) (a crossover runs every level on the same dongles)")
                         outcomes.append(outcome)
                         try save()
                         continue

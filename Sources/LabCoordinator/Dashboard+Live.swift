@@ -323,30 +323,42 @@ extension Coordinator {
     /// `end` event when it is over; the stream stops when the session ends (sign-out, expiry).
     func events(_ s: DashboardSession, id: String) throws -> HTTPResponse {
         guard run(id) != nil else { throw HTTPError(.notFound, "no run \(id)") }
+        return sessionStream(s, every: 1) { c in
+            guard let r = c.run(id) else { return nil }
+            let snapshot = Self.sseEvent("snapshot", try LabJSON.encoder.encode(c.liveSnapshot(r)))
+            return r.state.isFinal ? ([snapshot, Self.sseEvent("end", Data("{}".utf8))], true) : ([snapshot], false)
+        }
+    }
+
+    /// One server-sent event.
+    static func sseEvent(_ name: String, _ json: Data) -> Data {
+        var event = Data("event: \(name)\ndata: ".utf8)
+        event.append(json)
+        event.append(contentsOf: "\n\n".utf8)
+        return event
+    }
+
+    /// `text/event-stream` for a signed-in session (the run page's, the Lab and Runs pages'):
+    /// at most `DashboardSessions.streamsPerSession` at once per session (a further one ends at
+    /// once saying why; its browser retries in 10 s), then `next`'s events every `every` seconds
+    /// while the session lasts, until `next` gives nil or says its events were the last.
+    func sessionStream(_ s: DashboardSession, every seconds: Double,
+                       next: @escaping @Sendable (Coordinator) throws -> (events: [Data], last: Bool)?) -> HTTPResponse {
         let sessions = dashboard.sessions
         let cookie = "\(DashboardSessions.cookieName)=\(s.id)"
         var response = HTTPResponse(.ok, headers: ["Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"])
         let session = s.id
         response.body = .stream { [weak self] write in
-            // At most streamsPerSession at once per session: a further one ends at once, saying
-            // why (its browser retries in 10 s), and holds none of the service's places.
             guard sessions.openStream(session) else {
                 try await write(Data("retry: 10000\nevent: refused\ndata: {\"reason\": \"this session has \(DashboardSessions.streamsPerSession) live views open; close one\"}\n\n".utf8))
                 return
             }
             defer { sessions.closeStream(session) }
             try await write(Data("retry: 2000\n\n".utf8))
-            while let self, sessions.find(cookieHeader: cookie, now: self.now) != nil, let r = self.run(id) {
-                let json = try LabJSON.encoder.encode(self.liveSnapshot(r))
-                var event = Data("event: snapshot\ndata: ".utf8)
-                event.append(json)
-                event.append(contentsOf: "\n\n".utf8)
-                try await write(event)
-                if r.state.isFinal {
-                    try await write(Data("event: end\ndata: {}\n\n".utf8))
-                    return
-                }
-                try await Task.sleep(nanoseconds: 1_000_000_000)
+            while let self, sessions.find(cookieHeader: cookie, now: self.now) != nil, let (events, last) = try next(self) {
+                for e in events { try await write(e) }
+                if last { return }
+                try await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(seconds)))
             }
         }
         return response

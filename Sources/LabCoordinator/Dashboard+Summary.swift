@@ -135,28 +135,9 @@ extension Coordinator {
     }
 
     /// `text/event-stream` for the Lab and Runs pages: a `snapshot` every 2 s while the session
-    /// lasts (the same per-session cap as a run's events).
+    /// lasts (`sessionStream`, the same per-session cap as a run's events).
     func labEvents(_ s: DashboardSession) -> HTTPResponse {
-        let sessions = dashboard.sessions
-        let cookie = "\(DashboardSessions.cookieName)=\(s.id)"
-        var response = HTTPResponse(.ok, headers: ["Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"])
-        let session = s.id
-        response.body = .stream { [weak self] write in
-            guard sessions.openStream(session) else {
-                try await write(Data("retry: 10000\nevent: refused\ndata: {\"reason\": \"this session has \(DashboardSessions.streamsPerSession) live views open; close one\"}\n\n".utf8))
-                return
-            }
-            defer { sessions.closeStream(session) }
-            try await write(Data("retry: 2000\n\n".utf8))
-            while let self, sessions.find(cookieHeader: cookie, now: self.now) != nil {
-                var event = Data("event: snapshot\ndata: ".utf8)
-                event.append(try LabJSON.encoder.encode(self.labSnapshot()))
-                event.append(contentsOf: "\n\n".utf8)
-                try await write(event)
-                try await Task.sleep(nanoseconds: 2_000_000_000)
-            }
-        }
-        return response
+        sessionStream(s, every: 2) { c in ([Self.sseEvent("snapshot", try LabJSON.encoder.encode(c.labSnapshot()))], false) }
     }
 
     static let runsPerPage = 50

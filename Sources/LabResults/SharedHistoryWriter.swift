@@ -68,7 +68,14 @@ public final class SharedHistoryWriter: Sendable {
     /// Retries the queue every `retryEvery` seconds until cancelled.
     public func run(retryEvery: Double = 60) async {
         while !Task.isCancelled {
-            if ((try? outbox.pending().count) ?? 0) > 0 { await drain() }
+            // An outbox that cannot be listed is said, and drained anyway (the drain reports
+            // what it cannot do): read as empty it would leave queued runs unsent for good.
+            do {
+                if try outbox.pending().count > 0 { await drain() }
+            } catch {
+                logger.error("shared history: cannot list the outbox \(outbox.directory.path): \(error)")
+                await drain()
+            }
             try? await Task.sleep(nanoseconds: UInt64(max(1, retryEvery) * 1e9))
         }
     }

@@ -19,11 +19,7 @@ final class HostileAgentTests: XCTestCase {
     var lab: MemoryLab?
     override func tearDown() async throws { await lab?.stop(); lab = nil }
 
-    func plan(_ name: String, nodes: Int, duration: String = "4s") -> String {
-        var text = "name: \(name)\nduration: \(duration)\nwarmup: 1s\nnodes:\n"
-        for i in 0..<nodes { text += "  - {name: n\(i + 1), position: [\(i), 0]}\n" }
-        return text
-    }
+    func plan(_ name: String, nodes: Int, duration: String = "4s") -> String { MemoryLab.plan(name, nodes: nodes, duration: duration) }
 
     static let markup = "<script>alert(1)</script>\u{1B}[31mred\u{1B}]0;title\u{07}\u{202E}"
 

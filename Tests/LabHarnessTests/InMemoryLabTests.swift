@@ -19,11 +19,7 @@ final class InMemoryLabTests: XCTestCase {
     var lab: MemoryLab?
     override func tearDown() async throws { await lab?.stop(); lab = nil }
 
-    func plan(_ name: String, nodes: Int, duration: String = "4s") -> String {
-        var text = "name: \(name)\nduration: \(duration)\nwarmup: 1s\nnodes:\n"
-        for i in 0..<nodes { text += "  - {name: n\(i + 1), position: [\(i), 0]}\n" }
-        return text
-    }
+    func plan(_ name: String, nodes: Int, duration: String = "4s") -> String { MemoryLab.plan(name, nodes: nodes, duration: duration) }
 
     func testAllNodesArmStartAtOneInstantAndAreGatheredWithTheirChecksums() async throws {
         // agent2's clock runs 5 s ahead: its heartbeats say so, and its start comes in its own clock.
@@ -198,6 +194,13 @@ final class MemoryLab: @unchecked Sendable {
     private init(dir: URL, air: AirServer, coordinator: Coordinator) { self.dir = dir; self.air = air; self.coordinator = coordinator }
 
     static func url(_ agent: String) -> String { "http://\(agent).in-memory:8701" }
+
+    /// A plan of `nodes` nodes in a row, with a 1-s warm-up.
+    static func plan(_ name: String, nodes: Int, duration: String = "4s") -> String {
+        var text = "name: \(name)\nduration: \(duration)\nwarmup: 1s\nnodes:\n"
+        for i in 0..<nodes { text += "  - {name: n\(i + 1), position: [\(i), 0]}\n" }
+        return text
+    }
 
     /// `skews`: how far ahead of the coordinator's each agent's clock runs (its heartbeats' stamps,
     /// probes and starts, as `FaultyLink.clockSkew`); `stampless`: agents whose heartbeat answers
