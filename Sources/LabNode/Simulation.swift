@@ -96,7 +96,7 @@ public final class Simulation {
             let transport = medium.addNode(name: spec.name, x: spec.position.x, y: spec.position.y)
             for p in spec.power { medium.schedulePower(node: transport.index, off: p.off, on: p.on) }
             switch spec.persona {
-            case .android?: medium.setPhone(transport.index, kind: .android)
+            case .android?, .androidReceiveOnly?: medium.setPhone(transport.index, kind: .android)
             case .iosBackground?, .iosForeground?: medium.setPhone(transport.index, kind: .iPhone(location: spec.location ?? true))
             case nil: break
             }
@@ -163,9 +163,12 @@ final class SimulatedNode {
         case nil:
             kind = .sensor(NodeRunner(assignment: assignment, transport: transport, directory: directory, power: MainsPower(),
                                       osVersion: assignment.osVersion ?? Simulation.linuxVersion, writing: .batch))
-        case .android?:
+        case let p? where p.isAndroid:
+            // A receive-only phone's radio refuses to advertise, as such a phone's does: the
+            // sensor then writes its payload and RSSI to its peers instead.
+            transport.canAdvertise = p != .androidReceiveOnly
             kind = .sensor(NodeRunner(assignment: assignment, transport: transport, directory: directory, power: MainsPower(),
-                                      os: Persona.android.os, osVersion: Persona.android.osVersion, writing: .batch))
+                                      os: p.os, osVersion: p.osVersion, writing: .batch))
         case let p?:
             let phone = IOSPersona(mode: p == .iosForeground ? .foreground : .background, assignment: assignment,
                                    transport: transport, directory: directory, osVersion: p.osVersion)

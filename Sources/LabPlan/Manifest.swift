@@ -90,7 +90,7 @@ public struct Manifest: Codable, Sendable, Equatable {
         public var shortName: String
         public var os: String = "Linux"
         public var osVersion: String
-        /// The phone a simulated node behaves as (`android`, `ios-background`, `ios-foreground`);
+        /// The phone a simulated node behaves as (`android`, `android-receive-only`, `ios-background`, `ios-foreground`);
         /// nil for a Linux node.
         public var persona: String?
         public var position: Position?

@@ -146,15 +146,28 @@ public struct NodeSpec: Codable, Sendable, Equatable {
 /// - `ios-background`: Herald for iOS in the background: only Apple manufacturer data
 ///   advertised (iOS moves service UUIDs to Apple's overflow area), so the Herald service is
 ///   found only by connecting and discovering services.
+/// - `android-receive-only`: Herald for Android on a phone whose Bluetooth cannot advertise
+///   (Herald's README names the Samsung J6): it scans and connects like `android`, and makes
+///   itself known by writing its payload to each peer every 5 minutes and its RSSI of that peer
+///   every 15 s (PROTOCOL.md, "Writes").
 public enum Persona: String, Codable, Sendable, CaseIterable {
     case android
     case iosBackground = "ios-background"
     case iosForeground = "ios-foreground"
+    case androidReceiveOnly = "android-receive-only"
 
+    public var isAndroid: Bool { self == .android || self == .androidReceiveOnly }
     /// What the persona's detection.csv and the manifest say it runs.
-    public var os: String { self == .android ? "Android" : "iOS" }
-    /// Android: the API level (Android 13); iOS: the version.
-    public var osVersion: String { self == .android ? "33" : "16.0" }
+    public var os: String { isAndroid ? "Android" : "iOS" }
+    /// Android: the API level (Android 13; the receive-only J6 shipped with Android 8, API 26);
+    /// iOS: the version.
+    public var osVersion: String {
+        switch self {
+        case .android: return "33"
+        case .androidReceiveOnly: return "26"
+        case .iosBackground, .iosForeground: return "16.0"
+        }
+    }
 }
 
 /// A position in metres; encoded as `[x, y]`.

@@ -12,6 +12,9 @@ public final class SimTransport: BLETransport {
     private let medium: SimMedium
     public let index: Int
     private var wantsPower = false
+    /// false: the radio cannot advertise (a receive-only phone); startAdvertising answers
+    /// notSupported, as a controller without LE advertising does.
+    public var canAdvertise = true
 
     init(medium: SimMedium, index: Int) {
         self.medium = medium
@@ -70,6 +73,10 @@ public final class SimTransport: BLETransport {
 
     public func startAdvertising(_ advertisement: Advertisement, completion: @escaping (Result<Void, TransportError>) -> Void) {
         guard requirePower(completion) else { return }
+        guard canAdvertise else {
+            answer(after: gatt, completion) { .failure(.notSupported("advertising (this simulated phone cannot advertise)")) }
+            return
+        }
         medium.startAdvertising(index, advertisement)
         answer(after: gatt, completion) { .success(()) }
     }

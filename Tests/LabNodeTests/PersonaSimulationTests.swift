@@ -169,6 +169,63 @@ final class PersonaSimulationTests: XCTestCase {
         XCTAssertEqual(androidDetection, "android,Android,33,\(name["android"]!),\([name["iphone-bg"]!, name["iphone-fg"]!, name["linux"]!].sorted().joined(separator: ","))\n")
     }
 
+    /// A receive-only phone (Herald's J6) never advertises; a Linux node still learns its payload
+    /// and measures it, from what the phone writes (payload every 5 min, RSSI every 15 s), and
+    /// shares its payload with an iPhone; the phone itself measures and reads its peers.
+    func testAReceiveOnlyPhoneIsKnownOnlyByWhatItWrites() throws {
+        let plan = try Plan.parse(yaml: """
+        name: receive-only
+        duration: 4m
+        nodes:
+          - {name: linux, position: [0, 0]}
+          - {name: j6, persona: android-receive-only, position: [1m, 0]}
+          - {name: iphone-bg, persona: ios-background, position: [0, 1m]}
+        """)
+        let scheduler = VirtualScheduler(start: plan.start)
+        let medium = SimMedium(scheduler: scheduler, parameters: Simulation.parameters(plan.radio), seed: 11)
+        var recorder: RecordingTransport!
+        var linux: NodeRunner!
+        var others = [SimulatedNode]()
+        var addresses = [String: RadioAddress]()
+        for spec in plan.nodes {
+            let transport = medium.addNode(name: spec.name, x: spec.position.x, y: spec.position.y)
+            addresses[spec.name] = transport.address
+            let assignment = NodeAssignment(runId: "receive-only", plan: plan, node: spec, seed: 11)
+            let dir = tmp.appendingPathComponent(spec.name)
+            if spec.persona == nil {
+                recorder = RecordingTransport(transport)
+                linux = NodeRunner(assignment: assignment, transport: recorder, directory: dir, power: MainsPower(), osVersion: "6.1")
+                scheduler.schedule(after: 0.1) { linux.start() }
+            } else {
+                let node = SimulatedNode(assignment: assignment, transport: transport, directory: dir)
+                others.append(node)
+                scheduler.schedule(after: 0.2 + 0.1 * Double(others.count)) { node.start() }
+            }
+        }
+        scheduler.run(until: plan.start.addingTimeInterval(plan.duration))
+        linux.stop()
+        for o in others { o.stop() }
+
+        let name = Dictionary(uniqueKeysWithValues: plan.nodes.map { ($0.name, $0.shortName) })
+        XCTAssertNil(recorder.heard[addresses["j6"]!], "the receive-only phone is never heard advertising")
+        XCTAssertFalse(recorder.calls.contains("connect \(addresses["j6"]!)"), "nobody can connect to what it never heard")
+        let linuxRows = try rows(tmp.appendingPathComponent("linux"))
+        let j6 = counts(linuxRows, of: name["j6"]!)
+        XCTAssertGreaterThanOrEqual(j6.read, 1, "linux learns the phone's payload from its write")
+        // 4 minutes of RSSI writes every 15 s: about 15, fewer while the first connection is made.
+        XCTAssertGreaterThanOrEqual(j6.rssi, 8, "linux measures the phone through its RSSI writes")
+        XCTAssertLessThan(j6.rssi, 40, "no more than its writes: nothing was heard over the air")
+        // The phone scans, connects and reads like an Android phone.
+        let j6Rows = try rows(tmp.appendingPathComponent("j6"))
+        XCTAssertEqual(counts(j6Rows, of: name["linux"]!).read, 1)
+        XCTAssertGreaterThan(counts(j6Rows, of: name["linux"]!).rssi, 40)
+        let detection = try String(contentsOf: tmp.appendingPathComponent("j6/detection.csv"), encoding: .utf8)
+        XCTAssertTrue(detection.hasPrefix("j6,Android,26,\(name["j6"]!),"), detection)
+        // The Linux node shares the receive-only phone's payload with the iPhone.
+        let iphoneRows = try rows(tmp.appendingPathComponent("iphone-bg"))
+        XCTAssertTrue(iphoneRows.contains { $0[6] == "4" && $0[10] == name["j6"]! }, "the iPhone hears of j6 through sharing")
+    }
+
     func testBackgroundIPhonesLearnOfEachOtherOnlyThroughTheLinuxNodesSharing() throws {
         let text = """
         name: two-backgrounds

@@ -77,7 +77,7 @@ final class PlanTests: XCTestCase {
         XCTAssertFalse(json.contains("persona"))
         XCTAssertEqual(try JSONDecoder().decode(NodeSpec.self, from: JSONEncoder().encode(plan.nodes[2])), plan.nodes[2])
         XCTAssertEqual(problems("name: p\nduration: 1m\nnodes:\n  - {name: a}\n  - {name: b, persona: windows-phone}"),
-                       ["nodes[1].persona: \"windows-phone\" is not a persona; use android, ios-background, ios-foreground, or linux (the default: a Linux node)"])
+                       ["nodes[1].persona: \"windows-phone\" is not a persona; use android, ios-background, ios-foreground, android-receive-only, or linux (the default: a Linux node)"])
         XCTAssertEqual(problems("name: p\nduration: 1m\nnodes:\n  - {name: a}\n  - {name: b, persona: [ios]}"), ["nodes[1].persona: expected text"])
         XCTAssertEqual(problems("name: p\nduration: 1m\nnodes:\n  - {name: a}\n  - {name: b, persona: android}\nradio: {kind: bluez}"),
                        ["nodes[1].persona: android is a simulated phone: personas need radio kind sim (a lab drives Linux nodes only)"])
