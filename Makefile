@@ -155,7 +155,7 @@ test-bluez: deb-binary
 	  echo "make test-bluez: installing$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
-	@python3 -c "import bumble, bleak" 2>/dev/null || python3 -m pip install -q bumble==0.0.236 bleak
+	@python3 -c "import bumble, bleak" 2>/dev/null || python3 -m pip install -q bumble==0.0.236 bleak==3.1.0
 	python3 scripts/bluez-guest/test_personas.py
 	python3 scripts/bluez-guest/test_checks.py
 	@for stack in $(BLUEZ_STACKS); do BLUEZ_STACK=$$stack scripts/bluez-guest/guest.sh prepare || exit 1; done

@@ -7,7 +7,7 @@ connects to each, reads the payload characteristic and writes {address: payload 
 going round until every node is read or about two minutes have passed. Phone personas listed in
 CONTROLLERS.json (entries with a "kind") advertise the service too; they are left alone.
 """
-import asyncio, json, sys
+import asyncio, json, sys, time
 from bleak import BleakClient, BleakScanner
 from dbus_fast.aio import MessageBus
 from dbus_fast import BusType, Message, MessageType
@@ -41,43 +41,60 @@ async def adapter_named(address, wait=60):
         await asyncio.sleep(2)
 
 
+def stamp():
+    return time.strftime('%H:%M:%S')
+
+
+async def read_one(address, adapter):
+    """Finds `address` again just before connecting (bluetoothd drops a device it has not heard
+    for 30 s once discovery stops: a BLEDevice kept from an earlier scan then names a D-Bus object
+    that is gone, "device ... not found"), then connects and reads the payload characteristic."""
+    d = await BleakScanner.find_device_by_address(address, timeout=8, bluez={'adapter': adapter, 'filters': {'DuplicateData': True}})
+    if d is None:
+        raise LookupError('not heard in 8 s')
+    async with BleakClient(d, bluez={'adapter': adapter}, timeout=15) as client:
+        return await client.read_gatt_char(PAYLOAD)
+
+
 async def main(address, out, controllers=None):
     adapter = await adapter_named(address)
     personas = {m['address'].upper() for m in json.load(open(controllers)).values() if 'kind' in m} if controllers else set()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 110
-    payloads, seen = {}, set()
-    # Scan, then connect at once to what was just seen (bluetoothd forgets devices it no longer
-    # hears), and go round again until every node is read or time is up.
+    payloads, seen, attempts = {}, set(), {}
+    # Scan until the three nodes are known, then read each in turn (found again just before its
+    # connection), going round until every node is read or time is up.
     while loop.time() < deadline and len(payloads) < 3:
-        # Every advert reported (DuplicateData): with bleak's default (false), BlueZ 5.82 gives
-        # the devices it finds neither UUIDs nor manufacturer data, and bleak saw no Herald node.
-        try:
-            devices = await BleakScanner.discover(timeout=4, adapter=adapter, return_adv=True,
-                                                  bluez={'filters': {'DuplicateData': True}})
-        except Exception as e:
-            # bluetoothd gone (6.1's kernel BUG kills it; it is restarted as systemd would): an
-            # application scans again once it is back, within the same time budget.
-            print(f'bleak: scan failed ({e!r}); scanning again in 2 s', flush=True)
-            await asyncio.sleep(2)
-            continue
-        found = [d for d, adv in devices.values()
-                 if HERALD in [u.lower() for u in adv.service_uuids] and d.address.upper() not in personas]
-        new = {d.address for d in found} - seen
-        if new:
-            seen |= new
-            print(f'bleak: Herald devices seen on {adapter}: {sorted(seen)}', flush=True)
-        for d in found:
-            if d.address in payloads or loop.time() > deadline:
-                continue
+        if len(seen) < 3:
+            # Every advert reported (DuplicateData): with bleak's default (false), BlueZ 5.82 gives
+            # the devices it finds neither UUIDs nor manufacturer data, and bleak saw no Herald node.
             try:
-                async with BleakClient(d, adapter=adapter, timeout=15) as client:
-                    data = await client.read_gatt_char(PAYLOAD)
-                payloads[d.address] = bytes(data).hex()
-                print(f'bleak: read {len(data)} bytes from {d.address}', flush=True)
+                devices = await BleakScanner.discover(timeout=4, return_adv=True,
+                                                      bluez={'adapter': adapter, 'filters': {'DuplicateData': True}})
+            except Exception as e:
+                # bluetoothd gone (6.1's kernel BUG kills it; it is restarted as systemd would): an
+                # application scans again once it is back, within the same time budget.
+                print(f'{stamp()} bleak: scan failed ({e!r}); scanning again in 2 s', flush=True)
+                await asyncio.sleep(2)
+                continue
+            found = {d.address for d, adv in devices.values()
+                     if HERALD in [u.lower() for u in adv.service_uuids] and d.address.upper() not in personas}
+            if found - seen:
+                seen |= found
+                print(f'{stamp()} bleak: Herald devices seen on {adapter}: {sorted(seen)}', flush=True)
+        # The node tried least often first, so one that keeps failing does not starve the others.
+        for a in sorted(seen - payloads.keys(), key=lambda a: (attempts.get(a, 0), a)):
+            if loop.time() > deadline:
+                break
+            attempts[a] = attempts.get(a, 0) + 1
+            try:
+                data = await read_one(a, adapter)
+                payloads[a] = bytes(data).hex()
+                print(f'{stamp()} bleak: read {len(data)} bytes from {a} (attempt {attempts[a]})', flush=True)
                 json.dump(payloads, open(out, 'w'), indent=1)
             except Exception as e:
-                print(f'bleak: {d.address}: {e!r}', flush=True)
+                print(f'{stamp()} bleak: {a} (attempt {attempts[a]}): {e!r}', flush=True)
+                await asyncio.sleep(1)
     json.dump(payloads, open(out, 'w'), indent=1)
     print(f'bleak: read {len(payloads)} of {len(seen)} Herald devices', flush=True)
 
