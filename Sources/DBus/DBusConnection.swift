@@ -183,6 +183,26 @@ public final class DBusConnection: @unchecked Sendable {
         DBusConnection.from(ud).filter(message!)
     }
 
+    /// The descriptor a Dispatch source of the watch uses: a duplicate of libdbus's, which the
+    /// source owns and closes in its cancel handler (`closeOnCancel`). libdispatch's rule: a
+    /// descriptor must stay open until its source's cancellation has run, and cancel() only asks
+    /// for it. libdbus closes the socket as soon as it has removed the watch
+    /// (dbus_connection_close), so a source on libdbus's own descriptor was still in libdispatch's
+    /// epoll set while the number was closed and reused by the next open (busctl's pipes in the
+    /// D-Bus tests): the manager thread then crashed in _dispatch_event_loop_drain (once in a
+    /// make test run). When no descriptor is left to duplicate, libdbus's own is used (as before)
+    /// rather than losing the watch.
+    private static func sourceDescriptor(_ fd: Int32) -> (fd: Int32, owned: Bool) {
+        let own = dup(fd)
+        return own >= 0 ? (own, true) : (fd, false)
+    }
+
+    private static func closeOnCancel(_ source: DispatchSourceProtocol, _ d: (fd: Int32, owned: Bool)) {
+        guard d.owned else { return }
+        let fd = d.fd
+        source.setCancelHandler { _ = Foundation.close(fd) }
+    }
+
     private func updateWatch(_ watch: OpaquePointer) {
         readSources.removeValue(forKey: watch)?.cancel()
         writeSources.removeValue(forKey: watch)?.cancel()
@@ -192,7 +212,9 @@ public final class DBusConnection: @unchecked Sendable {
         let flags = dbus_watch_get_flags(watch)
         let w = UncheckedPointer(raw: watch)
         if flags & DBUS_WATCH_READABLE.rawValue != 0 {
-            let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+            let d = Self.sourceDescriptor(fd)
+            let source = DispatchSource.makeReadSource(fileDescriptor: d.fd, queue: queue)
+            Self.closeOnCancel(source, d)
             source.setEventHandler { [self] in
                 guard readSources[w.raw] != nil else { return }
                 _ = dbus_watch_handle(w.raw, DBUS_WATCH_READABLE.rawValue)
@@ -202,7 +224,9 @@ public final class DBusConnection: @unchecked Sendable {
             source.resume()
         }
         if flags & DBUS_WATCH_WRITABLE.rawValue != 0 {
-            let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+            let d = Self.sourceDescriptor(fd)
+            let source = DispatchSource.makeWriteSource(fileDescriptor: d.fd, queue: queue)
+            Self.closeOnCancel(source, d)
             source.setEventHandler { [self] in
                 guard writeSources[w.raw] != nil else { return }
                 _ = dbus_watch_handle(w.raw, DBUS_WATCH_WRITABLE.rawValue)
