@@ -84,7 +84,7 @@ extension DashboardTests {
     func testHostileLabAndPlanParametersAreRefusedWith400NamingTheField() async throws {
         let (_, client) = try await start(history: MemoryHistory(rows: try crossLabRows()))
         let (cookie, _) = try await session(client)
-        let hostile = ["%3Cscript%3Ealert(1)%3C%2Fscript%3E", "a%00b", "x%27%3B%20DROP%20TABLE%20lab_run%3B--", "%1B%5B31mred", "%E2%80%AEevil",
+        let hostile = ["%3Cscript%3Ealert(1)%3C%2Fscript%3E", "a%01b", "a%0Ab", "x%27%3B%20DROP%20TABLE%20lab_run%3B--", "%1B%5B31mred", "%E2%80%AEevil",
                        String(repeating: "a", count: 129), "%20padded", "..%2F..%2Fetc"]
         for value in hostile {
             for (path, field) in [("/trends?lab=", "lab"), ("/trends/labs?plan=", "plan")] {
@@ -96,6 +96,9 @@ extension DashboardTests {
                 XCTAssertFalse(text.contains("<script>") || text.contains("\u{1B}") || text.contains("\u{202E}"), text)
             }
         }
+        // A NUL is refused before the page, by the HTTP layer (400 too).
+        let (nul, nulBody, _) = try await client.request("GET", "/trends?lab=a%00b", headers: ["Cookie": cookie])
+        XCTAssertEqual(nul, 400, String(decoding: nulBody, as: UTF8.self))
         let (missing, body, _) = try await client.request("GET", "/trends/labs", headers: ["Cookie": cookie])
         XCTAssertEqual(missing, 400)
         XCTAssertTrue(String(decoding: body, as: UTF8.self).contains("plan: required"))
