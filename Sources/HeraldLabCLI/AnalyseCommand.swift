@@ -57,8 +57,17 @@ struct AnalyseCommand: AsyncParsableCommand {
     func run() async throws {
         try store.check("analyse", most: 1)
         if noHistory, store.history != nil { log("herald-lab analyse: --no-history and --history: one or the other"); throw ExitCode(2) }
-        // Connected first: a wrong URL, password or schema is said before the analysis.
+        // Connected first: a wrong URL, password or schema is said before the analysis; the
+        // connection is closed on every way out.
         let shared = try await store.sharedStore("analyse")
+        do { try await analyse(shared: shared) } catch {
+            await shared?.close()
+            throw error
+        }
+        await shared?.close()
+    }
+
+    func analyse(shared: SharedResultsStore?) async throws {
         guard let mode = AnalysisMode(rawValue: mode) else {
             log("--mode \"\(OutsideText.escaped(String(mode.prefix(32))))\": must be \(AnalysisMode.allCases.map(\.rawValue).joined(separator: " or "))\(CLIConventions.didYouMean(mode, among: AnalysisMode.allCases.map(\.rawValue)))"); throw ExitCode(2)
         }
@@ -116,7 +125,6 @@ struct AnalyseCommand: AsyncParsableCommand {
                 } catch {
                     log("warning: run not recorded in the shared store \(shared.location) (\(error)); the report is complete")
                 }
-                await shared.close()
             }
         }
         if let json {

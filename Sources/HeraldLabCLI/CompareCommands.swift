@@ -190,7 +190,10 @@ struct RegressJudgeCommand: AsyncParsableCommand {
         }
         let judgement: Regression.Judgement
         if let shared = try await store.sharedStore("regress") {
-            judgement = try await judgeShared(current, store: shared, tolerance: tol)
+            do { judgement = try await judgeShared(current, store: shared, tolerance: tol) } catch {
+                await shared.close()
+                throw error
+            }
             await shared.close()
         } else if baseline == "history" || baseline == "latest" {
             let dir = URL(fileURLWithPath: results ?? ProcessInfo.processInfo.environment["HERALDLAB_RESULTS"] ?? "results")
@@ -356,27 +359,13 @@ struct HistoryCommand: AsyncParsableCommand {
         let labs = store.labs
         let runs: [LabRun]
         let rates: [HistoryStore.InfraRate]
+        // The shared store's connection is closed on every way out (a connection left open is a
+        // fault of postgres-nio's).
         do {
-            if reader.namesLabs, !labs.isEmpty {
-                // A lab with no runs at all is a slip of its name: said, with the labs there are.
-                let known = try await reader.historyLabs()
-                for lab in labs where !known.contains(lab) {
-                    log("herald-lab history: --lab \"\(OutsideText.escaped(String(lab.prefix(200))))\": no runs of that lab in \(reader.historyName)"
-                        + (CLIConventions.suggestion(for: lab, among: known).map { "; did you mean '\(OutsideText.escaped($0))'?" } ?? (known.isEmpty ? " (no runs stored)" : " (labs: \(known.prefix(20).map { OutsideText.escaped($0) }.joined(separator: ", ")))")))
-                    throw ExitCode(2)
-                }
-            }
-            runs = try await reader.historyRuns(labs: labs, plan: plan)
-            if let plan, runs.isEmpty {
-                let plans = try await reader.historyPlans(labs: labs)
-                log("herald-lab history: --plan \"\(OutsideText.escaped(String(plan.prefix(200))))\": no plan by that name in \(reader.historyName)"
-                    + (CLIConventions.suggestion(for: plan, among: plans).map { "; did you mean '\(OutsideText.escaped($0))'?" } ?? (plans.isEmpty ? " (no runs recorded)" : " (plans: \(plans.prefix(20).map { OutsideText.escaped($0) }.joined(separator: ", ")))")))
-                throw ExitCode(2)
-            }
-            rates = try await reader.historyInfraRates(labs: labs, last: 30)
-        } catch let e as ExitCode { throw e } catch {
-            log("herald-lab history: \(error)")
-            throw ExitCode(2)
+            (runs, rates) = try await read(reader, labs: labs)
+        } catch {
+            await (reader as? SharedResultsStore)?.close()
+            throw error
         }
         await (reader as? SharedResultsStore)?.close()
         if let json {
@@ -389,6 +378,32 @@ struct HistoryCommand: AsyncParsableCommand {
         for line in Self.table(runs, labs: reader.namesLabs) { print(line) }
         // The infra rate per testbed (every plan's runs), with its interval (issue 38).
         for line in Self.infraLines(rates) { print(line) }
+    }
+
+    /// The runs and infra rates of `labs`; a --lab or --plan naming nothing there is exit 2.
+    func read(_ reader: any HistoryReading, labs: [String]) async throws -> ([LabRun], [HistoryStore.InfraRate]) {
+        do {
+            if reader.namesLabs, !labs.isEmpty {
+                // A lab with no runs at all is a slip of its name: said, with the labs there are.
+                let known = try await reader.historyLabs()
+                for lab in labs where !known.contains(lab) {
+                    log("herald-lab history: --lab \"\(OutsideText.escaped(String(lab.prefix(200))))\": no runs of that lab in \(reader.historyName)"
+                        + (CLIConventions.suggestion(for: lab, among: known).map { "; did you mean '\(OutsideText.escaped($0))'?" } ?? (known.isEmpty ? " (no runs stored)" : " (labs: \(known.prefix(20).map { OutsideText.escaped($0) }.joined(separator: ", ")))")))
+                    throw ExitCode(2)
+                }
+            }
+            let runs = try await reader.historyRuns(labs: labs, plan: plan)
+            if let plan, runs.isEmpty {
+                let plans = try await reader.historyPlans(labs: labs)
+                log("herald-lab history: --plan \"\(OutsideText.escaped(String(plan.prefix(200))))\": no plan by that name in \(reader.historyName)"
+                    + (CLIConventions.suggestion(for: plan, among: plans).map { "; did you mean '\(OutsideText.escaped($0))'?" } ?? (plans.isEmpty ? " (no runs recorded)" : " (plans: \(plans.prefix(20).map { OutsideText.escaped($0) }.joined(separator: ", ")))")))
+                throw ExitCode(2)
+            }
+            return (runs, try await reader.historyInfraRates(labs: labs, last: 30))
+        } catch let e as ExitCode { throw e } catch {
+            log("herald-lab history: \(error)")
+            throw ExitCode(2)
+        }
     }
 
     /// One line per testbed: how many of its last runs had infrastructure faults.
