@@ -6,6 +6,8 @@ import LabPlan
 import Logging
 import PostgresNIO
 import XCTest
+import LabHTTP
+@testable import LabCoordinator
 @testable import LabResults
 
 /// Reading across labs from a real PostgreSQL the test starts (issue 41 item 4; the tier
@@ -187,6 +189,41 @@ final class SharedHistoryReadingTests: XCTestCase {
             _ = try await CrossLabComparison.design(plan: "smoke", labs: ["north", "east"], variant: nil, last: 30, reader: store)
             XCTFail("a lab without runs compared")
         } catch let e as CrossLabComparison.Problem { XCTAssertEqual(e, .noRuns(lab: "east")) }
+        await store.close()
+    }
+
+    /// The coordinator's Trends over the shared store (what `coordinator --history` serves): every
+    /// lab's series, one lab's with `?lab=`, and the cross-lab page of a plan.
+    func testTheCoordinatorsTrendsReadTheSharedStoreWithALabFilter() async throws {
+        let store = try await newStore()
+        for k in 0..<3 {
+            try await store.record(try SharedRun(try night("n-\(k)"), lab: "north"))
+            try await store.record(try SharedRun(try night("s-\(k)", bad: true), lab: "south"))
+        }
+        var config = Coordinator.Config(results: tmp.appendingPathComponent("results"))
+        config.historyReader = store
+        let c = try Coordinator(config: config, logger: Logger(label: "test.trends", factory: { _ in SwiftLogNoOpLogHandler() }))
+        let session = DashboardSession(id: "s", csrf: "c", expires: .infinity)
+        func html(_ r: HTTPResponse) -> String {
+            guard case .data(let d) = r.body else { return "" }
+            return String(decoding: d, as: UTF8.self)
+        }
+        let every = html(await c.trendsPage(session))
+        XCTAssertTrue(every.contains("<span class=\"lab\">lab north</span>") && every.contains("<span class=\"lab\">lab south</span>"), every)
+        XCTAssertTrue(every.contains("north/"), "infra rates per lab/testbed: \(every)")
+        let lab = try c.labParameter(["lab": "north"])
+        let north = html(await c.trendsPage(session, lab: lab))
+        XCTAssertTrue(north.contains("<span class=\"lab\">lab north</span>"))
+        XCTAssertFalse(north.contains("s-0") || north.contains("<span class=\"lab\">lab south</span>"), "south on north's page")
+        XCTAssertThrowsError(try c.labParameter(["lab": "north'; DROP TABLE lab_run; --"])) { e in
+            XCTAssertEqual((e as? HTTPError)?.status, .badRequest)
+            XCTAssertTrue("\(e)".contains("lab:"), "\(e)")
+        }
+        let cross = html(try await c.crossLabPage(session, plan: "smoke"))
+        XCTAssertEqual(cross.components(separatedBy: "<tr class=\"lab\">").count - 1, 2, cross)
+        XCTAssertEqual(cross.components(separatedBy: "<h2 class=\"labsection\">").count - 1, 2)
+        let rows = try await store.count()
+        XCTAssertEqual(rows, 6, "reading wrote nothing")
         await store.close()
     }
 }
