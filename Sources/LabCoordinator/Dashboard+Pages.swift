@@ -258,6 +258,10 @@ extension Coordinator {
         return try HistoryStore(url: url)
     }
 
+    /// The newest runs the Trends pages read (each series shows its last 30): bounded however
+    /// long the history, or the shared store's many labs, grow.
+    static let trendsWindow = 5000
+
     func trendsPage(_ s: DashboardSession, lab: String? = nil) async -> HTTPResponse {
         let store: (any HistoryReading)?
         do { store = try historyReader() } catch {
@@ -270,7 +274,7 @@ extension Coordinator {
         let history: [LabRun]
         let known: [String]
         do {
-            history = try await store.historyRuns(labs: labs, plan: nil)
+            history = try await store.historyRuns(labs: labs, plan: nil, last: Self.trendsWindow)
             known = try await store.historyLabs()
         } catch {
             return page("Trends", s, active: "Trends", body: "<p class=\"fail\">The history cannot be read: \(Self.h("\(error)"))</p>", status: .internalServerError)
@@ -317,7 +321,7 @@ extension Coordinator {
             throw HTTPError(.badRequest, "plan: labs side by side need the shared results store; start the coordinator with --history postgres://…")
         }
         let history: [LabRun]
-        do { history = try await store.historyRuns(labs: [], plan: plan) } catch {
+        do { history = try await store.historyRuns(labs: [], plan: plan, last: Self.trendsWindow) } catch {
             return page("Labs · \(plan)", s, active: "Trends", body: "<p class=\"fail\">The history cannot be read: \(Self.h("\(error)"))</p>", status: .internalServerError)
         }
         var body = "<h2>Plan \(Self.h(plan)): every lab's nights</h2>"

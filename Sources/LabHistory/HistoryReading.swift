@@ -47,11 +47,19 @@ public protocol HistoryReading: Sendable {
     func historyLabs() async throws -> [String]
     /// The plans with runs of these labs, by name.
     func historyPlans(labs: [String]) async throws -> [String]
-    /// The runs of these labs (optionally of one plan), oldest first within each lab.
-    func historyRuns(labs: [String], plan: String?) async throws -> [LabRun]
+    /// The runs of these labs (optionally of one plan), in the order stored; only the newest
+    /// `last` when given (what a page shows, bounded however long the history grows).
+    func historyRuns(labs: [String], plan: String?, last: Int?) async throws -> [LabRun]
     /// Each testbed's infra rate over its last `last` runs: of one lab when one is given (by
     /// testbed), of several as `lab/testbed`.
     func historyInfraRates(labs: [String], last: Int) async throws -> [HistoryStore.InfraRate]
+}
+
+extension HistoryReading {
+    /// Every run of these labs (optionally of one plan), in the order stored.
+    public func historyRuns(labs: [String], plan: String?) async throws -> [LabRun] {
+        try await historyRuns(labs: labs, plan: plan, last: nil)
+    }
 }
 
 /// The local history is thread-safe (GRDB's queue serializes every access).
@@ -62,8 +70,9 @@ extension HistoryStore: HistoryReading {
     public var namesLabs: Bool { false }
     public func historyLabs() async throws -> [String] { [] }
     public func historyPlans(labs: [String]) async throws -> [String] { try plans() }
-    public func historyRuns(labs: [String], plan: String?) async throws -> [LabRun] {
-        try runs(plan: plan).map { LabRun(lab: "", run: $0) }
+    public func historyRuns(labs: [String], plan: String?, last: Int?) async throws -> [LabRun] {
+        let all = try runs(plan: plan).map { LabRun(lab: "", run: $0) }
+        return last.map { Array(all.suffix(max(1, $0))) } ?? all
     }
     public func historyInfraRates(labs: [String], last: Int) async throws -> [InfraRate] { try infraRates(last: last) }
 }

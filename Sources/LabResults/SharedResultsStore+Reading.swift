@@ -29,8 +29,8 @@ extension SharedResultsStore: HistoryReading {
         }
     }
 
-    public func historyRuns(labs: [String], plan: String?) async throws -> [LabRun] {
-        try await runs(labs: labs, plan: plan).map(Self.labRun)
+    public func historyRuns(labs: [String], plan: String?, last: Int?) async throws -> [LabRun] {
+        try await runs(labs: labs, plan: plan, last: last).map(Self.labRun)
     }
 
     /// Each testbed's infra rate: by testbed for one lab, as `lab/testbed` for several or all.

@@ -17,7 +17,10 @@ struct MemoryHistory: HistoryReading {
         var namesLabs: Bool { true }
         func historyLabs() async throws -> [String] { Set(rows.map(\.lab)).sorted() }
         func historyPlans(labs: [String]) async throws -> [String] { Set(pick(labs).map(\.run.plan)).sorted() }
-        func historyRuns(labs: [String], plan: String?) async throws -> [LabRun] { pick(labs).filter { plan == nil || $0.run.plan == plan } }
+        func historyRuns(labs: [String], plan: String?, last: Int?) async throws -> [LabRun] {
+            let rows = pick(labs).filter { plan == nil || $0.run.plan == plan }
+            return last.map { Array(rows.suffix($0)) } ?? rows
+        }
         func historyInfraRates(labs: [String], last: Int) async throws -> [HistoryStore.InfraRate] { [] }
         func pick(_ labs: [String]) -> [LabRun] { labs.isEmpty ? rows : rows.filter { labs.contains($0.lab) } }
 }

@@ -99,6 +99,8 @@ final class SharedHistoryReadingTests: XCTestCase {
         XCTAssertEqual(both.map(\.run.runId), ["a-0", "b-0", "a-1", "b-1", "a-2", "b-2"], "in the order stored")
         let every = try await store.historyRuns(labs: [], plan: nil)
         XCTAssertEqual(every.count, 7)
+        let newest = try await store.historyRuns(labs: ["lab-a", hostile], plan: nil, last: 3)
+        XCTAssertEqual(newest.map(\.run.runId), ["b-1", "a-2", "b-2"], "the newest 3, oldest first")
         let labs = try await store.historyLabs()
         XCTAssertEqual(labs, [hostile, "lab-a", "lab-c"].sorted())
         let plans = try await store.historyPlans(labs: ["lab-a"])
