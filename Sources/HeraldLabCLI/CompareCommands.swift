@@ -470,7 +470,7 @@ func loadStudy(_ path: String, command: String) throws -> (design: Comparison.De
 
 /// `herald-lab regress accept PLAN --by WHO --reason WHY`: an operator accepts the level an open
 /// regression alert flagged (a deliberate change), recorded with who and why.
-struct RegressAcceptCommand: ParsableCommand {
+struct RegressAcceptCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "accept",
         abstract: "Accept the level an open regression alert of PLAN flagged, with who and why (the alert closes; its nights become the baseline).")
 
@@ -480,13 +480,32 @@ struct RegressAcceptCommand: ParsableCommand {
     @Option(help: "Who accepts it (recorded).") var by: String
     @Option(help: "Why (recorded).") var reason: String
     @Option(help: "Results folder holding history.sqlite (default: $HERALDLAB_RESULTS or results).") var results: String?
+    @OptionGroup var store: HistoryReadOptions
 
-    func run() throws {
+    func run() async throws {
+        try store.check("regress accept", most: 1)
         for (name, value) in [("plan", plan), ("--by", by), ("--reason", reason)] {
             guard !value.trimmingCharacters(in: .whitespaces).isEmpty, value.utf8.count <= 1000, !value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
                 log("herald-lab regress accept: \(name): expected 1 to 1000 characters of text without control characters")
                 throw ExitCode(2)
             }
+        }
+        if let shared = try await store.sharedStore("regress accept") {
+            // The shared store: lab --lab's alerts only (the operators' role: UPDATE on lab_alert).
+            let lab = store.lab
+            let n: Int
+            do { n = try await shared.accept(lab: lab, plan: plan, variant: variant, testbed: testbed, by: by, reason: reason) } catch {
+                await shared.close()
+                log("herald-lab regress accept: \(shared.location): \(error)")
+                throw ExitCode(2)
+            }
+            await shared.close()
+            guard n > 0 else {
+                log("herald-lab regress accept: no open alert of lab \(Format.label(lab)), plan \(Format.label(plan))\(variant.map { ", variant " + Format.label($0) } ?? "")\(testbed.map { ", testbed " + Format.label($0) } ?? "") in \(shared.location)")
+                throw ExitCode(3)
+            }
+            print("accepted: \(n) alert\(n == 1 ? "" : "s") of lab \(Format.label(lab)), plan \(Format.label(plan)); by \(Format.label(by)): \(Format.label(reason))")
+            return
         }
         let dir = URL(fileURLWithPath: results ?? ProcessInfo.processInfo.environment["HERALDLAB_RESULTS"] ?? "results")
         let accepted: [HistoryStore.Alert]

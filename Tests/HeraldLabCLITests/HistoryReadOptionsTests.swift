@@ -46,6 +46,8 @@ final class HistoryReadOptionsTests: XCTestCase {
             (["compare", "--history", url, "--lab", "a", "--lab", "b", "--plan", "p", tmp.path], "not both"),
             (["compare", tmp.path, tmp.path, "--plan", "p"], "--plan goes with --history"),
             (["analyse", tmp.path, "--lab", "a"] + results, "--lab goes with --history"),
+            (["regress", "accept", "smoke", "--by", "ci", "--reason", "r", "--lab", "a"] + results, "--lab goes with --history"),
+            (["regress", "accept", "smoke", "--by", "ci", "--reason", "r", "--history", url, "--lab", "a", "--lab", "b"], "--lab given 2 times"),
             (["analyse", tmp.path, "--history", url, "--no-history"], "--no-history and --history: one or the other"),
             (["analyse", tmp.path, "--history", url, "--lab", "a", "--lab", "b"], "--lab given 2 times"),
         ]

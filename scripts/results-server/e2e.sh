@@ -100,6 +100,8 @@ out=$("$bin" regress "$bundle" --baseline history "${read_args[@]}" --lab london
 [ $rc -eq 2 ] && grep -q -- "--lab given 2 times" <<<"$out" || fail "regress with two --lab: exit $rc: $out"
 out=$("$bin" compare "${read_args[@]}" --lab london --lab oslo --plan results-e2e --resamples 200 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q "oslo" <<<"$out" || fail "compare --lab london --lab oslo: exit $rc: $out"
+out=$("$bin" regress accept results-e2e --by e2e --reason "nothing open" --history "$(printf "$url" results_owner)" --history-password-file "$work/owner.pw" --lab london 2>&1); rc=$?
+[ $rc -eq 3 ] && grep -q "no open alert of lab london, plan results-e2e" <<<"$out" || fail "regress accept --lab london: exit $rc: $out"
 echo "e2e: history, regress and compare read both labs from the shared store"
 grep -q "$(cat "$work/coordinator.pw")" "$work"/lab-*/logs/*.log "$work"/*.out "$work/oslo-restart.log" && fail "a password is in a log"
 echo "e2e: PostgreSQL back: lab oslo's write landed once; 2 labs, 2 rows, no duplicates, no password in any log ($(( $(date +%s) - t0 )) s)"
