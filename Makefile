@@ -70,7 +70,7 @@ test-deb: deb
 INTEGRATION := LabHarnessTests\.(FaultTests|HarnessTests|HostileAgentTests|IdentityTests|ImpostorTests|LabScriptTests|MetricsScrapeTests|RunAttachTests|ServiceShutdownTests|StudyRunTests|SubmissionErrorTests)|HeraldAnalysisTests\.(CommandTests|CLIFlagTests|FourLevelStudyTests|InputValidationCommandTests|ShippedPlansTests)|BlueZRadioTests\.(BlueZTransportTests|AgentDongleTests)|/test[A-Za-z0-9]*InChromium
 # The shared results store (issue 41) against a real PostgreSQL the test starts and stops
 # (Debian's postgresql, installed when missing): in neither make test nor make test-integration.
-RESULTS_SERVER := LabResultsTests\.SharedResultsStoreTests
+RESULTS_SERVER := LabResultsTests\.SharedResultsStoreTests|LabResultsTests\.SharedHistoryReadingTests
 INTEGRATION_WORKERS ?= 3
 TEST_TIMING := results/test-timing
 test: deps

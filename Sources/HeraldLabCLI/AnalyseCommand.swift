@@ -3,13 +3,14 @@ import Foundation
 import HeraldAnalysis
 import HeraldCore
 import LabHistory
+import LabResults
 
 /// `herald-lab analyse PATH ...`
-struct AnalyseCommand: ParsableCommand {
+struct AnalyseCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "analyse",
         abstract: "Herald-exact and strict efficacy figures, report.html, junit.xml and summary.json for a bundle or a folder of device folders.",
-        discussion: "Exit 0 when the verdict is PASS, 1 when it is FAIL (the plan's thresholds), 2 on bad input or for a bundle of an aborted run (no verdict). The run is recorded in history.sqlite of --results (the path is said on standard error)."
+        discussion: "Exit 0 when the verdict is PASS, 1 when it is FAIL (the plan's thresholds), 2 on bad input or for a bundle of an aborted run (no verdict). The run is recorded in history.sqlite of --results (the path is said on standard error), and with --history postgres://… also in the shared results store as lab --lab (default: this machine's name), replacing that lab's row of the run if there is one."
     )
 
     @Argument(help: "A results bundle (with manifest.json) or a folder holding one folder per device.")
@@ -45,13 +46,28 @@ struct AnalyseCommand: ParsableCommand {
     @Flag(help: "Do not record the run in the history database.")
     var noHistory = false
 
+    @OptionGroup var store: HistoryReadOptions
+
     @Option(help: ArgumentHelp("summary.json (the verdict, its checks and every figure) to FILE, or alone on standard output instead of the text summary with --json or --json -; the exit code is the same.", valueName: "FILE"))
     var json: String?
 
     @Flag(help: "Print how long each step took.")
     var timings = false
 
-    func run() throws {
+    func run() async throws {
+        try store.check("analyse", most: 1)
+        if noHistory, store.history != nil { log("herald-lab analyse: --no-history and --history: one or the other"); throw ExitCode(2) }
+        // Connected first: a wrong URL, password or schema is said before the analysis; the
+        // connection is closed on every way out.
+        let shared = try await store.sharedStore("analyse")
+        do { try await analyse(shared: shared) } catch {
+            await shared?.close()
+            throw error
+        }
+        await shared?.close()
+    }
+
+    func analyse(shared: SharedResultsStore?) async throws {
         guard let mode = AnalysisMode(rawValue: mode) else {
             log("--mode \"\(OutsideText.escaped(String(mode.prefix(32))))\": must be \(AnalysisMode.allCases.map(\.rawValue).joined(separator: " or "))\(CLIConventions.didYouMean(mode, among: AnalysisMode.allCases.map(\.rawValue)))"); throw ExitCode(2)
         }
@@ -101,6 +117,14 @@ struct AnalyseCommand: ParsableCommand {
                 log("history: recorded in \(file.standardizedFileURL.path)")
             } catch {
                 log("warning: run not recorded in history (\(error)); the report is complete")
+            }
+            if let shared {
+                do {
+                    let stored = try await shared.record(try SharedRun(report.result, lab: store.lab), replace: true)
+                    log("history: recorded in \(shared.location) as lab \(Format.label(store.lab)) (row \(stored.id))")
+                } catch {
+                    log("warning: run not recorded in the shared store \(shared.location) (\(error)); the report is complete")
+                }
             }
         }
         if let json {

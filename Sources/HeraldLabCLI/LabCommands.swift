@@ -322,6 +322,9 @@ struct CoordinatorCommand: AsyncParsableCommand {
         var config = Coordinator.Config(results: URL(fileURLWithPath: results))
         let writer = try await shared.writer(results: config.results, logger: service.logger("herald-lab.results"))
         if let writer { config.recordRun = { r, bundle in try writer.record(r, bundle: bundle) } }
+        // The Trends pages read every lab's runs from the shared store, on a connection of their own.
+        let reader = try shared.dashboardReader(logger: service.logger("herald-lab.results"))
+        config.historyReader = reader
         config.host = try service.bindHost()
         config.port = service.port
         let (folder, tls) = try service.folder()
@@ -357,5 +360,6 @@ struct CoordinatorCommand: AsyncParsableCommand {
         try await runService("coordinator") { await coordinator.stop() }
         retry?.cancel()
         await writer?.store.close()
+        await reader?.close()
     }
 }

@@ -33,13 +33,8 @@ struct SharedHistoryOptions: ParsableArguments {
             return nil
         }
         do {
-            var location = try ResultsLocation.parse(history)
-            if let caFile {
-                location.caFile = caFile
-                if location.tls == .disable { location.tls = .verifyFull }
-            }
-            let password = try passwordFile.map { try ResultsLocation.readPassword(file: $0) }
-            let store = try SharedResultsStore(location: location, password: password, logger: logger)
+            let store = try makeStore(history, logger: logger)
+            let location = store.location
             let outbox = try ResultsOutbox(directory: ResultsOutbox.beside(results: results))
             let name = lab ?? ProcessInfo.processInfo.hostName
             let writer = try SharedHistoryWriter(lab: name, store: store, outbox: outbox, logger: logger)
@@ -51,6 +46,29 @@ struct SharedHistoryOptions: ParsableArguments {
             }
             return writer
         } catch {
+            log("herald-lab: \(error)")
+            throw ExitCode(2)
+        }
+    }
+}
+
+extension SharedHistoryOptions {
+    /// A store at --history (no I/O until its first call): the password from its file, the CA file for TLS.
+    func makeStore(_ history: String, logger: Logger) throws -> SharedResultsStore {
+        var location = try ResultsLocation.parse(history)
+        if let caFile {
+            location.caFile = caFile
+            if location.tls == .disable { location.tls = .verifyFull }
+        }
+        let password = try passwordFile.map { try ResultsLocation.readPassword(file: $0) }
+        return try SharedResultsStore(location: location, password: password, logger: logger)
+    }
+
+    /// The store the dashboard's Trends read (issue 41), its own connection beside the
+    /// writer's; nil without --history.
+    func dashboardReader(logger: Logger) throws -> SharedResultsStore? {
+        guard let history else { return nil }
+        do { return try makeStore(history, logger: logger) } catch {
             log("herald-lab: \(error)")
             throw ExitCode(2)
         }

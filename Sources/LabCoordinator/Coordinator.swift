@@ -68,6 +68,9 @@ public final class Coordinator: @unchecked Sendable {
         /// store's durable outbox (--history postgres://…, issue 41). Called in the gather; it
         /// must only queue, never wait for a server.
         public var recordRun: (@Sendable (AnalysisResult, URL) throws -> Void)?
+        /// The history the dashboard's Trends read: the shared results store when the coordinator
+        /// was started with --history (issue 41), else nil (results/history.sqlite).
+        public var historyReader: (any HistoryReading)?
         public init(results: URL) { self.results = results }
     }
 

@@ -231,22 +231,69 @@ extension Coordinator {
         return keys.sorted().filter { k in theirs.contains { $0[k] != mine[k] } }.map { "\($0)=\(mine[$0] ?? "(unset)")" }
     }
 
-    func trendsPage(_ s: DashboardSession) -> HTTPResponse {
+    /// The Trends page's `lab` query parameter: nil when absent or empty; a name no lab can
+    /// have here, or any lab on a coordinator without the shared store: 400 naming the field.
+    func labParameter(_ query: [String: String]) throws -> String? {
+        guard let lab = query["lab"], !lab.isEmpty else { return nil }
+        if let problem = LabName.queryProblem(lab) { throw HTTPError(.badRequest, "lab: \(problem)") }
+        guard config.historyReader?.namesLabs == true else {
+            throw HTTPError(.badRequest, "lab: this coordinator's history is its own history.sqlite (one lab); start it with --history postgres://… to read every lab's")
+        }
+        return lab
+    }
+
+    /// The cross-lab page's `plan` query parameter (required), validated as a lab name is.
+    static func planParameter(_ query: [String: String]) throws -> String {
+        guard let plan = query["plan"], !plan.isEmpty else { throw HTTPError(.badRequest, "plan: required (/trends/labs?plan=NAME)") }
+        if let problem = LabName.queryProblem(plan) { throw HTTPError(.badRequest, "plan: \(problem.replacingOccurrences(of: "a lab name", with: "a plan name"))") }
+        return plan
+    }
+
+    /// The history the Trends pages read: the shared store, else results/history.sqlite (nil
+    /// when it does not exist yet).
+    func historyReader() throws -> (any HistoryReading)? {
+        if let shared = config.historyReader { return shared }
         let url = config.results.appendingPathComponent("history.sqlite")
-        guard FileManager.default.fileExists(atPath: url.path) else {
+        guard FileManager.default.fileExists(atPath: url.path) else { return nil }
+        return try HistoryStore(url: url)
+    }
+
+    /// The newest runs the Trends pages read (each series shows its last 30): bounded however
+    /// long the history, or the shared store's many labs, grow.
+    static let trendsWindow = 5000
+
+    func trendsPage(_ s: DashboardSession, lab: String? = nil) async -> HTTPResponse {
+        let store: (any HistoryReading)?
+        do { store = try historyReader() } catch {
+            return page("Trends", s, active: "Trends", body: "<p class=\"fail\">The history cannot be read: \(Self.h("\(error)"))</p>", status: .internalServerError)
+        }
+        guard let store else {
             return page("Trends", s, active: "Trends", body: "<p id=\"nohistory\">No history yet: each analysed run adds to results/history.sqlite.</p>" + studiesSection())
         }
-        let history: [HistoryStore.Run]
-        let store: HistoryStore
+        let labs = lab.map { [$0] } ?? []
+        let history: [LabRun]
+        let known: [String]
         do {
-            store = try HistoryStore(url: url)
-            history = try store.runs()
+            history = try await store.historyRuns(labs: labs, plan: nil, last: Self.trendsWindow)
+            known = try await store.historyLabs()
         } catch {
             return page("Trends", s, active: "Trends", body: "<p class=\"fail\">The history cannot be read: \(Self.h("\(error)"))</p>", status: .internalServerError)
         }
         var body = ""
+        if store.namesLabs {
+            // The lab filter: every lab, or one; and the cross-lab page of each plan.
+            body += "<p id=\"labs\">Lab: " + (lab == nil ? "<b>every lab</b>" : "<a href=\"/trends\">every lab</a>")
+                + known.prefix(100).map { l in l == lab ? " · <b>\(Self.h(l))</b>" : (LabName.queryProblem(l) == nil ? " · <a href=\"/trends?lab=\(Self.queryValue(l))\">\(Self.h(l))</a>" : " · \(Self.h(l))") }.joined()
+                + "</p>"
+            let plans = Set(history.map(\.run.plan)).sorted()
+            if !plans.isEmpty {
+                body += "<p id=\"crosslab\">Labs side by side: " + plans.prefix(50).map { p in
+                    LabName.queryProblem(p) == nil ? "<a href=\"/trends/labs?plan=\(Self.queryValue(p))\">\(Self.h(p))</a>" : Self.h(p)
+                }.joined(separator: " · ") + "</p>"
+            }
+        }
         do {
-            let rates = try store.infraRates(last: Self.infraWindow)
+            let rates = try await store.historyInfraRates(labs: labs, last: Self.infraWindow)
             if !rates.isEmpty {
                 body += "<p id=\"infrarate\">Infrastructure faults per testbed (its last \(Self.infraWindow) runs; a node not complete, gaps, dongle recoveries): "
                     + rates.map { r in
@@ -257,65 +304,121 @@ extension Coordinator {
         } catch {
             body += "<p class=\"fail\">The infra rate cannot be read from the history: \(Self.h("\(error)"))</p>"
         }
-        body += "<p class=\"small\">Each headline metric per plan, variant and testbed, oldest run first. The band is the noise the regression check allows (the prediction bound from the runs before, as <code>herald-lab regress</code> judges); red points are regressions.</p>"
-        let groups = Dictionary(grouping: history) { "\($0.plan)\u{1F}\($0.variant)\u{1F}\($0.testbed)\u{1F}\($0.settingsKey)" }
-        let newestFirst = groups.values.sorted { ($0.last?.id ?? 0) > ($1.last?.id ?? 0) }
+        body += "<p class=\"small\">Each headline metric per \(store.namesLabs ? "lab, " : "")plan, variant and testbed, oldest run first. The band is the noise the regression check allows (the prediction bound from the runs before, as <code>herald-lab regress</code> judges); red points are regressions.</p>"
+        let groups = Dictionary(grouping: history) { "\($0.lab)\u{1F}\($0.run.plan)\u{1F}\($0.run.variant)\u{1F}\($0.run.testbed)\u{1F}\($0.run.settingsKey)" }
+        let newestFirst = groups.values.sorted { ($0.last?.run.id ?? 0) > ($1.last?.run.id ?? 0) }
         for runs in newestFirst.prefix(12) {
-            // Aborted runs have no verdict and are not plotted (issue 40): named below the charts.
-            let aborted = runs.filter(\.aborted)
-            let recent = Array(runs.filter { !$0.aborted }.suffix(30))
-            guard let first = recent.first ?? runs.first else { continue }
-            var results = [AnalysisResult?]()
-            var unreadable = [String]()
-            for r in recent {
-                do { results.append(try store.summary(of: r)) } catch {
-                    // A stored row that does not decode is named on the page, never left out unsaid.
-                    results.append(nil)
-                    unreadable.append("run \(r.runId) (history row \(r.id.map(String.init) ?? "?")): \(error)")
-                }
+            body += trendSection(runs, among: history, namesLab: store.namesLabs, source: store.historyName)
+        }
+        if groups.isEmpty { body += "<p id=\"nohistory\">No runs in the history\(lab.map { " of lab " + Self.h($0) } ?? "") yet.</p>" }
+        return page("Trends", s, active: "Trends", body: body + studiesSection())
+    }
+
+    /// The cross-lab page (issue 41): one plan's runs, one section per lab (and per variant,
+    /// testbed and settings within it), after a table of each lab's latest level.
+    func crossLabPage(_ s: DashboardSession, plan: String) async throws -> HTTPResponse {
+        guard let store = config.historyReader, store.namesLabs else {
+            throw HTTPError(.badRequest, "plan: labs side by side need the shared results store; start the coordinator with --history postgres://…")
+        }
+        let history: [LabRun]
+        do { history = try await store.historyRuns(labs: [], plan: plan, last: Self.trendsWindow) } catch {
+            return page("Labs · \(plan)", s, active: "Trends", body: "<p class=\"fail\">The history cannot be read: \(Self.h("\(error)"))</p>", status: .internalServerError)
+        }
+        var body = "<h2>Plan \(Self.h(plan)): every lab's nights</h2>"
+        let byLab = Dictionary(grouping: history, by: \.lab)
+        guard !byLab.isEmpty else {
+            return page("Labs · \(plan)", s, active: "Trends", body: body + "<p id=\"nohistory\">No lab has runs of this plan.</p>")
+        }
+        body += "<table id=\"labtable\"><tr><th>lab</th><th>runs</th><th>clean</th><th>dongle makes</th><th>last run</th><th>mean detection % (last 10 clean)</th><th>mean continuity % (last 10 clean)</th><th>last verdict</th></tr>"
+        for lab in byLab.keys.sorted() {
+            let runs = byLab[lab]!
+            let clean = runs.filter(\.run.isClean)
+            let recent = clean.suffix(10)
+            func mean(_ f: (HistoryStore.Run) -> Double) -> String {
+                let v = recent.map { f($0.run) }.filter(\.isFinite)
+                return v.isEmpty ? "–" : Format.number(v.reduce(0, +) / Double(v.count))
             }
-            // Each run judged against up to 10 runs before it, as `regress --baseline history` would.
-            var judgements = [Regression.Judgement?]()
-            for i in recent.indices {
-                guard let current = results[i] else { judgements.append(nil); continue }
-                let before = results[max(0, i - 10)..<i].compactMap { $0 }
-                judgements.append(before.isEmpty ? nil : Regression.judge(current: current, history: before, tolerancePct: current.thresholds.regressionTolerancePct))
-            }
-            // Each point links to its run's page when the coordinator has the run.
-            let links = recent.map { r -> String? in run(r.runId) != nil ? "/runs/\(Self.segment(r.runId))" : nil }
-            // A plan charted with several settings: each series is named by the settings that
-            // differ between them (advertInterval=100ms vs 1s), not only by the plan.
-            let differing = Self.differingSettings(first, among: history).map { Self.h($0) }.joined(separator: ", ")
-            body += "<h2>\(Self.h(first.plan))\(first.variant.isEmpty ? "" : " · " + Self.h(first.variant))\(first.testbed.isEmpty ? "" : " · testbed " + Self.h(first.testbed))\(differing.isEmpty ? "" : " · <span class=\"settings\">" + differing + "</span>") <span class=\"small\">(\(runs.count) runs)</span></h2>"
-            if !unreadable.isEmpty {
-                body += "<p class=\"fail unreadable\">Left out of the chart and the band, their stored summaries cannot be read (history.sqlite): " + unreadable.map { Self.h($0) }.joined(separator: "; ") + "</p>"
-            }
-            body += "<div class=\"trend\">"
-            for m in Metric.allCases {
-                let points = recent.indices.map { i -> TrendChart.Point in
-                    let finding = judgements[i]?.findings.first { $0.metric == m.rawValue }
-                    let value = results[i].flatMap { Regression.value($0, m) }
-                    var lo: Double?, hi: Double?
-                    if let b = finding?.baseline, let bound = finding?.bound, b.isFinite, bound.isFinite { lo = min(bound, 2 * b - bound); hi = max(bound, 2 * b - bound) }
-                    let infra = recent[i].infra.isEmpty ? nil : recent[i].infra
-                    return TrendChart.Point(label: recent[i].runId, value: value, bandLow: infra == nil ? lo : nil, bandHigh: infra == nil ? hi : nil,
-                                            regressed: infra == nil && (finding?.regressed ?? false), infra: infra,
-                                            at: AnalysisTime.parse(recent[i].recordedAt), link: links[i])
-                }
-                guard points.contains(where: { $0.value != nil }) else { continue }
-                body += TrendChart.svg(title: m.label, points: points, domain: 0...(m.ceiling ?? .infinity))
-            }
-            let regressed = recent.indices.filter { judgements[$0]?.verdict == .regression }.map { Self.h(recent[$0].runId) }
-            body += "</div><p>Regressions: \(regressed.isEmpty ? "none" : "<span class=\"fail\">" + regressed.joined(separator: ", ") + "</span>")</p>"
-            let infra = recent.filter { !$0.infra.isEmpty }
-            if !infra.isEmpty {
-                body += "<p class=\"infra\">Infrastructure faults (grey rings; not in the line, the band or the scale): " + infra.map { "\(Self.h($0.runId)) (\(Self.h(String($0.infra.prefix(200)))))" }.joined(separator: "; ") + "</p>"
-            }
-            if !aborted.isEmpty {
-                body += "<p class=\"noverdict aborted-runs\">Aborted, no verdict (not plotted): " + aborted.suffix(30).map { Self.h($0.runId) }.joined(separator: ", ") + "</p>"
+            let makes = Set(runs.map(\.dongleMake).filter { !$0.isEmpty }).sorted()
+            let last = runs.last!.run
+            body += "<tr class=\"lab\"><td><a href=\"/trends?lab=\(Self.queryValue(lab))\">\(Self.h(lab))</a></td><td class=\"num\">\(runs.count)</td><td class=\"num\">\(clean.count)</td>"
+                + "<td>\(makes.isEmpty ? "–" : Self.h(makes.joined(separator: "; ")))</td><td>\(Self.h(last.runId)) (\(Self.h(last.recordedAt)))</td>"
+                + "<td class=\"num\">\(mean(\.detectionPct))</td><td class=\"num\">\(mean(\.continuityPct))</td><td>\(Self.h(last.verdict))</td></tr>"
+        }
+        body += "</table><p class=\"small\">Each lab is judged against its own nights only (<code>herald-lab regress --history</code>); <code>herald-lab compare --history … --lab A --lab B --plan \(Self.h(plan))</code> compares two labs with intervals.</p>"
+        for lab in byLab.keys.sorted() {
+            body += "<h2 class=\"labsection\">Lab \(Self.h(lab))</h2>"
+            let groups = Dictionary(grouping: byLab[lab]!) { "\($0.run.variant)\u{1F}\($0.run.testbed)\u{1F}\($0.run.settingsKey)" }
+            for runs in groups.values.sorted(by: { ($0.last?.run.id ?? 0) > ($1.last?.run.id ?? 0) }).prefix(4) {
+                body += trendSection(runs, among: history, namesLab: true, source: store.historyName)
             }
         }
-        if groups.isEmpty { body += "<p id=\"nohistory\">No runs in the history yet.</p>" }
-        return page("Trends", s, active: "Trends", body: body + studiesSection())
+        return page("Labs · \(plan)", s, active: "Trends", body: body)
+    }
+
+    /// A query parameter's value, percent-encoded.
+    static func queryValue(_ s: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return s.addingPercentEncoding(withAllowedCharacters: allowed) ?? ""
+    }
+
+    /// One series (a lab's plan, variant, testbed and settings): a chart per headline metric
+    /// with the band `regress` allows, its regressions, infra and aborted runs named.
+    func trendSection(_ runs: [LabRun], among history: [LabRun], namesLab: Bool, source: String) -> String {
+        var body = ""
+        // Aborted runs have no verdict and are not plotted (issue 40): named below the charts.
+        let aborted = runs.filter(\.run.aborted).map(\.run)
+        let recent = Array(runs.filter { !$0.run.aborted }.suffix(30)).map(\.run)
+        guard let first = recent.first ?? runs.first?.run, let lab = runs.first?.lab else { return "" }
+        var results = [AnalysisResult?]()
+        var unreadable = [String]()
+        for r in recent {
+            do { results.append(try r.decodedSummary()) } catch {
+                // A stored row that does not decode is named on the page, never left out unsaid.
+                results.append(nil)
+                unreadable.append("run \(r.runId) (history row \(r.id.map(String.init) ?? "?")): \(error)")
+            }
+        }
+        // Each run judged against up to 10 runs before it, as `regress --baseline history` would.
+        var judgements = [Regression.Judgement?]()
+        for i in recent.indices {
+            guard let current = results[i] else { judgements.append(nil); continue }
+            let before = results[max(0, i - 10)..<i].compactMap { $0 }
+            judgements.append(before.isEmpty ? nil : Regression.judge(current: current, history: before, tolerancePct: current.thresholds.regressionTolerancePct))
+        }
+        // Each point links to its run's page when the coordinator has the run.
+        let links = recent.map { r -> String? in run(r.runId) != nil ? "/runs/\(Self.segment(r.runId))" : nil }
+        // A plan charted with several settings: each series is named by the settings that
+        // differ between them (advertInterval=100ms vs 1s), not only by the plan.
+        let differing = Self.differingSettings(first, among: history.filter { $0.lab == lab }.map(\.run)).map { Self.h($0) }.joined(separator: ", ")
+        body += "<h2>\(namesLab ? "<span class=\"lab\">lab " + Self.h(lab) + "</span> · " : "")\(Self.h(first.plan))\(first.variant.isEmpty ? "" : " · " + Self.h(first.variant))\(first.testbed.isEmpty ? "" : " · testbed " + Self.h(first.testbed))\(differing.isEmpty ? "" : " · <span class=\"settings\">" + differing + "</span>") <span class=\"small\">(\(runs.count) runs)</span></h2>"
+        if !unreadable.isEmpty {
+            body += "<p class=\"fail unreadable\">Left out of the chart and the band, their stored summaries cannot be read (\(Self.h(namesLab ? "the shared store" : "history.sqlite"))): " + unreadable.map { Self.h($0) }.joined(separator: "; ") + "</p>"
+        }
+        body += "<div class=\"trend\">"
+        for m in Metric.allCases {
+            let points = recent.indices.map { i -> TrendChart.Point in
+                let finding = judgements[i]?.findings.first { $0.metric == m.rawValue }
+                let value = results[i].flatMap { Regression.value($0, m) }
+                var lo: Double?, hi: Double?
+                if let b = finding?.baseline, let bound = finding?.bound, b.isFinite, bound.isFinite { lo = min(bound, 2 * b - bound); hi = max(bound, 2 * b - bound) }
+                let infra = recent[i].infra.isEmpty ? nil : recent[i].infra
+                return TrendChart.Point(label: recent[i].runId, value: value, bandLow: infra == nil ? lo : nil, bandHigh: infra == nil ? hi : nil,
+                                        regressed: infra == nil && (finding?.regressed ?? false), infra: infra,
+                                        at: AnalysisTime.parse(recent[i].recordedAt), link: links[i])
+            }
+            guard points.contains(where: { $0.value != nil }) else { continue }
+            body += TrendChart.svg(title: m.label, points: points, domain: 0...(m.ceiling ?? .infinity))
+        }
+        let regressed = recent.indices.filter { judgements[$0]?.verdict == .regression }.map { Self.h(recent[$0].runId) }
+        body += "</div><p>Regressions: \(regressed.isEmpty ? "none" : "<span class=\"fail\">" + regressed.joined(separator: ", ") + "</span>")</p>"
+        let infra = recent.filter { !$0.infra.isEmpty }
+        if !infra.isEmpty {
+            body += "<p class=\"infra\">Infrastructure faults (grey rings; not in the line, the band or the scale): " + infra.map { "\(Self.h($0.runId)) (\(Self.h(String($0.infra.prefix(200)))))" }.joined(separator: "; ") + "</p>"
+        }
+        if !aborted.isEmpty {
+            body += "<p class=\"noverdict aborted-runs\">Aborted, no verdict (not plotted): " + aborted.suffix(30).map { Self.h($0.runId) }.joined(separator: ", ") + "</p>"
+        }
+        return body
     }
 }

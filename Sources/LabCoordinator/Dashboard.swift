@@ -25,7 +25,7 @@ extension Coordinator {
     /// The dashboard's routes as (method, pattern), for tests that try each one as a stranger.
     public static let dashboardRouteList: [(String, String)] = [
         ("GET", "/"), ("POST", "/signin"), ("POST", "/signout"), ("GET", "/lab"), ("GET", "/runs"), ("GET", "/trends"),
-        ("GET", "/studies/:name"),
+        ("GET", "/trends/labs"), ("GET", "/studies/:name"),
         ("GET", "/runs/:id"), ("GET", "/runs/:id/events"), ("GET", "/runs/:id/files/:name"),
         ("POST", "/runs/:id/abort"), ("POST", "/dongles/:dongle/health"), ("GET", "/favicon.ico"), ("GET", "/events/lab"),
     ]
@@ -91,7 +91,11 @@ extension Coordinator {
         }
         http.route("GET", "/trends", public: true) { [unowned self] req in
             guard let s = self.session(req) else { return Self.redirect("/") }
-            return self.trendsPage(s)
+            return try await self.trendsPage(s, lab: try self.labParameter(req.query))
+        }
+        http.route("GET", "/trends/labs", public: true) { [unowned self] req in
+            guard let s = self.session(req) else { return Self.redirect("/") }
+            return try await self.crossLabPage(s, plan: try Self.planParameter(req.query))
         }
         http.route("GET", "/studies/:name", public: true) { [unowned self] req in
             guard let s = self.session(req) else { return Self.redirect("/") }

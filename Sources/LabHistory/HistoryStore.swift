@@ -67,8 +67,11 @@ public final class HistoryStore {
     }
 
     private let db: DatabaseQueue
+    /// The database file's path.
+    public let path: String
 
     public init(url: URL) throws {
+        path = url.path
         try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
         // Other connections to the same file wait for one another up to 10 s (the dashboard, the metrics and `analyse` open the history while the coordinator records a run),
         // then fail loudly, instead of failing at once with "database is locked".

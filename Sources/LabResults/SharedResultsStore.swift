@@ -157,7 +157,7 @@ public actor SharedResultsStore {
 
     /// Runs `body` on the connection; any failure drops the connection (the next call connects
     /// anew) and is said as a ResultsStoreError without the query's values.
-    private func using<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+    func using<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         let c = try await connected()
         do { return try await body(c) } catch {
             try? await c.close()
@@ -169,7 +169,7 @@ public actor SharedResultsStore {
     }
 
     /// In one transaction; rolled back on any failure.
-    private func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+    func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         try await using { c in
             try await c.query("BEGIN", logger: Self.quiet)
             do {
@@ -358,7 +358,7 @@ public actor SharedResultsStore {
                          failedChecks: try c[23].decode(String.self), infra: try c[24].decode(String.self), summaryJSON: try c[25].decode(String.self))
     }
 
-    private func fetchRuns(_ q: PostgresQuery) async throws -> [SharedRun] {
+    func fetchRuns(_ q: PostgresQuery) async throws -> [SharedRun] {
         try await using { c in
             var out = [SharedRun]()
             for try await row in try await c.query(q, logger: Self.quiet) { out.append(try Self.run(row)) }

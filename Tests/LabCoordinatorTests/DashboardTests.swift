@@ -30,7 +30,7 @@ final class DashboardTests: XCTestCase {
     /// files and a dongle, listening on loopback; with `tls`, over TLS with a lab CA the client trusts.
     /// A coordinator with the dashboard; `throttle` its rules for wrong credentials (here 10 free
     /// failures by default: the tests below try six wrong credentials before the right one).
-    func start(tls: Bool = false, throttle: AuthThrottle.Rules = AuthThrottle.Rules(free: 10)) async throws -> (Coordinator, LabClient) {
+    func start(tls: Bool = false, throttle: AuthThrottle.Rules = AuthThrottle.Rules(free: 10), history: (any HistoryReading)? = nil) async throws -> (Coordinator, LabClient) {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("dash-\(UUID().uuidString)")
         let cred = dir.appendingPathComponent("cred")
         try FileManager.default.createDirectory(at: cred, withIntermediateDirectories: true)
@@ -40,6 +40,7 @@ final class DashboardTests: XCTestCase {
         config.scrapeToken = scrapeToken
         config.credentials = CredentialsFolder(url: cred)
         config.authThrottle = throttle
+        config.historyReader = history
         if tls {
             let p = { (n: String) in cred.appendingPathComponent(n).path }
             try LabCA.create(commonName: "dash CA", days: 1, certificate: p("ca.pem"), key: p("ca-key.pem"))

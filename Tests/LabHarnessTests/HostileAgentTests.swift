@@ -46,7 +46,7 @@ final class HostileAgentTests: XCTestCase {
     /// What every reader of the record must survive: the run is final, nothing impossible is in
     /// it, the metrics and the pages render with nothing raw from the agent; then the same after
     /// a restart on the same results folder.
-    func checkReaders(_ c: Coordinator, _ id: String, _ where_: String, final: Bool = true) throws {
+    func checkReaders(_ c: Coordinator, _ id: String, _ where_: String, final: Bool = true) async throws {
         let r = try XCTUnwrap(c.run(id), "\(where_): the run's record")
         if final { XCTAssertTrue(r.state.isFinal, "\(where_): \(r.state)") }
         for n in r.nodes {
@@ -62,7 +62,8 @@ final class HostileAgentTests: XCTestCase {
         XCTAssertTrue(metrics.contains("heraldlab_runs{"), "\(where_): metrics render")
         XCTAssertFalse(metrics.contains("<script>") || metrics.contains("\u{1B}"), "\(where_): nothing raw in the metrics")
         let session = DashboardSession(id: "s", csrf: "c", expires: .infinity)
-        let pages = [c.labPage(session), c.runsPage(session), c.trendsPage(session), try c.livePage(session, id: id)]
+        let trends = await c.trendsPage(session)
+        let pages = [c.labPage(session), c.runsPage(session), trends, try c.livePage(session, id: id)]
         for page in pages {
             guard case .data(let body) = page.body else { XCTFail("\(where_): a page without a body"); continue }
             let html = String(decoding: body, as: UTF8.self)
@@ -76,7 +77,7 @@ final class HostileAgentTests: XCTestCase {
         let config = lab.coordinator.config
         await lab.coordinator.stop()
         let again = try Coordinator(config: config, logger: LogCapture.quiet())
-        try checkReaders(again, id, "after a restart")
+        try await checkReaders(again, id, "after a restart")
         await again.stop()
     }
 
@@ -93,10 +94,10 @@ final class HostileAgentTests: XCTestCase {
         link.twistStatus = { s in Self.lie(&s); s.runId = id }
         // Its lies reach the coordinator: heartbeats after the twist, and a page viewed meanwhile.
         _ = try await lab.waitFor("3 hostile heartbeats", timeout: 20) { link.heartbeats >= before + 3 ? true : nil }
-        try checkReaders(lab.coordinator, id, "mid-run", final: false)
+        try await checkReaders(lab.coordinator, id, "mid-run", final: false)
         let r = try await lab.waitFor("the run's end", timeout: 60) { lab.coordinator.run(id).flatMap { $0.state.isFinal ? $0 : nil } }
         for n in r.nodes where n.agent != hostile { XCTAssertEqual(n.state, .complete, "\(n.name): \(n.message ?? "")") }
-        try checkReaders(lab.coordinator, id, "after the end")
+        try await checkReaders(lab.coordinator, id, "after the end")
         try await restartAndCheck(lab, id)
     }
 
@@ -126,7 +127,7 @@ final class HostileAgentTests: XCTestCase {
         XCTAssertEqual(r.state, .failed, "a lost node fails the run")
         let m = try Manifest.read(from: lab.results.appendingPathComponent("\(r.id)/manifest.json"))
         XCTAssertTrue(m.nodes.allSatisfy { $0.clockOffset.isFinite && abs($0.clockOffset) < 1e6 }, "\(m.nodes.map(\.clockOffset))")
-        try checkReaders(lab.coordinator, r.id, "after the end")
+        try await checkReaders(lab.coordinator, r.id, "after the end")
         try await restartAndCheck(lab, r.id)
     }
 
@@ -144,7 +145,7 @@ final class HostileAgentTests: XCTestCase {
         XCTAssertEqual(after.state, first.state)
         XCTAssertEqual(after.nodes.map(\.state), first.nodes.map(\.state))
         XCTAssertEqual(after.nodes.map(\.startedAt), first.nodes.map(\.startedAt))
-        try checkReaders(lab.coordinator, first.id, "after the end")
+        try await checkReaders(lab.coordinator, first.id, "after the end")
         // The lab runs on with the agents that tell the truth.
         let others = lab.agents.keys.filter { $0 != hostile }.count
         let second = try await lab.runToEnd(plan("next", nodes: others))

@@ -85,6 +85,24 @@ n=$("$bin" results-store runs "${read_args[@]}" --lab london --lab oslo --plan r
 [ "$n" = "london oslo" ] || fail "results-store runs --lab london --lab oslo: $n"
 "$bin" results-store infra "${read_args[@]}" | tee "$work/infra.txt"
 grep -q "^london/sim  0 of 1 runs" "$work/infra.txt" || fail "results-store infra"
+# history, regress and compare read the shared store (issue 41 item 4).
+"$bin" history "${read_args[@]}" --lab london --lab oslo > "$work/history.txt" 2>&1 || { cat "$work/history.txt"; fail "history --lab london --lab oslo"; }
+head -1 "$work/history.txt" | grep -q "^recorded  *lab  *plan" || fail "history: no lab column: $(head -3 "$work/history.txt")"
+[ "$(grep -c ' london  *results-e2e ' "$work/history.txt")" = 1 ] && [ "$(grep -c ' oslo  *results-e2e ' "$work/history.txt")" = 1 ] || fail "history: a row of each lab: $(cat "$work/history.txt")"
+n=$("$bin" history "${read_args[@]}" --lab oslo --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print(" ".join(x["lab"] for x in r))')
+[ "$n" = "oslo" ] || fail "history --lab oslo --json: $n"
+out=$("$bin" history "${read_args[@]}" --lab lodnon 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q -- "--lab \"lodnon\": no runs of that lab.*did you mean 'london'" <<<"$out" || fail "history --lab lodnon: exit $rc: $out"
+bundle=$(dirname "$(ls "$work"/results-london/*/manifest.json | head -1)")
+out=$("$bin" regress "$bundle" --baseline history "${read_args[@]}" --lab london 2>&1); rc=$?
+[ $rc -eq 3 ] && grep -q "by lab london in the shared store" <<<"$out" && grep -q "other labs' runs are never its baseline" <<<"$out" || fail "regress --history --lab london: exit $rc: $out"
+out=$("$bin" regress "$bundle" --baseline history "${read_args[@]}" --lab london --lab oslo 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q -- "--lab given 2 times" <<<"$out" || fail "regress with two --lab: exit $rc: $out"
+out=$("$bin" compare "${read_args[@]}" --lab london --lab oslo --plan results-e2e --resamples 200 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "oslo" <<<"$out" || fail "compare --lab london --lab oslo: exit $rc: $out"
+out=$("$bin" regress accept results-e2e --by e2e --reason "nothing open" --history "$(printf "$url" results_owner)" --history-password-file "$work/owner.pw" --lab london 2>&1); rc=$?
+[ $rc -eq 3 ] && grep -q "no open alert of lab london, plan results-e2e" <<<"$out" || fail "regress accept --lab london: exit $rc: $out"
+echo "e2e: history, regress and compare read both labs from the shared store"
 grep -q "$(cat "$work/coordinator.pw")" "$work"/lab-*/logs/*.log "$work"/*.out "$work/oslo-restart.log" && fail "a password is in a log"
 echo "e2e: PostgreSQL back: lab oslo's write landed once; 2 labs, 2 rows, no duplicates, no password in any log ($(( $(date +%s) - t0 )) s)"
 echo "e2e: 1 passed, 0 failed"
