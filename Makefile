@@ -111,8 +111,9 @@ test-ci: deps build
 	python3 scripts/ci/test_recipes.py .build/debug/herald-lab 4
 
 # The coordinator's dashboard in headless Chromium (Selenium, chromium-driver) against the lab of
-# `make lab`: sign-in, every page without console errors, a live run's numbers changing on screen,
-# a stranger getting nothing, a CSRF-protected button; screenshots in results/test-dashboard/.
+# `make lab`: sign-in, every page without console errors or Content-Security-Policy violations, a
+# live run's numbers changing on screen, a stranger getting nothing, a CSRF-protected button;
+# screenshots of each page in results/test-dashboard/.
 test-dashboard: deps build
 	python3 scripts/dashboard/test.py .build/debug/herald-lab results/test-dashboard
 

@@ -34,6 +34,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        .package(url: "https://github.com/hummingbird-project/swift-mustache", from: "2.1.1"),
     ],
     targets: [
         // MARK: The release and the commit a binary was built from (a build-time plugin writes the commit).
@@ -88,7 +89,10 @@ let package = Package(
                                                   .product(name: "NIOSSL", package: "swift-nio-ssl")]),
         // MARK: Agent (runs a node on a Linux machine) and coordinator (plans, barrier, gather).
         .target(name: "LabAgent", dependencies: ["LabMetrics", "HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "LabLink", "LabNet", "RadioAir", "RadioSim", "BlueZRadio", .product(name: "Logging", package: "swift-log")]),
-        .target(name: "LabCoordinator", dependencies: ["LabMetrics", "HeraldCore", "LabPlan", "LabHTTP", "LabLink", "LabNet", "RadioAir", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams"), .product(name: "Logging", package: "swift-log")]),
+        .target(name: "LabCoordinator", dependencies: ["LabMetrics", "HeraldCore", "LabPlan", "LabHTTP", "LabLink", "LabNet", "RadioAir", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams"), .product(name: "Logging", package: "swift-log"),
+                                                      .product(name: "Mustache", package: "swift-mustache")],
+                // The dashboard's pages (Mustache templates, escaping by default), its CSS and its scripts (ARCHITECTURE.md).
+                resources: [.copy("Dashboard")]),
         // MARK: BlueZ over D-Bus (libdbus) and controller identity (libbluetooth).
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .target(name: "DBus", dependencies: ["CDBus"]),

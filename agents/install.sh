@@ -162,6 +162,13 @@ if [ -z "$stage" ]; then
     id heraldlab >/dev/null 2>&1 || useradd --system --home /var/lib/herald-lab --shell /usr/sbin/nologin heraldlab
     getent group bluetooth >/dev/null && usermod -aG bluetooth heraldlab
     install -m 0755 "$binary" /usr/local/bin/herald-lab
+    # The dashboard's templates, style sheet and scripts (a coordinator's; the build leaves them
+    # beside the binary), where /usr/local/bin/herald-lab looks: ../share/herald-lab/dashboard.
+    resources=$(dirname "$binary")/HeraldLab_LabCoordinator.resources/Dashboard
+    if [ -d "$resources" ]; then
+      install -d /usr/local/share/herald-lab/dashboard
+      install -m 0644 "$resources"/* /usr/local/share/herald-lab/dashboard/
+    fi
   fi
   install -d -m 0750 -o root -g heraldlab "$etc" "$etc/agents"
   install -d -m 0750 -o heraldlab -g heraldlab /var/lib/herald-lab

@@ -27,8 +27,11 @@ extension HTMLReport {
 
     static let palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#ad494a"]
 
-    static func svgOpen(_ width: Int, _ height: Int, label: String) -> String {
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(width)\" height=\"\(height)\" role=\"img\" aria-label=\"\(esc(label))\"><style>text{font-size:11px;font-family:sans-serif;fill:#333}</style>"
+    /// `inlineStyle`: false for a page whose Content-Security-Policy allows no inline style (the
+    /// dashboard's style sheet styles the text instead).
+    static func svgOpen(_ width: Int, _ height: Int, label: String, inlineStyle: Bool = true) -> String {
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(width)\" height=\"\(height)\" role=\"img\" aria-label=\"\(esc(label))\">"
+            + (inlineStyle ? "<style>text{font-size:11px;font-family:sans-serif;fill:#333}</style>" : "")
     }
 
     static func n1(_ v: Double) -> String { String(format: "%.1f", v) }

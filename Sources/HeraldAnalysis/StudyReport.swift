@@ -26,7 +26,8 @@ public enum StudyReport {
     /// The forest plot of a comparison's effects (inline SVG, every label escaped): each effect
     /// as a change relative to the baseline on a symmetric log scale, its 95 % interval, the
     /// practical margin as a grey band, the verdict. study.html and the coordinator's dashboard show it.
-    public static func forestPlot(_ o: Comparison.Outcome) -> String {
+    /// `inlineStyle`: false leaves out the SVG's own <style> (a page that allows none styles it).
+    public static func forestPlot(_ o: Comparison.Outcome, inlineStyle: Bool = true) -> String {
         // Forest plot: relative change (%), interval, margin band, zero line.
         let rows = o.effects.filter { $0.delta != nil && $0.baselineEstimate != nil }
         func rel(_ v: Double, _ e: Comparison.Effect) -> Double {
@@ -43,7 +44,8 @@ public enum StudyReport {
         let labelW = 300.0, plotW = 520.0, rowH = 22.0, top = 24.0
         let height = top + rowH * Double(max(1, rows.count)) + 30
         func x(_ pct: Double) -> Double { labelW + (max(-extent, min(extent, t(pct))) + extent) / (2 * extent) * plotW }
-        var h = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(Int(labelW + plotW + 140))\" height=\"\(Int(height))\" role=\"img\" aria-label=\"forest plot\"><style>text{font-size:12px;font-family:sans-serif}</style>"
+        var h = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(Int(labelW + plotW + 140))\" height=\"\(Int(height))\" role=\"img\" aria-label=\"forest plot\">"
+            + (inlineStyle ? "<style>text{font-size:12px;font-family:sans-serif}</style>" : "")
         h += "<line x1=\"\(x(0))\" y1=\"\(top - 8)\" x2=\"\(x(0))\" y2=\"\(height - 24)\" stroke=\"#888\"/>"
         for tick in [-1000.0, -100, -10, 10, 100, 1000] where abs(t(tick)) <= extent {
             h += "<line x1=\"\(x(tick))\" y1=\"\(top - 8)\" x2=\"\(x(tick))\" y2=\"\(height - 24)\" stroke=\"#eee\"/>"

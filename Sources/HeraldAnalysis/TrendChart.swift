@@ -34,7 +34,8 @@ public enum TrendChart {
 
     /// `domain`: the values the metric can take (0 to 100 for a percentage that cannot exceed
     /// it, 0 and up for a time): the axis never reaches past it (no 100.4 % detection, no -0.2 s).
-    public static func svg(title: String, points: [Point], domain: ClosedRange<Double>? = nil, width: Int = 520, height: Int = 170) -> String {
+    /// `inlineStyle`: false leaves out the SVG's own <style> (a page that allows none styles it).
+    public static func svg(title: String, points: [Point], domain: ClosedRange<Double>? = nil, width: Int = 520, height: Int = 170, inlineStyle: Bool = true) -> String {
         typealias R = HTMLReport
         // The scale is the clean runs' and their bands': an infra run's fall does not squash it.
         let values = points.filter { $0.infra == nil }.flatMap { [$0.value, $0.bandLow, $0.bandHigh] }.compactMap { $0 }.filter(\.isFinite)
@@ -56,7 +57,7 @@ public enum TrendChart {
             f.yMax = min(f.yMax, domain.upperBound)
             if f.yMax <= f.yMin { f.yMin = max(domain.lowerBound, f.yMax - 1); f.yMax = f.yMin + 1 }
         }
-        var s = R.svgOpen(width, height, label: title)
+        var s = R.svgOpen(width, height, label: title, inlineStyle: inlineStyle)
         s += R.valueAxis(f, title: title)
         if byDate {
             let span = f.xMax - f.xMin

@@ -126,7 +126,7 @@ public final class Coordinator: @unchecked Sendable {
     /// `httpLogger` is its HTTP service's (nil: label herald-lab.http at `logger`'s level).
     public init(config: Config, logger: Logger = Logger(label: "herald-lab.coordinator"), httpLogger: Logger? = nil) throws {
         self.config = config
-        let dashboard = DashboardState()
+        let dashboard = try DashboardState()
         self.dashboard = dashboard
         self.logger = Logger(label: logger.label) { _ in RunLogTee(inner: logger, events: dashboard.events) }
         store = try CoordinatorStore(url: config.results.appendingPathComponent("coordinator.sqlite"))

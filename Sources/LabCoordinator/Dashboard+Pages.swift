@@ -5,9 +5,11 @@ import LabHistory
 import LabHTTP
 import LabPlan
 
-/// The dashboard's pages: server-rendered HTML with inline CSS and (on the live page) one inline
-/// script; no external asset, so it works offline. Every piece of outside text (agents' names,
-/// URLs, tags, messages, plans, dongles' evidence) goes through `OutsideText.html`.
+/// The dashboard's pages: Mustache templates (Sources/LabCoordinator/Dashboard/, loaded once by
+/// `DashboardTemplates`) whose `{{x}}` escapes every piece of outside text (agents' names, URLs,
+/// tags, messages, plans, dongles' evidence) with `OutsideText.html`; the style sheet and the
+/// scripts are files served from /static/, so the Content-Security-Policy allows no inline script
+/// or style. The code here builds each page's context (plain values) and nothing of its markup.
 extension Coordinator {
     static func h(_ s: String) -> String { OutsideText.html(s) }
 
@@ -18,62 +20,44 @@ extension Coordinator {
         return s.addingPercentEncoding(withAllowedCharacters: allowed) ?? ""
     }
 
-    static let css = """
-    body{font-family:system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
-    header{background:#23395d;color:#fff;padding:8px 16px;display:flex;gap:16px;align-items:center}
-    header a{color:#fff;text-decoration:none;padding:4px 8px;border-radius:4px}header a.on{background:#3d5a80}
-    header form{margin-left:auto}main{padding:12px 16px}
-    table{border-collapse:collapse;margin:8px 0;background:#fff}td,th{border:1px solid #ddd;padding:3px 7px;font-size:13px;text-align:left;vertical-align:top}
-    th{background:#f0f0f0}.num{text-align:right;font-variant-numeric:tabular-nums}
-    .alive,.good,.pass,.complete{color:#1a7f37}.missing,.unknown,.maintenance,.gathering,.arming,.running{color:#9a6700}
-    .lost,.bad,.fail,.failed,.aborted,.retired,.stale{color:#cf222e;font-weight:bold}
-    .small{font-size:12px;color:#555}button{cursor:pointer}pre{white-space:pre-wrap;max-width:60em}
-    .m td{width:16px;height:16px;padding:0;text-align:center}.m td.y{background:#2ca02c}.m td.n{background:#eee}.m td.s{background:#555}
-    .strip td{width:6px;height:12px;padding:0}.strip td:first-child{width:auto;white-space:nowrap;padding:0 6px;font-size:12px}.strip td.y{background:#2ca02c}.strip td.n{background:#f3d0d0}.strip td.f{background:#fff}
-    .better{color:#1a7f37;font-weight:600}.worse{color:#cf222e;font-weight:600}.same{color:#555}.inconclusive{color:#9a6700}.note{color:#666;font-size:12px}
-    .legend .sw{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}
-    .noverdict,.infra{color:#6e7781;font-style:italic}.armed{color:#9a6700}
-    .m th{font-weight:normal;font-size:11px;padding:2px 4px}.m th.v{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;padding:4px 1px}
-    .strip tr.axis th{font-size:10px;font-weight:normal;text-align:left;padding:0 2px;background:none;border:0;border-left:1px solid #999;white-space:nowrap}
-    .steps{display:inline-flex;gap:4px;list-style:none;padding:0;margin:4px 0;vertical-align:middle}.steps li{padding:2px 8px;border-radius:10px;background:#eee;color:#777;font-size:12px}
-    .steps li.done{background:#d8eedd;color:#1a7f37}.steps li.ended{background:#f6d5d5;color:#cf222e}.steps li.current{background:#9a6700;color:#fff;font-weight:600}progress#bar{width:240px;vertical-align:middle}
-    .charts{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}.chart{background:#fff;border:1px solid #ddd}.chart .axis{stroke:#888}.chart text{font-size:10px;fill:#444}.chart text.ctitle{font-size:12px;fill:#222}
-    .events td{font-size:12px}.warning{color:#9a6700}.error,.critical{color:#cf222e}
-    """
+    /// The pages' policy: scripts and style sheets from the coordinator only (/static/), none inline.
+    static let pagePolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
-    /// A whole page: the header with the navigation and sign-out, then `body`. `script` runs with
-    /// the page's nonce (the Content-Security-Policy allows no other script).
-    func page(_ title: String, _ s: DashboardSession, active: String, body: String, script: String? = nil, status: HTTPStatusCode = .ok) -> HTTPResponse {
-        let nonce = DashboardSessions.randomToken().prefix(32)
-        let nav = [("Lab", "/lab"), ("Runs", "/runs"), ("Trends", "/trends")].map { name, href in
-            "<a href=\"\(href)\"\(name == active ? " class=\"on\"" : "")>\(name)</a>"
-        }.joined()
-        let html = """
-        <!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>\(Self.h(title)) · HeraldLab</title>
-        <meta name="viewport" content="width=device-width, initial-scale=1"><style>\(Self.css)</style></head>
-        <body><header><strong>HeraldLab</strong>\(nav)<form method="post" action="/signout"><input type="hidden" name="csrf" value="\(s.csrf)"><button id="signout">Sign out</button></form></header>
-        <main><h1>\(Self.h(title))</h1>\(body)</main>\(script.map { "<script nonce=\"\(nonce)\">\($0)</script>" } ?? "")</body></html>
-        """
-        return Self.html(html, status: status, nonce: String(nonce))
+    /// A whole page: `template` (which fills in layout.mustache: the navigation, sign-out, the
+    /// style sheet) with `context`, and `script` (a /static/ name) when the page is live.
+    func page(_ template: String, _ title: String, _ s: DashboardSession, active: String, _ context: [String: Any] = [:], script: String? = nil,
+              status: HTTPStatusCode = .ok) -> HTTPResponse {
+        var c = context
+        c["title"] = title
+        c["csrf"] = s.csrf
+        c["nav"] = [("Lab", "/lab"), ("Runs", "/runs"), ("Trends", "/trends")].map { name, href -> [String: Any] in ["name": name, "href": href, "on": name == active] }
+        if let script { c["script"] = script }
+        return Self.html(dashboard.templates.render(template, c), status: status)
     }
 
-    static func html(_ text: String, status: HTTPStatusCode = .ok, nonce: String? = nil) -> HTTPResponse {
+    /// A page of one line (a run that does not exist, an error).
+    func messagePage(_ title: String, _ s: DashboardSession, active: String, text: String, id: String? = nil, cls: String? = nil, status: HTTPStatusCode) -> HTTPResponse {
+        page("message", title, s, active: active, mustacheContext(["text": text, "id": id, "cls": cls]), status: status)
+    }
+
+    static func html(_ text: String, status: HTTPStatusCode = .ok) -> HTTPResponse {
         HTTPResponse(status, headers: [
-            "Content-Type": "text/html; charset=utf-8",
-            "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'" + (nonce.map { "; script-src 'nonce-\($0)'" } ?? ""),
+            "Content-Type": "text/html; charset=utf-8", "Content-Security-Policy": pagePolicy,
             "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", "Cache-Control": "no-store", "X-Frame-Options": "DENY",
         ], body: Data(text.utf8))
     }
 
     func signInPage(message: String?, status: HTTPStatusCode) -> HTTPResponse {
-        Self.html("""
-        <!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>Sign in · HeraldLab</title><style>\(Self.css)</style></head>
-        <body><header><strong>HeraldLab</strong></header><main><h1>Sign in</h1>
-        \(message.map { "<p class=\"fail\" id=\"error\">\(Self.h($0))</p>" } ?? "")
-        <form method="post" action="/signin"><label>Operator credential <input type="password" name="credential" id="credential" autocomplete="current-password" autofocus></label>
-        <button type="submit" id="signin">Sign in</button></form>
-        <p class="small">The operator's token (the coordinator's --token-file). Agents' and scrape credentials do not sign in.</p></main></body></html>
-        """, status: status)
+        Self.html(dashboard.templates.render("signin", mustacheContext(["message": message])), status: status)
+    }
+
+    /// GET /static/NAME: the style sheet and the scripts (`DashboardTemplates.staticFiles`, by
+    /// name only), public (the sign-in page needs the style sheet; they hold nothing of the lab).
+    func staticFile(_ name: String) throws -> HTTPResponse {
+        guard let type = DashboardTemplates.staticFiles[name], let data = dashboard.templates.files[name] else {
+            throw HTTPError(.notFound, "no static file \(HTTPService.escaped(name)) (\(DashboardTemplates.staticFiles.keys.sorted().joined(separator: ", ")))")
+        }
+        return HTTPResponse(.ok, headers: ["Content-Type": type, "Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"], body: data)
     }
 
     static func age(_ seconds: Double?) -> String {
@@ -84,55 +68,52 @@ extension Coordinator {
         return String(format: "%.0f d", s / 86400)
     }
 
+    /// A time as the pages show it (plain text: the template escapes it).
     static func time(_ t: Double?) -> String {
         guard let t else { return "–" }
-        return h(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: t)))
+        return HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: t))
     }
 
     // MARK: Lab
 
     func labPage(_ s: DashboardSession, notice: String? = nil) -> HTTPResponse {
         let t = now
-        var body = notice.map { "<p class=\"notice\" id=\"notice\">\(Self.h($0))</p>" } ?? ""
-        body += summaryStrip(labSummary())
-        body += "<h2>Agents</h2><table id=\"agents\"><tr><th>agent</th><th>liveness</th><th>URL</th><th>radio</th><th>last heartbeat</th><th>run</th><th>runs held</th><th>last error</th><th>version, tags</th></tr>"
-        let views = agentViews
-        for a in views {
+        let agents = agentViews.map { a -> [String: Any] in
             let held = a.status?.held ?? []
-            body += "<tr data-agent=\"\(Self.h(a.info.name))\"><td>\(Self.h(a.info.name))</td><td class=\"liveness \(a.state.rawValue)\">\(a.state.rawValue)</td><td>\(Self.h(a.info.url))</td><td>\(a.info.radio.rawValue)\(a.info.dongle.map { " · " + Self.h($0.name) } ?? "")</td>"
-            body += "<td class=\"num age\">\(Self.age(a.lastSeen.map { t - $0 }))</td><td>\(a.status?.runId.map { "<a href=\"/runs/\(Self.segment($0))\">\(Self.h($0))</a>" } ?? "–")</td>"
-            body += "<td>\(held.count)\(held.isEmpty ? "" : ": " + held.prefix(5).map(Self.h).joined(separator: ", ") + (held.count > 5 ? ", …" : ""))</td>"
-            body += "<td>\(a.lastError.map { "\(Self.h($0)) <span class=\"small\">(\(Self.age(a.lastErrorAt.map { t - $0 })) ago)</span>" } ?? "–")</td>"
-            body += "<td class=\"small\">\(Self.h(a.info.version)) \(a.info.tags.map(Self.h).joined(separator: ", "))</td></tr>"
+            return mustacheContext([
+                "name": a.info.name, "state": a.state.rawValue, "url": a.info.url, "radio": a.info.radio.rawValue, "dongle": a.info.dongle?.name,
+                "age": Self.age(a.lastSeen.map { t - $0 }),
+                "run": a.status?.runId.map { ["href": "/runs/\(Self.segment($0))", "id": $0] },
+                "heldCount": held.count, "heldAny": !held.isEmpty, "held": Array(held.prefix(5)), "heldMore": held.count > 5,
+                "error": a.lastError.map { ["text": $0, "age": Self.age(a.lastErrorAt.map { t - $0 })] },
+                "version": a.info.version, "tags": a.info.tags,
+            ])
         }
-        if views.isEmpty { body += "<tr><td colspan=\"9\">No agent has registered.</td></tr>" }
-        body += "</table>"
         let dongles = dongleViews(history: 10)
-        body += "<h2>Dongles</h2>"
-        if dongles.isEmpty { body += "<p id=\"nodongles\">No dongles (agents with a simulated radio have none).</p>" }
         let order: [LabWire.DongleHealth] = [.bad, .maintenance, .unknown, .good, .retired]
-        for health in order {
+        let groups = order.compactMap { health -> [String: Any]? in
             let group = dongles.filter { $0.health == health }
-            guard !group.isEmpty else { continue }
-            body += "<h3 class=\"\(health.rawValue)\">\(health.rawValue) (\(group.count))</h3><table class=\"dongles\"><tr><th>dongle</th><th>host · agent</th><th>since</th><th>why</th><th>failures, outliers</th><th>history (newest first)</th><th>operator</th></tr>"
-            for d in group {
-                body += "<tr><td>\(Self.h(d.info.name))<br><span class=\"small\">\(Self.h(d.id))</span></td><td>\(Self.h(d.info.host ?? "–")) · \(Self.h(d.info.agent ?? "–")) <span class=\"small\">\(Self.h(d.agentState ?? ""))\(d.busyWith.map { ", busy with " + Self.h($0) } ?? "")</span></td>"
-                body += "<td class=\"small\">\(Self.time(d.healthSince))</td><td>\(Self.h(d.healthReason ?? "–"))</td><td class=\"num\">\(d.failures), \(d.outliers)</td><td><details><summary>\(d.history.count) events</summary><table>"
-                for e in d.history {
-                    body += "<tr><td class=\"small\">\(Self.time(e.at))</td><td>\(e.kind.rawValue)</td><td class=\"\(e.ok ? "pass" : "fail")\">\(e.ok ? "ok" : "failed")</td><td>\(Self.h(e.message))\(e.run.map { " (run \(Self.h($0)))" } ?? "")\(e.evidence.map { "<details><summary>evidence</summary><pre>\(Self.h($0))</pre></details>" } ?? "")</td></tr>"
-                }
-                body += "</table></details></td><td>\(dongleButtons(d, s))</td></tr>"
-            }
-            body += "</table>"
+            guard !group.isEmpty else { return nil }
+            return ["health": health.rawValue, "count": group.count, "dongles": group.map { d -> [String: Any] in
+                mustacheContext([
+                    "name": d.info.name, "id": d.id, "host": d.info.host ?? "–", "agent": d.info.agent ?? "–", "agentState": d.agentState ?? "", "busyWith": d.busyWith,
+                    "since": Self.time(d.healthSince), "reason": d.healthReason ?? "–", "failures": d.failures, "outliers": d.outliers,
+                    "historyCount": d.history.count,
+                    "history": d.history.map { e in mustacheContext(["at": Self.time(e.at), "kind": e.kind.rawValue, "ok": e.ok, "message": e.message, "run": e.run, "evidence": e.evidence]) },
+                    "actions": dongleActions(d),
+                ])
+            }]
         }
-        return page("Lab", s, active: "Lab", body: body, script: Self.listScript)
+        let context = mustacheContext(["notice": notice, "summary": summaryContext(labSummary()), "agents": agents, "groups": groups])
+        return page("lab", "Lab", s, active: "Lab", context, script: "list.js")
     }
 
-    func dongleButtons(_ d: LabWire.DongleView, _ s: DashboardSession) -> String {
+    /// The operator's buttons on a dongle: each health it is not in (the form posts the session's CSRF token).
+    func dongleActions(_ d: LabWire.DongleView) -> [[String: Any]] {
         let actions: [(LabWire.DongleHealth, String)] = [(.bad, "Quarantine"), (.unknown, "Release"), (.maintenance, "Maintenance")]
         return actions.filter { $0.0 != d.health }.map { health, label in
-            "<form method=\"post\" action=\"/dongles/\(Self.h(Self.segment(d.id)))/health\"><input type=\"hidden\" name=\"csrf\" value=\"\(s.csrf)\"><input type=\"hidden\" name=\"health\" value=\"\(health.rawValue)\"><input name=\"reason\" placeholder=\"reason\" size=\"12\"> <button>\(label)</button></form>"
-        }.joined()
+            ["action": "/dongles/\(Self.segment(d.id))/health", "health": health.rawValue, "label": label]
+        }
     }
 
     // MARK: Runs
@@ -151,47 +132,38 @@ extension Coordinator {
         }
         let pages = max(1, (chosen.count + Self.runsPerPage - 1) / Self.runsPerPage)
         let shown = chosen.dropFirst((min(pageNumber, pages) - 1) * Self.runsPerPage).prefix(Self.runsPerPage)
-        var body = summaryStrip(labSummary())
-        // Filters: a plain GET form (no state changes, no CSRF token needed).
-        func options(_ name: String, _ values: [String], _ chosen: String?) -> String {
-            "<select name=\"\(name)\" id=\"f-\(name)\"><option value=\"\">any \(name)</option>" + values.map {
-                "<option value=\"\(Self.h($0))\"\($0 == chosen ? " selected" : "")>\(Self.h($0))</option>"
-            }.joined() + "</select>"
+        func filter(_ name: String, _ values: [String], _ chosen: String?) -> [String: Any] {
+            ["name": name, "options": values.map { ["value": $0, "selected": $0 == chosen] as [String: Any] }]
         }
-        body += "<form method=\"get\" action=\"/runs\" id=\"filters\">" + options("plan", plans, plan) + " " + options("state", Self.runStates.map(\.rawValue), state)
-            + " " + options("verdict", ["pass", "fail", "infra", "aborted", "none"], verdict) + " <button>Show</button></form>"
         let first = pageNumber == 1 && plan == nil && state == nil && verdict == nil
-        body += "<table id=\"runs\" data-first=\"\(first ? 1 : 0)\"><tr><th>run</th><th>plan</th><th>study</th><th>created</th><th>state</th><th>duration</th><th>verdict</th><th>headline</th><th>files</th></tr>"
         let t = now
-        for r in shown {
-            let link = "<a href=\"\(Self.dashboardPath(run: Self.segment(r.id)))\">\(Self.h(r.id))</a>"
-            var files = [String]()
-            let report = config.results.appendingPathComponent(r.id).appendingPathComponent("report")
-            for name in ["report.html", "junit.xml", "summary.json", "pairs.csv"] where FileManager.default.fileExists(atPath: report.appendingPathComponent(name).path) {
-                files.append("<a href=\"/runs/\(Self.segment(r.id))/files/\(name)\">\(name)</a>")
-            }
-            if r.bundle != nil, [.complete, .aborted].contains(r.state) { files.append("<a href=\"/runs/\(Self.segment(r.id))/files/bundle.tar.gz\">bundle</a>") }
-            let study = dashboard.studies.membership(r).map { m in
-                "<a href=\"/studies/\(Self.segment(m.study.name))\">\(Self.h(m.study.name))</a> <span class=\"small\">\(Self.h(m.level))</span>"
-            } ?? "–"
-            body += "<tr data-run=\"\(Self.h(r.id))\" data-verdict=\"\(Self.verdictWord(r))\"><td>\(link)</td><td>\(Self.h(r.plan))</td><td>\(study)</td><td class=\"small\">\(Self.time(r.created))</td>"
-            body += "<td class=\"state \(r.state.rawValue)\">\(r.state.rawValue)</td><td class=\"num\">\(Self.durationText(r, now: t))</td><td>\(Self.verdictCell(r))</td>"
-            body += "<td class=\"small\">\(Self.h(r.headline ?? r.message ?? ""))</td><td>\(files.joined(separator: " · "))</td></tr>"
+        let rows = shown.map { r -> [String: Any] in
+            let files = runFiles(r).filter { $0 != "formal-summary.csv" && $0 != "formal-continuity.csv" && $0 != "summary-discovery-pairs.csv" }
+            let study = dashboard.studies.membership(r).map { m in ["href": Self.studyPath(m.study.name), "name": m.study.name, "level": m.level] }
+            return mustacheContext([
+                "id": r.id, "href": Self.dashboardPath(run: Self.segment(r.id)), "verdictWord": Self.verdictWord(r), "plan": r.plan, "study": study,
+                "created": Self.time(r.created), "state": r.state.rawValue, "duration": Self.durationText(r, now: t), "verdict": Self.verdictContext(r),
+                "headline": r.headline ?? r.message ?? "", "files": Self.fileLinks(r.id, files),
+            ])
         }
-        if shown.isEmpty { body += "<tr><td colspan=\"9\">\(all.isEmpty ? "No runs yet." : "No run matches.")</td></tr>" }
-        body += "</table>"
+        var paging: [String: Any]?
         if pages > 1 {
             func href(_ n: Int) -> String {
                 var q = ["page=\(n)"]
                 for (k, v) in [("plan", plan), ("state", state), ("verdict", verdict)] { if let v { q.append("\(k)=\(v.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")") } }
-                return "/runs?" + q.joined(separator: "&amp;")
+                return "/runs?" + q.joined(separator: "&")
             }
             let p = min(pageNumber, pages)
-            body += "<p id=\"paging\">page \(p) of \(pages) (\(chosen.count) runs)" + (p > 1 ? " · <a href=\"\(href(p - 1))\" id=\"newer\">newer</a>" : "")
-                + (p < pages ? " · <a href=\"\(href(p + 1))\" id=\"older\">older</a>" : "") + "</p>"
+            paging = mustacheContext(["page": p, "pages": pages, "count": chosen.count, "newer": p > 1 ? href(p - 1) : nil, "older": p < pages ? href(p + 1) : nil])
         }
-        body += refusalsTable()
-        return page("Runs", s, active: "Runs", body: body, script: Self.listScript)
+        let refusals = dashboard.refusals.recent(now: now).prefix(50).map { ["at": Self.time($0.at), "source": $0.source, "reason": $0.reason] }
+        let context = mustacheContext([
+            "summary": summaryContext(labSummary()),
+            "filters": [filter("plan", plans, plan), filter("state", Self.runStates.map(\.rawValue), state), filter("verdict", ["pass", "fail", "infra", "aborted", "none"], verdict)],
+            "first": first ? 1 : 0, "runs": rows, "empty": all.isEmpty ? "No runs yet." : "No run matches.", "paging": paging,
+            "hasRefusals": !refusals.isEmpty, "refusals": Array(refusals),
+        ])
+        return page("runs", "Runs", s, active: "Runs", context, script: "list.js")
     }
 
     /// How long a run took (start to end), or how far it is while it runs; "–" before its start.
@@ -203,13 +175,16 @@ extension Coordinator {
     }
 
     /// A run's verdict as the Runs page shows it (issue 40): an aborted run has none, and a
-    /// failed run with infrastructure faults is marked infra, not FAIL.
-    static func verdictCell(_ r: RunRecord) -> String {
-        if r.state == .aborted || (r.abortRequested == true && r.bundle != nil) { return "<span class=\"noverdict\">aborted</span>" }
-        guard let passed = r.passed else { return "–" }
-        let infra = r.infra.map { "<span class=\"infra\" title=\"\(h($0.joined(separator: "; ")))\">infra</span>" }
-        if passed { return "<span class=\"pass\">PASS</span>" + (infra.map { " " + $0 } ?? "") }
-        return infra ?? "<span class=\"fail\">FAIL</span>"
+    /// failed run with infrastructure faults is marked infra, not FAIL (verdict.mustache).
+    static func verdictContext(_ r: RunRecord) -> [String: Any] {
+        if r.state == .aborted || (r.abortRequested == true && r.bundle != nil) { return ["aborted": true] }
+        guard let passed = r.passed else { return ["none": true] }
+        return mustacheContext([passed ? "pass" : "fail": true, "infra": r.infra.map { $0.joined(separator: "; ") }])
+    }
+
+    /// The verdict as its page shows it.
+    func verdictCell(_ r: RunRecord) -> String {
+        dashboard.templates.render("verdict", ["verdict": Self.verdictContext(r)]).trimmingCharacters(in: .newlines)
     }
 
     // MARK: Trends
@@ -265,10 +240,10 @@ extension Coordinator {
     func trendsPage(_ s: DashboardSession, lab: String? = nil) async -> HTTPResponse {
         let store: (any HistoryReading)?
         do { store = try historyReader() } catch {
-            return page("Trends", s, active: "Trends", body: "<p class=\"fail\">The history cannot be read: \(Self.h("\(error)"))</p>", status: .internalServerError)
+            return messagePage("Trends", s, active: "Trends", text: "The history cannot be read: \(error)", cls: "fail", status: .internalServerError)
         }
         guard let store else {
-            return page("Trends", s, active: "Trends", body: "<p id=\"nohistory\">No history yet: each analysed run adds to results/history.sqlite.</p>" + studiesSection())
+            return page("trends", "Trends", s, active: "Trends", ["noFile": true, "studiesSection": studiesContext()])
         }
         let labs = lab.map { [$0] } ?? []
         let history: [LabRun]
@@ -277,59 +252,54 @@ extension Coordinator {
             history = try await store.historyRuns(labs: labs, plan: nil, last: Self.trendsWindow)
             known = try await store.historyLabs()
         } catch {
-            return page("Trends", s, active: "Trends", body: "<p class=\"fail\">The history cannot be read: \(Self.h("\(error)"))</p>", status: .internalServerError)
+            return messagePage("Trends", s, active: "Trends", text: "The history cannot be read: \(error)", cls: "fail", status: .internalServerError)
         }
-        var body = ""
+        var context: [String: Any] = ["hasFile": true, "infraWindow": Self.infraWindow, "perLab": store.namesLabs]
         if store.namesLabs {
-            // The lab filter: every lab, or one; and the cross-lab page of each plan.
-            body += "<p id=\"labs\">Lab: " + (lab == nil ? "<b>every lab</b>" : "<a href=\"/trends\">every lab</a>")
-                + known.prefix(100).map { l in l == lab ? " · <b>\(Self.h(l))</b>" : (LabName.queryProblem(l) == nil ? " · <a href=\"/trends?lab=\(Self.queryValue(l))\">\(Self.h(l))</a>" : " · \(Self.h(l))") }.joined()
-                + "</p>"
+            // The lab filter (every lab, or one) and the cross-lab page of each plan; a name that
+            // could not come back as a query parameter is shown, not linked.
+            context["everyLab"] = lab == nil
+            context["labs"] = known.prefix(100).map { l in
+                mustacheContext(["name": l, "on": l == lab, "href": LabName.queryProblem(l) == nil ? "/trends?lab=\(Self.queryValue(l))" : nil])
+            }
             let plans = Set(history.map(\.run.plan)).sorted()
-            if !plans.isEmpty {
-                body += "<p id=\"crosslab\">Labs side by side: " + plans.prefix(50).map { p in
-                    LabName.queryProblem(p) == nil ? "<a href=\"/trends/labs?plan=\(Self.queryValue(p))\">\(Self.h(p))</a>" : Self.h(p)
-                }.joined(separator: " · ") + "</p>"
+            context["hasPlans"] = !plans.isEmpty
+            context["plans"] = plans.prefix(50).map { p in
+                mustacheContext(["name": p, "href": LabName.queryProblem(p) == nil ? "/trends/labs?plan=\(Self.queryValue(p))" : nil])
             }
         }
         do {
             let rates = try await store.historyInfraRates(labs: labs, last: Self.infraWindow)
-            if !rates.isEmpty {
-                body += "<p id=\"infrarate\">Infrastructure faults per testbed (its last \(Self.infraWindow) runs; a node not complete, gaps, dongle recoveries): "
-                    + rates.map { r in
-                        let ci = r.interval
-                        return "<b>\(Self.h(r.testbed.isEmpty ? "(none)" : r.testbed))</b> \(r.infra) of \(r.runs) (\(Format.number(100 * r.rate)) %, 95 % CI \(Format.number(100 * ci.lo))–\(Format.number(100 * ci.hi)) %)"
-                    }.joined(separator: "; ") + "</p>"
+            context["hasInfraRates"] = !rates.isEmpty
+            context["infraRates"] = rates.map { r -> [String: Any] in
+                ["testbed": r.testbed.isEmpty ? "(none)" : r.testbed, "infra": r.infra, "runs": r.runs, "rate": Format.number(100 * r.rate),
+                 "lo": Format.number(100 * r.interval.lo), "hi": Format.number(100 * r.interval.hi)]
             }
         } catch {
-            body += "<p class=\"fail\">The infra rate cannot be read from the history: \(Self.h("\(error)"))</p>"
+            context["infraError"] = "\(error)"
         }
-        body += "<p class=\"small\">Each headline metric per \(store.namesLabs ? "lab, " : "")plan, variant and testbed, oldest run first. The band is the noise the regression check allows (the prediction bound from the runs before, as <code>herald-lab regress</code> judges); red points are regressions.</p>"
         let groups = Dictionary(grouping: history) { "\($0.lab)\u{1F}\($0.run.plan)\u{1F}\($0.run.variant)\u{1F}\($0.run.testbed)\u{1F}\($0.run.settingsKey)" }
         let newestFirst = groups.values.sorted { ($0.last?.run.id ?? 0) > ($1.last?.run.id ?? 0) }
-        for runs in newestFirst.prefix(12) {
-            body += trendSection(runs, among: history, namesLab: store.namesLabs, source: store.historyName)
-        }
-        if groups.isEmpty { body += "<p id=\"nohistory\">No runs in the history\(lab.map { " of lab " + Self.h($0) } ?? "") yet.</p>" }
-        return page("Trends", s, active: "Trends", body: body + studiesSection())
+        context["groups"] = newestFirst.prefix(12).compactMap { trendGroup($0, among: history, namesLab: store.namesLabs) }
+        context["noRuns"] = groups.isEmpty
+        if let lab { context["filteredLab"] = lab }
+        context["studiesSection"] = studiesContext()
+        return page("trends", "Trends", s, active: "Trends", context)
     }
 
-    /// The cross-lab page (issue 41): one plan's runs, one section per lab (and per variant,
-    /// testbed and settings within it), after a table of each lab's latest level.
+    /// The cross-lab page (issue 41): one plan's runs, a table of each lab's latest level, then
+    /// one section per lab (and per variant, testbed and settings within it).
     func crossLabPage(_ s: DashboardSession, plan: String) async throws -> HTTPResponse {
         guard let store = config.historyReader, store.namesLabs else {
             throw HTTPError(.badRequest, "plan: labs side by side need the shared results store; start the coordinator with --history postgres://…")
         }
         let history: [LabRun]
         do { history = try await store.historyRuns(labs: [], plan: plan, last: Self.trendsWindow) } catch {
-            return page("Labs · \(plan)", s, active: "Trends", body: "<p class=\"fail\">The history cannot be read: \(Self.h("\(error)"))</p>", status: .internalServerError)
+            return messagePage("Labs · \(plan)", s, active: "Trends", text: "The history cannot be read: \(error)", cls: "fail", status: .internalServerError)
         }
-        var body = "<h2>Plan \(Self.h(plan)): every lab's nights</h2>"
         let byLab = Dictionary(grouping: history, by: \.lab)
-        guard !byLab.isEmpty else {
-            return page("Labs · \(plan)", s, active: "Trends", body: body + "<p id=\"nohistory\">No lab has runs of this plan.</p>")
-        }
-        body += "<table id=\"labtable\"><tr><th>lab</th><th>runs</th><th>clean</th><th>dongle makes</th><th>last run</th><th>mean detection % (last 10 clean)</th><th>mean continuity % (last 10 clean)</th><th>last verdict</th></tr>"
+        var rows = [[String: Any]]()
+        var sections = [[String: Any]]()
         for lab in byLab.keys.sorted() {
             let runs = byLab[lab]!
             let clean = runs.filter(\.run.isClean)
@@ -340,19 +310,18 @@ extension Coordinator {
             }
             let makes = Set(runs.map(\.dongleMake).filter { !$0.isEmpty }).sorted()
             let last = runs.last!.run
-            body += "<tr class=\"lab\"><td><a href=\"/trends?lab=\(Self.queryValue(lab))\">\(Self.h(lab))</a></td><td class=\"num\">\(runs.count)</td><td class=\"num\">\(clean.count)</td>"
-                + "<td>\(makes.isEmpty ? "–" : Self.h(makes.joined(separator: "; ")))</td><td>\(Self.h(last.runId)) (\(Self.h(last.recordedAt)))</td>"
-                + "<td class=\"num\">\(mean(\.detectionPct))</td><td class=\"num\">\(mean(\.continuityPct))</td><td>\(Self.h(last.verdict))</td></tr>"
+            rows.append(mustacheContext([
+                "name": lab, "href": LabName.queryProblem(lab) == nil ? "/trends?lab=\(Self.queryValue(lab))" : nil,
+                "runs": runs.count, "clean": clean.count, "makes": makes.isEmpty ? "–" : makes.joined(separator: "; "),
+                "lastRun": last.runId, "lastAt": last.recordedAt, "detection": mean(\.detectionPct), "continuity": mean(\.continuityPct),
+                "verdict": last.verdict,
+            ]))
+            let groups = Dictionary(grouping: runs) { "\($0.run.variant)\u{1F}\($0.run.testbed)\u{1F}\($0.run.settingsKey)" }
+            let shown = groups.values.sorted(by: { ($0.last?.run.id ?? 0) > ($1.last?.run.id ?? 0) }).prefix(4)
+            sections.append(["name": lab, "groups": shown.compactMap { trendGroup($0, among: history, namesLab: true) }])
         }
-        body += "</table><p class=\"small\">Each lab is judged against its own nights only (<code>herald-lab regress --history</code>); <code>herald-lab compare --history … --lab A --lab B --plan \(Self.h(plan))</code> compares two labs with intervals.</p>"
-        for lab in byLab.keys.sorted() {
-            body += "<h2 class=\"labsection\">Lab \(Self.h(lab))</h2>"
-            let groups = Dictionary(grouping: byLab[lab]!) { "\($0.run.variant)\u{1F}\($0.run.testbed)\u{1F}\($0.run.settingsKey)" }
-            for runs in groups.values.sorted(by: { ($0.last?.run.id ?? 0) > ($1.last?.run.id ?? 0) }).prefix(4) {
-                body += trendSection(runs, among: history, namesLab: true, source: store.historyName)
-            }
-        }
-        return page("Labs · \(plan)", s, active: "Trends", body: body)
+        let context: [String: Any] = ["plan": plan, "hasLabs": !rows.isEmpty, "noRuns": rows.isEmpty, "labRows": rows, "sections": sections]
+        return page("crosslab", "Labs · \(plan)", s, active: "Trends", context)
     }
 
     /// A query parameter's value, percent-encoded.
@@ -362,14 +331,14 @@ extension Coordinator {
         return s.addingPercentEncoding(withAllowedCharacters: allowed) ?? ""
     }
 
-    /// One series (a lab's plan, variant, testbed and settings): a chart per headline metric
-    /// with the band `regress` allows, its regressions, infra and aborted runs named.
-    func trendSection(_ runs: [LabRun], among history: [LabRun], namesLab: Bool, source: String) -> String {
-        var body = ""
+    /// One series (a lab's plan, variant, testbed and settings) as the trendgroup partial's
+    /// context: a chart per headline metric with the band `regress` allows, its regressions,
+    /// infra and aborted runs named.
+    func trendGroup(_ runs: [LabRun], among history: [LabRun], namesLab: Bool) -> [String: Any]? {
         // Aborted runs have no verdict and are not plotted (issue 40): named below the charts.
         let aborted = runs.filter(\.run.aborted).map(\.run)
         let recent = Array(runs.filter { !$0.run.aborted }.suffix(30)).map(\.run)
-        guard let first = recent.first ?? runs.first?.run, let lab = runs.first?.lab else { return "" }
+        guard let first = recent.first ?? runs.first?.run, let lab = runs.first?.lab else { return nil }
         var results = [AnalysisResult?]()
         var unreadable = [String]()
         for r in recent {
@@ -390,12 +359,8 @@ extension Coordinator {
         let links = recent.map { r -> String? in run(r.runId) != nil ? "/runs/\(Self.segment(r.runId))" : nil }
         // A plan charted with several settings: each series is named by the settings that
         // differ between them (advertInterval=100ms vs 1s), not only by the plan.
-        let differing = Self.differingSettings(first, among: history.filter { $0.lab == lab }.map(\.run)).map { Self.h($0) }.joined(separator: ", ")
-        body += "<h2>\(namesLab ? "<span class=\"lab\">lab " + Self.h(lab) + "</span> · " : "")\(Self.h(first.plan))\(first.variant.isEmpty ? "" : " · " + Self.h(first.variant))\(first.testbed.isEmpty ? "" : " · testbed " + Self.h(first.testbed))\(differing.isEmpty ? "" : " · <span class=\"settings\">" + differing + "</span>") <span class=\"small\">(\(runs.count) runs)</span></h2>"
-        if !unreadable.isEmpty {
-            body += "<p class=\"fail unreadable\">Left out of the chart and the band, their stored summaries cannot be read (\(Self.h(namesLab ? "the shared store" : "history.sqlite"))): " + unreadable.map { Self.h($0) }.joined(separator: "; ") + "</p>"
-        }
-        body += "<div class=\"trend\">"
+        let differing = Self.differingSettings(first, among: history.filter { $0.lab == lab }.map(\.run))
+        var charts = [String]()
         for m in Metric.allCases {
             let points = recent.indices.map { i -> TrendChart.Point in
                 let finding = judgements[i]?.findings.first { $0.metric == m.rawValue }
@@ -408,17 +373,20 @@ extension Coordinator {
                                         at: AnalysisTime.parse(recent[i].recordedAt), link: links[i])
             }
             guard points.contains(where: { $0.value != nil }) else { continue }
-            body += TrendChart.svg(title: m.label, points: points, domain: 0...(m.ceiling ?? .infinity))
+            // SVG drawn from numbers, every label escaped by TrendChart (OutsideText.html); the
+            // page's style sheet styles its text (no <style> in it: style-src 'self').
+            charts.append(TrendChart.svg(title: m.label, points: points, domain: 0...(m.ceiling ?? .infinity), inlineStyle: false))
         }
-        let regressed = recent.indices.filter { judgements[$0]?.verdict == .regression }.map { Self.h(recent[$0].runId) }
-        body += "</div><p>Regressions: \(regressed.isEmpty ? "none" : "<span class=\"fail\">" + regressed.joined(separator: ", ") + "</span>")</p>"
+        let regressed = recent.indices.filter { judgements[$0]?.verdict == .regression }.map { recent[$0].runId }
         let infra = recent.filter { !$0.infra.isEmpty }
-        if !infra.isEmpty {
-            body += "<p class=\"infra\">Infrastructure faults (grey rings; not in the line, the band or the scale): " + infra.map { "\(Self.h($0.runId)) (\(Self.h(String($0.infra.prefix(200)))))" }.joined(separator: "; ") + "</p>"
-        }
-        if !aborted.isEmpty {
-            body += "<p class=\"noverdict aborted-runs\">Aborted, no verdict (not plotted): " + aborted.suffix(30).map { Self.h($0.runId) }.joined(separator: ", ") + "</p>"
-        }
-        return body
+        return mustacheContext([
+            "lab": namesLab ? lab : nil,
+            "plan": first.plan, "variant": first.variant.isEmpty ? nil : first.variant, "testbed": first.testbed.isEmpty ? nil : first.testbed,
+            "hasDiffering": !differing.isEmpty, "differing": differing, "count": runs.count,
+            "hasUnreadable": !unreadable.isEmpty, "unreadable": unreadable, "source": namesLab ? "the shared store" : "history.sqlite", "charts": charts,
+            "hasRegressed": !regressed.isEmpty, "regressed": regressed,
+            "hasInfra": !infra.isEmpty, "infra": infra.map { ["run": $0.runId, "why": String($0.infra.prefix(200))] },
+            "hasAborted": !aborted.isEmpty, "aborted": aborted.suffix(30).map(\.runId),
+        ])
     }
 }

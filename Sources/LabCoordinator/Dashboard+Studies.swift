@@ -22,6 +22,12 @@ final class StudyCache: @unchecked Sendable {
         return m
     }
 
+    /// Sets what a run's membership is taken to be (tests: a membership no plan parser would
+    /// let through, as a store written by an older coordinator could hold).
+    func remember(_ id: String, _ m: StudyMembership?) {
+        lock.withLock { memberships[id] = m }
+    }
+
     /// The study's comparison for exactly these runs: the cached one, or `compute`'s (cached).
     func outcome(_ key: String, runs: [String], compute: () -> Result<Comparison.Outcome, StudyCompareError>) -> Result<Comparison.Outcome, StudyCompareError> {
         if let c = lock.withLock({ outcomes[key] }), c.runs == runs { return c.outcome }
@@ -164,30 +170,31 @@ extension Coordinator {
 
     static func studyPath(_ name: String) -> String { "/studies/\(segment(name))" }
 
-    /// The Trends page's list of studies: runs and levels of each, a link to its effects.
-    func studiesSection() -> String {
+    /// The Trends page's list of studies (studies.mustache): runs and levels of each, a link to its effects.
+    func studiesContext() -> [String: Any] {
         let studies = dashboardStudies()
-        guard !studies.isEmpty else { return "<h2>Studies</h2><p id=\"nostudies\" class=\"small\">No study among the runs: <code>herald-lab run STUDY</code> submits each run of a study with its <code>studyRun</code>.</p>" }
-        var body = "<h2>Studies</h2><table id=\"studies\"><tr><th>study</th><th>plan</th><th>factor</th><th>levels (finished of planned runs)</th><th>runs</th><th>effects</th></tr>"
-        for s in studies.prefix(50) {
+        let rows = studies.prefix(50).map { s -> [String: Any] in
             let done = s.finished
-            let levels = s.study.levelNames.map { l in "\(Self.h(l)) (\(done.filter { $0.membership.level == l }.count)/\(s.study.repeats))" }.joined(separator: ", ")
             let cached = dashboard.studies.cached(s.key, runs: done.map(\.record.id).sorted())
-            let effects: String
+            let href = Self.studyPath(s.study.name)
+            var row: [String: Any] = [
+                "href": href, "name": s.study.name, "plan": s.plan, "factor": s.study.factors.map(\.path).joined(separator: " × "),
+                "levels": s.study.levelNames.map { l in ["name": l, "done": done.filter { $0.membership.level == l }.count, "repeats": s.study.repeats] as [String: Any] },
+                "finished": done.count, "submitted": s.runs.count, "planned": s.study.levelNames.count * s.study.repeats,
+            ]
             if s.inProgress(now: now) {
-                effects = "<span class=\"running\">in progress: \(s.runs.filter { $0.record.state.isFinal }.count) of \(s.planned) runs</span>"
+                row["progress"] = ["ended": s.runs.filter { $0.record.state.isFinal }.count, "planned": s.planned]
             } else if !s.missing.isEmpty {
-                effects = "<span class=\"unknown\">too few finished runs</span>"
+                row["tooFew"] = true
             } else if let o = cached {
                 let counts = Dictionary(grouping: o.effects, by: \.verdict).map { "\($0.value.count) \($0.key.rawValue)" }.sorted()
-                effects = "<a href=\"\(Self.studyPath(s.study.name))\">\(counts.joined(separator: ", "))</a>"
+                row["effects"] = ["href": href, "counts": counts.joined(separator: ", ")]
             } else {
-                effects = "<a href=\"\(Self.studyPath(s.study.name))\">compute</a>"
+                row["compute"] = ["href": href]
             }
-            body += "<tr><td><a href=\"\(Self.studyPath(s.study.name))\">\(Self.h(s.study.name))</a></td><td>\(Self.h(s.plan))</td><td>\(Self.h(s.study.factors.map(\.path).joined(separator: " × ")))</td>"
-            body += "<td>\(levels)</td><td class=\"num\">\(done.count) of \(s.runs.count) finished (\(s.study.levelNames.count * s.study.repeats) planned)</td><td>\(effects)</td></tr>"
+            return row
         }
-        return body + "</table>"
+        return ["studies": Array(rows), "hasStudies": !rows.isEmpty]
     }
 
     /// One study's page: its runs and levels, then its effects (forest plot and estimates, as
@@ -195,59 +202,60 @@ extension Coordinator {
     func studyPage(_ s: DashboardSession, name: String) throws -> HTTPResponse {
         let studies = dashboardStudies().filter { $0.study.name == name }
         guard !studies.isEmpty else { throw HTTPError(.notFound, "no study \(name) among the runs") }
-        var body = ""
+        var plans = [[String: Any]]()
         for st in studies {
             let planned = st.study.levelNames.count * st.study.repeats
             let t = now
             let going = st.inProgress(now: t)
             let ended = st.runs.filter { $0.record.state.isFinal }.count
-            body += "<h2>Plan \(Self.h(st.plan))</h2>"
-            if going {
-                body += "<p id=\"inprogress\" class=\"running\">in progress: \(ended) of \(planned) runs, \(DashboardStudy.about(st.secondsLeft(now: t)))</p>"
-            } else if st.runs.count < planned {
-                body += "<p id=\"endedshort\" class=\"fail\">The study stopped after \(st.runs.count) of its \(planned) planned runs; the others were never submitted.</p>"
-            }
-            body += "<p>factor <b>\(Self.h(st.study.factors.map(\.path).joined(separator: " × ")))</b>, baseline <b>\(Self.h(st.study.levelNames.first ?? "-"))</b>; \(st.study.levelNames.count) levels × \(st.study.repeats) repeat\(st.study.repeats == 1 ? "" : "s") = \(planned) runs planned. \(Self.h(st.study.labDesign.description)).</p>"
-            body += "<table class=\"studyruns\"><tr><th>#</th><th>block</th><th>level</th><th>run</th><th>state</th></tr>"
-            var rows = st.runs.map { (r, m) in
-                (m.index, "<tr><td class=\"num\">\(m.index + 1)</td><td class=\"num\">\(m.block + 1)</td><td>\(Self.h(m.level))</td><td><a href=\"\(Self.dashboardPath(run: Self.segment(r.id)))\">\(Self.h(r.id))</a></td><td class=\"\(r.state.rawValue)\">\(r.state.rawValue)</td></tr>")
+            var c: [String: Any] = [
+                "plan": st.plan, "going": going, "ended": ended, "planned": planned, "left": DashboardStudy.about(st.secondsLeft(now: t)),
+                "stoppedShort": !going && st.runs.count < planned, "submitted": st.runs.count,
+                "factor": st.study.factors.map(\.path).joined(separator: " × "), "baseline": st.study.levelNames.first ?? "-",
+                "levelCount": st.study.levelNames.count, "repeats": st.study.repeats, "oneRepeat": st.study.repeats == 1, "design": st.study.labDesign.description,
+            ]
+            var rows: [(Int, [String: Any])] = st.runs.map { (r, m) in
+                (m.index, ["submittedRun": ["number": m.index + 1, "block": m.block + 1, "level": m.level, "href": Self.dashboardPath(run: Self.segment(r.id)),
+                                            "id": r.id, "state": r.state.rawValue] as [String: Any]] as [String: Any])
             }
             // The planned runs still to come (or, once the study stopped, never submitted).
             for p in st.plannedOnly {
-                let level = p.levels.count == 1 ? Self.h(p.levels[0]) : "one of \(p.levels.map(Self.h).joined(separator: ", "))"
-                rows.append((p.index, "<tr class=\"planned\"><td class=\"num\">\(p.index + 1)</td><td class=\"num\">\(p.block + 1)</td><td>\(level)</td><td>–</td><td>\(going ? "planned" : "not submitted")</td></tr>"))
+                rows.append((p.index, ["plannedRun": mustacheContext(["number": p.index + 1, "block": p.block + 1, "one": p.levels.count == 1 ? p.levels[0] : nil,
+                                                                      "levels": p.levels, "what": going ? "planned" : "not submitted"])] as [String: Any]))
             }
-            body += rows.sorted { $0.0 < $1.0 }.map(\.1).joined() + "</table>"
+            c["rows"] = rows.sorted { $0.0 < $1.0 }.map(\.1)
             let done = st.finished
             let short = st.study.levelNames.compactMap { l -> String? in
                 let n = done.filter { $0.membership.level == l }.count
-                return n < st.study.repeats ? "\(Self.h(l)): \(n) of \(st.study.repeats)" : nil
+                return n < st.study.repeats ? "\(l): \(n) of \(st.study.repeats)" : nil
             }
+            c["short"] = short
             // While the study goes on, levels short of their runs are only not there yet; what
             // failed is said at once.
             if going, !st.failed.isEmpty {
-                body += "<p id=\"runsfailed\" class=\"fail\">Failed: " + st.failed.map { r, m in "run \(m.index + 1) (\(Self.h(m.level))) \(r.state.rawValue)\(r.message.map { ": \(Self.h($0))" } ?? "")" }.joined(separator: "; ") + ".</p>"
+                c["hasFailed"] = true
+                c["failed"] = st.failed.map { r, m in mustacheContext(["number": m.index + 1, "level": m.level, "state": r.state.rawValue, "message": r.message]) }
             }
             guard st.missing.isEmpty else {
-                if going {
-                    body += "<p id=\"toofew\" class=\"small\">The effects are computed once every level has a finished run with its bundle; level\(st.missing.count == 1 ? "" : "s") \(st.missing.map(Self.h).joined(separator: ", ")) \(st.missing.count == 1 ? "has" : "have") none yet.</p>"
-                } else {
-                    body += "<p id=\"toofew\" class=\"unknown\">Too few finished runs to compare: every level needs at least one finished run with its bundle, and level\(st.missing.count == 1 ? "" : "s") \(st.missing.map(Self.h).joined(separator: ", ")) \(st.missing.count == 1 ? "has" : "have") none (finished runs by level: \(short.joined(separator: "; "))).</p>"
-                }
+                c["missing"] = ["one": st.missing.count == 1, "levels": st.missing] as [String: Any]
+                plans.append(c)
                 continue
             }
-            if !short.isEmpty && !going { body += "<p class=\"unknown\">Levels short of their planned runs (no verdict on an arm that lost runs): \(short.joined(separator: "; ")).</p>" }
+            c["shortLevels"] = !short.isEmpty && !going
             switch studyOutcome(st) {
             case .failure(let e):
-                body += "<p class=\"\(going ? "unknown" : "fail")\">The effects cannot be computed\(going ? " yet" : ""): \(Self.h(e.message))</p>"
+                c["cannot"] = ["cls": going ? "unknown" : "fail", "message": e.message]
             case .success(let o):
-                let check = o.checkPassed ? "Arm check passed"
-                    : going ? "<span class=\"unknown\">Arm check not passed yet (interim, \(done.count) of \(planned) runs)</span>" : "<span class=\"fail\">Arm check failed (no verdicts)</span>"
-                body += "<h3>\(going ? "Interim effects (the study is in progress)" : "Effects")</h3><p>Pairing: <b>\(Self.h(o.pairing))</b>. \(check): \(o.check.prefix(20).map(Self.h).joined(separator: "; "))</p>"
-                body += "<p class=\"small\">Change from the baseline (% of its value, log scale) with its 95 % interval; grey: the practical margin.</p><div class=\"forest\">\(StudyReport.forestPlot(o))</div>"
-                body += "<div class=\"estimates\">\(StudyReport.estimatesTable(o))</div><p class=\"small\">\(Self.h(o.method))</p>"
+                c["outcome"] = [
+                    "heading": going ? "Interim effects (the study is in progress)" : "Effects", "pairing": o.pairing,
+                    "passed": o.checkPassed, "interim": !o.checkPassed && going, "failedCheck": !o.checkPassed && !going, "done": done.count,
+                    "check": Array(o.check.prefix(20)),
+                    // Markup StudyReport builds from numbers, every label escaped there (OutsideText.html).
+                    "forest": StudyReport.forestPlot(o, inlineStyle: false), "estimates": StudyReport.estimatesTable(o), "method": o.method,
+                ] as [String: Any]
             }
+            plans.append(c)
         }
-        return page("Study \(name)", s, active: "Trends", body: body)
+        return page("study", "Study \(name)", s, active: "Trends", ["plans": plans])
     }
 }

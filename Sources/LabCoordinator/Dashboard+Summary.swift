@@ -106,32 +106,15 @@ extension Coordinator {
         return LabSnapshot(summary: labSummary(), agents: agents, runs: newest.map { LabSnapshot.Run(id: $0.id, state: $0.state.rawValue, verdict: Self.verdictWord($0)) })
     }
 
-    /// The strip atop the Lab and Runs pages; each figure has an id the live script updates.
-    func summaryStrip(_ sum: LabSummary) -> String {
-        func item(_ id: String, _ label: String, _ value: Int, _ cls: String = "") -> String {
-            "<span class=\"sum \(cls)\">\(label) <b id=\"\(id)\">\(value)</b></span>"
-        }
-        var s = "<div id=\"summary\" class=\"summary\">"
-        s += item("s-alive", "agents alive", sum.agentsAlive) + item("s-busy", "busy", sum.agentsBusy)
-        s += item("s-missing", "missing", sum.agentsMissing, sum.agentsMissing > 0 ? "fail" : "") + item("s-lost", "lost", sum.agentsLost, sum.agentsLost > 0 ? "fail" : "")
-        s += " · " + item("s-arming", "runs arming", sum.arming) + item("s-running", "running", sum.running) + item("s-gathering", "gathering", sum.gathering)
-        s += " · dongles <span id=\"s-dongles\">" + (sum.dongles.isEmpty ? "none" : sum.dongles.keys.sorted().map { "\(Self.h($0)) \(sum.dongles[$0]!)" }.joined(separator: ", ")) + "</span>"
-        s += " · " + item("s-refused", "refused today", sum.refusedToday, sum.refusedToday > 0 ? "fail" : "")
-        s += "<br><span class=\"small\">last verdict per plan: <span id=\"s-verdicts\">"
-        s += sum.lastVerdicts.isEmpty ? "none yet" : sum.lastVerdicts.map {
-            "\(Self.h($0.plan)) <a class=\"\($0.verdict)\" href=\"/runs/\(Self.segment($0.run))\">\(Self.h($0.verdict))</a>"
-        }.joined(separator: ", ")
-        s += "</span></span> <span id=\"conn\" class=\"small\">connecting…</span></div>"
-        return s
-    }
-
-    /// The refusals of the last day as a table (Runs page), or nothing.
-    func refusalsTable() -> String {
-        let kept = dashboard.refusals.recent(now: now)
-        guard !kept.isEmpty else { return "" }
-        var s = "<h2>Refused submissions (the last 24 h)</h2><table id=\"refused\"><tr><th>when</th><th>plan</th><th>why</th></tr>"
-        for r in kept.prefix(50) { s += "<tr><td class=\"small\">\(Self.time(r.at))</td><td>\(Self.h(r.source))</td><td>\(Self.h(r.reason))</td></tr>" }
-        return s + "</table>"
+    /// The strip atop the Lab and Runs pages (summary.mustache; each figure has an id list.js updates).
+    func summaryContext(_ sum: LabSummary) -> [String: Any] {
+        [
+            "agentsAlive": sum.agentsAlive, "agentsBusy": sum.agentsBusy, "agentsMissing": sum.agentsMissing, "missingBad": sum.agentsMissing > 0,
+            "agentsLost": sum.agentsLost, "lostBad": sum.agentsLost > 0, "arming": sum.arming, "running": sum.running, "gathering": sum.gathering,
+            "dongles": sum.dongles.keys.sorted().map { ["health": $0, "count": sum.dongles[$0] ?? 0] as [String: Any] },
+            "refusedToday": sum.refusedToday, "refusedBad": sum.refusedToday > 0,
+            "lastVerdicts": sum.lastVerdicts.map { ["plan": $0.plan, "verdict": $0.verdict, "href": "/runs/\(Self.segment($0.run))"] },
+        ]
     }
 
     /// `text/event-stream` for the Lab and Runs pages: a `snapshot` every 2 s while the session
@@ -141,51 +124,4 @@ extension Coordinator {
     }
 
     static let runsPerPage = 50
-
-    /// Updates the strip, the agents' liveness and the runs' states from each snapshot with DOM
-    /// calls and `textContent` only; a run the page does not list yet reloads the first page.
-    static let listScript = """
-    "use strict";
-    const $ = (id) => document.getElementById(id);
-    function set(id, v) { const e = $(id); if (e) e.textContent = String(v); }
-    function age(s) { return s == null ? "–" : (s < 120 ? Math.round(s) + " s" : Math.round(s / 60) + " min"); }
-    const src = new EventSource("/events/lab");
-    src.addEventListener("snapshot", (ev) => {
-      const d = JSON.parse(ev.data), s = d.summary;
-      set("s-alive", s.agentsAlive); set("s-busy", s.agentsBusy); set("s-missing", s.agentsMissing); set("s-lost", s.agentsLost);
-      set("s-arming", s.arming); set("s-running", s.running); set("s-gathering", s.gathering); set("s-refused", s.refusedToday);
-      const dongles = Object.keys(s.dongles).sort().map((k) => k + " " + s.dongles[k]).join(", ");
-      set("s-dongles", dongles || "none");
-      const v = $("s-verdicts");
-      if (v) {
-        v.textContent = "";
-        s.lastVerdicts.forEach((p, i) => {
-          if (i) v.appendChild(document.createTextNode(", "));
-          v.appendChild(document.createTextNode(p.plan + " "));
-          const a = document.createElement("a"); a.href = "/runs/" + encodeURIComponent(p.run); a.className = p.verdict; a.textContent = p.verdict; v.appendChild(a);
-        });
-        if (!s.lastVerdicts.length) v.textContent = "none yet";
-      }
-      for (const a of d.agents) {
-        const row = document.querySelector('tr[data-agent="' + CSS.escape(a.name) + '"]');
-        if (!row) continue;
-        const st = row.querySelector(".liveness"); if (st) { st.textContent = a.state; st.className = "liveness " + a.state; }
-        const ag = row.querySelector(".age"); if (ag) ag.textContent = age(a.heartbeatAge);
-      }
-      const table = $("runs");
-      if (table) {
-        let unknown = false;
-        for (const r of d.runs) {
-          const row = table.querySelector('tr[data-run="' + CSS.escape(r.id) + '"]');
-          if (!row) { unknown = true; continue; }
-          const st = row.querySelector(".state"); if (st && st.textContent !== r.state) { st.textContent = r.state; st.className = "state " + r.state; }
-          if (row.dataset.verdict !== r.verdict) unknown = true;  // a verdict arrived: the row is drawn again
-        }
-        if (unknown && table.dataset.first === "1") location.reload();
-        else if (unknown && d.runs.some((r) => { const row = table.querySelector('tr[data-run="' + CSS.escape(r.id) + '"]'); return row && row.dataset.verdict !== r.verdict; })) location.reload();
-      }
-      set("conn", "live");
-    });
-    src.addEventListener("error", () => set("conn", "reconnecting…"));
-    """
 }

@@ -13,6 +13,13 @@ final class DashboardState: @unchecked Sendable {
     let events = RunEvents()
     let studies = StudyCache()
     let refusals = Refusals()
+    /// The pages' templates, style sheet and scripts (`DashboardTemplates`): a coordinator does
+    /// not start without them.
+    let templates: DashboardTemplates
+
+    init() throws {
+        templates = try DashboardTemplates.shared()
+    }
 }
 
 /// The dashboard (docs/API.md, "Dashboard"): pages for the operator's browser on the
@@ -28,6 +35,7 @@ extension Coordinator {
         ("GET", "/trends/labs"), ("GET", "/studies/:name"),
         ("GET", "/runs/:id"), ("GET", "/runs/:id/events"), ("GET", "/runs/:id/files/:name"),
         ("POST", "/runs/:id/abort"), ("POST", "/dongles/:dongle/health"), ("GET", "/favicon.ico"), ("GET", "/events/lab"),
+        ("GET", "/static/:name"),
     ]
 
     /// Where the dashboard shows a run (printed by `herald-lab run`).
@@ -76,6 +84,8 @@ extension Coordinator {
         }
         // Browsers ask for it on every page (the pages name an empty icon; error pages do not).
         http.route("GET", "/favicon.ico", public: true) { _ in HTTPResponse(.noContent, headers: ["Cache-Control": "max-age=86400"]) }
+        // The style sheet and the scripts: fixed names, nothing of the lab (the sign-in page uses the style sheet).
+        http.route("GET", "/static/:name", public: true) { [unowned self] req in try self.staticFile(req.parameters["name"] ?? "") }
         http.route("GET", "/lab", public: true) { [unowned self] req in
             guard let s = self.session(req) else { return Self.redirect("/") }
             return self.labPage(s, notice: req.query["notice"] == "session-cap"

@@ -4,14 +4,15 @@ Selenium and Debian's chromium-driver) against the simulated lab of `make lab`.
 
 Starts scripts/lab.sh --serve (the air, a coordinator, three agents), then as a stranger and as
 the operator: the sign-in page, a wrong credential refused, sign-in through the form, every page
-loaded with no console error and no asset from anywhere else, a live run's numbers changing on
+loaded with no console error, no Content-Security-Policy violation and no asset from anywhere else, a live run's numbers changing on
 screen while it runs (no reload: a marker set in the page survives), the matrix and the strip
 filling in, the finished run's downloads (with the session; 401 without), a request without the
 cookie getting nothing, the run's page as the run's home (the progress by the nodes' phase,
 the thresholds, charts over run time, the coordinator's log lines, every report file linked and
 report.html's links working signed in), the CSRF-protected abort button pressed (and a form without the token
-refused), sign-out. Every wait has a bound; no sleep is an assertion. Screenshots and a summary
-go to results/test-dashboard/. Exit 0 when all passed, 1 otherwise.
+refused), sign-out. Every wait has a bound; no sleep is an assertion. Screenshots of each page
+(sign-in, Lab, the run's page live and finished, Runs, Trends, the studies list, a study's page)
+and a summary go to results/test-dashboard/. Exit 0 when all passed, 1 otherwise.
 Usage: scripts/dashboard/test.py [BIN] [OUT]
 """
 import json
@@ -115,8 +116,18 @@ def submit(url, token_file, plan_file, out):
 
 
 def console_errors(driver, page):
-    errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+    """No console error, and (said apart) no Content-Security-Policy violation: the pages'
+    policy allows script and style from /static/ only, so an inline script, style element,
+    style attribute or handler left in a page would show here. The style sheet is applied."""
+    entries = driver.get_log("browser")
+    errors = [e for e in entries if e.get("level") == "SEVERE"]
+    csp = [e for e in entries if "Content Security Policy" in e.get("message", "")]
+    check(not csp, f"{page}: no Content-Security-Policy violation" + (f": {csp}" if csp else ""))
     check(not errors, f"{page}: no console errors" + (f": {errors}" if errors else ""))
+    styled = driver.execute_script(
+        "return Array.from(document.styleSheets).some(s => s.href && s.href.endsWith('/static/dashboard.css') && s.cssRules.length > 0)")
+    if "/files/" not in driver.current_url:
+        check(styled, f"{page}: the style sheet /static/dashboard.css is applied")
 
 
 def same_origin_only(driver, base, page):
@@ -303,12 +314,15 @@ def main():
         named = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "h2 .settings")]
         check(any("advertInterval=" in t for t in named), f"Trends: the study's series named by the setting that differs ({named})")
         check("recorded (UTC)" in driver.page_source, "Trends: a date axis")
+        console_errors(driver, "Trends with the study")
+        driver.execute_script("document.getElementById('studies').scrollIntoView()")
+        shot("08a-studies.png")
         driver.get(base + "/studies/dashstudy")
         check(wait("the forest plot", 60, lambda: driver.find_elements(By.CSS_SELECTOR, ".forest svg")), "Study: the forest plot of its effects")
         check(len(driver.find_elements(By.CSS_SELECTOR, ".estimates tr")) > 1, "Study: each metric's estimates")
         console_errors(driver, "Study")
         same_origin_only(driver, base, "Study")
-        shot("08-study.png")
+        shot("08b-study.png")
 
         # Sign out: the cookie opens nothing any more.
         driver.get(base + "/lab")

@@ -42,6 +42,12 @@ install -D -m 0644 "$top/README.md" "$doc/README.md"
 install -m 0644 "$top/agents/README.md" "$doc/agents-README.md"
 install -m 0644 "$top/agents/inventory.example.yaml" "$doc/"
 install -D -m 0644 "$top/packaging/grafana/heraldlab.json" "$pkg/usr/share/herald-lab/grafana/heraldlab.json"
+# The dashboard's templates, style sheet and scripts (SwiftPM's resource bundle beside the built
+# binary): /usr/bin/herald-lab reads them from /usr/share/herald-lab/dashboard (DashboardTemplates).
+resources=$(dirname "$bin")/HeraldLab_LabCoordinator.resources/Dashboard
+[ -d "$resources" ] || fail "$resources is missing (the build's resource bundle of the dashboard)"
+install -d "$pkg/usr/share/herald-lab/dashboard"
+install -m 0644 "$resources"/* "$pkg/usr/share/herald-lab/dashboard/"
 printf 'HeraldLab %s (commit %s): a test lab for the Herald BLE proximity protocol.\n' "$release" "${commit:-unknown}" > "$doc/copyright"
 
 # Shared libraries the binary needs, as Debian packages.

@@ -4,7 +4,8 @@
 # `apt-get install ./herald-lab_*.deb` (its dependencies from Debian's mirror), then:
 #   - herald-lab --version runs (no Swift toolchain or runtime in the root);
 #   - ldd finds every library the binary needs;
-#   - the package made the heraldlab user, and installed the units and the udev rule;
+#   - the package made the heraldlab user, and installed the units, the udev rule and the
+#     dashboard's templates, style sheet and scripts (/usr/share/herald-lab/dashboard);
 #   - an agent started from the root as user heraldlab (as herald-lab-agent@.service starts it)
 #     registers with a coordinator running on this host and is listed alive;
 #   - agents/README.md's deployment from the package (deploy_in_root.py): install-coordinator.sh,
@@ -65,7 +66,9 @@ for suite in $suites; do
   [ -z "$missing" ]; check "$suite" "every shared library found" $? "$missing"
   chroot "$root" id heraldlab >/dev/null 2>&1; check "$suite" "user heraldlab made by the package" $?
   for f in lib/systemd/system/herald-lab-agent@.service lib/systemd/system/herald-lab-coordinator.service \
-           lib/systemd/system/herald-lab-air.service lib/udev/rules.d/90-herald-lab.rules; do
+           lib/systemd/system/herald-lab-air.service lib/udev/rules.d/90-herald-lab.rules \
+           usr/share/herald-lab/dashboard/layout.mustache usr/share/herald-lab/dashboard/dashboard.css \
+           usr/share/herald-lab/dashboard/live.js usr/share/herald-lab/dashboard/list.js; do
     [ -f "$root/$f" ]; check "$suite" "/$f installed" $?
   done
   grep -q "ExecStart=/usr/bin/herald-lab agent" "$root/lib/systemd/system/herald-lab-agent@.service"
