@@ -321,7 +321,11 @@ struct CoordinatorCommand: AsyncParsableCommand {
     func run() async throws {
         var config = Coordinator.Config(results: URL(fileURLWithPath: results))
         let writer = try await shared.writer(results: config.results, logger: service.logger("herald-lab.results"))
-        if let writer { config.recordRun = { r, bundle in try writer.record(r, bundle: bundle) } }
+        if let writer {
+            config.recordRun = { r, bundle in try writer.record(r, bundle: bundle) }
+            config.recordStudy = { s in try writer.record(try SharedHistoryOptions.sharedStudy(s, lab: writer.lab)) }
+        }
+        config.lab = try writer?.lab ?? shared.labName()
         config.host = try service.bindHost()
         config.port = service.port
         let (folder, tls) = try service.folder()

@@ -68,6 +68,11 @@ public final class Coordinator: @unchecked Sendable {
         /// store's durable outbox (--history postgres://…, issue 41). Called in the gather; it
         /// must only queue, never wait for a server.
         public var recordRun: (@Sendable (AnalysisResult, URL) throws -> Void)?
+        /// Also records each study whose every planned run has ended (its runs, the levels'
+        /// comparison) in the shared results store's outbox; must only queue.
+        public var recordStudy: (@Sendable (FinishedStudy) throws -> Void)?
+        /// This lab's name (--lab), written in every bundle's manifest.json.
+        public var lab: String?
         public init(results: URL) { self.results = results }
     }
 
