@@ -145,7 +145,8 @@ for l in rome wien; do
 done
 st=$(psql_admin -d herald_results -At -c "SELECT s.lab || ' ' || s.name || ' ' || array_length(s.levels, 1) || ' ' || s.runs_total || ' ' || (SELECT count(*) FROM lab_study_run r WHERE r.study = s.id) || ' ' || (SELECT count(*) FROM lab_run x WHERE x.lab = s.lab AND x.run_id IN (SELECT run_id FROM lab_study_run r WHERE r.study = s.id)) FROM lab_study s")
 [ "$st" = "paris results-e2e-study 2 2 2 2" ] || fail "paris's study: '$st' ($(grep -i study "$work/lab-paris/logs/"*coordinator* 2>/dev/null | tail -3))"
-echo "e2e: 3 coordinators at once: 603 rows, each once, 600 of them waiting in outboxes; paris's study with its 2 runs; manifests name their labs ($(( $(date +%s) - t1 )) s)"
+effects=$(psql_admin -d herald_results -At -c "SELECT count(*) || ' effects (' || COALESCE(string_agg(DISTINCT verdict, ', '), 'none') || ')' FROM lab_study_effect")
+echo "e2e: 3 coordinators at once: 603 rows, each once, 600 of them waiting in outboxes; paris's study with its 2 runs and $effects; manifests name their labs ($(( $(date +%s) - t1 )) s)"
 
 # Retention: the flags' ranges (exit 2 naming the flag), then a prune as the operators' role.
 op_args=(--history "$(printf "$url" lab_operator)" --history-password-file "$work/operator.pw")
