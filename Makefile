@@ -87,7 +87,7 @@ test-integration: deps
 
 # HERALDLAB_REQUIRE_POSTGRES: here a missing server fails the test rather than skipping it. Then
 # two labs of the real herald-lab write to one store, PostgreSQL stopped during the second lab's
-# run (scripts/results-server/e2e.sh, about 100 s).
+# run, then 3 coordinators at once and prune (scripts/results-server/e2e.sh, about 130 s).
 test-results-server: deps-build
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "make test-results-server: installing postgresql"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql; }
