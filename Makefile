@@ -8,7 +8,7 @@ BUILD_APT := pkg-config libdbus-1-dev libbluetooth-dev libsqlite3-dev
 TEST_APT := dbus xz-utils chromium chromium-driver prometheus libcurl4
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps deps-build build release release-static lab deb-binary deb test-deb test test-integration test-results-server test-calibration bench-calibration test-ci test-dashboard test-badinput bench bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
+.PHONY: all deps deps-build build release release-static lab deb-binary deb test-deb test test-integration test-results-server test-calibration bench-calibration test-ci test-dashboard test-badinput bench bench-results bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale simulate demo test-bluez test-dongles test-lab clean
 
 all: build
 
@@ -87,7 +87,7 @@ test-integration: deps
 
 # HERALDLAB_REQUIRE_POSTGRES: here a missing server fails the test rather than skipping it. Then
 # two labs of the real herald-lab write to one store, PostgreSQL stopped during the second lab's
-# run (scripts/results-server/e2e.sh, about 100 s).
+# run, then 3 coordinators at once and prune (scripts/results-server/e2e.sh, about 130 s).
 test-results-server: deps-build
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "make test-results-server: installing postgresql"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql; }
@@ -223,7 +223,7 @@ clean:
 	rm -rf .build .build-bluez .build-deb dist
 
 # Benchmarks (release build): figures and ratios, never asserted in tests.
-bench: bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale bench-variance bench-calibration
+bench: bench-sim bench-analysis bench-harness bench-lab bench-crowd bench-scale bench-variance bench-calibration bench-results
 
 bench-sim: release
 	@echo "== simulator: plans/longevity-10.yaml (10 nodes x 8 h, virtual time); target <= 30 s wall, < 1 GB"
@@ -275,6 +275,16 @@ bench-variance: release-static
 	@echo "== simulator with devices and runs that differ (radio.devices, radio.environment, crowding on) beside off; calibration with them on (false calls reported)"
 	@BIN=.build-deb/release/herald-lab scripts/bench-variance.sh
 	@.build-deb/release/herald-lab-bench calibrate --variance --seeds 200 | grep -E "^REPORT|^calibrate|^FAIL"
+
+# The shared results store's scale (issue 41): the insert rate of 3 writers at once, and the
+# Trends series and `regress --baseline history` over a simulated 1-year, 10-lab history
+# (73,000 runs), on a PostgreSQL of Debian's packages the script starts (installed when missing).
+# Figures in docs/RESULTS-SERVER.md.
+bench-results: deps-build
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "make bench-results: installing postgresql"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql; }
+	$(SWIFT) build -c release --product herald-lab-bench
+	@scripts/results-server/bench.sh .build/release/herald-lab-bench
 
 bench-scale: release
 	@echo "== scale: simulate and analyse a grid plan, arm heartbeating agents"

@@ -108,7 +108,7 @@ let package = Package(
         // MARK: The harness benchmarks (herald-lab-bench arm|gather|hash; make bench) and the calibration
         // loops (herald-lab-bench calibrate; make test-calibration): not in the product.
         .executableTarget(name: "HeraldLabBench", dependencies: [
-            "HeraldCore", "LabAgent", "LabCoordinator", "LabHTTP", "LabPlan", "RadioAir", "RadioSim", "HeraldAnalysis", "LabHistory", "LabNode",
+            "HeraldCore", "LabAgent", "LabCoordinator", "LabHTTP", "LabPlan", "RadioAir", "RadioSim", "HeraldAnalysis", "LabHistory", "LabNode", "LabResults",
             .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "Logging", package: "swift-log"),
         ]),
 

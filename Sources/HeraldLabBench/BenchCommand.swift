@@ -20,7 +20,7 @@ import Glibc
 struct HeraldLabBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "herald-lab-bench",
         abstract: "HeraldLab's harness benchmarks (make bench): figures, never asserted.",
-        subcommands: [BenchArm.self, BenchCommand.Gather.self, BenchCommand.Hash.self, Calibrate.self])
+        subcommands: [BenchArm.self, BenchCommand.Gather.self, BenchCommand.Hash.self, Calibrate.self, BenchResults.self])
 }
 
 /// A line on stderr.

@@ -321,10 +321,13 @@ struct CoordinatorCommand: AsyncParsableCommand {
     func run() async throws {
         var config = Coordinator.Config(results: URL(fileURLWithPath: results))
         let writer = try await shared.writer(results: config.results, logger: service.logger("herald-lab.results"))
-        if let writer { config.recordRun = { r, bundle in try writer.record(r, bundle: bundle) } }
+        if let writer {
+            config.recordRun = { r, bundle in try writer.record(r, bundle: bundle) }
+            config.recordStudy = { s in try writer.record(try SharedHistoryOptions.sharedStudy(s, lab: writer.lab)) }
+        }
+        config.lab = try writer?.lab ?? shared.labName()
         // The Trends pages read every lab's runs from the shared store, on a connection of their own.
-        let reader = try shared.dashboardReader(logger: service.logger("herald-lab.results"))
-        config.historyReader = reader
+        config.historyReader = try shared.dashboardReader(logger: service.logger("herald-lab.results"))
         config.host = try service.bindHost()
         config.port = service.port
         let (folder, tls) = try service.folder()

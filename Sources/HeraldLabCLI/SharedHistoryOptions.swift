@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import HeraldAnalysis
+import HeraldCore
+import LabCoordinator
 import LabHistory
 import LabResults
 import Logging
@@ -19,24 +21,39 @@ struct SharedHistoryOptions: ParsableArguments {
     @Option(name: .customLong("history-ca-file"), help: "CA file the shared store's certificate is checked against (TLS verify-full unless the URL's sslmode says otherwise).")
     var caFile: String?
 
-    @Option(name: .customLong("lab"), help: "This lab's name in the shared store (1 to 128 characters; default: this machine's name).")
+    @Option(name: .customLong("lab"), help: "This lab's name, in every run's manifest.json and in the shared store (letters, digits, '-', '_', '.', at most 64; default with --history: this machine's name).")
     var lab: String?
+
+    /// --lab, checked as every name from outside is (SafeName); nil when not given.
+    func labName() throws -> String? {
+        guard let lab else { return nil }
+        if let problem = SafeName.problem(with: lab) {
+            log("herald-lab: --lab \"\(OutsideText.escaped(lab, limit: 80, quotes: true))\" \(problem)")
+            throw ExitCode(2)
+        }
+        return lab
+    }
 
     /// The writer, or nil without --history. A wrong password, a missing database or a newer
     /// schema stop here (exit 2); a server that cannot be reached does not: runs queue until it answers.
     func writer(results: URL, logger: Logger) async throws -> SharedHistoryWriter? {
+        let checkedLab = try labName()
         guard let history else {
-            if passwordFile != nil || caFile != nil || lab != nil {
-                log("herald-lab: --history-password-file, --history-ca-file and --lab go with --history postgres://USER@HOST/DB")
+            if passwordFile != nil || caFile != nil {
+                log("herald-lab: --history-password-file and --history-ca-file go with --history postgres://USER@HOST/DB")
                 throw ExitCode(2)
             }
             return nil
+        }
+        let name = checkedLab ?? ProcessInfo.processInfo.hostName
+        if lab == nil, let problem = SafeName.problem(with: name) {
+            log("herald-lab: this machine's name \(OutsideText.escaped(name, limit: 80)) \(problem) as a lab name: give --lab NAME")
+            throw ExitCode(2)
         }
         do {
             let store = try makeStore(history, logger: logger)
             let location = store.location
             let outbox = try ResultsOutbox(directory: ResultsOutbox.beside(results: results))
-            let name = lab ?? ProcessInfo.processInfo.hostName
             let writer = try SharedHistoryWriter(lab: name, store: store, outbox: outbox, logger: logger)
             do {
                 try await store.open()
@@ -73,12 +90,19 @@ extension SharedHistoryOptions {
             throw ExitCode(2)
         }
     }
+
+    /// A study that finished on the coordinator, as the shared store keeps it.
+    static func sharedStudy(_ s: FinishedStudy, lab: String, at date: Date = Date()) throws -> SharedStudy {
+        try SharedStudy(lab: lab, studyId: s.studyId, name: s.name, plan: s.plan, levels: s.levels, design: s.design,
+                        runs: s.runs.map { .init(index: $0.index, block: $0.block, level: $0.level, seed: "", folder: $0.runId, runId: $0.runId, state: $0.state) },
+                        outcome: s.outcome, compareJSON: s.compareJSON, at: date)
+    }
 }
 
 /// `herald-lab results-store`: the shared store's schema and roles (docs/RESULTS-SERVER.md).
 struct ResultsStoreCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "results-store", abstract: "The shared results store on PostgreSQL: migrate its schema, print its roles' grants, read runs and infra rates across labs.",
-                                                    subcommands: [Migrate.self, Grants.self, Runs.self, Infra.self])
+                                                    subcommands: [Migrate.self, Grants.self, Runs.self, Infra.self, Prune.self])
 
     /// Where the store is, for the reading subcommands.
     struct Connection: ParsableArguments {
@@ -164,6 +188,41 @@ struct ResultsStoreCommand: AsyncParsableCommand {
                 let i = r.interval
                 print(String(format: "%@  %d of %d runs with infra faults (%.1f %%, 95 %% %.1f to %.1f %%)", Format.label(r.testbed), r.infra, r.runs, r.rate * 100, i.lo * 100, i.hi * 100))
             }
+        }
+    }
+
+    struct Prune: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Delete runs older than --keep-days per lab (as the operators' role), each of their nights kept as a summary Trends still draws; summaries and studies older than --summary-days go too.",
+            discussion: "Days count whole nights (UTC): --keep-days 30 keeps today's runs and those of the 30 nights before. One transaction: all or nothing.")
+        @OptionGroup var connection: Connection
+        @Option(name: .customLong("keep-days"), help: "Keep the runs of the last N nights (1 to 36500).") var keepDays: Int
+        @Option(name: .customLong("summary-days"), help: "Keep nightly summaries and studies of the last M nights (--keep-days to 36500; default 3650).") var summaryDays: Int?
+        @Option(name: .customLong("lab"), help: "Only this lab's (default: every lab's).") var lab: String?
+
+        func run() async throws {
+            let range = SharedResultsStore.retentionDays
+            guard range.contains(keepDays) else { log("herald-lab results-store prune: --keep-days \(keepDays): from \(range.lowerBound) to \(range.upperBound)"); throw ExitCode(2) }
+            let summaries = summaryDays ?? max(keepDays, 3650)
+            guard range.contains(summaries), summaries >= keepDays else {
+                log("herald-lab results-store prune: --summary-days \(summaries): from --keep-days (\(keepDays)) to \(range.upperBound)")
+                throw ExitCode(2)
+            }
+            if let lab, lab.isEmpty || lab.count > SharedRun.maximumLabName || lab.utf8.contains(0) {
+                log("herald-lab results-store prune: --lab: a name of 1 to \(SharedRun.maximumLabName) characters without NUL")
+                throw ExitCode(2)
+            }
+            let store = try await connection.open("prune")
+            let p: SharedResultsStore.Pruned
+            do { p = try await store.prune(keepDays: keepDays, summaryDays: summaries, lab: lab) } catch {
+                await store.close()
+                log("herald-lab results-store prune: \(error)")
+                throw ExitCode(2)
+            }
+            await store.close()
+            let iso = ISO8601DateFormatter()
+            let whose = lab.map { "lab \(Format.label($0))" } ?? "every lab"
+            print("\(whose): \(p.runsDeleted) run\(p.runsDeleted == 1 ? "" : "s") before \(iso.string(from: p.runsBefore)) deleted, their nights in \(p.nightsSummarised) summar\(p.nightsSummarised == 1 ? "y" : "ies"); \(p.summariesDeleted) summar\(p.summariesDeleted == 1 ? "y" : "ies") and \(p.studiesDeleted) stud\(p.studiesDeleted == 1 ? "y" : "ies") before \(iso.string(from: p.summariesBefore)) deleted")
         }
     }
 

@@ -125,6 +125,7 @@ extension Coordinator {
             logger.error("run \(r.id): cannot record the end of the run (\(error)); agents keep their copies", metadata: ["run": .string(r.id)])
             return
         }
+        recordStudyIfFinished(r)
         // The run's air tickets attach nothing more.
         await tellAir(.ended(run: r.id, at: now))
         for n in gathered {
@@ -321,6 +322,7 @@ extension Coordinator {
         manifest.startAt = r.startAt.map { Date(timeIntervalSince1970: $0) }
         manifest.preflight = r.preflight
         if r.abortRequested == true { manifest.aborted = true }
+        manifest.lab = config.lab
         if !delays.isEmpty {
             let s = delays.sorted()
             func pct(_ q: Double) -> Double { s[max(0, min(s.count - 1, Int((q * Double(s.count)).rounded(.up)) - 1))] }

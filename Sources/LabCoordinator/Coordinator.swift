@@ -71,6 +71,11 @@ public final class Coordinator: @unchecked Sendable {
         /// The history the dashboard's Trends read: the shared results store when the coordinator
         /// was started with --history (issue 41), else nil (results/history.sqlite).
         public var historyReader: (any HistoryReading)?
+        /// Also records each study whose every planned run has ended (its runs, the levels'
+        /// comparison) in the shared results store's outbox; must only queue.
+        public var recordStudy: (@Sendable (FinishedStudy) throws -> Void)?
+        /// This lab's name (--lab), written in every bundle's manifest.json.
+        public var lab: String?
         public init(results: URL) { self.results = results }
     }
 

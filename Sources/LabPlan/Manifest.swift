@@ -150,6 +150,9 @@ public struct Manifest: Codable, Sendable, Equatable {
     public var environment: EnvironmentRecord?
     /// True when an operator aborted the run: its logs stop early and it has no verdict (issue 40).
     public var aborted: Bool?
+    /// The lab that ran it (the coordinator's `--lab NAME`, its name in a shared results store;
+    /// issue 41); absent when the coordinator was given none.
+    public var lab: String?
 
     /// A simulated run's draw of its environment.
     public struct EnvironmentRecord: Codable, Sendable, Equatable {

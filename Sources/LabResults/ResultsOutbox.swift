@@ -38,10 +38,28 @@ public final class ResultsOutbox: @unchecked Sendable {
         entry.id = nil
         let data: Data
         do { data = try SharedRun.encoder().encode(entry) } catch { throw ResultsStoreError.outbox("cannot encode run \(run.runId.debugDescription): \(error)") }
+        return try write(data, suffix: ".json")
+    }
+
+    /// Queues `study` durably (a `.study.json` entry, drained in order with the runs); returns its file.
+    @discardableResult
+    public func enqueue(_ study: SharedStudy) throws -> URL {
+        try study.validate()
+        var entry = study
+        entry.id = nil
+        let data: Data
+        do { data = try SharedRun.encoder().encode(entry) } catch { throw ResultsStoreError.outbox("cannot encode study \(study.name.debugDescription): \(error)") }
+        return try write(data, suffix: Self.studySuffix)
+    }
+
+    /// How a study's entry is named (a run's ends in `.json` alone).
+    static let studySuffix = ".study.json"
+
+    private func write(_ data: Data, suffix: String) throws -> URL {
         let name: String = lock.withLock {
             counter += 1
             let now = UInt64(max(0, Date().timeIntervalSince1970 * 1_000_000))
-            return String(format: "%016llx-%08x-%06llx.json", now, getpid(), counter)
+            return String(format: "%016llx-%08x-%06llx", now, getpid(), counter) + suffix
         }
         let url = directory.appendingPathComponent(name)
         do { try Durable.write(data, to: url, mode: 0o600) } catch { throw ResultsStoreError.outbox("\(error)") }
@@ -91,17 +109,27 @@ public final class ResultsOutbox: @unchecked Sendable {
             return result
         }
         for (k, url) in entries.enumerated() {
-            let run: SharedRun
+            let isStudy = url.lastPathComponent.hasSuffix(Self.studySuffix)
+            let run: SharedRun?, study: SharedStudy?
             do {
-                run = try SharedRun.decoder().decode(SharedRun.self, from: Data(contentsOf: url))
-                try run.validate()
+                let data = try Data(contentsOf: url)
+                if isStudy {
+                    study = try SharedRun.decoder().decode(SharedStudy.self, from: data)
+                    try study!.validate()
+                    run = nil
+                } else {
+                    run = try SharedRun.decoder().decode(SharedRun.self, from: data)
+                    try run!.validate()
+                    study = nil
+                }
             } catch {
                 reject(url, because: "\(error)", logger: logger)
                 result.rejected += 1
                 continue
             }
             do {
-                try await store.record(run)
+                if let run { try await store.record(run) }
+                if let study { try await store.record(study) }
             } catch ResultsStoreError.rowRefused(let why) {
                 // Never storable as it is: set aside, the others go on.
                 reject(url, because: why, logger: logger)

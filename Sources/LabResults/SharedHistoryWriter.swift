@@ -47,6 +47,15 @@ public final class SharedHistoryWriter: Sendable {
         kick()
     }
 
+    /// Queues `study` (its `lab` set to this writer's) durably and starts sending it. Throws only
+    /// when it cannot be queued.
+    public func record(_ study: SharedStudy) throws {
+        var entry = study
+        entry.lab = lab
+        try outbox.enqueue(entry)
+        kick()
+    }
+
     /// Sends what is queued, in the background.
     public func kick() {
         Task { await self.drain() }

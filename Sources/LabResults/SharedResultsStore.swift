@@ -51,6 +51,53 @@ public actor SharedResultsStore {
             """,
             "CREATE INDEX lab_alert_key ON lab_alert (lab, plan, variant, testbed, state)",
         ]),
+        // Per study its runs and effects (SharedResultsStore+Studies).
+        Migration(version: 2, name: "studies", statements: [
+            """
+            CREATE TABLE lab_study (
+                id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                lab text NOT NULL, study_id text NOT NULL, name text NOT NULL, plan text NOT NULL, factor text NOT NULL,
+                baseline text NOT NULL, levels text[] NOT NULL, design text NOT NULL, recorded_at timestamptz NOT NULL,
+                runs_total bigint NOT NULL, runs_complete bigint NOT NULL, check_passed boolean NOT NULL, compare_json text NOT NULL,
+                UNIQUE (lab, study_id)
+            )
+            """,
+            "CREATE INDEX lab_study_recorded ON lab_study (lab, recorded_at)",
+            """
+            CREATE TABLE lab_study_run (
+                study bigint NOT NULL REFERENCES lab_study (id) ON DELETE CASCADE,
+                k bigint NOT NULL, block bigint NOT NULL, level text NOT NULL, seed text NOT NULL, folder text NOT NULL,
+                run_id text NOT NULL, state text NOT NULL,
+                PRIMARY KEY (study, k)
+            )
+            """,
+            """
+            CREATE TABLE lab_study_effect (
+                study bigint NOT NULL REFERENCES lab_study (id) ON DELETE CASCADE,
+                k bigint NOT NULL, metric text NOT NULL, level text NOT NULL, baseline text NOT NULL,
+                baseline_estimate double precision, estimate double precision, delta double precision,
+                ci_low double precision, ci_high double precision, p double precision, p_adjusted double precision,
+                verdict text NOT NULL,
+                PRIMARY KEY (study, k)
+            )
+            """,
+        ]),
+        // Retention (SharedResultsStore+Retention): per-night summaries that outlive their runs,
+        // and the indexes the Trends series and the pruning read by time.
+        Migration(version: 3, name: "nightly summaries and time indexes", statements: [
+            """
+            CREATE TABLE lab_night (
+                lab text NOT NULL, plan text NOT NULL, variant text NOT NULL, testbed text NOT NULL, settings_key text NOT NULL,
+                night date NOT NULL, runs bigint NOT NULL, passed bigint NOT NULL, infra bigint NOT NULL, clean bigint NOT NULL,
+                detection_pct double precision, continuity_pct double precision, herald_continuity_pct double precision,
+                longevity double precision, detection_min double precision, continuity_min double precision,
+                PRIMARY KEY (lab, plan, variant, testbed, settings_key, night)
+            )
+            """,
+            "CREATE INDEX lab_night_plan ON lab_night (plan, night)",
+            "CREATE INDEX lab_run_plan_time ON lab_run (plan, recorded_at)",
+            "CREATE INDEX lab_run_lab_time ON lab_run (lab, recorded_at)",
+        ]),
     ]
 
     static let quiet = Logger(label: "herald-lab.results.postgres", factory: { _ in SwiftLogNoOpLogHandler() })
@@ -271,15 +318,18 @@ public actor SharedResultsStore {
     }
 
     /// The GRANT statements of the two least-privilege roles (docs/RESULTS-SERVER.md):
-    /// coordinators insert and read runs and alerts; operators also update alerts (accept,
-    /// close) and may replace a run's row. Neither deletes or changes the schema. Run them as
-    /// the owner after the first migration.
+    /// coordinators insert and read runs, alerts and studies; operators also update alerts
+    /// (accept, close), may replace a run's row, and prune (`results-store prune`: delete old
+    /// runs and studies, write and delete nightly summaries). Coordinators never delete; neither
+    /// changes the schema. Run them as the owner after the migrations (again after an upgrade).
     public static func grantStatements(coordinator: String, operator op: String) -> [String] {
         let c = quoteIdentifier(coordinator), o = quoteIdentifier(op)
         return [
-            "GRANT SELECT ON schema_version, lab_run, lab_alert TO \(c), \(o)",
-            "GRANT INSERT ON lab_run, lab_alert TO \(c), \(o)",
+            "GRANT SELECT ON schema_version, lab_run, lab_alert, lab_study, lab_study_run, lab_study_effect, lab_night TO \(c), \(o)",
+            "GRANT INSERT ON lab_run, lab_alert, lab_study, lab_study_run, lab_study_effect TO \(c), \(o)",
             "GRANT UPDATE ON lab_run, lab_alert TO \(o)",
+            "GRANT INSERT, UPDATE, DELETE ON lab_night TO \(o)",
+            "GRANT DELETE ON lab_run, lab_study, lab_study_run, lab_study_effect TO \(o)",
         ]
     }
 

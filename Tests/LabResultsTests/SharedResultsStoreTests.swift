@@ -455,7 +455,7 @@ final class SharedResultsStoreTests: XCTestCase {
             }
         }
         try await coordinator.close()
-        // The operator accepts and replaces; cannot delete either.
+        // The operator accepts and replaces (and prunes: SharedResultsStoreTests+Retention).
         let op = try await store(db, role: "lab_operator", password: Self.operatorPassword)
         let accepted = try await op.accept(lab: labs[0], plan: r.input.plan!, variant: nil, testbed: nil, by: "ops@lab", reason: "new firmware")
         XCTAssertEqual(accepted, 1)

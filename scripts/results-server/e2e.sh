@@ -5,7 +5,11 @@
 # roles' grants from `herald-lab results-store grants`; lab A runs a plan through scripts/lab.sh
 # with `--history` (its row lands); PostgreSQL is stopped and lab B runs (the run completes, its
 # write waits in B's outbox, fsynced); PostgreSQL is started again and B's coordinator started
-# (its write lands once at start). Checks the rows with psql; stops and removes everything.
+# (its write lands once at start). Then 3 coordinators at once (paris, rome, wien): each starts
+# with 200 runs waiting in its outbox and runs a plan (paris: a study of 2 levels) while the others
+# write; every row lands once, paris's study with its runs, each manifest names its lab. Last,
+# `results-store prune` as the operators' role and its flags' range checks. Checks the rows with
+# psql; stops and removes everything.
 # Usage: scripts/results-server/e2e.sh [path/to/herald-lab]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,11 +38,11 @@ psql_admin() { psql -h "$pg" -p "$port" -U admin -X -q -v ON_ERROR_STOP=1 "$@"; 
 pgctl -l "$pg/server.log" -o "-p $port -k $pg -c listen_addresses=127.0.0.1" start || fail "pg_ctl start"
 
 # Roles: passwords made here, kept in 0600 files, never on a command line.
-for role in owner coordinator; do head -c 18 /dev/urandom | base64 | tr -d '/+=' > "$work/$role.pw"; chmod 600 "$work/$role.pw"; done
+for role in owner coordinator operator; do head -c 18 /dev/urandom | base64 | tr -d '/+=' > "$work/$role.pw"; chmod 600 "$work/$role.pw"; done
 psql_admin -d postgres <<SQL || fail "roles"
 CREATE ROLE results_owner LOGIN PASSWORD '$(cat "$work/owner.pw")';
 CREATE ROLE lab_coordinator LOGIN PASSWORD '$(cat "$work/coordinator.pw")';
-CREATE ROLE lab_operator LOGIN;
+CREATE ROLE lab_operator LOGIN PASSWORD '$(cat "$work/operator.pw")';
 CREATE DATABASE herald_results OWNER results_owner;
 SQL
 url="postgres://%s@127.0.0.1:$port/herald_results"
@@ -67,6 +71,7 @@ lab oslo
 queued=$(ls "$work/results-oslo/.history-outbox/"*.json 2>/dev/null | wc -l)
 [ "$queued" = 1 ] || fail "PostgreSQL down: $queued files in oslo's outbox, expected 1"
 [ "$(stat -c %a "$work/results-oslo/.history-outbox/"*.json)" = 600 ] || fail "the outbox file is not 0600"
+cp "$work/results-oslo/.history-outbox/"*.json "$work/entry.json"
 echo "e2e: PostgreSQL stopped: lab oslo's run completed, its write queued in its outbox"
 
 pgctl -l "$pg/server.log" -o "-p $port -k $pg -c listen_addresses=127.0.0.1" start || fail "pg_ctl start again"
@@ -105,4 +110,71 @@ out=$("$bin" regress accept results-e2e --by e2e --reason "nothing open" --histo
 echo "e2e: history, regress and compare read both labs from the shared store"
 grep -q "$(cat "$work/coordinator.pw")" "$work"/lab-*/logs/*.log "$work"/*.out "$work/oslo-restart.log" && fail "a password is in a log"
 echo "e2e: PostgreSQL back: lab oslo's write landed once; 2 labs, 2 rows, no duplicates, no password in any log ($(( $(date +%s) - t0 )) s)"
-echo "e2e: 1 passed, 0 failed"
+
+# A lab name that is not a safe name is refused at start, naming the flag.
+out=$("$bin" coordinator --insecure --port 0 --results "$work/r-bad" --lab 'evil;name' 2>&1)
+[ $? -eq 2 ] && grep -q -- "--lab" <<<"$out" || fail "a hostile --lab was taken: $out"
+
+# 3 coordinators at once: each with 200 runs already in its outbox (from another night with the
+# store down), drained at start while the others write theirs and run a plan.
+t1=$(date +%s)
+for l in paris rome wien; do
+  python3 - "$work/entry.json" "$work/results-$l/.history-outbox" "$l" <<'PY' || fail "outbox of $l"
+import json, os, sys
+entry, box, lab = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+os.makedirs(box, mode=0o700, exist_ok=True)
+for k in range(200):
+    e = dict(entry, lab=lab, runId="waiting-%03d" % k, path="/srv/%s/waiting-%03d" % (lab, k), bundleURL="/srv/%s/waiting-%03d" % (lab, k))
+    name = os.path.join(box, "%016x-%08x-%06x.json" % (1_700_000_000_000_000 + k, 1, k))
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(e, f, sort_keys=True); f.flush(); os.fsync(f.fileno())
+PY
+done
+short="$work/short.yaml"; study="$work/study.yaml"
+sed -e 's/^duration: 40s/duration: 8s/' -e 's/^name: results-e2e/name: results-e2e-short/' "$plan" > "$short"
+printf 'name: results-e2e-study\nduration: 8s\nwarmup: 2s\nnodes:\n  - name: alpha\n    position: [0, 0]\n  - name: beta\n    position: [1m, 0]\nradio:\n  kind: sim\nstudy:\n  factors:\n    - path: sensor.advertInterval\n      levels: [100ms, 1s]\n  repeats: 1\n' > "$study"
+labrun() { # NAME PLAN
+  COORDINATOR_ARGS="--history $(printf "$url" lab_coordinator) --history-password-file $work/coordinator.pw --lab $1" \
+    BIN="$bin" LAB_WORK="$work/lab-$1" scripts/lab.sh "$2" 2 "$work/results-$1" > "$work/lab-$1.out" 2>&1
+}
+labrun paris "$study" & p1=$!
+labrun rome "$short" & p2=$!
+labrun wien "$short" & p3=$!
+for p in $p1 $p2 $p3; do wait $p; rc=$?; [ $rc -le 1 ] || { tail -20 "$work"/lab-{paris,rome,wien}.out; fail "a lab of the three: scripts/lab.sh exit $rc"; }; done
+# A coordinator stopped before its background drain ended (lab.sh stops it at the run's end)
+# leaves the rest queued: started again, it sends them (the condition waited on, no fixed sleep).
+for l in paris rome wien; do
+  [ -z "$(ls "$work/results-$l/.history-outbox/"*.json 2>/dev/null)" ] && continue
+  "$bin" coordinator --insecure --port 0 --results "$work/results-$l" --history "$(printf "$url" lab_coordinator)" --history-password-file "$work/coordinator.pw" --lab $l > "$work/$l-restart.log" 2>&1 &
+  cpid=$!
+  for _ in $(seq 1 300); do [ -z "$(ls "$work/results-$l/.history-outbox/"*.json 2>/dev/null)" ] && break; sleep 0.1; done
+  kill -INT $cpid; wait $cpid
+  [ -z "$(ls "$work/results-$l/.history-outbox/"*.json 2>/dev/null)" ] || fail "$l's outbox not drained: $(cat "$work/$l-restart.log")"
+done
+[ "$(rows)" = "london 1;oslo 1;paris 202;rome 201;wien 201;" ] || fail "3 coordinators at once: $(rows)"
+dups=$(psql_admin -d herald_results -At -c "SELECT count(*) FROM (SELECT lab, run_id FROM lab_run GROUP BY 1, 2 HAVING count(*) > 1) d")
+[ "$dups" = 0 ] || fail "$dups duplicated rows"
+waiting=$(psql_admin -d herald_results -At -c "SELECT count(DISTINCT (lab, run_id)) FROM lab_run WHERE run_id LIKE 'waiting-%' AND summary_json = (SELECT summary_json FROM lab_run WHERE lab = 'oslo')")
+[ "$waiting" = 600 ] || fail "$waiting of the 600 waiting runs landed whole"
+for l in rome wien; do
+  m=$(ls "$work/results-$l"/*/manifest.json | head -1)
+  [ "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("lab"))' "$m")" = "$l" ] || fail "$m does not name lab $l"
+done
+st=$(psql_admin -d herald_results -At -c "SELECT s.lab || ' ' || s.name || ' ' || array_length(s.levels, 1) || ' ' || s.runs_total || ' ' || (SELECT count(*) FROM lab_study_run r WHERE r.study = s.id) || ' ' || (SELECT count(*) FROM lab_run x WHERE x.lab = s.lab AND x.run_id IN (SELECT run_id FROM lab_study_run r WHERE r.study = s.id)) FROM lab_study s")
+[ "$st" = "paris results-e2e-study 2 2 2 2" ] || fail "paris's study: '$st' ($(grep -i study "$work/lab-paris/logs/"*coordinator* 2>/dev/null | tail -3))"
+effects=$(psql_admin -d herald_results -At -c "SELECT count(*) || ' effects (' || COALESCE(string_agg(DISTINCT verdict, ', '), 'none') || ')' FROM lab_study_effect")
+echo "e2e: 3 coordinators at once: 603 rows, each once, 600 of them waiting in outboxes; paris's study with its 2 runs and $effects; manifests name their labs ($(( $(date +%s) - t1 )) s)"
+
+# Retention: the flags' ranges (exit 2 naming the flag), then a prune as the operators' role.
+op_args=(--history "$(printf "$url" lab_operator)" --history-password-file "$work/operator.pw")
+out=$("$bin" results-store prune "${op_args[@]}" --keep-days 0 2>&1); [ $? -eq 2 ] && grep -q -- "--keep-days" <<<"$out" || fail "prune --keep-days 0: $out"
+out=$("$bin" results-store prune "${op_args[@]}" --keep-days 30 --summary-days 7 2>&1); [ $? -eq 2 ] && grep -q -- "--summary-days" <<<"$out" || fail "prune --summary-days 7: $out"
+out=$("$bin" results-store prune "${read_args[@]}" --keep-days 1 2>&1); [ $? -eq 2 ] && grep -q "42501" <<<"$out" || fail "a coordinator pruned: $out"
+psql_admin -d herald_results -q -c "UPDATE lab_run SET recorded_at = recorded_at - interval '40 days' WHERE lab = 'wien' AND run_id LIKE 'waiting-1%'" || fail "aging wien's runs"
+out=$("$bin" results-store prune "${op_args[@]}" --keep-days 30 --lab wien) || fail "prune: $out"
+echo "e2e: $out"
+grep -q "100 runs before" <<<"$out" || fail "prune deleted other than wien's 100 old runs"
+[ "$(rows)" = "london 1;oslo 1;paris 202;rome 201;wien 101;" ] || fail "after prune: $(rows)"
+[ "$(psql_admin -d herald_results -At -c "SELECT sum(runs) FROM lab_night WHERE lab = 'wien'")" = 100 ] || fail "wien's pruned nights not summed up"
+echo "e2e: 2 passed, 0 failed"
