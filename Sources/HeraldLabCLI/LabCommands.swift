@@ -327,7 +327,8 @@ struct CoordinatorCommand: AsyncParsableCommand {
         }
         config.lab = try writer?.lab ?? shared.labName()
         // The Trends pages read every lab's runs from the shared store, on a connection of their own.
-        config.historyReader = try shared.dashboardReader(logger: service.logger("herald-lab.results"))
+        let reader = try shared.dashboardReader(logger: service.logger("herald-lab.results"))
+        config.historyReader = reader
         config.host = try service.bindHost()
         config.port = service.port
         let (folder, tls) = try service.folder()

@@ -150,12 +150,21 @@ public enum ClockProbe {
         private var pending: EventLoopPromise<Exchange>?
         private var deadline: Scheduled<Void>?
         private var context: ChannelHandlerContext?
+        /// Why the connection ended before an exchange was asked for: a TLS handshake the lab CA
+        /// does not vouch for can fail before the first request is written (a loaded machine
+        /// connects, and the handshake fails, before `exchange` runs). The next exchange fails
+        /// with it at once instead of writing to a closed channel and waiting for its deadline.
+        private var ended: Error?
 
         func handlerAdded(context: ChannelHandlerContext) { self.context = context }
         func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
 
         func exchange(_ head: HTTPRequestHead, on channel: Channel, within timeout: TimeAmount) -> EventLoopFuture<Exchange> {
             let promise = channel.eventLoop.makePromise(of: Exchange.self)
+            if let ended {
+                promise.fail(ended)
+                return promise.futureResult
+            }
             guard let context, pending == nil else {
                 promise.fail(NetError(.closed, "the connection closed before an answer"))
                 return promise.futureResult
@@ -193,12 +202,15 @@ public enum ClockProbe {
         }
 
         func errorCaught(context: ChannelHandlerContext, error: Error) {
+            if ended == nil { ended = error }
             finish(.failure(error))
             context.close(promise: nil)
         }
 
         func channelInactive(context: ChannelHandlerContext) {
-            finish(.failure(NetError(.closed, "the connection closed before an answer")))
+            let closed = NetError(.closed, "the connection closed before an answer")
+            if ended == nil { ended = closed }
+            finish(.failure(closed))
             context.fireChannelInactive()
         }
 

@@ -5,6 +5,9 @@ import Glibc
 #endif
 import LabNet
 import LabTestSupport
+import NIOCore
+import NIOEmbedded
+import NIOHTTP1
 @testable import LabHTTP
 
 /// The clock probe over TLS: it checks the agent's certificate against the lab CA, and a server
@@ -63,6 +66,31 @@ final class ClockProbeTests: XCTestCase {
         } catch let e as NetError {
             XCTAssertEqual(e.kind, .tls)
             XCTAssertTrue(e.message.contains("https needs the lab CA"), e.message)
+        }
+    }
+
+    /// The probe's handler on an embedded loop: a connection that failed (a handshake the lab CA
+    /// does not vouch for) or closed before the first request was asked for fails that request
+    /// at once with the reason, writing nothing; a loaded machine made this order happen, and
+    /// the request then waited out its 5 s deadline and was called a timeout, not TLS.
+    func testAConnectionThatEndedBeforeTheFirstRequestFailsItAtOnceWithItsReason() throws {
+        struct HandshakeRefused: Error {}
+        let head = HTTPRequestHead(version: .http1_1, method: .POST, uri: "/v1/clock")
+        for ending in ["error", "close"] {
+            let channel = EmbeddedChannel()
+            let handler = ClockProbe.ProbeHandler()
+            try channel.pipeline.syncOperations.addHandler(handler)
+            try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 9)).wait()
+            if ending == "error" { channel.pipeline.fireErrorCaught(HandshakeRefused()) } else { try channel.close().wait() }
+            var result: Result<ClockProbe.Exchange, Error>?
+            handler.exchange(head, on: channel, within: .seconds(5)).whenComplete { result = $0 }
+            switch result {
+            case .failure(let e) where ending == "error": XCTAssertTrue(e is HandshakeRefused, "\(e)")
+            case .failure(let e): XCTAssertEqual((e as? NetError)?.kind, .closed, "\(e)")
+            default: XCTFail("\(ending): the exchange did not fail at once: \(String(describing: result))")
+            }
+            XCTAssertNil(try channel.readOutbound(as: HTTPClientRequestPart.self), "\(ending): nothing written")
+            _ = try? channel.finish()
         }
     }
 
