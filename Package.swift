@@ -140,7 +140,7 @@ let package = Package(
                                                        .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabLink", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio")]),
         // Against a real PostgreSQL the test starts (make test-results-server).
-        .testTarget(name: "LabResultsTests", dependencies: ["LabResults", "HeraldAnalysis", "LabHistory", "LabNode", "LabPlan", "LabNet", "LabCoordinator", "LabHTTP", .product(name: "PostgresNIO", package: "postgres-nio")]),
+        .testTarget(name: "LabResultsTests", dependencies: ["LabResults", "HeraldAnalysis", "LabHistory", "LabNode", "LabPlan", "LabNet", "LabCoordinator", "LabHTTP", "LabTestSupport", .product(name: "PostgresNIO", package: "postgres-nio")]),
         // The command's own functions (its texts of durations from a coordinator's records), and
         // its client against a hostile coordinator (a socket server in the test process).
         .testTarget(name: "HeraldLabCLITests", dependencies: ["HeraldLabCLI", "HeraldCore", "LabHistory", "LabPlan", "LabCoordinator", "LabHTTP", "LabNet", "LabTestSupport",

@@ -2,6 +2,7 @@ import Foundation
 import HeraldAnalysis
 import PostgresNIO
 import XCTest
+import LabTestSupport
 @testable import LabResults
 
 /// Studies, `--lab` and retention in the shared store (issue 41 items 2 and 4), against the real
@@ -25,10 +26,9 @@ extension SharedResultsStoreTests {
     /// Drains until the outbox is empty (30 s at most): a background drain of the writer's may
     /// hold the outbox when one is asked for, so the condition is waited on.
     func drained(_ writer: SharedHistoryWriter) async throws {
-        let deadline = Date().addingTimeInterval(30)
-        while try writer.outbox.pending().count > 0 && Date() < deadline {
+        try await eventually("the shared-history outbox to drain") {
             await writer.drain()
-            if try writer.outbox.pending().count > 0 { try await Task.sleep(nanoseconds: 50_000_000) }
+            return try writer.outbox.pending().isEmpty
         }
         XCTAssertEqual(try writer.outbox.pending(), [])
     }
