@@ -48,17 +48,24 @@ extension Scheduler {
 /// Virtual time: actions run in time order (ties in the order they were scheduled) as fast as
 /// the CPU allows. `run(until:)` advances the clock; nothing ever sleeps.
 public final class VirtualScheduler: Scheduler {
-    private struct Entry {
+    /// The heap holds plain keys (time, order, slot): moving them costs no reference counting.
+    /// Each entry's task and action wait in `slots` until it runs; freed slots are reused.
+    private struct Key {
         let time: Double
         let sequence: UInt64
-        let task: ScheduledTask
-        let action: () -> Void
-        @inline(__always) func precedes(_ other: Entry) -> Bool {
+        let slot: Int32
+        @inline(__always) func precedes(_ other: Key) -> Bool {
             time < other.time || (time == other.time && sequence < other.sequence)
         }
     }
+    private struct Slot {
+        var task: ScheduledTask?
+        var action: (() -> Void)?
+    }
 
-    private var heap: [Entry] = []
+    private var heap: [Key] = []
+    private var slots: [Slot] = []
+    private var free: [Int32] = []
     private var sequence: UInt64 = 0
     private var current: Double
     public private(set) var executedCount: UInt64 = 0
@@ -73,7 +80,15 @@ public final class VirtualScheduler: Scheduler {
     public func schedule(after delay: TimeInterval, _ action: @escaping () -> Void) -> ScheduledTask {
         let task = ScheduledTask()
         sequence &+= 1
-        push(Entry(time: current + max(0, delay), sequence: sequence, task: task, action: action))
+        let slot: Int32
+        if let reused = free.popLast() {
+            slot = reused
+            slots[Int(slot)] = Slot(task: task, action: action)
+        } else {
+            slot = Int32(slots.count)
+            slots.append(Slot(task: task, action: action))
+        }
+        push(Key(time: current + max(0, delay), sequence: sequence, slot: slot))
         return task
     }
 
@@ -81,11 +96,16 @@ public final class VirtualScheduler: Scheduler {
     public func run(until end: Date) {
         let limit = end.timeIntervalSince1970
         while let first = heap.first, first.time <= limit {
-            let entry = pop()
-            if entry.task.isCancelled { continue }
-            current = entry.time
+            let key = pop()
+            let i = Int(key.slot)
+            let task = slots[i].task.unsafelyUnwrapped
+            let action = slots[i].action.unsafelyUnwrapped
+            slots[i] = Slot()
+            free.append(key.slot)
+            if task.isCancelled { continue }
+            current = key.time
             executedCount &+= 1
-            entry.action()
+            action()
         }
         if limit > current { current = limit }
     }
@@ -93,30 +113,34 @@ public final class VirtualScheduler: Scheduler {
     /// Advances the clock by `interval` seconds, running what falls due.
     public func advance(by interval: TimeInterval) { run(until: now.addingTimeInterval(interval)) }
 
-    private func push(_ e: Entry) {
-        heap.append(e)
-        var i = heap.count - 1
-        while i > 0 {
-            let parent = (i - 1) / 2
-            if heap[i].precedes(heap[parent]) { heap.swapAt(i, parent); i = parent } else { break }
+    private func push(_ k: Key) {
+        heap.append(k)
+        heap.withUnsafeMutableBufferPointer { h in
+            var i = h.count - 1
+            while i > 0 {
+                let parent = (i - 1) / 2
+                if h[i].precedes(h[parent]) { h.swapAt(i, parent); i = parent } else { break }
+            }
         }
     }
 
-    private func pop() -> Entry {
+    private func pop() -> Key {
         let top = heap[0]
         let last = heap.removeLast()
         if !heap.isEmpty {
-            heap[0] = last
-            var i = 0
-            let n = heap.count
-            while true {
-                let l = 2 * i + 1, r = l + 1
-                var m = i
-                if l < n, heap[l].precedes(heap[m]) { m = l }
-                if r < n, heap[r].precedes(heap[m]) { m = r }
-                if m == i { break }
-                heap.swapAt(i, m)
-                i = m
+            heap.withUnsafeMutableBufferPointer { h in
+                h[0] = last
+                var i = 0
+                let n = h.count
+                while true {
+                    let l = 2 * i + 1, r = l + 1
+                    var m = i
+                    if l < n, h[l].precedes(h[m]) { m = l }
+                    if r < n, h[r].precedes(h[m]) { m = r }
+                    if m == i { break }
+                    h.swapAt(i, m)
+                    i = m
+                }
             }
         }
         return top

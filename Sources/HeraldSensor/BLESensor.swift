@@ -244,8 +244,11 @@ public final class BLESensor: Sensor {
         let now = scheduler.now
         let filter = settings.advertFilter
         let signs = filter.signs(of: report)
-        let knownByPseudo = signs.pseudoAddress.flatMap { byPseudo[$0] }
-        let known = byAddress[report.address] ?? knownByPseudo
+        // One lookup by address; the pseudo address is looked up only where it can decide
+        // (a device not known by its address, or a report that admits no new device).
+        let knownByAddress = byAddress[report.address]
+        let knownByPseudo = knownByAddress == nil || !signs.admitsNewDevice ? signs.pseudoAddress.flatMap { byPseudo[$0] } : nil
+        let known = knownByAddress ?? knownByPseudo
         // Herald's scan filter: nothing else enters the database (no detect row, no RSSI rows).
         guard signs.admitsNewDevice || knownByPseudo != nil else { refuse(); return }
         var ignoredApple: String?
@@ -254,7 +257,7 @@ public final class BLESensor: Sensor {
             if ignoredApple != nil && known == nil { refuse(); return }
         }
         let device: BLEDevice
-        if let known = byAddress[report.address] {
+        if let known = knownByAddress {
             device = known
         } else if let known = knownByPseudo, let pseudo = signs.pseudoAddress {
             // The same device under a new MAC: follow it, keep its identity and payload.
@@ -609,7 +612,9 @@ public final class BLESensor: Sensor {
     // MARK: Helpers
 
     private func notify(_ body: (any SensorDelegate) -> Void) {
-        for d in delegates { body(d) }
+        // A local copy: the delegates are borrowed from it, not retained one by one.
+        let list = delegates
+        list.withUnsafeBufferPointer { for d in $0 { body(d) } }
     }
 
     private func debug(_ message: @autoclosure () -> String) { emit(.debug, message) }

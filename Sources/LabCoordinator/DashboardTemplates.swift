@@ -42,23 +42,30 @@ struct DashboardTemplates: Sendable {
     static let bundleName = "HeraldLab_LabCoordinator.resources"
 
     /// The Dashboard folder: beside the executable (its real path) in SwiftPM's resource bundle
-    /// (a build's .build/<config>/), else in ../share/herald-lab/dashboard from it (the .deb's
-    /// /usr/bin/herald-lab reads /usr/share/herald-lab/dashboard), else where SwiftPM's accessor
-    /// finds the bundle (swift test's runner).
-    static func resourceFolder() throws -> URL {
-        var tried = [String]()
+    /// (a build's .build/<config>/, where swift test's runner is too), else in
+    /// ../share/herald-lab/dashboard from it (the .deb's /usr/bin/herald-lab reads
+    /// /usr/share/herald-lab/dashboard), else in the bundle beside the main bundle. SwiftPM's own
+    /// accessor (`Bundle.module`) is not used: it ends the process when its bundle is missing,
+    /// where a coordinator whose templates were deleted must say so and which folders it tried.
+    static func resourceFolder() throws -> URL { try firstFolder(of: resourceCandidates()) }
+
+    static func resourceCandidates() -> [URL] {
+        var candidates = [URL]()
         if let exe = Bundle.main.executableURL?.resolvingSymlinksInPath().deletingLastPathComponent() {
-            for candidate in [exe.appendingPathComponent(bundleName).appendingPathComponent("Dashboard"),
-                              exe.deletingLastPathComponent().appendingPathComponent("share/herald-lab/dashboard")] {
-                var folder: ObjCBool = false
-                if FileManager.default.fileExists(atPath: candidate.path, isDirectory: &folder), folder.boolValue { return candidate }
-                tried.append(candidate.path)
-            }
+            candidates.append(exe.appendingPathComponent(bundleName).appendingPathComponent("Dashboard"))
+            candidates.append(exe.deletingLastPathComponent().appendingPathComponent("share/herald-lab/dashboard"))
         }
-        guard let url = Bundle.module.url(forResource: "Dashboard", withExtension: nil) else {
-            throw LoadError(description: "the dashboard's templates are missing (looked in \(tried.joined(separator: ", ")) and \(Bundle.module.bundlePath)): reinstall herald-lab")
+        candidates.append(Bundle.main.bundleURL.appendingPathComponent(bundleName).appendingPathComponent("Dashboard"))
+        return candidates
+    }
+
+    /// The first of `candidates` that is a folder, or an error naming them all.
+    static func firstFolder(of candidates: [URL]) throws -> URL {
+        for candidate in candidates {
+            var folder: ObjCBool = false
+            if FileManager.default.fileExists(atPath: candidate.path, isDirectory: &folder), folder.boolValue { return candidate }
         }
-        return url
+        throw LoadError(description: "the dashboard's templates are missing (looked in \(candidates.map(\.path).joined(separator: ", "))): reinstall herald-lab")
     }
 
     init(folder: URL) throws {

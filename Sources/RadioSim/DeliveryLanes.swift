@@ -17,10 +17,12 @@ import Glibc
 ///   to the other thread, which hands it over node by node while the simulation goes on
 ///   (deciding adverts into a new batch, running other nodes' events: a node still in that
 ///   batch is waited for, or taken over, before its own event runs);
+/// - before a node reaches another through the medium (a GATT read or write served by the
+///   other, a link dropped: both ends hear of it), the other's queue is handed over as if its
+///   own event ran: nothing else of any node is touched, so no other queue need be;
 /// - before anything that may reach any node (the medium's own events other than advertising:
-///   power, MAC rotation; anything scheduled on the medium's shared clock; a node reaching
-///   another through the medium: a GATT read or write served by the other, a link dropped),
-///   every queue is handed over, both threads taking nodes in turn.
+///   power, MAC rotation; anything scheduled on the medium's shared clock), every queue is
+///   handed over, both threads taking nodes in turn.
 ///
 /// Each node still receives its reports in the order they were decided, each at the virtual
 /// time it was decided at (the clock a thread sees while it hands reports over), and nothing

@@ -683,8 +683,9 @@ public final class SimMedium {
 
     func unlink(_ central: Int, _ peripheral: Int, notifyCentral: Bool) {
         sequentialOnly("unlinked")
-        // Both ends hear of it: every queued report first.
-        lanes?.drainAll()
+        // Both ends hear of it, and only they: their queued reports first.
+        flushDeliveries(to: central)
+        flushDeliveries(to: peripheral)
         let l = Link(central: central, peripheral: peripheral)
         guard links.remove(l) != nil else { return }
         linkList.removeAll { $0 == l }
@@ -703,11 +704,11 @@ public final class SimMedium {
     }
 
     func services(of index: Int) -> [GATTService] { nodes[index].services }
-    /// The node's GATT server, for a peer's read or write: the node's own state, so every
-    /// queued report is handed over first.
+    /// The node's GATT server, for a peer's read or write: the node's own state, so its queued
+    /// reports are handed over first (the caller's own were, before its event ran).
     func server(of index: Int) -> (any GATTServerDelegate)? {
         sequentialOnly("reached a peer's GATT server")
-        lanes?.drainAll()
+        flushDeliveries(to: index)
         return nodes[index].server
     }
 }

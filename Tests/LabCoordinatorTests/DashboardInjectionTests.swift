@@ -215,4 +215,23 @@ final class DashboardInjectionTests: XCTestCase {
         try Data("\(DashboardTemplates.pragma)\n".utf8).write(to: dir.appendingPathComponent("lab.mustache"))
         XCTAssertThrowsError(try DashboardTemplates(folder: dir)) { XCTAssertTrue("\($0)".contains("live.js cannot be read"), "\($0)") }
     }
+
+    /// A deleted templates folder (an installed /usr/share/herald-lab/dashboard removed) is an
+    /// error naming every folder looked in, not the end of the process.
+    func testMissingTemplateFoldersAreAnErrorNamingWhereItLooked() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("dash-none-\(UUID().uuidString)")
+        dirs.append(dir)
+        let missing = [dir.appendingPathComponent("a/Dashboard"), dir.appendingPathComponent("share/herald-lab/dashboard")]
+        XCTAssertThrowsError(try DashboardTemplates.firstFolder(of: missing)) { error in
+            XCTAssertTrue("\(error)".contains("templates are missing"), "\(error)")
+            for url in missing { XCTAssertTrue("\(error)".contains(url.path), "\(error)") }
+        }
+        // A file where the folder should be is not a folder.
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("a"), withIntermediateDirectories: true)
+        try Data().write(to: missing[0])
+        XCTAssertThrowsError(try DashboardTemplates.firstFolder(of: missing))
+        try FileManager.default.createDirectory(at: missing[1], withIntermediateDirectories: true)
+        XCTAssertEqual(try DashboardTemplates.firstFolder(of: missing), missing[1])
+        XCTAssertTrue(DashboardTemplates.resourceCandidates().count >= 1)
+    }
 }

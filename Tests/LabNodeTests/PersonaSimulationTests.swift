@@ -94,10 +94,12 @@ final class PersonaSimulationTests: XCTestCase {
         return c
     }
 
-    func testLinuxNodeDetectsReadsAndMeasuresEveryPersonaAndSharesWithTheIPhones() throws {
-        let plan = try Plan.parse(yaml: Self.planText)
+    /// Runs `plan` on a simulated medium in virtual time: its node without a persona as a
+    /// NodeRunner over a RecordingTransport (started at 0.1 s), every persona after it (0.1 s
+    /// apart), all stopped at the plan's end. Returns the recorder, the runner and each node's address.
+    func runWithOneLinuxNode(_ plan: Plan, runId: String, seed: UInt64) -> (RecordingTransport, NodeRunner, [String: RadioAddress]) {
         let scheduler = VirtualScheduler(start: plan.start)
-        let medium = SimMedium(scheduler: scheduler, parameters: Simulation.parameters(plan.radio), seed: 7)
+        let medium = SimMedium(scheduler: scheduler, parameters: Simulation.parameters(plan.radio), seed: seed)
         var recorder: RecordingTransport!
         var linux: NodeRunner!
         var others = [SimulatedNode]()
@@ -105,7 +107,7 @@ final class PersonaSimulationTests: XCTestCase {
         for spec in plan.nodes {
             let transport = medium.addNode(name: spec.name, x: spec.position.x, y: spec.position.y)
             addresses[spec.name] = transport.address
-            let assignment = NodeAssignment(runId: "personas", plan: plan, node: spec, seed: 7)
+            let assignment = NodeAssignment(runId: runId, plan: plan, node: spec, seed: seed)
             let dir = tmp.appendingPathComponent(spec.name)
             if spec.persona == nil {
                 recorder = RecordingTransport(transport)
@@ -120,6 +122,12 @@ final class PersonaSimulationTests: XCTestCase {
         scheduler.run(until: plan.start.addingTimeInterval(plan.duration))
         linux.stop()
         for o in others { o.stop() }
+        return (recorder, linux, addresses)
+    }
+
+    func testLinuxNodeDetectsReadsAndMeasuresEveryPersonaAndSharesWithTheIPhones() throws {
+        let plan = try Plan.parse(yaml: Self.planText)
+        let (recorder, linux, addresses) = runWithOneLinuxNode(plan, runId: "personas", seed: 7)
 
         let name = Dictionary(uniqueKeysWithValues: plan.nodes.map { ($0.name, $0.shortName) })
         let linuxRows = try rows(tmp.appendingPathComponent("linux"))
@@ -181,30 +189,7 @@ final class PersonaSimulationTests: XCTestCase {
           - {name: j6, persona: android-receive-only, position: [1m, 0]}
           - {name: iphone-bg, persona: ios-background, position: [0, 1m]}
         """)
-        let scheduler = VirtualScheduler(start: plan.start)
-        let medium = SimMedium(scheduler: scheduler, parameters: Simulation.parameters(plan.radio), seed: 11)
-        var recorder: RecordingTransport!
-        var linux: NodeRunner!
-        var others = [SimulatedNode]()
-        var addresses = [String: RadioAddress]()
-        for spec in plan.nodes {
-            let transport = medium.addNode(name: spec.name, x: spec.position.x, y: spec.position.y)
-            addresses[spec.name] = transport.address
-            let assignment = NodeAssignment(runId: "receive-only", plan: plan, node: spec, seed: 11)
-            let dir = tmp.appendingPathComponent(spec.name)
-            if spec.persona == nil {
-                recorder = RecordingTransport(transport)
-                linux = NodeRunner(assignment: assignment, transport: recorder, directory: dir, power: MainsPower(), osVersion: "6.1")
-                scheduler.schedule(after: 0.1) { linux.start() }
-            } else {
-                let node = SimulatedNode(assignment: assignment, transport: transport, directory: dir)
-                others.append(node)
-                scheduler.schedule(after: 0.2 + 0.1 * Double(others.count)) { node.start() }
-            }
-        }
-        scheduler.run(until: plan.start.addingTimeInterval(plan.duration))
-        linux.stop()
-        for o in others { o.stop() }
+        let (recorder, _, addresses) = runWithOneLinuxNode(plan, runId: "receive-only", seed: 11)
 
         let name = Dictionary(uniqueKeysWithValues: plan.nodes.map { ($0.name, $0.shortName) })
         XCTAssertNil(recorder.heard[addresses["j6"]!], "the receive-only phone is never heard advertising")
