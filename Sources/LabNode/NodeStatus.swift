@@ -48,9 +48,15 @@ final class NodeCounters: SensorDelegate {
     /// RSSI counts per whole second, for the last minute (a ring of 60 buckets).
     @exclusivity(unchecked) private var buckets = [Int](repeating: 0, count: 60)
     @exclusivity(unchecked) private var bucketSecond = [Int64](repeating: -1, count: 60)
-    /// The peer each target's payload named, and the last second each peer was read or measured.
-    @exclusivity(unchecked) private var targets = [TargetIdentifier: String]()
-    @exclusivity(unchecked) private var lastHeard = [String: Int64]()
+    /// A peer (by the short name its payload gave) and the last second it was read or measured.
+    private final class Peer {
+        let name: String
+        var last: Int64
+        init(name: String, last: Int64) { self.name = name; self.last = last }
+    }
+    /// The peer each target's payload named (a measurement costs one lookup), and the peers by name.
+    @exclusivity(unchecked) private var targets = [TargetIdentifier: Peer]()
+    @exclusivity(unchecked) private var byName = [String: Peer]()
     static let recentSeconds: Int64 = 10
 
     init(scheduler: any Scheduler, ownShortName: String) {
@@ -63,8 +69,11 @@ final class NodeCounters: SensorDelegate {
         let name = didRead.shortName
         if name != ownShortName {
             peers.insert(name)
-            targets[fromTarget] = name
-            lastHeard[name] = second
+            let now = second
+            let peer = byName[name] ?? Peer(name: name, last: now)
+            byName[name] = peer
+            peer.last = now
+            targets[fromTarget] = peer
         }
     }
 
@@ -79,7 +88,7 @@ final class NodeCounters: SensorDelegate {
     /// Peers heard in the last `recentSeconds`, sorted.
     var recentPeers: [String] {
         let now = second
-        return lastHeard.filter { $0.value > now - Self.recentSeconds }.keys.sorted()
+        return byName.values.filter { $0.last > now - Self.recentSeconds }.map(\.name).sorted()
     }
 
     func sensor(_ sensor: SensorType, didShare: [PayloadData], fromTarget: TargetIdentifier) {
@@ -89,7 +98,7 @@ final class NodeCounters: SensorDelegate {
     func sensor(_ sensor: SensorType, didMeasure: Proximity, fromTarget: TargetIdentifier) {
         rssiTotal += 1
         let second = self.second
-        if let name = targets[fromTarget] { lastHeard[name] = second }
+        targets[fromTarget]?.last = second
         // A second before 1970 has a negative remainder, and the ring's index must not be negative.
         let i = Int((second % 60 + 60) % 60)
         if bucketSecond[i] != second { bucketSecond[i] = second; buckets[i] = 0 }
