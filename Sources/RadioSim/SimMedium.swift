@@ -553,10 +553,27 @@ public final class SimMedium {
         }
     }
 
+    /// `x.truncatingRemainder(dividingBy: y)` for y > 0, bit for bit, without libm's fmod (a
+    /// loop of its own, a twentieth of `simulate`'s main thread with a scan window): the quotient
+    /// truncated, then one fused multiply-add. The remainder is exact: with q the true quotient
+    /// truncated or one more (a rounded division never falls below an integer it reaches), the
+    /// difference is a multiple of y's unit in the last place and at most y in size, so it is
+    /// representable; one too many gives a remainder in [-y, 0), and adding y back is exact too.
+    /// fmod is odd (the sign of x), so a negative x is the positive case negated. Anything else
+    /// (a quotient of 2^50 or more, not finite) goes to fmod.
+    @inline(__always) static func remainder(_ x: Double, _ y: Double) -> Double {
+        let a = abs(x)
+        guard y > 0, y.isFinite, a < y * 0x1p50 else { return x.truncatingRemainder(dividingBy: y) }
+        let q = (a / y).rounded(.towardZero)
+        var r = a.addingProduct(-q, y)
+        if r < 0 { r += y }
+        return x < 0 || (x == 0 && x.sign == .minus) ? -r : r
+    }
+
     /// Whether scanner `j` listens on channel `k` (0 = 37) at `time`.
     @inline(__always) private func listening(_ j: Int, at time: Double, channel k: Int, window: Double, interval: Double) -> Bool {
         let cycle = 3 * interval
-        var u = (time - nodes[j].scanPhase).truncatingRemainder(dividingBy: cycle)
+        var u = Self.remainder(time - nodes[j].scanPhase, cycle)
         if u < 0 { u += cycle }
         let slot = min(2, Saturating.int(u / interval))
         return slot == k && u - Double(slot) * interval < window

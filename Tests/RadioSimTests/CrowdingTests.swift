@@ -179,3 +179,37 @@ final class CrowdingTests: XCTestCase {
         XCTAssertFalse(a.isEmpty)
     }
 }
+
+/// The scan-window phase's remainder is fmod's, bit for bit (the logs of a seed depend on it).
+final class RemainderTests: XCTestCase {
+    func testTheRemainderIsFmodsBitForBit() {
+        var g = SeededGenerator(seed: 42, stream: "remainder")
+        var checked = 0
+        func check(_ x: Double, _ y: Double) {
+            let want = x.truncatingRemainder(dividingBy: y), got = SimMedium.remainder(x, y)
+            XCTAssertEqual(got.bitPattern, want.bitPattern, "remainder(\(x), \(y)): \(got) against fmod's \(want)")
+            checked += 1
+        }
+        let intervals = [0.03, 0.1, 0.25, 1.0 / 3, 0.5, 1.28, 5.12, 10.24, 0.0125]
+        for y0 in intervals {
+            let y = 3 * y0
+            for _ in 0..<20_000 {
+                // Times of a run (up to a day), their negatives (before a scanner's phase), and
+                // points right at and around whole multiples of the cycle.
+                let x = (g.nextUnit() * 2 - 1) * 86_400
+                check(x, y)
+                let m = (x / y).rounded()
+                let at = m * y
+                check(at, y)
+                check(at.nextUp, y)
+                check(at.nextDown, y)
+                check(-at, y)
+            }
+        }
+        for (x, y) in [(0.0, 0.3), (-0.0, 0.3), (1e300, 0.3), (-1e300, 0.3), (.infinity, 0.3), (5.0, .infinity), (0.3, 0.3), (0.29999999999999993, 0.3), (1e-310, 0.3)] {
+            let want = x.truncatingRemainder(dividingBy: y), got = SimMedium.remainder(x, y)
+            XCTAssertTrue(got.bitPattern == want.bitPattern || (got.isNaN && want.isNaN), "remainder(\(x), \(y))")
+        }
+        XCTAssertEqual(checked, intervals.count * 100_000)
+    }
+}
