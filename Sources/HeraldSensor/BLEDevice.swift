@@ -40,6 +40,9 @@ public final class BLEDevice {
     /// A central that wrote its payload or RSSI to this node: it cannot be read itself (it does
     /// not advertise), so the sensor never connects to it, and its payload is shared with iOS peers.
     public internal(set) var receiveOnly = false
+    /// The content of its last advert and what it showed (`AdvertFilter.signs`): a device
+    /// repeats its advert, and equal content (the same storage, most often) is not parsed again.
+    var lastAdvert: (manufacturerData: [UInt16: Data], serviceUUIDs: [BluetoothUUID], signs: AdvertFilter.Signs)?
 
     /// What its adverts say makes it worth a connection: the Herald service, Apple data (an
     /// iPhone in background) or a pseudo device address.

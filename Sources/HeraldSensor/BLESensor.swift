@@ -243,10 +243,19 @@ public final class BLESensor: Sensor {
         guard running else { return }
         let now = scheduler.now
         let filter = settings.advertFilter
-        let signs = filter.signs(of: report)
         // One lookup by address; the pseudo address is looked up only where it can decide
         // (a device not known by its address, or a report that admits no new device).
         let knownByAddress = byAddress[report.address]
+        // What the advert shows depends on its content alone: a known device's repeated advert
+        // is not parsed again.
+        let signs: AdvertFilter.Signs
+        if let d = knownByAddress, let last = d.lastAdvert,
+           last.serviceUUIDs == report.serviceUUIDs, last.manufacturerData == report.manufacturerData {
+            signs = last.signs
+        } else {
+            signs = filter.signs(of: report)
+            knownByAddress?.lastAdvert = (report.manufacturerData, report.serviceUUIDs, signs)
+        }
         let knownByPseudo = knownByAddress == nil || !signs.admitsNewDevice ? signs.pseudoAddress.flatMap { byPseudo[$0] } : nil
         let known = knownByAddress ?? knownByPseudo
         // Herald's scan filter: nothing else enters the database (no detect row, no RSSI rows).
