@@ -5,7 +5,7 @@ import PackageDescription
 
 let package = Package(
     name: "HeraldLab",
-    platforms: [.macOS(.v14)],
+    platforms: [.macOS(.v15)],
     products: [
         .executable(name: "herald-lab", targets: ["HeraldLabCLI"]),
         // The harness benchmarks (make bench), out of the product herald-lab.

@@ -11,8 +11,9 @@ import DBus
 import Foundation
 import HeraldCore
 import HeraldRadio
+import Synchronization
 
-public final class BlueZTransport: BLETransport, @unchecked Sendable {
+public final class BlueZTransport: BLETransport, Sendable {
     public struct Options: Sendable {
         /// Adapter by name (`hci0`), object path or address; empty: the first adapter.
         public var adapter: String
@@ -58,19 +59,72 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
         }
     }
 
-    public weak var delegate: (any BLETransportDelegate)?
-    public private(set) var state: RadioState = .unavailable
+    /// What only the scheduler's queue touches (the state below, forwarded to it).
+    final class OnQueue {
+        weak var delegate: (any BLETransportDelegate)?
+        var state: RadioState = .unavailable
+        var log: ((String) -> Void)?
+        var onGap: ((_ from: Double, _ to: Double, _ reason: String) -> Void)?
+        var onRecovery: ((DongleRecovery) -> Void)?
+        var lostSince: (at: Double, reason: String)?
+        var recoveries: [DongleRecovery] = []
+        var bus: DBusConnection?
+        var objects: BlueZObjects = BlueZObjects()
+        var adapterPath: String?
+        var establishing: Bool = false
+        var powerWaiters: [(Result<Void, TransportError>) -> Void] = []
+        var recoveryTask: ScheduledTask?
+        var wasReady: Bool = false
+        var scanning: Bool = false
+        var server: (any GATTServerDelegate)?
+        var applicationRegistered: Bool = false
+        var advertisementRegistered: Bool = false
+        var advertisementCount: Int = 0
+        var resolveWaiters: [String: [(Bool) -> Void]] = [:]
+        var outgoing: Set<RadioAddress> = []
+        var borrowedLinks: [RadioAddress: TimeInterval] = [:]
+        var connectionAttempts: Int = 0
+        var deferredScan: ScanFilter?
+        var centrals: Set<RadioAddress> = []
+        var warnedAdvertisingControl: Bool = false
+        var adapterFailures: Int = 0
+        var firstFailureAt: Double?
+        var notAnswering: (at: Double, reason: String)?
+        var ladder: Int = 0
+        var pendingRecovery: PendingRecovery?
+        var connectFailures: [RadioAddress] = []
+        var connectEpoch: Int = 0
+        var establishFailuresDuringRecovery: Int = 0
+        var discoveryFailures: Int = 0
+        var discoveryRetry: ScheduledTask?
+        var discoveryPending: ((Result<Void, TransportError>) -> Void)?
+        var discoveryLastError: TransportError?
+        var discoveryToken: Int = 0
+        var latencyLogged: [String: TimeInterval] = [:]
+    }
+    /// Invariant: only used on `dispatch.queue` (see the top of this file); `q` checks that
+    /// (dispatchPrecondition) on every access, so this box (HeraldRadio's carrier for the seam)
+    /// is never read elsewhere. Off the queue, D-Bus calls use only `options`, `dispatch`, the
+    /// latency table (a Mutex) and what they were handed, and hop back with `onScheduler`.
+    private let confined = UncheckedBox(OnQueue())
+    private var q: OnQueue {
+        dispatchPrecondition(condition: .onQueue(dispatch.queue))
+        return confined.value
+    }
+
+    public var delegate: (any BLETransportDelegate)? { get { q.delegate } set { q.delegate = newValue } _modify { yield &q.delegate } }
+    public private(set) var state: RadioState { get { q.state } set { q.state = newValue } _modify { yield &q.state } }
     public var scheduler: any Scheduler { dispatch }
     public let dispatch: DispatchScheduler
     public let options: Options
     /// Diagnostic lines (log.txt), called on the scheduler.
-    public var log: ((String) -> Void)?
+    public var log: ((String) -> Void)? { get { q.log } set { q.log = newValue } _modify { yield &q.log } }
     /// Called on the scheduler once the radio is back, with the period it was lost (seconds since
     /// 1970) and why: the node logged nothing it could vouch for in between.
-    public var onGap: ((_ from: Double, _ to: Double, _ reason: String) -> Void)?
+    public var onGap: ((_ from: Double, _ to: Double, _ reason: String) -> Void)? { get { q.onGap } set { q.onGap = newValue } _modify { yield &q.onGap } }
     /// Called on the scheduler when a recovery of the dongle ends (BlueZTransport+Recovery).
-    public var onRecovery: ((DongleRecovery) -> Void)?
-    var lostSince: (at: Double, reason: String)?
+    public var onRecovery: ((DongleRecovery) -> Void)? { get { q.onRecovery } set { q.onRecovery = newValue } _modify { yield &q.onRecovery } }
+    var lostSince: (at: Double, reason: String)? { get { q.lostSince } set { q.lostSince = newValue } _modify { yield &q.lostSince } }
 
     /// Since when, and why, the radio has not been usable, while it is not (never powered since
     /// it was asked to be, or lost and not back).
@@ -85,58 +139,57 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     /// Whether the adapter was ever powered and ready.
     public var everReady: Bool { wasReady }
     /// Every recovery tried so far, in order.
-    public internal(set) var recoveries: [DongleRecovery] = []
+    public internal(set) var recoveries: [DongleRecovery] { get { q.recoveries } set { q.recoveries = newValue } _modify { yield &q.recoveries } }
 
     // MARK: scheduler-confined state
-    var bus: DBusConnection?
-    var objects = BlueZObjects()
-    public private(set) var adapterPath: String?
-    var establishing = false
-    var powerWaiters: [(Result<Void, TransportError>) -> Void] = []
-    var recoveryTask: ScheduledTask?
-    var wasReady = false
-    var scanning = false
-    var server: (any GATTServerDelegate)?
-    var applicationRegistered = false
-    var advertisementRegistered = false
-    var advertisementCount = 0
-    var resolveWaiters: [String: [(Bool) -> Void]] = [:]
-    var outgoing: Set<RadioAddress> = []
+    var bus: DBusConnection? { get { q.bus } set { q.bus = newValue } _modify { yield &q.bus } }
+    var objects: BlueZObjects { get { q.objects } set { q.objects = newValue } _modify { yield &q.objects } }
+    public private(set) var adapterPath: String? { get { q.adapterPath } set { q.adapterPath = newValue } _modify { yield &q.adapterPath } }
+    var establishing: Bool { get { q.establishing } set { q.establishing = newValue } _modify { yield &q.establishing } }
+    var powerWaiters: [(Result<Void, TransportError>) -> Void] { get { q.powerWaiters } set { q.powerWaiters = newValue } _modify { yield &q.powerWaiters } }
+    var recoveryTask: ScheduledTask? { get { q.recoveryTask } set { q.recoveryTask = newValue } _modify { yield &q.recoveryTask } }
+    var wasReady: Bool { get { q.wasReady } set { q.wasReady = newValue } _modify { yield &q.wasReady } }
+    var scanning: Bool { get { q.scanning } set { q.scanning = newValue } _modify { yield &q.scanning } }
+    var server: (any GATTServerDelegate)? { get { q.server } set { q.server = newValue } _modify { yield &q.server } }
+    var applicationRegistered: Bool { get { q.applicationRegistered } set { q.applicationRegistered = newValue } _modify { yield &q.applicationRegistered } }
+    var advertisementRegistered: Bool { get { q.advertisementRegistered } set { q.advertisementRegistered = newValue } _modify { yield &q.advertisementRegistered } }
+    var advertisementCount: Int { get { q.advertisementCount } set { q.advertisementCount = newValue } _modify { yield &q.advertisementCount } }
+    var resolveWaiters: [String: [(Bool) -> Void]] { get { q.resolveWaiters } set { q.resolveWaiters = newValue } _modify { yield &q.resolveWaiters } }
+    var outgoing: Set<RadioAddress> { get { q.outgoing } set { q.outgoing = newValue } _modify { yield &q.outgoing } }
     /// Links a peer opened to us that a `connect` reused (with the timeout it was given): the peer
     /// may close them under our GATT calls, and a read that fails so connects on our own.
-    var borrowedLinks: [RadioAddress: TimeInterval] = [:]
+    var borrowedLinks: [RadioAddress: TimeInterval] { get { q.borrowedLinks } set { q.borrowedLinks = newValue } _modify { yield &q.borrowedLinks } }
     /// Outgoing connection attempts in progress, and a discovery waiting for them to end.
-    var connectionAttempts = 0
-    var deferredScan: ScanFilter?
-    var centrals: Set<RadioAddress> = []
-    var warnedAdvertisingControl = false
+    var connectionAttempts: Int { get { q.connectionAttempts } set { q.connectionAttempts = newValue } _modify { yield &q.connectionAttempts } }
+    var deferredScan: ScanFilter? { get { q.deferredScan } set { q.deferredScan = newValue } _modify { yield &q.deferredScan } }
+    var centrals: Set<RadioAddress> { get { q.centrals } set { q.centrals = newValue } _modify { yield &q.centrals } }
+    var warnedAdvertisingControl: Bool { get { q.warnedAdvertisingControl } set { q.warnedAdvertisingControl = newValue } _modify { yield &q.warnedAdvertisingControl } }
     // Recovery (BlueZTransport+Recovery): failed adapter calls in a row, the step reached on the
     // ladder (0 none, 1 power-cycled, 2 USB reset), the recovery under way.
-    var adapterFailures = 0
+    var adapterFailures: Int { get { q.adapterFailures } set { q.adapterFailures = newValue } _modify { yield &q.adapterFailures } }
     /// When the current run of failed adapter calls began, and since when (and why) the dongle
     /// counts as not answering (until a call succeeds, or the adapter is lost).
-    var firstFailureAt: Double?
-    var notAnswering: (at: Double, reason: String)?
-    var ladder = 0
-    var pendingRecovery: PendingRecovery?
+    var firstFailureAt: Double? { get { q.firstFailureAt } set { q.firstFailureAt = newValue } _modify { yield &q.firstFailureAt } }
+    var notAnswering: (at: Double, reason: String)? { get { q.notAnswering } set { q.notAnswering = newValue } _modify { yield &q.notAnswering } }
+    var ladder: Int { get { q.ladder } set { q.ladder = newValue } _modify { yield &q.ladder } }
+    var pendingRecovery: PendingRecovery? { get { q.pendingRecovery } set { q.pendingRecovery = newValue } _modify { yield &q.pendingRecovery } }
     /// Peers of the outgoing connections that failed in a row since the last one that worked,
     /// and a token that a lost radio changes (an attempt from before does not count).
-    var connectFailures: [RadioAddress] = []
-    var connectEpoch = 0
-    var establishFailuresDuringRecovery = 0
+    var connectFailures: [RadioAddress] { get { q.connectFailures } set { q.connectFailures = newValue } _modify { yield &q.connectFailures } }
+    var connectEpoch: Int { get { q.connectEpoch } set { q.connectEpoch = newValue } _modify { yield &q.connectEpoch } }
+    var establishFailuresDuringRecovery: Int { get { q.establishFailuresDuringRecovery } set { q.establishFailuresDuringRecovery = newValue } _modify { yield &q.establishFailuresDuringRecovery } }
     // Discovery attempts (BlueZTransport+Central): failed starts in a row, the retry waiting, the
     // completion of the start it retries, and a token that a stop or a new start changes.
-    var discoveryFailures = 0
-    var discoveryRetry: ScheduledTask?
-    var discoveryPending: ((Result<Void, TransportError>) -> Void)?
-    var discoveryLastError: TransportError?
-    var discoveryToken = 0
+    var discoveryFailures: Int { get { q.discoveryFailures } set { q.discoveryFailures = newValue } _modify { yield &q.discoveryFailures } }
+    var discoveryRetry: ScheduledTask? { get { q.discoveryRetry } set { q.discoveryRetry = newValue } _modify { yield &q.discoveryRetry } }
+    var discoveryPending: ((Result<Void, TransportError>) -> Void)? { get { q.discoveryPending } set { q.discoveryPending = newValue } _modify { yield &q.discoveryPending } }
+    var discoveryLastError: TransportError? { get { q.discoveryLastError } set { q.discoveryLastError = newValue } _modify { yield &q.discoveryLastError } }
+    var discoveryToken: Int { get { q.discoveryToken } set { q.discoveryToken = newValue } _modify { yield &q.discoveryToken } }
     /// How slow bluetoothd answers each kind of call (CallLatency, by D-Bus member); calls run
     /// off the scheduler, so it is locked.
-    private let latencyLock = NSLock()
-    private var latencyState: [String: CallLatency] = [:]
+    private let latencyState = Mutex<[String: CallLatency]>([:])
     /// The allowance last written to log.txt for each kind of call, to log changes only.
-    var latencyLogged: [String: TimeInterval] = [:]
+    var latencyLogged: [String: TimeInterval] { get { q.latencyLogged } set { q.latencyLogged = newValue } _modify { yield &q.latencyLogged } }
 
     public init(options: Options = Options(), scheduler: DispatchScheduler) {
         self.options = options
@@ -145,16 +198,14 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
 
     /// How slow bluetoothd has been seen to answer `member`, and what such a call is allowed now.
     public func latency(of member: String) -> CallLatency {
-        latencyLock.lock()
-        defer { latencyLock.unlock() }
-        return latencyState[member] ?? CallLatency(base: options.callTimeout)
+        latencyState.withLock { $0[member] } ?? CallLatency(base: options.callTimeout)
     }
 
     /// The kind of call bluetoothd is slowest to answer now, and its latency.
     public var slowest: (call: String, latency: CallLatency)? {
-        latencyLock.lock()
-        defer { latencyLock.unlock() }
-        return latencyState.max { a, b in (a.value.timeout, b.key) < (b.value.timeout, a.key) }.map { ($0.key, $0.value) }
+        latencyState.withLock { state in
+            state.max { a, b in (a.value.timeout, b.key) < (b.value.timeout, a.key) }.map { ($0.key, $0.value) }
+        }
     }
 
     /// Time allowed beyond the sensor's own deadlines while bluetoothd answers slowly.
@@ -173,11 +224,13 @@ public final class BlueZTransport: BLETransport, @unchecked Sendable {
     }
 
     private func updateLatency(_ member: String, _ change: (inout CallLatency) -> Void) {
-        latencyLock.lock()
-        var l = latencyState[member] ?? CallLatency(base: options.callTimeout)
-        change(&l)
-        latencyState[member] = l
-        latencyLock.unlock()
+        let base = options.callTimeout
+        let l = latencyState.withLock { state in
+            var l = state[member] ?? CallLatency(base: base)
+            change(&l)
+            state[member] = l
+            return l
+        }
         // log.txt says when what a kind of call is allowed changes by a quarter or more.
         dispatch.execute { [weak self] in
             guard let self else { return }

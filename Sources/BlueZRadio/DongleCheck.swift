@@ -7,7 +7,10 @@ import Foundation
 import HeraldCore
 import HeraldRadio
 
-public final class DongleCheck: BLETransportDelegate, @unchecked Sendable {
+/// Not Sendable: used on its scheduler's queue only (the `Scheduler` seam); the calls to
+/// bluetoothd that run as tasks carry it in the seam's box (`UncheckedBox`) and hop back onto
+/// the queue before touching it.
+public final class DongleCheck: BLETransportDelegate {
     public struct Sighting: Sendable, Equatable {
         /// Seconds after the check began, and the RSSI of that first report.
         public var after: Double
@@ -72,10 +75,10 @@ public final class DongleCheck: BLETransportDelegate, @unchecked Sendable {
     /// failed a stage (its problem set).
     public func start(_ done: @escaping (Findings) -> Void) {
         let selector = self.selector, busAddress = self.busAddress
-        let box = UncheckedBox(done)
+        let box = UncheckedBox(done), me = UncheckedBox(self), scheduler = self.scheduler
         Task {
             let listed = await BlueZAdapters.list(busAddress: busAddress)
-            self.scheduler.execute { self.afterListing(listed, selector, box.value) }
+            scheduler.execute { me.value.afterListing(listed, selector, box.value) }
         }
     }
 
@@ -96,12 +99,12 @@ public final class DongleCheck: BLETransportDelegate, @unchecked Sendable {
                 // adapter's discovery and advertising is reset with it (BlueZ 5.66 can be left
                 // believing it discovers after a StopDiscovery the kernel refused).
                 let path = a.path, busAddress = self.busAddress
-                let box = UncheckedBox(done)
+                let box = UncheckedBox(done), me = UncheckedBox(self), scheduler = self.scheduler
                 Task {
                     let off = await BlueZAdapters.setPowered(path, false, busAddress: busAddress)
-                    self.scheduler.execute {
-                        if case .failure(let e) = off { self.log?("could not power \(path) off before the check: \(e)") }
-                        self.powerAndListen(box.value)
+                    scheduler.execute {
+                        if case .failure(let e) = off { me.value.log?("could not power \(path) off before the check: \(e)") }
+                        me.value.powerAndListen(box.value)
                     }
                 }
                 return
@@ -149,11 +152,11 @@ public final class DongleCheck: BLETransportDelegate, @unchecked Sendable {
             // Left as it was found, powered, and freshly so (see above): what runs next on it
             // does not inherit the check's discovery.
             let path = "/org/bluez/" + adapter, busAddress = self.busAddress
-            let box = UncheckedBox(done)
+            let box = UncheckedBox(done), scheduler = self.scheduler
             Task {
                 _ = await BlueZAdapters.setPowered(path, false, busAddress: busAddress)
                 _ = await BlueZAdapters.setPowered(path, true, busAddress: busAddress)
-                self.scheduler.execute { box.value(final) }
+                scheduler.execute { box.value(final) }
             }
         }
         guard findings.powered, t.state == .poweredOn else { return finish() }

@@ -1,6 +1,6 @@
 // DBusConnection: a private libdbus connection driven by Dispatch, with async/await calls.
 //
-// Threading invariant (why `@unchecked Sendable` is sound): every libdbus call and every access
+// Threading invariant (why the unchecked Sendable conformance is sound): every libdbus call and every access
 // to mutable state of this class happens on `queue`, one serial DispatchQueue. Public async
 // methods hop onto the queue; libdbus callbacks (watches, timeouts, dispatch status, filter,
 // pending-call notify) are only ever invoked from libdbus functions that we call on the queue,
@@ -13,12 +13,18 @@
 import CDBus
 import Dispatch
 import Foundation
+import Synchronization
 
-/// Holder for a C pointer crossing a Sendable boundary; only dereferenced on the queue.
+/// Holder for a C pointer crossing a Sendable boundary (a continuation, a hop onto `queue`).
+/// Invariant (why unchecked): the pointer is only dereferenced, and the libdbus object it points
+/// to only used, on the connection's `queue` (`openRaw` too runs there); the holder itself is
+/// an immutable value.
 struct UncheckedPointer: @unchecked Sendable, Hashable {
     let raw: OpaquePointer
 }
 
+/// Invariant (why unchecked): see the threading invariant at the top of this file; the mutable
+/// state below is confined to `queue`, and `lastID` is a Mutex.
 public final class DBusConnection: @unchecked Sendable {
     /// The address of the system bus: `DBUS_SYSTEM_BUS_ADDRESS` if set, else the standard socket.
     public static var systemBusAddress: String {
@@ -57,8 +63,7 @@ public final class DBusConnection: @unchecked Sendable {
     private(set) var faults = Faults()
 
     // Id counter shared by tasks (lock, not queue, so ids exist before hopping onto the queue).
-    private let idLock = NSLock()
-    private var lastID: UInt64 = 0
+    private let lastID = Mutex<UInt64>(0)
 
     private struct PendingCall {
         let call: OpaquePointer
@@ -88,10 +93,10 @@ public final class DBusConnection: @unchecked Sendable {
     }
 
     func nextID() -> UInt64 {
-        idLock.lock()
-        defer { idLock.unlock() }
-        lastID += 1
-        return lastID
+        lastID.withLock { id in
+            id += 1
+            return id
+        }
     }
 
     // MARK: - Opening
@@ -179,6 +184,9 @@ public final class DBusConnection: @unchecked Sendable {
     }
 
     /// One C function for add_filter and remove_filter (they compare function pointers).
+    /// Invariant (why unsafe): an immutable C function pointer, set once when first read; it
+    /// captures nothing, and it is marked unsafe only because Swift does not count a
+    /// `@convention(c)` pointer as Sendable.
     nonisolated(unsafe) private static let filterFunction: DBusHandleMessageFunction = { _, message, ud in
         DBusConnection.from(ud).filter(message!)
     }

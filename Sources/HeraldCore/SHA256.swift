@@ -4,7 +4,7 @@ import Foundation
 /// SHA-256, streaming: swift-crypto's (BoringSSL's compression function, on the CPU's SHA
 /// extensions where it has them). Used to checksum every file of a bundle, on nodes and on the
 /// coordinator alike, and for the HMAC of air tickets; this type adds file hashing and hex.
-public struct SHA256 {
+public struct SHA256: Sendable {
     private var hasher = Crypto.SHA256()
 
     public init() {}

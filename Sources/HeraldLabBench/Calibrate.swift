@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Synchronization
 import HeraldAnalysis
 import HeraldCore
 import LabHistory
@@ -111,7 +112,7 @@ enum CalibrationLoops {
     static let seeds: [UInt64] = Array(1...40)
 
     /// `body(seed)` for every seed on `threads` threads; the results in seed order.
-    static func bySeed<T>(_ seeds: [UInt64], threads: Int, _ body: @escaping @Sendable (UInt64) throws -> T) throws -> [T] {
+    static func bySeed<T: Sendable>(_ seeds: [UInt64], threads: Int, _ body: @escaping @Sendable (UInt64) throws -> T) throws -> [T] {
         let slots = Slots<T>(count: seeds.count)
         DispatchQueue.concurrentPerform(iterations: max(1, min(threads, seeds.count))) { _ in
             while let i = slots.take() {
@@ -121,14 +122,17 @@ enum CalibrationLoops {
         return try slots.results().map { try $0.get() }
     }
 
-    final class Slots<T>: @unchecked Sendable {
-        private let lock = NSLock()
-        private var next = 0
-        private var values: [Result<T, Error>?]
-        init(count: Int) { values = Array(repeating: nil, count: count) }
-        func take() -> Int? { lock.withLock { guard next < values.count else { return nil }; next += 1; return next - 1 } }
-        func put(_ i: Int, _ r: Result<T, Error>) { lock.withLock { values[i] = r } }
-        func results() -> [Result<T, Error>] { lock.withLock { values.map { $0! } } }
+    final class Slots<T: Sendable>: Sendable {
+        /// The next seed's index to hand out, and each seed's result once in.
+        private struct State {
+            var next = 0
+            var values: [Result<T, Error>?]
+        }
+        private let state: Mutex<State>
+        init(count: Int) { state = Mutex(State(values: Array(repeating: nil, count: count))) }
+        func take() -> Int? { state.withLock { s in guard s.next < s.values.count else { return nil }; s.next += 1; return s.next - 1 } }
+        func put(_ i: Int, _ r: Result<T, Error>) { state.withLock { $0.values[i] = r } }
+        func results() -> [Result<T, Error>] { state.withLock { $0.values.map { $0! } } }
     }
 
     static func temp(_ name: String) -> URL {

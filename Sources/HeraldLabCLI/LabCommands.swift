@@ -10,6 +10,7 @@ import LabResults
 import RadioAir
 import RadioSim
 import Logging
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -135,37 +136,42 @@ func parseAir(_ text: String) throws -> LabWire.AirAddress {
 func waitForTermination(timeout: TimeInterval? = nil) async -> Bool {
     signal(SIGINT, SIG_IGN)
     signal(SIGTERM, SIG_IGN)
-    let signalled = SignalFlag()
+    let wait = TerminationWait()
     await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+        wait.begin(c)
         let queue = DispatchQueue(label: "heraldlab.signals")
         let sources = [SIGINT, SIGTERM].map { DispatchSource.makeSignalSource(signal: $0, queue: queue) }
-        let once = UncheckedOnce(c)
         for s in sources {
-            s.setEventHandler { signalled.set(); once.resume() }
+            // The handler holds its own source: a source stops once freed, and these are kept
+            // for the life of the process.
+            s.setEventHandler { withExtendedLifetime(s) { wait.end(signal: true) } }
             s.resume()
         }
-        if let timeout { queue.asyncAfter(deadline: .now() + timeout) { once.resume() } }
-        withExtendedLifetime(sources) {}
-        KeepAlive.sources = sources
+        if let timeout { queue.asyncAfter(deadline: .now() + timeout) { wait.end(signal: false) } }
     }
-    return signalled.isSet
+    return wait.signalled
 }
 
-final class SignalFlag: @unchecked Sendable {
-    private var value = false
-    private let lock = NSLock()
-    func set() { lock.lock(); value = true; lock.unlock() }
-    var isSet: Bool { lock.lock(); defer { lock.unlock() }; return value }
+/// A signal or the timeout, whichever comes first: the waiter is resumed once, and whether a
+/// signal came is kept.
+final class TerminationWait: Sendable {
+    private struct State {
+        var waiter: CheckedContinuation<Void, Never>?
+        var signalled = false
+    }
+    private let state = Mutex(State())
+    func begin(_ c: CheckedContinuation<Void, Never>) { state.withLock { $0.waiter = c } }
+    func end(signal: Bool) {
+        let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            if signal { s.signalled = true }
+            defer { s.waiter = nil }
+            return s.waiter
+        }
+        waiter?.resume()
+    }
+    var signalled: Bool { state.withLock { $0.signalled } }
 }
 
-enum KeepAlive { nonisolated(unsafe) static var sources: [DispatchSourceSignal] = [] }
-
-final class UncheckedOnce: @unchecked Sendable {
-    private var c: CheckedContinuation<Void, Never>?
-    private let lock = NSLock()
-    init(_ c: CheckedContinuation<Void, Never>) { self.c = c }
-    func resume() { lock.lock(); let x = c; c = nil; lock.unlock(); x?.resume() }
-}
 
 struct AirCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "air", abstract: "The simulated radio medium as a service, for agents with radio sim (real time, loopback).")

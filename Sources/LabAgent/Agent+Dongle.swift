@@ -40,7 +40,7 @@ extension Agent {
         var info = Self.dongleInfo(local, selector: selector, name: config.dongleName ?? config.name, host: config.hostName ?? Self.hostName(), agent: config.name,
                                    tags: config.tags, identity: controllerIdentity)
         if local == nil, !survey.problems.isEmpty { info.problem = [info.problem, survey.problems.joined(separator: "; ")].compactMap { $0 }.joined(separator: "; ") }
-        stackLock.withLock { dongleInfo = info }
+        stack.withLock { $0.dongleInfo = info }
     }
 
     /// A dongle as the lab describes it, from what this host knows of it.
@@ -177,7 +177,7 @@ extension Agent {
 
     func report(_ s: DongleCheckSession, _ f: DongleCheck.Findings) -> LabWire.PreflightReport {
         var r = LabWire.PreflightReport(id: s.request.id, agent: config.name)
-        var d = stackLock.withLock { dongleInfo }
+        var d = stack.withLock { $0.dongleInfo }
         if let adapter = f.adapter { d?.adapter = adapter; d?.present = true }
         if f.powered { d?.powered = true }
         r.dongle = d

@@ -9,6 +9,7 @@ import RadioAir
 import RadioSim
 import BlueZRadio
 import Logging
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -26,7 +27,7 @@ extension Agent {
             case .success(let v): version = v
             case .failure(let e): version = "unknown: \(e)"
             }
-            stackLock.withLock { bluezVersion = version }
+            stack.withLock { $0.bluezVersion = version }
             return
         }
         guard let air = request.air ?? config.air else {
@@ -321,26 +322,35 @@ extension Agent {
 /// Notices when the whole process did not run for a while: a thread that wakes every quarter
 /// second and compares the monotonic clock with its last wake. Under SIGSTOP every thread stops,
 /// so the first wake after SIGCONT sees the pause.
-final class StallWatchdog: @unchecked Sendable {
-    private let lock = NSLock()
-    private var running = true
+///
+/// A Dispatch timer on a queue of its own (no thread is kept for it): it wakes every quarter
+/// second, and its handler alone reads and writes the last wake (`last`). The timer cancels
+/// itself at its first wake after `stop` (or once the watchdog is gone).
+final class StallWatchdog: Sendable {
+    private let last: Mutex<(monotonic: Double, wall: Double)>
+    private let stopped = Mutex(false)
 
     init(threshold: TimeInterval, onStall: @escaping @Sendable (_ from: Double, _ to: Double) -> Void) {
-        let thread = Thread { [self] in
-            var last = Self.monotonic(), lastWall = Date().timeIntervalSince1970
-            while lock.withLock({ running }) {
-                usleep(250_000)
-                let m = Self.monotonic(), wall = Date().timeIntervalSince1970
-                if m - last > threshold { onStall(lastWall, wall) }
-                last = m
-                lastWall = wall
-            }
+        last = Mutex((Self.monotonic(), Date().timeIntervalSince1970))
+        let source = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "heraldlab.agent.stall"))
+        source.schedule(deadline: .now() + .milliseconds(250), repeating: .milliseconds(250), leeway: .milliseconds(10))
+        source.setEventHandler { [weak self] in
+            guard let self, !self.stopped.withLock({ $0 }) else { source.cancel(); return }
+            self.woke(threshold: threshold, onStall)
         }
-        thread.stackSize = 256 * 1024
-        thread.start()
+        source.resume()
     }
 
-    func stop() { lock.withLock { running = false } }
+    private func woke(threshold: TimeInterval, _ onStall: @Sendable (_ from: Double, _ to: Double) -> Void) {
+        let m = Self.monotonic(), wall = Date().timeIntervalSince1970
+        let previous = last.withLock { l in
+            defer { l = (m, wall) }
+            return l
+        }
+        if m - previous.monotonic > threshold { onStall(previous.wall, wall) }
+    }
+
+    func stop() { stopped.withLock { $0 = true } }
 
     static func monotonic() -> Double {
         var ts = timespec()

@@ -9,6 +9,7 @@ import LabNode
 import LabPlan
 import BlueZRadio
 import Logging
+import Synchronization
 
 /// `herald-lab agent`: runs nodes of plans on this machine. It registers with a coordinator and
 /// heartbeats, accepts an assignment, starts at the instant it is given (in its own clock), runs
@@ -17,7 +18,10 @@ import Logging
 /// coordinator says they were gathered. Routes are in Agent+Routes, the run's life in
 /// Agent+Lifecycle, what is kept on disk in Agent+Persistence, the coordinator link in
 /// Agent+Coordinator.
-public final class Agent: @unchecked Sendable {
+///
+/// Concurrency: the runs and the dongle check are the scheduler queue's (`runs`, `check`:
+/// checked there); what `start` sets, and the dongle as last looked at, are in `Mutex`es.
+public final class Agent: Sendable {
     public struct Config: Sendable {
         public var name: String
         public var host = "127.0.0.1"
@@ -68,15 +72,39 @@ public final class Agent: @unchecked Sendable {
     let metrics = LabMetrics(service: "agent")
     /// How this agent reaches its coordinator (nil: it has none).
     let coordinatorLink: (any CoordinatorLink)?
-    var heartbeat: Task<Void, Never>?
-    var watchdog: StallWatchdog?
-    public private(set) var url: String = ""
+    /// What `start` sets up: the URL announced, the port bound, the heartbeats' task and the
+    /// stall watchdog.
+    struct Started {
+        var url = ""
+        var boundPort: UInt16 = 0
+        var heartbeat: Task<Void, Never>?
+        var watchdog: StallWatchdog?
+    }
+    let started = Mutex(Started())
+    public var url: String { started.withLock { $0.url } }
+    var boundPort: UInt16 { started.withLock { $0.boundPort } }
     /// This process's boot id, in every registration and heartbeat (freshness).
     let boot = UUID().uuidString.lowercased()
-    var boundPort: UInt16 = 0
+
+    /// What only the scheduler's queue touches (the `Scheduler` seam: the node, its radio and
+    /// its loggers run there too).
+    final class OnQueue {
+        var runs: [String: ActiveRun] = [:]
+        var check: DongleCheckSession?
+    }
+    /// Invariant: only used on `scheduler.queue`; `onQueue` checks that (dispatchPrecondition)
+    /// on every access, so this box (HeraldRadio's carrier for the seam) is never read elsewhere.
+    private let confined = UncheckedBox(OnQueue())
+    private var onQueue: OnQueue {
+        dispatchPrecondition(condition: .onQueue(scheduler.queue))
+        return confined.value
+    }
     // Runs, confined to the scheduler's queue: at most one armed or running (`active`), any
     // number finished and waiting to be gathered.
-    var runs: [String: ActiveRun] = [:]
+    var runs: [String: ActiveRun] {
+        get { onQueue.runs }
+        set { onQueue.runs = newValue }
+    }
     var active: ActiveRun? { runs.values.first { $0.state == .armed || $0.state == .running } }
     /// The agent's log (label herald-lab.agent): one line per event, with metadata agent (and
     /// dongle, radio bluez) on every line, run and node where a line is about a run; its handler
@@ -84,12 +112,17 @@ public final class Agent: @unchecked Sendable {
     public let logger: Logger
     /// The host's kernel release, and the bluetoothd version read at the last arming (radio bluez).
     let kernel = HostSystem.kernelRelease()
-    var bluezVersion: String?
-    let stackLock = NSLock()
-    /// The dongle as last looked at (radio bluez), under `stackLock`.
-    var dongleInfo: LabWire.DongleInfo?
+    /// And the dongle as last looked at (radio bluez).
+    struct Stack {
+        var bluezVersion: String?
+        var dongleInfo: LabWire.DongleInfo?
+    }
+    let stack = Mutex(Stack())
     /// A pre-flight check of the dongle, on the scheduler's queue (Agent+Dongle).
-    var check: DongleCheckSession?
+    var check: DongleCheckSession? {
+        get { onQueue.check }
+        set { onQueue.check = newValue }
+    }
 
     final class ActiveRun {
         let assignment: NodeAssignment
@@ -144,8 +177,11 @@ public final class Agent: @unchecked Sendable {
     public func start() async throws -> UInt16 {
         try FileManager.default.createDirectory(at: runsDirectory, withIntermediateDirectories: true)
         let port = try await http.start(host: config.host, port: config.port, tls: config.tls)
-        boundPort = port
-        url = config.advertiseURL?.absoluteString ?? "\(config.tls == nil ? "http" : "https")://\(HostPort.urlHost(config.host)):\(port)"
+        let url = config.advertiseURL?.absoluteString ?? "\(config.tls == nil ? "http" : "https")://\(HostPort.urlHost(config.host)):\(port)"
+        started.withLock { s in
+            s.boundPort = port
+            s.url = url
+        }
         await startWork()
         logger.notice("listening on \(config.host):\(port), announced as \(url) (data \(config.dataDirectory.path))")
         return port
@@ -155,7 +191,7 @@ public final class Agent: @unchecked Sendable {
     /// it recovers runs left on disk and heartbeats to its coordinator link, announced as `url`.
     public func startUnserved(url: String) async throws {
         try FileManager.default.createDirectory(at: runsDirectory, withIntermediateDirectories: true)
-        self.url = url
+        started.withLock { $0.url = url }
         await startWork()
         logger.notice("started without serving, announced as \(url) (data \(config.dataDirectory.path))")
     }
@@ -167,13 +203,15 @@ public final class Agent: @unchecked Sendable {
             if let kernel, let problem = HostSystem.bluetoothProblem(kernelRelease: kernel) { logger.warning("\(problem)") }
             await refreshDongle()
         }
-        watchdog = StallWatchdog(threshold: config.stallThreshold) { [weak self] from, to in
+        let watchdog = StallWatchdog(threshold: config.stallThreshold) { [weak self] from, to in
             guard let self else { return }
             self.scheduler.execute { self.stalled(from: from, to: to) }
         }
+        started.withLock { $0.watchdog = watchdog }
         scheduler.scheduleRepeating(every: 5) { [weak self] in self?.keepAlive() }
         if coordinatorLink != nil {
-            heartbeat = Task { [weak self] in await self?.heartbeatLoop() }
+            let heartbeat: Task<Void, Never> = Task { [weak self] in await self?.heartbeatLoop() }
+            started.withLock { $0.heartbeat = heartbeat }
         }
     }
 
@@ -183,6 +221,7 @@ public final class Agent: @unchecked Sendable {
     }
 
     public func stop() async {
+        let (heartbeat, watchdog) = started.withLock { ($0.heartbeat, $0.watchdog) }
         heartbeat?.cancel()
         watchdog?.stop()
         scheduler.sync {
@@ -210,7 +249,7 @@ public final class Agent: @unchecked Sendable {
 
     public var info: LabWire.AgentInfo {
         var i = LabWire.AgentInfo(name: config.name, url: url, tags: config.tags, radio: config.radio, adapter: config.adapter, controller: controller, port: boundPort)
-        i.dongle = stackLock.withLock { dongleInfo }
+        i.dongle = stack.withLock { $0.dongleInfo }
         return i
     }
 
@@ -238,8 +277,8 @@ public final class Agent: @unchecked Sendable {
         var s = LabWire.AgentStatus(name: config.name, state: current?.state ?? .idle)
         s.held = runs.keys.sorted()
         s.kernel = kernel
-        s.bluez = stackLock.withLock { bluezVersion }
-        s.dongle = stackLock.withLock { dongleInfo }
+        s.bluez = stack.withLock { $0.bluezVersion }
+        s.dongle = stack.withLock { $0.dongleInfo }
         guard let r = current else { return s }
         s.recoveries = r.recoveries.isEmpty ? nil : r.recoveries
         s.runId = r.id

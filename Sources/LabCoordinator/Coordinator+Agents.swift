@@ -77,26 +77,26 @@ extension Coordinator {
         let t = now
         let esc = HTTPService.escaped
         let from = peerHost.map { " from \($0)" } ?? ""
-        let refusal: String? = withLock {
+        let refusal: String? = withLock { s in
             // The same name alive at another host: the first keeps it until it goes quiet.
-            if let old = agents[info.name], liveness(old.lastSeen) == .alive, freshness[info.name]?.current != boot,
+            if let old = s.agents[info.name], liveness(old.lastSeen) == .alive, s.freshness[info.name]?.current != boot,
                let oldHost = Self.host(of: old.info.url), let newHost = Self.host(of: info.url), oldHost != newHost {
                 return "agent \(info.name) is alive at \(esc(old.info.url)); a second agent presenting this name\(from) at \(esc(info.url)) is refused while the first heartbeats"
             }
             // In a TLS lab a URL is one agent's: another name alive there keeps it.
-            if config.tls != nil, let holder = agents.values.first(where: { $0.info.name != info.name && $0.info.url == info.url && liveness($0.lastSeen) == .alive }) {
+            if config.tls != nil, let holder = s.agents.values.first(where: { $0.info.name != info.name && $0.info.url == info.url && liveness($0.lastSeen) == .alive }) {
                 return "agent \(info.name) registers \(esc(info.url)), where agent \(holder.info.name) is alive; refused"
             }
-            var f = freshness[info.name] ?? Freshness()
+            var f = s.freshness[info.name] ?? Freshness()
             let sameBoot = f.current == boot
             if let why = f.take(boot: boot, sequence: sequence, registering: true) { return "registration of agent \(info.name) refused: \(why)" }
-            freshness[info.name] = f
-            let old = agents[info.name]
+            s.freshness[info.name] = f
+            let old = s.agents[info.name]
             var record = AgentRecord(info: info, lastSeen: t, persistedSeen: t, status: old?.status, lastError: old?.lastError, lastErrorAt: old?.lastErrorAt)
             // The same agent process registering again at the same URL (a heartbeat of it failed)
             // keeps its clock samples; a new boot starts afresh.
             if sameBoot, let old, old.info.url == info.url { record.clocks = old.clocks }
-            agents[info.name] = record
+            s.agents[info.name] = record
             return nil
         }
         if let refusal {
@@ -126,7 +126,7 @@ extension Coordinator {
             // Said once per kind of refusal (logged, and the agent's last error on the
             // dashboard), not once per heartbeat.
             let why = "heartbeat refused: \(problem)"
-            if withLock({ agents[name] != nil && agents[name]?.lastError != why }) {
+            if withLock({ s in s.agents[name] != nil && s.agents[name]?.lastError != why }) {
                 logger.warning("agent \(name): \(why)", metadata: ["agent": .string(name)])
                 agentError(name, why)
             }
@@ -138,19 +138,19 @@ extension Coordinator {
         status.clock = nil
         let t = now
         enum Outcome { case taken(persist: Bool), unregistered, refused(String) }
-        let outcome = withLock { () -> Outcome in
-            guard var a = agents[name] else { return .unregistered }
-            var f = freshness[name] ?? Freshness()
+        let outcome = withLock { s -> Outcome in
+            guard var a = s.agents[name] else { return .unregistered }
+            var f = s.freshness[name] ?? Freshness()
             // A boot other than the registered one registers first (the agent does on a 404).
             if let current = f.current, current != boot { return .unregistered }
             if let why = f.take(boot: boot, sequence: sequence, registering: false) { return .refused(why) }
-            freshness[name] = f
+            s.freshness[name] = f
             a.lastSeen = t
             a.status = status
             if let clock { a.takeClock(clock, boot: boot) }
             let due = t - a.persistedSeen >= 5
             if due { a.persistedSeen = t }
-            agents[name] = a
+            s.agents[name] = a
             return .taken(persist: due)
         }
         switch outcome {
@@ -161,9 +161,9 @@ extension Coordinator {
             if let d = status.dongle { noteDongle(d, agent: name) }
             noteLive(name, status, at: t)
         }
-        return withLock {
+        return withLock { s in
             let sent = now
-            agents[name]?.clockPending = PendingClock(boot: boot, sequence: sequence, received: received, sent: sent)
+            s.agents[name]?.clockPending = PendingClock(boot: boot, sequence: sequence, received: received, sent: sent)
             return LabWire.ClockReply(received: received, sent: sent)
         }
     }

@@ -51,8 +51,8 @@ extension Coordinator {
     /// otherwise, and for an agent now registered at another URL than `url`.
     func heartbeatClock(agent: String, url: String) -> LabWire.ClockSample? {
         let t = now
-        let samples = withLock { () -> [LabWire.ClockSample] in
-            guard let a = agents[agent], a.info.url == url else { return [] }
+        let samples = withLock { s -> [LabWire.ClockSample] in
+            guard let a = s.agents[agent], a.info.url == url else { return [] }
             return a.clocks.filter { $0.at <= t && t - $0.at <= config.heartbeatClockWindow }.map(\.sample)
         }
         guard samples.count >= max(1, config.heartbeatClockSamples), let estimate = LabWire.ClockSample.agreeing(samples),

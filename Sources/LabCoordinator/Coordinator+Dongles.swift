@@ -20,10 +20,10 @@ extension Coordinator {
         info.agent = agent
         let key = DongleRecord.key(info)
         let t = now
-        let change: (DongleRecord, [LabWire.DongleEvent])? = withLock {
-            guard var r = dongles[key] else {
+        let change: (DongleRecord, [LabWire.DongleEvent])? = withLock { s in
+            guard var r = s.dongles[key] else {
                 let r = DongleRecord(id: key, info: info, at: t)
-                dongles[key] = r
+                s.dongles[key] = r
                 let where_ = [info.host.map { "host \($0)" }, "agent \(agent)", info.adapter, info.usb.map { "USB port \($0.port)" }].compactMap { $0 }.joined(separator: ", ")
                 return (r, [LabWire.DongleEvent(kind: .registered, at: t, ok: true, message: "first seen: \(where_)")])
             }
@@ -56,10 +56,10 @@ extension Coordinator {
                 info.lmpVersion = old.lmpVersion; info.lmpSubversion = old.lmpSubversion
             }
             let due = t - r.lastSeen >= 60
-            guard info != old || due || !events.isEmpty else { r.lastSeen = t; dongles[key] = r; return nil }
+            guard info != old || due || !events.isEmpty else { r.lastSeen = t; s.dongles[key] = r; return nil }
             r.info = info
             r.lastSeen = t
-            dongles[key] = r
+            s.dongles[key] = r
             return (r, events)
         }
         if let (r, events) = change { persistDongle(r, events) }
@@ -87,11 +87,11 @@ extension Coordinator {
         let recent = dongleHistory(key, limit: 100)
         let t = now
         let k = config.quarantineAfter
-        let result: (DongleRecord, [LabWire.DongleEvent], Bool)? = withLock {
-            guard var r = dongles[key] else { return nil }
+        let result: (DongleRecord, [LabWire.DongleEvent], Bool)? = withLock { s in
+            guard var r = s.dongles[key] else { return nil }
             let before = r.health
             let events = DongleRules.apply(outcome, to: &r, at: t, quarantineAfter: k, recent: recent)
-            dongles[key] = r
+            s.dongles[key] = r
             return (r, events, before != .bad && r.health == .bad)
         }
         guard let (r, events, quarantined) = result else { return nil }
@@ -102,15 +102,15 @@ extension Coordinator {
     /// The record key of a dongle named by the operator: its address (any case), its key, or
     /// its name when that is unique.
     func dongleKey(_ ref: String) throws -> String {
-        try withLock {
-            if let a = LabWire.normalisedAddress(ref), dongles[a] != nil { return a }
-            if dongles[ref] != nil { return ref }
-            let named = dongles.values.filter { $0.info.name == ref }
+        try withLock { s in
+            if let a = LabWire.normalisedAddress(ref), s.dongles[a] != nil { return a }
+            if s.dongles[ref] != nil { return ref }
+            let named = s.dongles.values.filter { $0.info.name == ref }
             if named.count == 1 { return named[0].id }
             if named.count > 1 {
                 throw HTTPError(.conflict, "\(named.count) dongles are named \(ref) (\(named.map(\.id).sorted().joined(separator: ", "))): give the address")
             }
-            throw HTTPError(.notFound, "no dongle \(ref) (dongles: \(dongles.values.map(\.info.name).sorted().joined(separator: ", ")))")
+            throw HTTPError(.notFound, "no dongle \(ref) (dongles: \(s.dongles.values.map(\.info.name).sorted().joined(separator: ", ")))")
         }
     }
 
@@ -122,14 +122,14 @@ extension Coordinator {
         if let r = reason, r.unicodeScalars.contains(where: { $0.value < 0x20 }) { throw HTTPError(.badRequest, "reason holds control characters") }
         let key = try dongleKey(ref)
         let t = now
-        let updated: (DongleRecord, LabWire.DongleEvent)? = withLock {
-            guard var r = dongles[key] else { return nil }
+        let updated: (DongleRecord, LabWire.DongleEvent)? = withLock { s in
+            guard var r = s.dongles[key] else { return nil }
             let was = r.health
             r.health = request.health
             r.healthSince = t
             r.healthReason = reason.map { "set by the operator: \($0)" } ?? "set by the operator"
             if request.health == .unknown { r.failures = 0; r.outliers = 0 }
-            dongles[key] = r
+            s.dongles[key] = r
             let verb = request.health == .unknown && was == .bad ? "released" : request.health == .bad ? "quarantined" : "set to \(request.health.rawValue)"
             return (r, LabWire.DongleEvent(kind: .health, at: t, ok: request.health.selectable,
                                            message: "\(request.health.rawValue): \(verb) by the operator (was \(was.rawValue))\(reason.map { ": \($0)" } ?? "")"))
@@ -142,10 +142,10 @@ extension Coordinator {
     /// Every dongle with its agent's liveness, the run it is busy with, and its newest history.
     func dongleViews(history: Int) -> [LabWire.DongleView] {
         let agentStates = Dictionary(agentViews.map { ($0.info.name, $0.state.rawValue) }, uniquingKeysWith: { a, _ in a })
-        let (records, busy) = withLock { () -> ([DongleRecord], [String: String]) in
+        let (records, busy) = withLock { s -> ([DongleRecord], [String: String]) in
             var busy = [String: String]()
-            for r in runs.values where !r.state.isFinal { for n in r.nodes { busy[n.agent] = r.id } }
-            return (dongles.values.sorted { ($0.info.host ?? "", $0.info.name, $0.id) < ($1.info.host ?? "", $1.info.name, $1.id) }, busy)
+            for r in s.runs.values where !r.state.isFinal { for n in r.nodes { busy[n.agent] = r.id } }
+            return (s.dongles.values.sorted { ($0.info.host ?? "", $0.info.name, $0.id) < ($1.info.host ?? "", $1.info.name, $1.id) }, busy)
         }
         return records.map { r in
             var v = LabWire.DongleView(id: r.id, info: r.info, health: r.health, failures: r.failures, outliers: r.outliers,
@@ -162,7 +162,7 @@ extension Coordinator {
     /// The record of the dongle an agent drives, if it reported one.
     func dongleRecord(of agent: LabWire.AgentInfo) -> DongleRecord? {
         guard let d = agent.dongle else { return nil }
-        return withLock { dongles[DongleRecord.key(d)] }
+        return withLock { s in s.dongles[DongleRecord.key(d)] }
     }
 
     // MARK: Checks
@@ -191,8 +191,8 @@ extension Coordinator {
         // The check's id, and the run whose pre-flight it is, on each of its log lines.
         var ids: Logger.Metadata = ["check": .string(id)]
         if let run { ids["run"] = .string(run) }
-        withLock { for c in candidates { checking.insert(c.agent) } }
-        defer { withLock { for c in candidates { checking.remove(c.agent) } } }
+        withLock { s in for c in candidates { s.checking.insert(c.agent) } }
+        defer { withLock { s in for c in candidates { s.checking.remove(c.agent) } } }
         // Setting a dongle up (power, advertising, discovery) can take bluetoothd many seconds
         // when a host sets up several at once: the first answer may take up to the bound.
         // A revoked agent is not called (no credential goes to it); it fails the check.
@@ -303,10 +303,10 @@ extension Coordinator {
         }
         let wanted = try request.dongles.map { try Set($0.map { try dongleKey($0) }) }
         let alive = Dictionary(agentViews.filter { $0.state == .alive }.map { ($0.info.name, $0.info) }, uniquingKeysWith: { a, _ in a })
-        let (records, busy) = withLock { () -> ([DongleRecord], Set<String>) in
-            var busy = checking
-            for r in runs.values where !r.state.isFinal { for n in r.nodes { busy.insert(n.agent) } }
-            return (dongles.values.sorted { $0.id < $1.id }, busy)
+        let (records, busy) = withLock { s -> ([DongleRecord], Set<String>) in
+            var busy = s.checking
+            for r in s.runs.values where !r.state.isFinal { for n in r.nodes { busy.insert(n.agent) } }
+            return (s.dongles.values.sorted { $0.id < $1.id }, busy)
         }
         var candidates = [CheckCandidate]()
         var left = [String]()

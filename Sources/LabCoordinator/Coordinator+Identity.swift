@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import HeraldCore
 import LabHTTP
 import LabNet
@@ -33,12 +34,11 @@ extension Coordinator {
     }
 
     /// The identities under a lock of their own: the authenticator reads them on every request.
-    final class IdentityTable: @unchecked Sendable {
-        private var value: Identities
-        private let lock = NSLock()
-        init(_ v: Identities) { value = v }
-        func read<T>(_ body: (Identities) -> T) -> T { lock.withLock { body(value) } }
-        func add(_ c: IdentityStore.Credential) { lock.withLock { value.add(c) } }
+    final class IdentityTable: Sendable {
+        private let value: Mutex<Identities>
+        init(_ v: Identities) { value = Mutex(v) }
+        func read<T>(_ body: (Identities) -> T) -> T { value.withLock { body($0) } }
+        func add(_ c: IdentityStore.Credential) { value.withLock { $0.add(c) } }
     }
 
     /// The service's authenticator: the operator's credential, or an enrolled agent's.
@@ -191,7 +191,7 @@ extension Coordinator {
         try identityStore.saveCredential(record)
         identities.add(record)
         try store.forgetAgent(name)
-        withLock { agents[name] = nil }
+        withLock { s in s.agents[name] = nil }
         logger.notice("agent \(name) revoked; its credential is refused from now on", metadata: ["agent": .string(name)])
         let at = now
         Task { await tellAir(.revoked(agent: name, at: at)) }

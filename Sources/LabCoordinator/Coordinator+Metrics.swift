@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import HeraldCore
 import HeraldAnalysis
 import LabHTTP
@@ -11,12 +12,14 @@ import LabPlan
 /// families up to date from what the coordinator keeps anyway (agents, dongles, run records, each
 /// ended run's summary.json, read once), so no run, gather or heartbeat path carries metric code.
 /// Labels stay low in cardinality: state, health, result, plan, agent and node, never a pair.
-final class CoordinatorMetrics: @unchecked Sendable {
+final class CoordinatorMetrics: Sendable {
     let metrics = LabMetrics(service: "coordinator")
-    private let lock = NSLock()
     /// Runs whose start delay and duration were recorded, and each ended run's analysis counts.
-    private var observed: Set<String> = []
-    private var counts: [String: Counts] = [:]
+    private struct Seen {
+        var observed: Set<String> = []
+        var counts: [String: Counts] = [:]
+    }
+    private let seen = Mutex(Seen())
 
     struct Counts {
         var plan: String
@@ -25,7 +28,7 @@ final class CoordinatorMetrics: @unchecked Sendable {
 
     /// The counts of a run's summary.json (strict mode), read once; nil while it has none.
     func counts(of r: RunRecord) -> Counts? {
-        if let c = lock.withLock({ counts[r.id] }) { return c }
+        if let c = seen.withLock({ $0.counts[r.id] }) { return c }
         guard let bundle = r.bundle else { return nil }
         let url = URL(fileURLWithPath: bundle).appendingPathComponent("report/summary.json")
         guard FileManager.default.fileExists(atPath: url.path) else { return nil }
@@ -40,12 +43,12 @@ final class CoordinatorMetrics: @unchecked Sendable {
         } catch {
             return nil // counted once it can be read (analysis still writing, or a damaged file, which the run's report says)
         }
-        lock.withLock { counts[r.id] = c }
+        seen.withLock { $0.counts[r.id] = c }
         return c
     }
 
     /// True the first time it is asked for `id`.
-    func firstTime(_ id: String) -> Bool { lock.withLock { observed.insert(id).inserted } }
+    func firstTime(_ id: String) -> Bool { seen.withLock { $0.observed.insert(id).inserted } }
 }
 
 extension Coordinator {
@@ -90,7 +93,7 @@ extension Coordinator {
                 m.gauge("heraldlab_agent_heartbeat_age_seconds", "Seconds since the agent's last heartbeat.", ["agent": v.info.name]).record(max(0, t - seen))
             }
         }
-        let (records, dongleHealth) = withLock { (Array(runs.values), dongles.values.map(\.health)) }
+        let (records, dongleHealth) = withLock { s in (Array(s.runs.values), s.dongles.values.map(\.health)) }
         for h in LabWire.DongleHealth.allCases {
             m.gauge("heraldlab_dongles", "Dongles the coordinator knows, by health.", ["health": h.rawValue]).record(dongleHealth.filter { $0 == h }.count)
         }

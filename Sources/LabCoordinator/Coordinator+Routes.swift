@@ -47,7 +47,7 @@ extension Coordinator {
             }
         }
         http.route(CoordinatorAPI.runs.method, CoordinatorAPI.runs.template, allow: [.operator]) { [unowned self] _ in
-            .json(self.withLock { self.runs.values.sorted { $0.created < $1.created } })
+            .json(self.withLock { s in s.runs.values.sorted { $0.created < $1.created } })
         }
         http.route(CoordinatorAPI.run.method, CoordinatorAPI.run.template, allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
@@ -60,7 +60,7 @@ extension Coordinator {
             guard r.state == .arming, r.startAt == nil else {
                 throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue): only a run that has not started can be cancelled (abort stops a running one)")
             }
-            self.withLock { self.tasks[id]?.cancel() }
+            self.withLock { s in s.tasks[id]?.cancel() }
             let cancelled = await self.endBeforeStart(r, state: .cancelled, message: "cancelled before the start")
             return .json(cancelled)
         }
@@ -93,7 +93,7 @@ extension Coordinator {
         guard var r = run(id) else { throw HTTPError(.notFound, "no run \(id)") }
         switch r.state {
         case .arming where r.startAt == nil:
-            withLock { tasks[id]?.cancel() }
+            withLock { s in s.tasks[id]?.cancel() }
             return await endBeforeStart(r, state: .cancelled, message: "aborted before the start")
         case .arming, .running:
             r.abortRequested = true
@@ -111,9 +111,9 @@ extension Coordinator {
     /// threads that answer HTTP; a restarted coordinator still knows each agent's last heartbeat
     /// to within about 6 s (5 s between saves, 1 s batching).
     func persistSeen(_ name: String, at t: Double) {
-        let first = withLock { () -> Bool in
-            let first = pendingSeen.isEmpty
-            pendingSeen[name] = t
+        let first = withLock { s -> Bool in
+            let first = s.pendingSeen.isEmpty
+            s.pendingSeen[name] = t
             return first
         }
         if first { seenQueue.asyncAfter(deadline: .now() + 1) { [weak self] in self?.flushSeen() } }
@@ -121,9 +121,9 @@ extension Coordinator {
 
     /// Writes the pending heartbeat times (on `seenQueue`).
     func flushSeen() {
-        let batch = withLock { () -> [String: Double] in
-            defer { pendingSeen = [:] }
-            return pendingSeen
+        let batch = withLock { s -> [String: Double] in
+            defer { s.pendingSeen = [:] }
+            return s.pendingSeen
         }
         guard !batch.isEmpty else { return }
         do { try store.saveSeen(batch) } catch { logger.error("cannot save the heartbeats of \(batch.count) agents: \(error)") }

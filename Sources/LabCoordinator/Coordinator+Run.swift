@@ -269,7 +269,7 @@ extension Coordinator {
             }
             // An abort arrives through the stored record; take it before writing ours back.
             if run(r.id)?.abortRequested == true { r.abortRequested = true; update(r); return nil }
-            let statuses = withLock { agentsStatus() }
+            let statuses = withLock { s in agentsStatus(s) }
             var changed = markNotCalled(&r)
             for i in r.nodes.indices where r.nodes[i].state != .lost {
                 guard let s = statuses[r.nodes[i].agent], s.runId == r.id else { continue }
@@ -286,7 +286,7 @@ extension Coordinator {
                     return reason
                 }
             }
-            if changed { withLock { runs[r.id] = r } }
+            if changed { withLock { s in s.runs[r.id] = r } }
             if now - lastSave > 5 { update(r); lastSave = now }
             try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(min(0.5, max(0.05, end - now)))))
         }
@@ -310,10 +310,10 @@ extension Coordinator {
         return changed
     }
 
-    /// Latest heartbeat status per agent (call with the lock held).
-    func agentsStatus() -> [String: LabWire.AgentStatus] {
+    /// Latest heartbeat status per agent (from the state, under the lock).
+    func agentsStatus(_ s: State) -> [String: LabWire.AgentStatus] {
         var out = [String: LabWire.AgentStatus]()
-        for (name, a) in agents { if let s = a.status { out[name] = s } }
+        for (name, a) in s.agents { if let st = a.status { out[name] = st } }
         return out
     }
 }

@@ -8,13 +8,17 @@ import LabNet
 import LabPlan
 import Yams
 import Logging
+import Synchronization
 
 /// `herald-lab coordinator`: hands each agent its slice of a plan, starts them together, watches
 /// them and gathers their logs into one bundle. Agents and runs are kept in SQLite, so a
 /// restarted coordinator goes on watching and gathering where it was. Routes are in
 /// Coordinator+Routes, a run's course in Coordinator+Run, gathering and the bundle in
 /// Coordinator+Gather.
-public final class Coordinator: @unchecked Sendable {
+///
+/// Concurrency: what the coordinator knows of agents, runs and dongles is one `State` in a
+/// `Mutex` (`withLock`); submissions are serialised by a `Mutex` of their own.
+public final class Coordinator: Sendable {
     public struct Config: Sendable {
         public var host = "127.0.0.1"
         public var port: UInt16 = 0
@@ -98,25 +102,29 @@ public final class Coordinator: @unchecked Sendable {
     let store: CoordinatorStore
     /// Enrolled agents (the credentials folder's agents.sqlite), when there is a folder.
     let identityStore: IdentityStore?
-    private let lock = NSLock()
-    var agents: [String: AgentRecord] = [:]
+    /// What the coordinator knows, under one lock (`withLock`).
+    struct State {
+        var agents: [String: AgentRecord] = [:]
+        var inventory: [LabWire.AgentInfo] = []
+        var runs: [String: RunRecord] = [:]
+        /// Dongles by key (Coordinator+Dongles), and the agents whose dongles are being checked.
+        var dongles: [String: DongleRecord] = [:]
+        var checking: Set<String> = []
+        /// Each run's task (Coordinator+Run).
+        var tasks: [String: Task<Void, Never>] = [:]
+        /// Heartbeat times due for SQLite, written together by `flushSeen` (Coordinator+Routes).
+        var pendingSeen: [String: Double] = [:]
+        /// Each agent's boots and message counters (Coordinator+Agents): replays are refused.
+        var freshness: [String: Freshness] = [:]
+    }
+    private let state: Mutex<State>
     /// Enrolled agents' credentials (Coordinator+Identity); read by the authenticator.
     let identities: IdentityTable
-    private var inventory: [LabWire.AgentInfo] = []
-    var runs: [String: RunRecord] = [:]
-    /// Dongles by key (Coordinator+Dongles), and the agents whose dongles are being checked.
-    var dongles: [String: DongleRecord] = [:]
-    var checking: Set<String> = []
-    var healthChecks: Task<Void, Never>?
-    var tasks: [String: Task<Void, Never>] = [:]
-    var housekeeping: Task<Void, Never>?
-    /// Heartbeat times due for SQLite, written together by `flushSeen` (Coordinator+Routes).
-    var pendingSeen: [String: Double] = [:]
-    /// Each agent's boots and message counters (Coordinator+Agents): replays are refused.
-    var freshness: [String: Freshness] = [:]
+    /// The scheduled health checks and the retention's housekeeping, once started.
+    private let background = Mutex<(healthChecks: Task<Void, Never>?, housekeeping: Task<Void, Never>?)>((nil, nil))
     /// Held from selecting a run's agents until the run is recorded: two submissions never
     /// both take one agent.
-    let submitLock = NSLock()
+    private let submitting = Mutex(())
     let seenQueue = DispatchQueue(label: "heraldlab.coordinator.seen")
     /// GET /metrics (Coordinator+Metrics).
     let metrics = CoordinatorMetrics()
@@ -126,7 +134,8 @@ public final class Coordinator: @unchecked Sendable {
     /// agent and dongle as metadata; its handler escapes outside text (LabLogHandler). A run's
     /// lines are also kept for its dashboard page (`RunLogTee`, `RunEvents`).
     public let logger: Logger
-    public private(set) var url = ""
+    private let announced = Mutex("")
+    public var url: String { announced.withLock { $0 } }
 
     /// `httpLogger` is its HTTP service's (nil: label herald-lab.http at `logger`'s level).
     public init(config: Config, logger: Logger = Logger(label: "herald-lab.coordinator"), httpLogger: Logger? = nil) throws {
@@ -134,17 +143,20 @@ public final class Coordinator: @unchecked Sendable {
         let dashboard = try DashboardState()
         self.dashboard = dashboard
         self.logger = Logger(label: logger.label) { _ in RunLogTee(inner: logger, events: dashboard.events) }
-        store = try CoordinatorStore(url: config.results.appendingPathComponent("coordinator.sqlite"))
+        let store = try CoordinatorStore(url: config.results.appendingPathComponent("coordinator.sqlite"))
+        self.store = store
         identityStore = try config.credentials.map { try IdentityStore(url: $0.url.appendingPathComponent("agents.sqlite")) }
         let identities = IdentityTable(Identities(try identityStore?.credentials() ?? []))
         self.identities = identities
         http = HTTPService(name: "coordinator", authenticate: config.insecure ? nil : HTTPService.withScraper(config.scrapeToken, Self.authenticator(operatorToken: config.token, identities: identities)), logger: httpLogger ?? HTTPService.defaultLogger(level: logger.logLevel), throttle: config.authThrottle)
+        var initial = State()
         for a in try store.agents() {
-            agents[a.info.name] = AgentRecord(info: a.info, lastSeen: a.lastSeen, persistedSeen: a.lastSeen, status: nil, lastError: a.lastError, lastErrorAt: a.lastErrorAt)
+            initial.agents[a.info.name] = AgentRecord(info: a.info, lastSeen: a.lastSeen, persistedSeen: a.lastSeen, status: nil, lastError: a.lastError, lastErrorAt: a.lastErrorAt)
         }
-        for r in try store.runs() { runs[r.id] = r }
-        for d in try store.dongles() { dongles[d.id] = d }
-        if let inv = config.inventory { inventory = try Self.loadInventory(inv) }
+        for r in try store.runs() { initial.runs[r.id] = r }
+        for d in try store.dongles() { initial.dongles[d.id] = d }
+        if let inv = config.inventory { initial.inventory = try Self.loadInventory(inv) }
+        state = Mutex(initial)
         routes()
         metricsRoute()
         dashboardRoutes()
@@ -154,7 +166,8 @@ public final class Coordinator: @unchecked Sendable {
 
     public func start() async throws -> UInt16 {
         let port = try await http.start(host: config.host, port: config.port, tls: config.tls)
-        url = "\(config.tls == nil ? "http" : "https")://\(HostPort.urlHost(config.host)):\(port)"
+        let url = "\(config.tls == nil ? "http" : "https")://\(HostPort.urlHost(config.host)):\(port)"
+        announced.withLock { $0 = url }
         logger.notice("listening on \(config.host):\(port) (results \(config.results.path))")
         startWork()
         return port
@@ -170,13 +183,13 @@ public final class Coordinator: @unchecked Sendable {
     /// What `start` does besides serving.
     private func startWork() {
         // Pick up runs a previous coordinator left unfinished.
-        let unfinished = withLock { runs.values.filter { !$0.state.isFinal } }
+        let unfinished = withLock { s in s.runs.values.filter { !$0.state.isFinal } }
         for r in unfinished {
             logger.notice("resuming run \(r.id) (\(r.state.rawValue))", metadata: ["run": .string(r.id)])
             launch(r.id)
         }
         if let every = config.healthCheckEvery {
-            healthChecks = Task { [weak self] in
+            let healthChecks = Task { [weak self] in
                 while !Task.isCancelled {
                     try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(every)))
                     guard let self, !Task.isCancelled else { return }
@@ -186,26 +199,30 @@ public final class Coordinator: @unchecked Sendable {
                     } catch { self.logger.warning("scheduled health check skipped: \(error)") }
                 }
             }
+            background.withLock { $0.healthChecks = healthChecks }
         }
         if config.retainDays != nil {
-            housekeeping = Task { [weak self] in
+            let housekeeping = Task { [weak self] in
                 while !Task.isCancelled {
                     self?.applyRetention()
                     try? await Task.sleep(nanoseconds: 3_600_000_000_000)
                 }
             }
+            background.withLock { $0.housekeeping = housekeeping }
         }
     }
 
     public func stop() async {
-        withLock { for t in tasks.values { t.cancel() } }
+        withLock { s in for t in s.tasks.values { t.cancel() } }
+        let (healthChecks, housekeeping) = background.withLock { $0 }
         housekeeping?.cancel()
         healthChecks?.cancel()
         await http.stop()
         seenQueue.sync { flushSeen() }
     }
 
-    func withLock<T>(_ body: () throws -> T) rethrows -> T { lock.lock(); defer { lock.unlock() }; return try body() }
+    /// Runs `body` with the coordinator's state, under its lock (never across an await).
+    func withLock<T>(_ body: (inout State) throws -> T) rethrows -> T { try state.withLock { s in try body(&s) } }
 
     // MARK: Inventory
 
@@ -242,13 +259,13 @@ public final class Coordinator: @unchecked Sendable {
     }
 
     public var agentViews: [AgentView] {
-        withLock {
-            let inventoryNames = Set(inventory.map(\.name))
-            var out = agents.values.sorted { $0.info.name < $1.info.name }.map { a in
+        withLock { s in
+            let inventoryNames = Set(s.inventory.map(\.name))
+            var out = s.agents.values.sorted { $0.info.name < $1.info.name }.map { a in
                 AgentView(info: a.info, state: liveness(a.lastSeen), lastSeen: a.lastSeen, status: a.status, inInventory: inventoryNames.contains(a.info.name),
                           lastError: a.lastError, lastErrorAt: a.lastErrorAt)
             }
-            for i in inventory where agents[i.name] == nil { out.append(AgentView(info: i, state: .unknown, lastSeen: nil, status: nil, inInventory: true)) }
+            for i in s.inventory where s.agents[i.name] == nil { out.append(AgentView(info: i, state: .unknown, lastSeen: nil, status: nil, inInventory: true)) }
             return out
         }
     }
@@ -256,7 +273,7 @@ public final class Coordinator: @unchecked Sendable {
     /// Remembers what went wrong with an agent (shown by `herald-lab agents`, kept in SQLite).
     func agentError(_ name: String, _ message: String) {
         let t = now
-        withLock { agents[name]?.lastError = message; agents[name]?.lastErrorAt = t }
+        withLock { s in s.agents[name]?.lastError = message; s.agents[name]?.lastErrorAt = t }
         do { try store.saveError(name, message, at: t) } catch { logger.error("cannot save agent \(name)'s error: \(error)", metadata: ["agent": .string(name)]) }
     }
 
@@ -289,8 +306,11 @@ public final class Coordinator: @unchecked Sendable {
         guard personas.isEmpty else {
             throw HTTPError(.badRequest, "\(personas.map { "\($0.name) (persona \($0.persona!.rawValue))" }.joined(separator: ", ")): personas are simulated phones; a lab runs Linux nodes only (herald-lab simulate runs them)")
         }
-        submitLock.lock()
-        defer { submitLock.unlock() }
+        return try submitting.withLock { _ in try submitSelected(plan, planText: planText) }
+    }
+
+    /// The rest of `submit`, while it holds `submitting`.
+    private func submitSelected(_ plan: Plan, planText: String) throws -> RunRecord {
         let selection = try select(plan)
         let selected = selection.chosen
         var rng = SystemRandomNumberGenerator()
@@ -330,7 +350,7 @@ public final class Coordinator: @unchecked Sendable {
     /// or retired is never chosen; known good dongles come before unknown ones.
     func select(_ plan: Plan) throws -> Selection {
         let views = agentViews.filter { $0.state == .alive }
-        let (active, inCheck) = withLock { (runs.values.filter { !$0.state.isFinal }, checking) }
+        let (active, inCheck) = withLock { s in (s.runs.values.filter { !$0.state.isFinal }, s.checking) }
         let busyNames = Set(active.flatMap { $0.nodes.map(\.agent) + ($0.spares ?? []).map(\.agent) }).union(inCheck)
         let busyURLs = Set(active.flatMap { $0.nodes.map(\.agentURL) + ($0.spares ?? []).map(\.agentURL) })
         func busy(_ i: LabWire.AgentInfo) -> Bool { busyNames.contains(i.name) || busyURLs.contains(i.url) }
@@ -406,17 +426,17 @@ public final class Coordinator: @unchecked Sendable {
             guard let self else { return }
             await self.drive(id)
         }
-        withLock { tasks[id] = task }
+        withLock { s in s.tasks[id] = task }
     }
 
-    func run(_ id: String) -> RunRecord? { withLock { runs[id] } }
+    func run(_ id: String) -> RunRecord? { withLock { s in s.runs[id] } }
 
     /// Records a run in memory and in SQLite; throws when SQLite cannot (callers that are about to
     /// let agents delete data must not go on).
     func save(_ r: RunRecord) throws {
         var r = r
         if r.state.isFinal && r.ended == nil { r.ended = now }
-        withLock { runs[r.id] = r }
+        withLock { s in s.runs[r.id] = r }
         try store.saveRun(r)
     }
 
@@ -431,7 +451,7 @@ public final class Coordinator: @unchecked Sendable {
     func applyRetention() {
         guard let days = config.retainDays else { return }
         let cutoff = now - days * 86_400
-        let old = withLock { runs.values.filter { $0.state.isFinal && $0.created < cutoff && $0.bundle != nil } }
+        let old = withLock { s in s.runs.values.filter { $0.state.isFinal && $0.created < cutoff && $0.bundle != nil } }
         for var r in old {
             let fm = FileManager.default
             for u in [config.results.appendingPathComponent(r.id), config.results.appendingPathComponent("\(r.id).tar.gz")] where fm.fileExists(atPath: u.path) {

@@ -4,7 +4,7 @@ import LabPlan
 
 /// What the coordinator keeps in SQLite so that a restart picks up where it was: registered
 /// agents and every run with its state.
-final class CoordinatorStore: @unchecked Sendable {
+final class CoordinatorStore: Sendable {
     private let db: DatabaseQueue
 
     init(url: URL) throws {

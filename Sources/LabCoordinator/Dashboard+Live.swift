@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import HeraldCore
 import LabHTTP
 import LabPlan
@@ -7,7 +8,7 @@ import LabPlan
 /// strip), from the peers each node's heartbeat says it heard in the last 10 s. Windows are
 /// 10 s for runs up to 30 min and 60 s beyond; only the last 30 minutes are kept (rolling), for
 /// at most `maxRuns` runs of up to `maxNodes` nodes.
-final class LiveStrips: @unchecked Sendable {
+final class LiveStrips: Sendable {
     static let maxNodes = 64
     static let maxRuns = 8
     static let keptSeconds = 1800.0
@@ -22,21 +23,25 @@ final class LiveStrips: @unchecked Sendable {
         var touched: Double
     }
 
-    private let lock = NSLock()
-    private var tracks: [String: Track] = [:]
+    /// The runs' strips, and their nodes' shortNames, under one lock.
+    private struct Kept {
+        var tracks: [String: Track] = [:]
+        var shortNames: [String: [String: String]] = [:]
+    }
+    private let kept = Mutex(Kept())
 
     static func window(duration: Double) -> Double { duration <= 1800 ? 10 : 60 }
 
     /// Records what a node heard, at coordinator time `t`.
     func note(_ r: RunRecord, node: String, recent: [String], at t: Double) {
         guard let startAt = r.startAt, t >= startAt, r.nodes.count <= Self.maxNodes else { return }
-        lock.withLock {
+        kept.withLock { k in
             var track: Track
-            if let existing = tracks[r.id] { track = existing } else {
+            if let existing = k.tracks[r.id] { track = existing } else {
                 var names = [String: String]()
                 if let plan = try? Plan.parse(yaml: r.planText, source: r.plan) { for n in plan.nodes { names[n.shortName] = n.name } }
                 track = Track(window: Self.window(duration: r.duration), startAt: startAt, names: names, touched: t)
-                if tracks.count >= Self.maxRuns, let oldest = tracks.min(by: { $0.value.touched < $1.value.touched }) { tracks[oldest.key] = nil }
+                if k.tracks.count >= Self.maxRuns, let oldest = k.tracks.min(by: { $0.value.touched < $1.value.touched }) { k.tracks[oldest.key] = nil }
             }
             let w = Saturating.int((t - startAt) / track.window)
             for short in recent {
@@ -46,23 +51,21 @@ final class LiveStrips: @unchecked Sendable {
             let oldest = w &- Saturating.int(Self.keptSeconds / track.window)
             for k in track.hits.keys { track.hits[k] = track.hits[k]!.filter { $0 > oldest } }
             track.touched = t
-            tracks[r.id] = track
+            k.tracks[r.id] = track
         }
     }
 
-    func track(_ id: String) -> Track? { lock.withLock { tracks[id] } }
-
-    private var shortNames: [String: [String: String]] = [:]
+    func track(_ id: String) -> Track? { kept.withLock { $0.tracks[id] } }
 
     /// Each node's payload shortName, by node name, parsed from the run's plan once (the live
     /// page asks every second; the last 16 runs are kept).
     func shortNames(_ r: RunRecord) -> [String: String] {
-        if let known = lock.withLock({ shortNames[r.id] }) { return known }
+        if let known = kept.withLock({ $0.shortNames[r.id] }) { return known }
         var names = [String: String]()
         if let plan = try? Plan.parse(yaml: r.planText, source: r.plan) { for n in plan.nodes { names[n.name] = n.shortName } }
-        lock.withLock {
-            if shortNames.count >= 16 { shortNames.removeAll() }
-            shortNames[r.id] = names
+        kept.withLock { k in
+            if k.shortNames.count >= 16 { k.shortNames.removeAll() }
+            k.shortNames[r.id] = names
         }
         return names
     }
@@ -72,7 +75,7 @@ final class LiveStrips: @unchecked Sendable {
 /// peers detected (payload read), reads and RSSI rows in the last minute, in buckets of a round
 /// width that keeps at most `maxPoints` of them over the run; for at most `maxRuns` runs of up to
 /// `LiveStrips.maxNodes` nodes.
-final class LiveSeries: @unchecked Sendable {
+final class LiveSeries: Sendable {
     static let maxPoints = 360
     static let maxRuns = 8
 
@@ -85,8 +88,7 @@ final class LiveSeries: @unchecked Sendable {
         var touched: Double
     }
 
-    private let lock = NSLock()
-    private var tracks: [String: Track] = [:]
+    private let tracks = Mutex<[String: Track]>([:])
 
     /// A round width (s) for `duration`: at least 5 s, at most `maxPoints` buckets.
     static func step(duration: Double) -> Double {
@@ -96,7 +98,7 @@ final class LiveSeries: @unchecked Sendable {
 
     func note(_ r: RunRecord, node: String, _ sample: Sample, at t: Double) {
         guard let startAt = r.startAt, t >= startAt, r.nodes.count <= LiveStrips.maxNodes, r.duration.isFinite else { return }
-        lock.withLock {
+        tracks.withLock { tracks in
             var track = tracks[r.id] ?? Track(step: Self.step(duration: r.duration), startAt: startAt, touched: t)
             if tracks[r.id] == nil, tracks.count >= Self.maxRuns, let oldest = tracks.min(by: { $0.value.touched < $1.value.touched }) { tracks[oldest.key] = nil }
             let k = min(Saturating.int((t - startAt) / track.step), Self.maxPoints)
@@ -106,7 +108,7 @@ final class LiveSeries: @unchecked Sendable {
         }
     }
 
-    func track(_ id: String) -> Track? { lock.withLock { tracks[id] } }
+    func track(_ id: String) -> Track? { tracks.withLock { $0[id] } }
 }
 
 /// What the live page shows of a run, sent as one server-sent event a second.
@@ -237,7 +239,7 @@ extension Coordinator {
 
     func liveSnapshot(_ r: RunRecord) -> LiveSnapshot {
         let t = now
-        let seen = withLock { Dictionary(agents.map { ($0.key, ($0.value.lastSeen, $0.value.status)) }, uniquingKeysWith: { a, _ in a }) }
+        let seen = withLock { s in Dictionary(s.agents.map { ($0.key, ($0.value.lastSeen, $0.value.status)) }, uniquingKeysWith: { a, _ in a }) }
         let shortOf = r.nodes.count <= LiveStrips.maxNodes ? dashboard.strips.shortNames(r) : [:]
         var peersOf = [String: Set<String>]()
         let nodes = r.nodes.map { n -> LiveSnapshot.Node in

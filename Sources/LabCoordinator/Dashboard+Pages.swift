@@ -125,7 +125,7 @@ extension Coordinator {
         let plan = query["plan"].flatMap { $0.isEmpty ? nil : $0 }, state = query["state"].flatMap { $0.isEmpty ? nil : $0 }
         let verdict = query["verdict"].flatMap { $0.isEmpty ? nil : $0 }
         let pageNumber = max(1, min(Int(query["page"] ?? "") ?? 1, 100_000))
-        let all = withLock { runs.values.sorted { $0.created > $1.created } }
+        let all = withLock { s in s.runs.values.sorted { $0.created > $1.created } }
         let plans = Set(all.map(\.plan)).sorted()
         let chosen = all.filter { r in
             (plan == nil || r.plan == plan) && (state == nil || r.state.rawValue == state) && (verdict == nil || Self.verdictWord(r) == verdict)

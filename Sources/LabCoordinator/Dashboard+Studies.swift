@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import HeraldAnalysis
 import HeraldCore
 import LabHTTP
@@ -7,38 +8,41 @@ import LabPlan
 /// What the dashboard keeps of the studies among the coordinator's runs: each run's `studyRun`
 /// (read once from its plan text) and each study's comparison, kept while the set of its
 /// finished runs is the same (a bootstrap per page load would cost seconds).
-final class StudyCache: @unchecked Sendable {
-    private let lock = NSLock()
-    private var memberships: [String: StudyMembership?] = [:]
-    private var outcomes: [String: (runs: [String], outcome: Result<Comparison.Outcome, StudyCompareError>)] = [:]
+final class StudyCache: Sendable {
+    /// Memberships by run id, and comparisons by study, under one lock.
+    private struct Kept {
+        var memberships: [String: StudyMembership?] = [:]
+        var outcomes: [String: (runs: [String], outcome: Result<Comparison.Outcome, StudyCompareError>)] = [:]
+    }
+    private let kept = Mutex(Kept())
 
     func membership(_ r: RunRecord) -> StudyMembership? {
-        if let known = lock.withLock({ memberships[r.id] }) { return known }
+        if let known = kept.withLock({ $0.memberships[r.id] }) { return known }
         // The text was checked when the run was submitted; one that no longer parses (an older
         // coordinator's) is in no study.
         let m: StudyMembership?
         do { m = try Plan.parse(yaml: r.planText, source: "run \(r.id)").studyRun } catch { m = nil }
-        lock.withLock { memberships[r.id] = m }
+        kept.withLock { $0.memberships[r.id] = m }
         return m
     }
 
     /// Sets what a run's membership is taken to be (tests: a membership no plan parser would
     /// let through, as a store written by an older coordinator could hold).
     func remember(_ id: String, _ m: StudyMembership?) {
-        lock.withLock { memberships[id] = m }
+        kept.withLock { $0.memberships[id] = m }
     }
 
     /// The study's comparison for exactly these runs: the cached one, or `compute`'s (cached).
     func outcome(_ key: String, runs: [String], compute: () -> Result<Comparison.Outcome, StudyCompareError>) -> Result<Comparison.Outcome, StudyCompareError> {
-        if let c = lock.withLock({ outcomes[key] }), c.runs == runs { return c.outcome }
+        if let c = kept.withLock({ $0.outcomes[key] }), c.runs == runs { return c.outcome }
         let o = compute()
-        lock.withLock { outcomes[key] = (runs, o) }
+        kept.withLock { $0.outcomes[key] = (runs, o) }
         return o
     }
 
     func cached(_ key: String, runs: [String]) -> Comparison.Outcome? {
-        lock.withLock {
-            guard let c = outcomes[key], c.runs == runs, case .success(let o) = c.outcome else { return nil }
+        kept.withLock { k in
+            guard let c = k.outcomes[key], c.runs == runs, case .success(let o) = c.outcome else { return nil }
             return o
         }
     }
@@ -130,7 +134,7 @@ struct DashboardStudy {
 extension Coordinator {
     /// The studies among the coordinator's runs, newest first.
     func dashboardStudies() -> [DashboardStudy] {
-        let all = withLock { Array(runs.values) }
+        let all = withLock { s in Array(s.runs.values) }
         var groups = [String: DashboardStudy]()
         for r in all {
             guard let m = dashboard.studies.membership(r) else { continue }

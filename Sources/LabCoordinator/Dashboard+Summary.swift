@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import HeraldCore
 import LabHTTP
 import LabPlan
@@ -6,8 +7,7 @@ import LabPlan
 /// Submissions the coordinator refused, kept a day with their reason (issue 40): the Lab and
 /// Runs pages show them, so a study that could not start leaves a trace. In memory, at most
 /// `capacity`, the oldest going first.
-final class Refusals: @unchecked Sendable {
-    // Invariant: `kept` is read and written under `lock` only.
+final class Refusals: Sendable {
     struct Refusal: Codable, Sendable, Equatable {
         var at: Double
         var source: String
@@ -15,11 +15,10 @@ final class Refusals: @unchecked Sendable {
     }
     static let keptFor = 86_400.0
     static let capacity = 200
-    private let lock = NSLock()
-    private var kept: [Refusal] = []
+    private let kept = Mutex<[Refusal]>([])
 
     func note(source: String, reason: String, at t: Double) {
-        lock.withLock {
+        kept.withLock { kept in
             kept.append(Refusal(at: t, source: String(source.prefix(200)), reason: String(reason.prefix(500))))
             if kept.count > Self.capacity { kept.removeFirst(kept.count - Self.capacity) }
         }
@@ -27,7 +26,7 @@ final class Refusals: @unchecked Sendable {
 
     /// The refusals of the last day, newest first.
     func recent(now t: Double) -> [Refusal] {
-        lock.withLock {
+        kept.withLock { kept in
             kept.removeAll { $0.at < t - Self.keptFor }
             return kept.reversed()
         }
@@ -83,7 +82,7 @@ extension Coordinator {
             }
         }
         for d in dongleViews(history: 0) { sum.dongles[d.health.rawValue, default: 0] += 1 }
-        let records = withLock { Array(runs.values) }
+        let records = withLock { s in Array(s.runs.values) }
         sum.arming = records.filter { $0.state == .arming }.count
         sum.running = records.filter { $0.state == .running }.count
         sum.gathering = records.filter { $0.state == .gathering }.count
@@ -102,7 +101,7 @@ extension Coordinator {
         let agents = agentViews.map { a in
             LabSnapshot.Agent(name: a.info.name, state: a.state.rawValue, heartbeatAge: a.lastSeen.map { max(0, t - $0) }, run: a.status?.runId)
         }
-        let newest = withLock { runs.values.sorted { $0.created > $1.created }.prefix(Self.runsPerPage) }
+        let newest = withLock { s in s.runs.values.sorted { $0.created > $1.created }.prefix(Self.runsPerPage) }
         return LabSnapshot(summary: labSummary(), agents: agents, runs: newest.map { LabSnapshot.Run(id: $0.id, state: $0.state.rawValue, verdict: Self.verdictWord($0)) })
     }
 

@@ -6,7 +6,7 @@ import Logging
 
 /// What the dashboard keeps: the signed-in browsers, the live runs' pairs x time strips and
 /// counts over time, and each run's lines of the coordinator's log.
-final class DashboardState: @unchecked Sendable {
+final class DashboardState: Sendable {
     let sessions = DashboardSessions()
     let strips = LiveStrips()
     let series = LiveSeries()

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import HeraldCore
 import Logging
 
@@ -6,8 +7,8 @@ import Logging
 /// run's dashboard page: the last `perRun` lines of the last `maxRuns` runs. The service's own
 /// log is unchanged (`RunLogTee` passes every event on); a restart forgets these, as it forgets
 /// the sessions.
-final class RunEvents: @unchecked Sendable {
-    struct Event: Codable, Equatable {
+final class RunEvents: Sendable {
+    struct Event: Codable, Equatable, Sendable {
         /// Coordinator clock.
         var at: Double
         var level: String
@@ -19,25 +20,28 @@ final class RunEvents: @unchecked Sendable {
     static let perRun = 200
     static let maxRuns = 32
 
-    private let lock = NSLock()
-    private var events: [String: [Event]] = [:]
-    private var touched: [String: Double] = [:]
+    /// Each run's lines, and when each run last had one, under one lock.
+    private struct Kept {
+        var events: [String: [Event]] = [:]
+        var touched: [String: Double] = [:]
+    }
+    private let kept = Mutex(Kept())
 
     func record(run: String, _ e: Event) {
-        lock.withLock {
-            if events[run] == nil, events.count >= Self.maxRuns, let oldest = touched.min(by: { $0.value < $1.value })?.key {
-                events[oldest] = nil
-                touched[oldest] = nil
+        kept.withLock { k in
+            if k.events[run] == nil, k.events.count >= Self.maxRuns, let oldest = k.touched.min(by: { $0.value < $1.value })?.key {
+                k.events[oldest] = nil
+                k.touched[oldest] = nil
             }
-            var list = events[run] ?? []
+            var list = k.events[run] ?? []
             list.append(e)
             if list.count > Self.perRun { list.removeFirst(list.count - Self.perRun) }
-            events[run] = list
-            touched[run] = e.at
+            k.events[run] = list
+            k.touched[run] = e.at
         }
     }
 
-    func of(_ run: String) -> [Event] { lock.withLock { events[run] ?? [] } }
+    func of(_ run: String) -> [Event] { kept.withLock { $0.events[run] ?? [] } }
 }
 
 /// A log handler that passes every event to the service's logger and keeps those of a run (info

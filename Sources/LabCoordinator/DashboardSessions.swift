@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import HeraldCore
 import LabHTTP
 
@@ -12,14 +13,18 @@ public struct DashboardSession: Sendable, Equatable {
     public let expires: Double
 }
 
-public final class DashboardSessions: @unchecked Sendable {
+public final class DashboardSessions: Sendable {
     public static let cookieName = "heraldlab_session"
     /// A session ends this long after sign-in (seconds).
     public let lifetime: Double
     /// Sessions kept at once; the oldest goes first past it.
     public let capacity: Int
-    private let lock = NSLock()
-    private var sessions: [String: DashboardSession] = [:]
+    /// The sessions, and the event streams each holds open, under one lock.
+    private struct Table {
+        var sessions: [String: DashboardSession] = [:]
+        var streams: [String: Int] = [:]
+    }
+    private let table = Mutex(Table())
 
     public init(lifetime: Double = 8 * 3600, capacity: Int = 64) {
         self.lifetime = lifetime
@@ -39,14 +44,14 @@ public final class DashboardSessions: @unchecked Sendable {
     public func signIn(now: Double) -> (session: DashboardSession, ended: Int) {
         let s = DashboardSession(id: Self.randomToken(), csrf: Self.randomToken(), expires: now + lifetime)
         var ended = 0
-        lock.withLock {
-            sessions = sessions.filter { $0.value.expires > now }
-            while sessions.count >= capacity, let oldest = sessions.min(by: { $0.value.expires < $1.value.expires }) {
-                sessions[oldest.key] = nil
-                streams[oldest.key] = nil
+        table.withLock { t in
+            t.sessions = t.sessions.filter { $0.value.expires > now }
+            while t.sessions.count >= capacity, let oldest = t.sessions.min(by: { $0.value.expires < $1.value.expires }) {
+                t.sessions[oldest.key] = nil
+                t.streams[oldest.key] = nil
                 ended += 1
             }
-            sessions[s.id] = s
+            t.sessions[s.id] = s
         }
         return (s, ended)
     }
@@ -54,35 +59,34 @@ public final class DashboardSessions: @unchecked Sendable {
     /// Event streams one session may hold open at once (a browser's tabs on live runs), so that
     /// one session cannot take all of the service's 32.
     public static let streamsPerSession = 4
-    private var streams: [String: Int] = [:]
 
     /// Takes one of the session's stream places; false when it holds `streamsPerSession`.
     public func openStream(_ id: String) -> Bool {
-        lock.withLock {
-            guard streams[id, default: 0] < Self.streamsPerSession else { return false }
-            streams[id, default: 0] += 1
+        table.withLock { t in
+            guard t.streams[id, default: 0] < Self.streamsPerSession else { return false }
+            t.streams[id, default: 0] += 1
             return true
         }
     }
 
     public func closeStream(_ id: String) {
-        lock.withLock {
-            guard let n = streams[id] else { return }
-            streams[id] = n > 1 ? n - 1 : nil
+        table.withLock { t in
+            guard let n = t.streams[id] else { return }
+            t.streams[id] = n > 1 ? n - 1 : nil
         }
     }
 
     /// The live session a request's `Cookie` header names, if any.
     public func find(cookieHeader: String?, now: Double) -> DashboardSession? {
         guard let id = Self.cookieValue(cookieHeader), id.utf8.count == 64 else { return nil }
-        return lock.withLock {
-            guard let s = sessions[id] else { return nil }
-            guard s.expires > now else { sessions[id] = nil; return nil }
+        return table.withLock { t in
+            guard let s = t.sessions[id] else { return nil }
+            guard s.expires > now else { t.sessions[id] = nil; return nil }
             return s
         }
     }
 
-    public func end(_ id: String) { lock.withLock { sessions[id] = nil } }
+    public func end(_ id: String) { table.withLock { $0.sessions[id] = nil } }
 
     /// Whether a form's CSRF token is the session's (constant time).
     public static func csrfMatches(_ session: DashboardSession, _ given: String?) -> Bool {

@@ -8,7 +8,7 @@ import Glibc
 /// (agents.sqlite, mode 0600): identities belong to the lab, not to one results folder, and
 /// hold secrets (the credential the coordinator calls each agent with). Agents' own credentials
 /// are kept only as SHA-256.
-final class IdentityStore: @unchecked Sendable {
+final class IdentityStore: Sendable {
     private let db: DatabaseQueue
 
     init(url: URL) throws {

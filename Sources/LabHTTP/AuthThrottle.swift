@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import HeraldCore
 import Logging
 
@@ -18,7 +19,7 @@ import Logging
 /// address waits (`isKnown`): a lab's agents and operator often share an address with whoever
 /// guesses (loopback, a NAT), and a stranger's guesses must not lock them out. That answers a
 /// guess of exactly such a credential at once, as without the throttle; every other guess waits.
-public final class AuthThrottle: @unchecked Sendable {
+public final class AuthThrottle: Sendable {
     public struct Rules: Sendable, Equatable {
         public var free = 5
         public var base = 1.0
@@ -42,10 +43,13 @@ public final class AuthThrottle: @unchecked Sendable {
     public let rules: Rules
     private let now: @Sendable () -> Double
     private let logger: Logger
-    private let lock = NSLock()
-    private var peers: [String: Peer] = [:]
-    /// Who succeeded from which address, and when (address, then principal): bounded like `peers`.
-    private var known: [String: [String: Double]] = [:]
+    /// The addresses' failures, and who succeeded from which address and when (address, then
+    /// principal; bounded like `peers`), under one lock.
+    private struct Table {
+        var peers: [String: Peer] = [:]
+        var known: [String: [String: Double]] = [:]
+    }
+    private let table = Mutex(Table())
 
     public init(rules: Rules = Rules(), logger: Logger, now: @escaping @Sendable () -> Double = { ProcessInfo.processInfo.systemUptime }) {
         self.rules = rules
@@ -56,8 +60,8 @@ public final class AuthThrottle: @unchecked Sendable {
     /// Seconds `peer` must still wait before its credential is checked again; nil when it may try.
     public func retryAfter(_ peer: String) -> Double? {
         let t = now()
-        return lock.withLock {
-            guard let p = peers[peer], p.blockedUntil > t else { return nil }
+        return table.withLock { s in
+            guard let p = s.peers[peer], p.blockedUntil > t else { return nil }
             return p.blockedUntil - t
         }
     }
@@ -67,8 +71,8 @@ public final class AuthThrottle: @unchecked Sendable {
     public func failed(_ peer: String, _ what: String) {
         let t = now()
         var line: (count: Int, failures: Int, wait: Double)?
-        lock.withLock {
-            var p = peers[peer] ?? Peer()
+        table.withLock { s in
+            var p = s.peers[peer] ?? Peer()
             if t - p.lastSeen > 2 * rules.cap { p.failures = 0 }
             p.failures += 1
             p.lastSeen = t
@@ -82,8 +86,8 @@ public final class AuthThrottle: @unchecked Sendable {
                 p.unlogged = 0
                 p.loggedAt = t
             }
-            peers[peer] = p
-            if peers.count > rules.maxPeers, let quietest = peers.min(by: { $0.value.lastSeen < $1.value.lastSeen })?.key { peers[quietest] = nil }
+            s.peers[peer] = p
+            if s.peers.count > rules.maxPeers, let quietest = s.peers.min(by: { $0.value.lastSeen < $1.value.lastSeen })?.key { s.peers[quietest] = nil }
         }
         if let line {
             logger.warning("refused \(line.count) wrong \(what) credential(s) from \(OutsideText.line(peer)) since the last such line; \(line.failures) in a row, next attempt in \(String(format: "%.0f", line.wait)) s",
@@ -95,17 +99,17 @@ public final class AuthThrottle: @unchecked Sendable {
     /// there for `remember`.
     public func succeeded(_ peer: String, _ who: String) {
         let t = now()
-        lock.withLock {
-            known[peer, default: [:]][who] = t
-            if known.count > rules.maxPeers, let quietest = known.min(by: { ($0.value.values.max() ?? 0) < ($1.value.values.max() ?? 0) })?.key { known[quietest] = nil }
-            if known[peer]!.count > 64, let oldest = known[peer]!.min(by: { $0.value < $1.value })?.key { known[peer]![oldest] = nil }
+        table.withLock { s in
+            s.known[peer, default: [:]][who] = t
+            if s.known.count > rules.maxPeers, let quietest = s.known.min(by: { ($0.value.values.max() ?? 0) < ($1.value.values.max() ?? 0) })?.key { s.known[quietest] = nil }
+            if s.known[peer]!.count > 64, let oldest = s.known[peer]!.min(by: { $0.value < $1.value })?.key { s.known[peer]![oldest] = nil }
         }
     }
 
     /// Whether `who` succeeded from `peer` within `remember`: it passes while the address waits.
     public func isKnown(_ peer: String, _ who: String) -> Bool {
         let t = now()
-        return lock.withLock { known[peer]?[who].map { t - $0 <= rules.remember } ?? false }
+        return table.withLock { s in s.known[peer]?[who].map { t - $0 <= rules.remember } ?? false }
     }
 
     /// The `Retry-After` value for a wait: whole seconds, at least 1.

@@ -50,11 +50,14 @@ public enum ClockProbe {
         await slots.acquire()
         defer { Task { await slots.release() } }
         let ticks = TimeAmount.nanoseconds(Saturating.nanoseconds(timeout))
-        let handler = ProbeHandler()
+        // The handler lives on the connection's event loop: it is made for that loop and only
+        // touched there (the initializer and each exchange run on it).
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let handler = NIOLoopBoundBox.makeBoxSendingValue(ProbeHandler(), eventLoop: loop)
         let channel: Channel
         do {
             let host = HostPort.unbracketed(target.host)
-            channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            channel = try await ClientBootstrap(group: loop)
                 .connectTimeout(ticks)
                 .channelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .channelInitializer { channel in
@@ -62,7 +65,7 @@ public enum ClockProbe {
                         let ops = channel.pipeline.syncOperations
                         if let tls { try ops.addHandler(tls.clientHandler(for: host)) }
                         try ops.addHTTPClientHandlers()
-                        try ops.addHandler(handler)
+                        try ops.addHandler(handler.value)
                         return channel.eventLoop.makeSucceededVoidFuture()
                     } catch {
                         return channel.eventLoop.makeFailedFuture(error)
@@ -80,7 +83,7 @@ public enum ClockProbe {
         for _ in 0..<max(0, count) {
             let exchange: Exchange
             do {
-                exchange = try await channel.eventLoop.flatSubmit { handler.exchange(request, on: channel, within: ticks) }.get()
+                exchange = try await channel.eventLoop.flatSubmit { handler.value.exchange(request, on: channel, within: ticks) }.get()
             } catch let e as NetError {
                 problem = failure(e.kind, e.message)
                 break
@@ -140,8 +143,9 @@ public enum ClockProbe {
         var answered = 0.0
     }
 
-    /// Writes one request at a time and stamps it; everything runs on the channel's event loop.
-    final class ProbeHandler: ChannelInboundHandler, @unchecked Sendable {
+    /// Writes one request at a time and stamps it; everything runs on the channel's event loop
+    /// (not Sendable: `measure` reaches it through a `NIOLoopBoundBox`).
+    final class ProbeHandler: ChannelInboundHandler {
         typealias InboundIn = HTTPClientResponsePart
         typealias OutboundOut = HTTPClientRequestPart
         /// A clock answer is a few dozen bytes; a peer that sends more is cut off.
@@ -171,7 +175,7 @@ public enum ClockProbe {
             }
             pending = promise
             current = Exchange()
-            deadline = channel.eventLoop.scheduleTask(in: timeout) { [weak self] in
+            deadline = channel.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [weak self] in
                 self?.finish(.failure(NetError(.timeout, "no answer within \(Int((Double(timeout.nanoseconds) / 1e9).rounded(.up))) s")))
                 channel.close(promise: nil)
             }

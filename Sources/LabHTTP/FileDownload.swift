@@ -6,6 +6,7 @@ import LabNet
 import NIOCore
 import NIOHTTP1
 import NIOSSL
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -150,6 +151,14 @@ public enum FileDownload {
     /// the file and starts the ring at a 200 or 206 head, copies each part of the body into the
     /// ring's current buffer, and hands each full buffer on. Everything but `init`, `watch` and
     /// the properties `get` reads once the request is over runs on `loop`.
+    ///
+    /// Invariant (why unchecked): AsyncHTTPClient requires a Sendable delegate, and this one's
+    /// state is confined to `loop`: AsyncHTTPClient calls every delegate method there
+    /// (`.delegateAndChannel(on: loop)`), `watch` and `close` hop onto it, and the ring calls
+    /// back through `loop.execute`. `get` reads the results (status, length, refusal, badHead,
+    /// openError, pipeline, received) only after `close` has run on the loop (awaited through
+    /// `loop.submit`), so those reads happen after the last write. The one exception, `close`
+    /// called off the loop, is when the loop has shut down and nothing runs on it any more.
     final class Receiver: HTTPClientResponseDelegate, @unchecked Sendable {
         typealias Response = Void
 
@@ -358,8 +367,9 @@ public enum FileDownload {
 
     /// The file a body goes to: a descriptor through the page cache, and one with O_DIRECT for
     /// whole pages while the file system takes it. Opened where the head arrives; used by the
-    /// writer's thread only from then on.
-    final class FileSink: @unchecked Sendable {
+    /// writer's thread only from then on (not Sendable: the `Pipeline` owns it and only its
+    /// writer's thread uses it until both consumers have ended).
+    final class FileSink {
         static let page = 4096
         let path: String
         /// The file's size when opened: where a 206's body starts.
@@ -520,6 +530,14 @@ public enum FileDownload {
     /// thread of its own): `acquire` takes a free buffer or, when there is none, keeps a call
     /// for when one frees; `submit` hands a filled one to both, and the second of them to be
     /// done frees it.
+    ///
+    /// Invariant (why unchecked): the ring is raw memory (`memory`) shared with the two consumer
+    /// threads, and `hasher` and `sink` are each one thread's. The slots' bookkeeping is a Mutex
+    /// (`bookkeeping`). A slot belongs to the receiver (on its event loop) from `acquire` until
+    /// `submit`, then to the consumers until the second `done` frees it, so no byte is written
+    /// while a consumer reads it. `hasher` is used by the hashing thread only, and `sink` by the
+    /// writing thread only, until both threads have ended (`finish` reads them after the second
+    /// `ended`); `hashing` and `writing` are set once in `init` and are Sendable.
     final class Pipeline: @unchecked Sendable {
         static let slotSize = 1 << 20
         static let slots = 16
@@ -527,38 +545,44 @@ public enum FileDownload {
         /// Direct writes of several chunks in one call, up to this many bytes.
         static let maxWrite = 4 << 20
 
-        struct Outcome: @unchecked Sendable {
+        struct Outcome: Sendable {
             var hasher: SHA256
             var written: Int64
             var writeError: Error?
             var direct: Bool
         }
 
-        private struct Chunk: @unchecked Sendable {
+        /// `count` bytes at `start` (bytes from the ring's start, within `slot`), which go at
+        /// `offset` in the file.
+        private struct Chunk: Sendable {
             var slot: Int
-            var data: UnsafeRawPointer
+            var start: Int
             var count: Int
             var offset: Int64
         }
 
         /// The writer's work: the file emptied first (200), then chunks.
-        private enum Job {
+        private enum Job: Sendable {
             case truncate
             case write(Chunk)
         }
 
         private let memory: UnsafeMutableRawPointer
-        private let lock = NSLock()
-        private var freeSlots: [Int]
-        /// Consumers still using each slot (0, 1 or 2).
-        private var users: [Int]
-        /// Called (once) when a slot frees after `acquire` found none.
-        private var waiter: (@Sendable () -> Void)?
-        /// Consumers whose thread has not ended.
-        private var running = 2
+        /// The slots' bookkeeping, under one lock.
+        private struct Slots {
+            var freeSlots: [Int]
+            /// Consumers still using each slot (0, 1 or 2).
+            var users: [Int]
+            /// Called (once) when a slot frees after `acquire` found none.
+            var waiter: (@Sendable () -> Void)?
+            /// Consumers whose thread has not ended.
+            var running = 2
+            /// The first write error.
+            var error: Error?
+        }
+        private let bookkeeping: Mutex<Slots>
         private var hasher: SHA256
         private let sink: FileSink
-        private var error: Error?
         private var hashing: Consumer<Chunk>!
         private var writing: Consumer<Job>!
 
@@ -569,11 +593,10 @@ public enum FileDownload {
             // and cheaper pinning of the buffers for direct writes.
             memory = UnsafeMutableRawPointer.allocate(byteCount: Self.slots * Self.slotSize, alignment: 2 << 20)
             _ = madvise(memory, Self.slots * Self.slotSize, MADV_HUGEPAGE)
-            freeSlots = Array((0..<Self.slots).reversed())
-            users = Array(repeating: 0, count: Self.slots)
+            bookkeeping = Mutex(Slots(freeSlots: Array((0..<Self.slots).reversed()), users: Array(repeating: 0, count: Self.slots)))
             hashing = Consumer(name: "herald.dl.hash", batch: Self.slots) { [unowned self] chunks in
                 for c in chunks {
-                    self.hasher.update(UnsafeRawBufferPointer(start: c.data, count: c.count))
+                    self.hasher.update(UnsafeRawBufferPointer(start: self.memory + c.start, count: c.count))
                     self.done(c.slot)
                 }
             }
@@ -583,13 +606,13 @@ public enum FileDownload {
                 for job in jobs {
                     switch job {
                     case .truncate:
-                        do { try self.sink.truncate() } catch { self.lock.withLock { self.error = self.error ?? error } }
+                        do { try self.sink.truncate() } catch { self.bookkeeping.withLock { $0.error = $0.error ?? error } }
                     case .write(let c): chunks.append(c)
                     }
                 }
                 if self.writeError == nil, !chunks.isEmpty {
-                    do { try self.sink.write(chunks.map { ($0.data, $0.count, $0.offset) }) } catch {
-                        self.lock.withLock { self.error = error }
+                    do { try self.sink.write(chunks.map { (UnsafeRawPointer(self.memory + $0.start), $0.count, $0.offset) }) } catch {
+                        self.bookkeeping.withLock { $0.error = error }
                     }
                 }
                 for c in chunks { self.done(c.slot) }
@@ -599,7 +622,7 @@ public enum FileDownload {
         deinit { memory.deallocate() }
 
         /// The first write error, once there is one (nothing more is written after it).
-        var writeError: Error? { lock.withLock { error } }
+        var writeError: Error? { bookkeeping.withLock { $0.error } }
 
         /// The file is emptied before any chunk is written (a 200). Before the first `submit`.
         func truncateFirst() {
@@ -609,9 +632,9 @@ public enum FileDownload {
         /// A free buffer (its start; 1 MiB, page-aligned); or nil, and `wake` is called (from
         /// a consumer's thread) when one frees, unless `cancelWait` comes first.
         func acquire(orWhenFree wake: @escaping @Sendable () -> Void) -> UnsafeMutableRawPointer? {
-            let i = lock.withLock { () -> Int? in
-                if let i = freeSlots.popLast() { return i }
-                waiter = wake
+            let i = bookkeeping.withLock { s -> Int? in
+                if let i = s.freeSlots.popLast() { return i }
+                s.waiter = wake
                 return nil
             }
             return i.map { memory + $0 * Self.slotSize }
@@ -619,16 +642,16 @@ public enum FileDownload {
 
         /// Forgets the call `acquire` keeps.
         func cancelWait() {
-            lock.withLock { waiter = nil }
+            bookkeeping.withLock { $0.waiter = nil }
         }
 
         /// Frees a buffer unused.
         func release(_ slot: UnsafeMutableRawPointer) {
             let i = (slot - UnsafeMutableRawPointer(memory)) / Self.slotSize
             var wake: (@Sendable () -> Void)?
-            lock.withLock {
-                freeSlots.append(i)
-                (wake, waiter) = (waiter, nil)
+            bookkeeping.withLock { s in
+                s.freeSlots.append(i)
+                (wake, s.waiter) = (s.waiter, nil)
             }
             wake?()
         }
@@ -637,19 +660,19 @@ public enum FileDownload {
         /// the hasher and the writer.
         func submit(_ slot: UnsafeMutableRawPointer, data: UnsafeMutableRawPointer, count: Int, at offset: Int64) {
             let i = (slot - UnsafeMutableRawPointer(memory)) / Self.slotSize
-            lock.withLock { users[i] = 2 }
-            let chunk = Chunk(slot: i, data: UnsafeRawPointer(data), count: count, offset: offset)
+            bookkeeping.withLock { $0.users[i] = 2 }
+            let chunk = Chunk(slot: i, start: data - UnsafeMutableRawPointer(memory), count: count, offset: offset)
             hashing.send(chunk)
             writing.send(.write(chunk))
         }
 
         private func done(_ i: Int) {
             var wake: (@Sendable () -> Void)?
-            lock.withLock {
-                users[i] -= 1
-                guard users[i] == 0 else { return }
-                freeSlots.append(i)
-                (wake, waiter) = (waiter, nil)
+            bookkeeping.withLock { s in
+                s.users[i] -= 1
+                guard s.users[i] == 0 else { return }
+                s.freeSlots.append(i)
+                (wake, s.waiter) = (s.waiter, nil)
             }
             wake?()
         }
@@ -660,7 +683,7 @@ public enum FileDownload {
         func finish() async -> Outcome {
             await withCheckedContinuation { (done: CheckedContinuation<Outcome, Never>) in
                 let ended: @Sendable () -> Void = { [self] in
-                    guard lock.withLock({ running -= 1; return running }) == 0 else { return }
+                    guard bookkeeping.withLock({ s in s.running -= 1; return s.running }) == 0 else { return }
                     done.resume(returning: Outcome(hasher: hasher, written: sink.written, writeError: writeError, direct: sink.direct))
                 }
                 hashing.finish(then: ended)
@@ -670,27 +693,34 @@ public enum FileDownload {
     }
 
     /// A thread that takes items in order, up to `batch` at a time, until it is finished.
-    final class Consumer<Item>: @unchecked Sendable {
-        private let condition = NSCondition()
-        private var queue = [Item]()
-        private var closed = false
-        private var ended: (@Sendable () -> Void)?
+    final class Consumer<Item: Sendable>: Sendable {
+        /// What was sent and not yet taken, whether `finish` came, and what to call then.
+        private struct State {
+            var queue = [Item]()
+            var closed = false
+            var ended: (@Sendable () -> Void)?
+        }
+        private let state = Mutex(State())
+        /// Signalled once per `send` and once by `finish`; the thread waits on it when it finds
+        /// the queue empty (a signal whose item a larger batch already took only wakes it once more).
+        private let wakeup = DispatchSemaphore(value: 0)
 
         init(name: String, batch: Int, _ work: @escaping @Sendable ([Item]) -> Void) {
             let thread = Thread { [self] in
                 Thread.current.name = name // (named from within: Linux names only the running thread)
                 while true {
-                    condition.lock()
-                    while queue.isEmpty && !closed { condition.wait() }
-                    let items = Array(queue.prefix(max(1, batch)))
-                    queue.removeFirst(items.count)
-                    condition.unlock()
-                    if items.isEmpty { break } // closed, and nothing left
+                    // nil: nothing yet; []: closed, and nothing left.
+                    let items: [Item]? = state.withLock { s in
+                        if s.queue.isEmpty { return s.closed ? [] : nil }
+                        let items = Array(s.queue.prefix(max(1, batch)))
+                        s.queue.removeFirst(items.count)
+                        return items
+                    }
+                    guard let items else { wakeup.wait(); continue }
+                    if items.isEmpty { break }
                     work(items)
                 }
-                condition.lock()
-                let then = ended
-                condition.unlock()
+                let then = state.withLock { $0.ended }
                 then?()
             }
             thread.stackSize = 256 * 1024
@@ -698,19 +728,17 @@ public enum FileDownload {
         }
 
         func send(_ item: Item) {
-            condition.lock()
-            queue.append(item)
-            condition.signal()
-            condition.unlock()
+            state.withLock { $0.queue.append(item) }
+            wakeup.signal()
         }
 
         /// The thread does what was sent, then calls `then` and ends.
         func finish(then: @escaping @Sendable () -> Void) {
-            condition.lock()
-            closed = true
-            ended = then
-            condition.signal()
-            condition.unlock()
+            state.withLock { s in
+                s.closed = true
+                s.ended = then
+            }
+            wakeup.signal()
         }
     }
 }

@@ -7,6 +7,7 @@ import Logging
 import NIOCore
 import NIOSSL
 import ServiceLifecycle
+import Synchronization
 
 /// Hummingbird's request (inside `HTTPService`, `Request` is the handlers' own).
 typealias HBRequest = HummingbirdCore.Request
@@ -95,7 +96,7 @@ extension HTTPService {
     /// each connection through `LabHTTPChannel`; returns once it listens.
     func serve(host: String, port: UInt16, tls: NIOSSLContext?, gate: ConnectionGate) async throws -> ((ServiceGroup, Task<Void, Never>, any Channel), UInt16) {
         let router = Router(context: LabRequestContext.self, options: .autoGenerateHeadEndpoints)
-        let table = routesLock.withLock { routes }
+        let table = routes.withLock { $0 }
         var seen = Set<String>()
         for route in table {
             let key = route.method + " " + route.parts.map { $0.hasPrefix(":") ? ":" : $0 }.joined(separator: "/")
@@ -242,15 +243,14 @@ extension HTTPService {
             return Response(status: status, headers: fields, body: ResponseBody { writer in
                 defer { streams.leave() }
                 let deadline = monotonicNow() + streamSeconds
-                let box = WriterBox(writer)
                 do {
                     try await produce { data in
                         guard !data.isEmpty else { return }
                         guard monotonicNow() < deadline else { throw HTTPError(.requestTimeout, "the stream's time is up") }
-                        try await box.write(ByteBuffer(bytes: data))
+                        try await writer.write(ByteBuffer(bytes: data))
                     }
                 } catch {}
-                do { try await box.finish() } catch {}
+                do { try await writer.finish(nil) } catch {}
             })
         }
     }
@@ -259,20 +259,11 @@ extension HTTPService {
     static let streamSeconds = 300.0
     static let streams = StreamCount()
 
-    final class StreamCount: @unchecked Sendable {
-        private let lock = NSLock()
-        private var open = 0
-        func enter(limit: Int) -> Bool { lock.withLock { guard open < limit else { return false }; open += 1; return true } }
-        func leave() { lock.withLock { open -= 1 } }
+    final class StreamCount: Sendable {
+        private let open = Mutex(0)
+        func enter(limit: Int) -> Bool { open.withLock { open in guard open < limit else { return false }; open += 1; return true } }
+        func leave() { open.withLock { $0 -= 1 } }
     }
-}
-
-/// The stream's writer, handed to the producer's `write` (one writer, one write at a time).
-final class WriterBox: @unchecked Sendable {
-    private var writer: any ResponseBodyWriter
-    init(_ writer: any ResponseBodyWriter) { self.writer = writer }
-    func write(_ buffer: ByteBuffer) async throws { try await writer.write(buffer) }
-    func finish() async throws { try await writer.finish(nil) }
 }
 
 /// A middleware in front of a whole responder: it runs before routing.
@@ -289,30 +280,33 @@ struct MiddlewareFixedResponder<Next: HTTPResponder>: HTTPResponder where Next.C
 }
 
 /// The bound port and the listening channel once the server listens, or why it could not.
-final class Listening: @unchecked Sendable {
+final class Listening: Sendable {
     typealias Bound = (UInt16, any Channel)
-    private let lock = NSLock()
-    private var result: Result<Bound, Error>?
-    private var waiter: CheckedContinuation<Bound, Error>?
+    /// The outcome once known, and the waiter before it is, under one lock.
+    private struct State {
+        var result: Result<Bound, Error>?
+        var waiter: CheckedContinuation<Bound, Error>?
+    }
+    private let state = Mutex(State())
 
     func succeed(_ port: UInt16, _ channel: any Channel) { settle(.success((port, channel))) }
     func fail(_ error: Error) { settle(.failure(error)) }
 
     private func settle(_ r: Result<Bound, Error>) {
-        let w: CheckedContinuation<Bound, Error>? = lock.withLock {
-            guard result == nil else { return nil }
-            result = r
-            defer { waiter = nil }
-            return waiter
+        let w: CheckedContinuation<Bound, Error>? = state.withLock { s in
+            guard s.result == nil else { return nil }
+            s.result = r
+            defer { s.waiter = nil }
+            return s.waiter
         }
         w?.resume(with: r)
     }
 
     func wait() async throws -> Bound {
         try await withCheckedThrowingContinuation { c in
-            let r: Result<Bound, Error>? = lock.withLock {
-                if let result { return result }
-                waiter = c
+            let r: Result<Bound, Error>? = state.withLock { s in
+                if let result = s.result { return result }
+                s.waiter = c
                 return nil
             }
             if let r { c.resume(with: r) }

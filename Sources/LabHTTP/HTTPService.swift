@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import LabNet
 import Logging
+import Synchronization
 import NIOCore
 import NIOSSL
 import ServiceLifecycle
@@ -15,7 +16,7 @@ import Glibc
 /// and the coordinator. Its connections are served by
 /// the gate, limits and deadlines of `LabHTTPChannel` on Hummingbird 2's server (see
 /// ARCHITECTURE.md, "HTTP on Hummingbird").
-public final class HTTPService: @unchecked Sendable {
+public final class HTTPService: Sendable {
     /// Who may call: what a bearer credential authenticates as.
     public enum Role: String, Sendable, Hashable, CaseIterable {
         /// `scraper` holds the scrape credential: it reads `GET /metrics` and nothing else, so a
@@ -128,21 +129,23 @@ public final class HTTPService: @unchecked Sendable {
     /// Wrong credentials slowed per peer address (bearer tokens here, the dashboard's sign-in
     /// through the same one).
     public let throttle: AuthThrottle
-    var routes: [Route] = []
-    let routesLock = NSLock()
+    /// The routes, in the order added (and routed).
+    let routes = Mutex<[Route]>([])
     /// Every route's method and path template, in the order routed (the endpoint-table tests
     /// compare them with LabPlan's `AgentAPI` and `CoordinatorAPI`).
     public var routeTable: [(method: String, path: String)] {
-        routesLock.lock(); defer { routesLock.unlock() }
-        return routes.map { ($0.method, "/" + $0.parts.joined(separator: "/")) }
+        routes.withLock { $0.map { ($0.method, "/" + $0.parts.joined(separator: "/")) } }
     }
-    /// The running server: its service group, the task running it, and its gate.
-    private var running: (group: ServiceGroup, task: Task<Void, Never>, gate: ConnectionGate, listener: any Channel)?
-    private let runningLock = NSLock()
-    private var servingTLS = false
+    /// The running server (its service group, the task running it, its gate and listener), and
+    /// whether it serves TLS, under one lock.
+    private struct Running {
+        var server: (group: ServiceGroup, task: Task<Void, Never>, gate: ConnectionGate, listener: any Channel)?
+        var servingTLS = false
+    }
+    private let running = Mutex(Running())
     /// Over TLS every answer says so for a year (HSTS): a browser that once reached the
     /// coordinator over https never falls back to plain http for it.
-    var strictTransportSecurity: String? { runningLock.withLock { servingTLS ? "max-age=31536000" : nil } }
+    var strictTransportSecurity: String? { running.withLock { $0.servingTLS ? "max-age=31536000" : nil } }
 
     /// `authenticate` nil turns authentication off (only for `--insecure` on loopback): every
     /// route is then open and `Request.principal` is nil.
@@ -182,9 +185,9 @@ public final class HTTPService: @unchecked Sendable {
     /// principal of another role gets 403.
     public func route(_ method: String, _ pattern: String, public isPublic: Bool = false, bodyLimit: Int = HTTPService.defaultBodyLimit,
                       allow: Set<Role>? = nil, _ handler: @escaping Handler) {
-        routesLock.lock(); defer { routesLock.unlock() }
-        routes.append(Route(method: method, parts: pattern.split(separator: "/").map(String.init), handler: handler,
-                            isPublic: isPublic, bodyLimit: max(0, bodyLimit), allow: allow))
+        let route = Route(method: method, parts: pattern.split(separator: "/").map(String.init), handler: handler,
+                            isPublic: isPublic, bodyLimit: max(0, bodyLimit), allow: allow)
+        routes.withLock { $0.append(route) }
     }
 
     /// Starts listening on `host:port` (a name, an IPv4 or IPv6 literal, or a wildcard; port 0:
@@ -194,16 +197,16 @@ public final class HTTPService: @unchecked Sendable {
         let ssl = tls?.nio
         let gate = ConnectionGate(total: limits.maxConnections, perAddress: limits.maxConnectionsPerAddress, reserved: limits.reservedForKnown)
         let (server, bound) = try await serve(host: host, port: port, tls: ssl, gate: gate)
-        runningLock.withLock { running = (server.0, server.1, gate, server.2); servingTLS = tls != nil }
+        running.withLock { $0.server = (server.0, server.1, gate, server.2); $0.servingTLS = tls != nil }
         return bound
     }
 
     /// Stops listening, closes every connection (a handler still running finds its connection
     /// gone when it answers), and returns once the server has ended, or after about a second.
     public func stop() async {
-        guard let (group, task, gate, listener) = runningLock.withLock({ () -> (ServiceGroup, Task<Void, Never>, ConnectionGate, any Channel)? in
-            defer { running = nil }
-            return running
+        guard let (group, task, gate, listener) = running.withLock({ r -> (ServiceGroup, Task<Void, Never>, ConnectionGate, any Channel)? in
+            defer { r.server = nil }
+            return r.server
         }) else { return }
         // The listening socket is closed here, not later by the service group's shutdown: when
         // stop() returns, a connect is refused.
@@ -222,12 +225,12 @@ public final class HTTPService: @unchecked Sendable {
 
     /// Open connections: in all, or from one address (tests, figures).
     public func openConnections(from address: String? = nil) -> Int {
-        runningLock.withLock { running?.gate }?.count(address) ?? 0
+        running.withLock { $0.server?.gate }?.count(address) ?? 0
     }
 
     /// The address presented a valid credential: it may use the places kept for those.
     func vouch(for address: String?) {
-        guard let address, let gate = runningLock.withLock({ running?.gate }) else { return }
+        guard let address, let gate = running.withLock({ $0.server?.gate }) else { return }
         gate.vouch(for: address)
     }
 
@@ -239,7 +242,7 @@ public final class HTTPService: @unchecked Sendable {
     }
 
     func match(_ method: String, _ segments: [String]) -> (Route, [String: String])? {
-        routesLock.lock(); let rs = routes; routesLock.unlock()
+        let rs = routes.withLock { $0 }
         func find(_ method: String) -> (Route, [String: String])? {
             for r in rs where r.method == method && r.parts.count == segments.count {
                 var params = [String: String]()

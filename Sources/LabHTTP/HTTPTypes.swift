@@ -51,7 +51,8 @@ public struct HTTPResponse: Sendable {
         /// `range` of an open regular file, streamed when the answer is written, 256 KiB at a time.
         case file(OpenFile, Range<Int>)
         /// A body written over time (server-sent events): the closure writes chunks with `write` until it returns; `write` throws once the peer has gone. Sent chunked, never buffered whole.
-        case stream(@Sendable (_ write: @Sendable (Data) async throws -> Void) async throws -> Void)
+        /// `write` is not Sendable: it is called from the closure's own task, one chunk at a time.
+        case stream(@Sendable (_ write: (Data) async throws -> Void) async throws -> Void)
 
         /// Bytes of a body whose length is known; 0 for a stream (sent chunked).
         public var count: Int {
@@ -103,7 +104,7 @@ public struct HTTPResponse: Sendable {
 
 /// A regular file opened for reading, closed when the last reference goes. Opened when the
 /// answer is made (its size is then fixed for the answer), read when the answer is written.
-public final class OpenFile: @unchecked Sendable {
+public final class OpenFile: Sendable {
     public let fd: Int32
     public let size: Int
 

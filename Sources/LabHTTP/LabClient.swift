@@ -9,6 +9,7 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import NIOSSL
+import Synchronization
 
 /// A small JSON HTTP client with the bearer token, over AsyncHTTPClient: one `HTTPClient` for the
 /// whole process (its connections pooled per host, on NIO's shared event loops; no thread per
@@ -128,8 +129,8 @@ enum LabHTTPClient {
         return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
     }()
 
-    private static let lock = NSLock()
-    nonisolated(unsafe) private static var cached: (file: String, configuration: TLSConfiguration)?
+    /// The TLS configuration last made, and the CA file it was made from.
+    private static let cached = Mutex<(file: String, configuration: TLSConfiguration)?>(nil)
 
     /// nil for http; for https, a TLS client that trusts only the lab CA (`LabTrust.caFile`) and
     /// checks the name or address dialled.
@@ -140,14 +141,14 @@ enum LabHTTPClient {
             guard let file = LabTrust.caFile else {
                 throw NetError(.tls, "https needs the lab CA to check the server (--ca FILE, or ca.pem in --credentials DIR)")
             }
-            if let c = lock.withLock({ cached }), c.file == file { return c.configuration }
+            if let c = cached.withLock({ $0 }), c.file == file { return c.configuration }
             var configuration = TLSConfiguration.makeClientConfiguration()
             do { configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(file)) } catch {
                 throw NetError(.tls, "\(file): \(error)")
             }
             configuration.certificateVerification = .fullVerification
             configuration.minimumTLSVersion = .tlsv12
-            lock.withLock { cached = (file, configuration) }
+            cached.withLock { $0 = (file, configuration) }
             return configuration
         default: throw NetError(.badAddress, "only http:// and https:// are supported")
         }

@@ -7,6 +7,7 @@ import NIOHTTP1
 import NIOHTTPTypes
 import NIOHTTPTypesHTTP1
 import NIOSSL
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -93,13 +94,12 @@ final class Refuser: ChannelInboundHandler, RemovableChannelHandler {
 
 /// Log lines about refused connections: at most one every 5 s per service, with the count.
 enum GateLog {
-    private static let lock = NSLock()
-    nonisolated(unsafe) private static var last: [String: (at: Double, count: Int)] = [:]
+    private static let last = Mutex<[String: (at: Double, count: Int)]>([:])
 
     static func refused(_ logger: Logger, remote: String, why: String) {
         let key = logger[metadataKey: "service"]?.description ?? ""
         let now = monotonicNow()
-        let line: Int? = lock.withLock {
+        let line: Int? = last.withLock { last in
             var entry = last[key] ?? (at: -Double.infinity, count: 0)
             entry.count += 1
             defer { last[key] = entry }

@@ -62,9 +62,6 @@ extension HistoryReading {
     }
 }
 
-/// The local history is thread-safe (GRDB's queue serializes every access).
-extension HistoryStore: @unchecked Sendable {}
-
 extension HistoryStore: HistoryReading {
     public var historyName: String { path }
     public var namesLabs: Bool { false }

@@ -4,7 +4,7 @@ import HeraldAnalysis
 
 /// The run history: one row per analysis, in SQLite (`results/history.sqlite`), so trends and
 /// baselines survive across nights.
-public final class HistoryStore {
+public final class HistoryStore: Sendable {
     public struct Run: Codable, FetchableRecord, PersistableRecord, Sendable {
         public static let databaseTableName = "run"
         public var id: Int64?

@@ -1,5 +1,6 @@
 import CoreMetrics
 import Foundation
+import Synchronization
 import LabBuildInfo
 import Prometheus
 
@@ -10,16 +11,19 @@ import Prometheus
 /// `heraldlab_` prefix, base units, `_total` on counters, counts rather than percentages.
 /// A registry of its own per service (not the process-wide MetricsSystem) keeps two services in
 /// one process (tests, `herald-lab bench arm`) apart.
-public final class LabMetrics: @unchecked Sendable {
+public final class LabMetrics: Sendable {
     public let registry = PrometheusCollectorRegistry()
-    private let lock = NSLock()
-    private var counters: [String: CoreMetrics.Counter] = [:]
-    private var gauges: [String: CoreMetrics.Recorder] = [:]
-    /// Each gauge series' registry handle and labels, so a series can be removed.
-    private var gaugeSeries: [String: (name: String, labels: [String: String], gauge: Prometheus.Gauge)] = [:]
-    private var timers: [String: CoreMetrics.Timer] = [:]
-    /// Last value a `mirror` counter was brought to, per series.
-    private var mirrored: [String: Int64] = [:]
+    /// The handles made so far, by series key, under one lock.
+    private struct Handles {
+        var counters: [String: CoreMetrics.Counter] = [:]
+        var gauges: [String: CoreMetrics.Recorder] = [:]
+        /// Each gauge series' registry handle and labels, so a series can be removed.
+        var gaugeSeries: [String: (name: String, labels: [String: String], gauge: Prometheus.Gauge)] = [:]
+        var timers: [String: CoreMetrics.Timer] = [:]
+        /// Last value a `mirror` counter was brought to, per series.
+        var mirrored: [String: Int64] = [:]
+    }
+    private let handles = Mutex(Handles())
 
     public init(service: String) {
         gauge("heraldlab_build_info", "The herald-lab release and commit this service runs (always 1).",
@@ -35,10 +39,10 @@ public final class LabMetrics: @unchecked Sendable {
     /// A counter (`name` ends in `_total`).
     public func counter(_ name: String, _ help: String, _ labels: [String: String] = [:]) -> CoreMetrics.Counter {
         let l = Self.sorted(labels)
-        return lock.withLock {
-            if let c = counters[Self.key(name, l)] { return c }
+        return handles.withLock { h in
+            if let c = h.counters[Self.key(name, l)] { return c }
             let c = CoreMetrics.Counter(label: name, dimensions: l, handler: registry.makeCounter(name: name, labels: l, help: help))
-            counters[Self.key(name, l)] = c
+            h.counters[Self.key(name, l)] = c
             return c
         }
     }
@@ -46,12 +50,12 @@ public final class LabMetrics: @unchecked Sendable {
     /// A gauge: a value that goes up and down (swift-metrics' non-aggregating recorder).
     public func gauge(_ name: String, _ help: String, _ labels: [String: String] = [:]) -> CoreMetrics.Recorder {
         let l = Self.sorted(labels)
-        return lock.withLock {
-            if let g = gauges[Self.key(name, l)] { return g }
+        return handles.withLock { h in
+            if let g = h.gauges[Self.key(name, l)] { return g }
             let handle = registry.makeGauge(name: name, labels: l, help: help)
             let g = CoreMetrics.Recorder(label: name, dimensions: l, aggregate: false, handler: handle)
-            gauges[Self.key(name, l)] = g
-            gaugeSeries[Self.key(name, l)] = (name, labels, handle)
+            h.gauges[Self.key(name, l)] = g
+            h.gaugeSeries[Self.key(name, l)] = (name, labels, handle)
             return g
         }
     }
@@ -61,11 +65,11 @@ public final class LabMetrics: @unchecked Sendable {
     /// gone from the next scrape instead of holding their last value for ever.
     public func pruneGauges(_ name: String, keep: [[String: String]]) {
         let kept = Set(keep.map { Self.key(name, Self.sorted($0)) })
-        lock.withLock {
-            for (key, series) in gaugeSeries where series.name == name && !kept.contains(key) {
+        handles.withLock { h in
+            for (key, series) in h.gaugeSeries where series.name == name && !kept.contains(key) {
                 registry.unregisterGauge(series.gauge)
-                gaugeSeries[key] = nil
-                gauges[key] = nil
+                h.gaugeSeries[key] = nil
+                h.gauges[key] = nil
             }
         }
     }
@@ -73,10 +77,10 @@ public final class LabMetrics: @unchecked Sendable {
     /// A histogram of durations in seconds (`name` ends in `_seconds`).
     public func timer(_ name: String, _ help: String, buckets: [Duration], _ labels: [String: String] = [:]) -> CoreMetrics.Timer {
         let l = Self.sorted(labels)
-        return lock.withLock {
-            if let t = timers[Self.key(name, l)] { return t }
+        return handles.withLock { h in
+            if let t = h.timers[Self.key(name, l)] { return t }
             let t = CoreMetrics.Timer(label: name, dimensions: l, handler: registry.makeDurationHistogram(name: name, labels: l, buckets: buckets, help: help))
-            timers[Self.key(name, l)] = t
+            h.timers[Self.key(name, l)] = t
             return t
         }
     }
@@ -87,9 +91,9 @@ public final class LabMetrics: @unchecked Sendable {
     public func mirror(_ name: String, _ help: String, _ labels: [String: String] = [:], to total: Int64) {
         let c = counter(name, help, labels)
         let key = Self.key(name, Self.sorted(labels))
-        let delta: Int64 = lock.withLock {
-            let last = mirrored[key] ?? 0
-            mirrored[key] = total
+        let delta: Int64 = handles.withLock { h in
+            let last = h.mirrored[key] ?? 0
+            h.mirrored[key] = total
             return total >= last ? total - last : total
         }
         if delta > 0 { c.increment(by: delta) }

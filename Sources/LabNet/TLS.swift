@@ -1,5 +1,6 @@
 import Foundation
 import NIOSSL
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -77,10 +78,9 @@ public final class TLSContext: Sendable {
 /// What this process trusts when it dials `https://` URLs and TLS air addresses: the lab CA,
 /// set once at start from `--ca` (or the credentials folder) before any connection is made.
 public enum LabTrust {
-    nonisolated(unsafe) private static var context: TLSContext?
-    private static let lock = NSLock()
+    private static let trusted = Mutex<TLSContext?>(nil)
 
-    public static var client: TLSContext? { lock.withLock { context } }
+    public static var client: TLSContext? { trusted.withLock { $0 } }
 
     /// The lab CA's PEM file that `client` was made from (LabClient's TLS reads it too).
     public static var caFile: String? {
@@ -92,12 +92,12 @@ public enum LabTrust {
     @discardableResult
     public static func trust(caFile ca: String) throws -> TLSContext {
         let c = try TLSContext(trusting: ca)
-        lock.withLock { context = c }
+        trusted.withLock { $0 = c }
         return c
     }
 
     /// Trusts no CA any more: https and TLS air addresses are refused until `trust` again.
-    public static func forget() { lock.withLock { context = nil } }
+    public static func forget() { trusted.withLock { $0 = nil } }
 
     /// The client context for a URL's scheme: nil for http, the lab CA for https.
     public static func context(for url: URL) throws -> TLSContext? {

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import HeraldCore
 import Logging
 #if canImport(Glibc)
@@ -14,10 +15,10 @@ import Glibc
 /// Order of the disk operations: the JSON is written to a temporary name, fsynced, renamed to
 /// its final name and the folder fsynced (Durable.write), so a crash leaves either no entry or a
 /// whole one; an entry is unlinked, and the folder fsynced, only after the store's COMMIT.
-public final class ResultsOutbox: @unchecked Sendable {
+public final class ResultsOutbox: Sendable {
     public let directory: URL
-    private let lock = NSLock()
-    private var counter: UInt64 = 0
+    /// Entries named by this process so far (part of each name, with the time and the pid).
+    private let counter = Mutex<UInt64>(0)
 
     /// The usual place: `<results>/.history-outbox`.
     public static func beside(results: URL) -> URL { results.appendingPathComponent(".history-outbox", isDirectory: true) }
@@ -56,7 +57,7 @@ public final class ResultsOutbox: @unchecked Sendable {
     static let studySuffix = ".study.json"
 
     private func write(_ data: Data, suffix: String) throws -> URL {
-        let name: String = lock.withLock {
+        let name: String = counter.withLock { counter in
             counter += 1
             let now = UInt64(max(0, Date().timeIntervalSince1970 * 1_000_000))
             return String(format: "%016llx-%08x-%06llx", now, getpid(), counter) + suffix

@@ -7,6 +7,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
+import Synchronization
 
 /// Why a new connection was closed at once.
 enum AirRefused: Error { case full }
@@ -15,13 +16,35 @@ enum AirRefused: Error { case full }
 /// time. It runs the same `SimMedium` and propagation model as the virtual-time simulator, on a
 /// `DispatchScheduler`. Each node's process attaches with an `AirTransport` over TCP
 /// (newline-delimited JSON); the air holds one `SimTransport` per attached node and relays.
-public final class AirServer: @unchecked Sendable {
+///
+/// Concurrency: the medium and the connections are the scheduler queue's (`q`, checked there);
+/// the admission counts, the limits and the listeners are in a `Mutex`.
+public final class AirServer: Sendable {
     public let scheduler: DispatchScheduler
     private let seed: UInt64
     private let defaultParameters: RadioParameters
-    private var medium: SimMedium?
-    private var nodes: [Int: AttachedNode] = [:]   // by connection id, on the scheduler queue
-    private var nextConnection = 0
+
+    /// What only the scheduler's queue touches (the `Scheduler` seam: code driven by a
+    /// `DispatchScheduler` runs on its queue).
+    private final class OnQueue {
+        var medium: SimMedium?
+        /// By connection id.
+        var nodes: [Int: AttachedNode] = [:]
+        var nextConnection = 0
+        /// Which tickets attach, given the coordinator's notices (run ended, agent revoked).
+        var gate: NodeTicket.Gate?
+        /// Connections that have not attached (no admitted hello yet).
+        var unattached: [Int: Unattached] = [:]
+        var ticks: ScheduledTask?
+        init(gate: NodeTicket.Gate?) { self.gate = gate }
+    }
+    /// Invariant: only used on `scheduler.queue`; `q` checks that (dispatchPrecondition) on
+    /// every access, so this box (HeraldRadio's carrier for the seam) is never read elsewhere.
+    private let confined: UncheckedBox<OnQueue>
+    private var q: OnQueue {
+        dispatchPrecondition(condition: .onQueue(scheduler.queue))
+        return confined.value
+    }
     /// The air's log (label herald-lab.air): one line per event, node (and run and agent from
     /// its ticket) as metadata; its handler escapes outside text (LabLogHandler).
     public let logger: Logger
@@ -31,9 +54,6 @@ public final class AirServer: @unchecked Sendable {
     /// Checks nodes' tickets (`NodeTicket`): a node with a valid ticket for its name attaches
     /// without the token, and only under that name.
     private let ticketKey: Data?
-    /// Which tickets attach, given the coordinator's notices (run ended, agent revoked); on the
-    /// scheduler's queue.
-    private var gate: NodeTicket.Gate?
 
     public init(parameters: RadioParameters = RadioParameters(), seed: UInt64 = 1, token: String? = nil, ticketKey: Data? = nil,
                 logger: Logger = Logger(label: "herald-lab.air")) {
@@ -41,59 +61,74 @@ public final class AirServer: @unchecked Sendable {
         self.seed = seed
         self.token = token
         self.ticketKey = ticketKey
-        gate = ticketKey.map { NodeTicket.Gate(key: $0) }
+        let onQueue = OnQueue(gate: ticketKey.map { NodeTicket.Gate(key: $0) })
+        confined = UncheckedBox(onQueue)
         self.logger = logger
         scheduler = DispatchScheduler(label: "heraldlab.air")
         // A tick a second to every node: lets a node tell a silent air from a dead link.
-        ticks = scheduler.scheduleRepeating(every: 1) { [weak self] in
+        // (Set here, before the air is shared: the first tick runs a second later, on the queue.)
+        onQueue.ticks = scheduler.scheduleRepeating(every: 1) { [weak self] in
             guard let self else { return }
-            for n in self.nodes.values { n.send(AirAnswer(.tick)) }
+            for n in self.q.nodes.values { n.send(AirAnswer(.tick)) }
             self.dropLapsed()
         }
     }
 
-    private var ticks: ScheduledTask?
-
     /// A connection must attach (its TLS handshake done and its hello admitted) within this many
     /// seconds of its accept, or it is closed: a stranger that connects and says nothing, or
     /// never finishes its handshake, holds nothing for long.
-    public var helloTimeout: TimeInterval = 10
+    public var helloTimeout: TimeInterval {
+        get { admission.withLock { $0.helloTimeout } }
+        set { admission.withLock { $0.helloTimeout = newValue } }
+    }
     /// At most this many connections at once that have not attached yet (their TLS handshake
     /// or their hello still to come); beyond, a new one is closed at once. Attached nodes do
     /// not count.
-    public var maxPending = 256
+    public var maxPending: Int {
+        get { admission.withLock { $0.maxPending } }
+        set { admission.withLock { $0.maxPending = newValue } }
+    }
     /// At most this many of them from one peer address, so that one host cannot take every
     /// place (attached nodes do not count: one host may run many agents).
-    public var maxPendingPerPeer = 64
+    public var maxPendingPerPeer: Int {
+        get { admission.withLock { $0.maxPendingPerPeer } }
+        set { admission.withLock { $0.maxPendingPerPeer = newValue } }
+    }
     /// The longest line a connection may send before it has attached (a hello or a notice is a
     /// few hundred bytes): junk costs at most this much buffer per pending connection.
     public static let maxHelloLine = 64 << 10
-    private var pending = 0
-    private var pendingByPeer: [String: Int] = [:]
-    private let pendingLock = NSLock()
-    /// The listening channels (one per bound address).
-    private var listeners: [Channel] = []
+    /// The connections not attached yet (in all and by peer), the limits above, and the
+    /// listening channels (one per bound address), under one lock.
+    private struct Admission {
+        var pending = 0
+        var pendingByPeer: [String: Int] = [:]
+        var listeners: [Channel] = []
+        var helloTimeout: TimeInterval = 10
+        var maxPending = 256
+        var maxPendingPerPeer = 64
+    }
+    private let admission = Mutex(Admission())
 
     /// Takes a place among the pending connections for `peer`, if there is one.
     private func takePending(_ peer: String) -> Bool {
-        pendingLock.withLock {
-            guard pending < maxPending, pendingByPeer[peer, default: 0] < maxPendingPerPeer else { return false }
-            pending += 1
-            pendingByPeer[peer, default: 0] += 1
+        admission.withLock { a in
+            guard a.pending < a.maxPending, a.pendingByPeer[peer, default: 0] < a.maxPendingPerPeer else { return false }
+            a.pending += 1
+            a.pendingByPeer[peer, default: 0] += 1
             return true
         }
     }
 
     private func releasePending(_ peer: String) {
-        pendingLock.withLock {
-            pending -= 1
-            let left = pendingByPeer[peer, default: 1] - 1
-            pendingByPeer[peer] = left > 0 ? left : nil
+        admission.withLock { a in
+            a.pending -= 1
+            let left = a.pendingByPeer[peer, default: 1] - 1
+            a.pendingByPeer[peer] = left > 0 ? left : nil
         }
     }
 
     /// Connections not attached yet (tests).
-    var pendingCount: Int { pendingLock.withLock { pending } }
+    var pendingCount: Int { admission.withLock { $0.pending } }
 
     /// Listens on `host:port` (a name, IPv4 or IPv6 literal, or a wildcard; port 0: any free port)
     /// and returns the bound port.
@@ -120,7 +155,7 @@ public final class AirServer: @unchecked Sendable {
             if let v4 = address.ipv4 { target = SocketAddress(v4, host: address.host) } else if let v6 = address.ipv6 { target = SocketAddress(v6, host: address.host) } else { continue }
             do {
                 let channel = try bootstrap.bind(to: target).wait()
-                pendingLock.withLock { listeners.append(channel) }
+                admission.withLock { $0.listeners.append(channel) }
                 return UInt16(channel.localAddress?.port ?? Int(port))
             } catch {
                 last = AirError.phrase(error)
@@ -130,16 +165,16 @@ public final class AirServer: @unchecked Sendable {
     }
 
     public func stop() {
-        let open = pendingLock.withLock { defer { listeners = [] }; return listeners }
+        let open = admission.withLock { a in defer { a.listeners = [] }; return a.listeners }
         for l in open { l.close(promise: nil) }
         scheduler.sync {
-            for n in nodes.values { n.socket.close() }
-            for p in unattached.values { p.socket.close() }
+            for n in q.nodes.values { n.socket.close() }
+            for p in q.unattached.values { p.socket.close() }
         }
     }
 
     /// How many nodes are attached now.
-    public var attachedCount: Int { scheduler.sync { nodes.count } }
+    public var attachedCount: Int { scheduler.sync { q.nodes.count } }
 
     /// A new connection, on its event loop: closed at once when there is no place for it among
     /// the pending ones (a failed initializer closes the channel); else its pipeline is made.
@@ -167,20 +202,18 @@ public final class AirServer: @unchecked Sendable {
 
     /// A connection not attached yet: its peer's address and its socket.
     private struct Unattached { let peer: String; let socket: LineSocket }
-    /// Connections that have not attached (no admitted hello yet), on the scheduler queue.
-    private var unattached: [Int: Unattached] = [:]
 
     private func adopt(_ socket: LineSocket, peer: String) {
         scheduler.execute { [self] in
-            nextConnection += 1
-            let id = nextConnection
-            unattached[id] = Unattached(peer: peer, socket: socket)
+            q.nextConnection += 1
+            let id = q.nextConnection
+            q.unattached[id] = Unattached(peer: peer, socket: socket)
             socket.startReading(AirRequest.self, onMessage: { [weak self] m in
                 self?.scheduler.execute { self?.received(m, connection: id, socket: socket) }
             }, onJunk: { [weak self] in
                 // A line that is not a message of the contract, before attaching: a stranger's
                 // junk, closed at once (an attached node's is dropped and the node stays).
-                self?.scheduler.execute { if self?.unattached[id] != nil { socket.close() } }
+                self?.scheduler.execute { if self?.q.unattached[id] != nil { socket.close() } }
             }, onClose: { [weak self] in
                 // The peer ended (or the connection closed): what was read before is handled
                 // (and answered) first, then the socket is closed, attached or not.
@@ -190,8 +223,8 @@ public final class AirServer: @unchecked Sendable {
                 }
             })
             // Not attached in time (handshake and hello): closed (`closed` frees its place).
-            _ = scheduler.schedule(after: helloTimeout) { [weak self] in
-                if self?.unattached[id] != nil { socket.close() }
+            _ = scheduler.schedule(after: self.helloTimeout) { [weak self] in
+                if self?.q.unattached[id] != nil { socket.close() }
             }
         }
     }
@@ -200,7 +233,7 @@ public final class AirServer: @unchecked Sendable {
     /// token (no claims); else why not.
     private func admit(_ m: AirHello) -> Result<NodeTicket.Claims?, NodeTicket.Refusal> {
         if token == nil && ticketKey == nil { return .success(nil) }
-        if let gate, let ticket = m.ticket {
+        if let gate = q.gate, let ticket = m.ticket {
             return gate.admit(ticket, node: m.node ?? "", now: Date().timeIntervalSince1970).map { $0 }
         }
         if let token {
@@ -214,24 +247,24 @@ public final class AirServer: @unchecked Sendable {
 
     /// Drops every attached node whose ticket no longer holds (expired, run ended, agent revoked).
     private func dropLapsed() {
-        guard let gate else { return }
+        guard let gate = q.gate else { return }
         let t = Date().timeIntervalSince1970
-        for (id, n) in nodes {
+        for (id, n) in q.nodes {
             guard let c = n.claims, let why = gate.refusal(c, now: t) else { continue }
             logger.notice("\(Self.escaped(n.name)) dropped: \(why)", metadata: Self.metadata(n.name, c))
-            nodes[id] = nil
+            q.nodes[id] = nil
             n.detach()
             n.socket.close()
         }
-        if nodes.isEmpty { medium = nil }
+        if q.nodes.isEmpty { q.medium = nil }
     }
 
     /// A notice from the coordinator (signed with the air key): a run ended or an agent was
     /// revoked. Answered, then the connection is closed.
     private func notice(_ text: String, id: Int?, socket: LineSocket) {
         let r: AirNews
-        if var g = gate, let n = g.take(text) {
-            gate = g
+        if var g = q.gate, let n = g.take(text) {
+            q.gate = g
             r = .noticeTaken
             switch n {
             case .ended(let run, _): logger.notice("run \(Self.escaped(run)) ended: its tickets attach nothing more", metadata: ["run": .string(String(run.prefix(200)))])
@@ -239,7 +272,7 @@ public final class AirServer: @unchecked Sendable {
             }
             dropLapsed()
         } else {
-            let why = gate == nil ? "this air checks no tickets" : "notice not signed by this lab's air key"
+            let why = q.gate == nil ? "this air checks no tickets" : "notice not signed by this lab's air key"
             r = .noticeRefused(why)
             logger.warning("refused a notice: \(why)")
         }
@@ -260,15 +293,15 @@ public final class AirServer: @unchecked Sendable {
     }
 
     private func closed(_ id: Int) {
-        if let p = unattached.removeValue(forKey: id) { releasePending(p.peer) }
-        guard let node = nodes.removeValue(forKey: id) else { return }
+        if let p = q.unattached.removeValue(forKey: id) { releasePending(p.peer) }
+        guard let node = q.nodes.removeValue(forKey: id) else { return }
         logger.info("\(Self.escaped(node.name)) left", metadata: Self.metadata(node.name, node.claims))
         node.detach()
-        if nodes.isEmpty { medium = nil }
+        if q.nodes.isEmpty { q.medium = nil }
     }
 
     private func received(_ request: AirRequest, connection id: Int, socket: LineSocket) {
-        if case .notice(let text) = request.call, nodes[id] == nil { return notice(text, id: request.id, socket: socket) }
+        if case .notice(let text) = request.call, q.nodes[id] == nil { return notice(text, id: request.id, socket: socket) }
         if case .hello(let m) = request.call {
             let name = m.node ?? "node\(id)"
             func refuse(_ refusal: String) {
@@ -283,31 +316,31 @@ public final class AirServer: @unchecked Sendable {
             }
             // Another run's or another agent's ticket never drops a node attached under this name.
             let t = Date().timeIntervalSince1970
-            if let gate, let held = nodes.first(where: { $0.key != id && $0.value.name == name })?.value,
+            if let gate = q.gate, let held = q.nodes.first(where: { $0.key != id && $0.value.name == name })?.value,
                !gate.mayReplace(old: held.claims, new: claims, now: t) {
                 return refuse("node \(name) is attached for run \(held.claims?.run ?? "?") by agent \(held.claims?.agent ?? "?"); this ticket may not replace it")
             }
-            if medium == nil { medium = SimMedium(scheduler: scheduler, parameters: m.parameters ?? defaultParameters, seed: seed) }
+            if q.medium == nil { q.medium = SimMedium(scheduler: scheduler, parameters: m.parameters ?? defaultParameters, seed: seed) }
             // A node that reattaches (its link was down) replaces its old attachment.
-            for (other, n) in nodes where n.name == name && other != id {
+            for (other, n) in q.nodes where n.name == name && other != id {
                 logger.notice("\(Self.escaped(name)) reattached; dropping its previous connection", metadata: Self.metadata(name, claims))
-                nodes[other] = nil
+                q.nodes[other] = nil
                 n.detach()
                 n.socket.close()
             }
-            if let p = unattached.removeValue(forKey: id) { releasePending(p.peer) }
+            if let p = q.unattached.removeValue(forKey: id) { releasePending(p.peer) }
             socket.lineLimit = LineSocket.maxLine
             // The device is the agent that attached it (its character, with radio.devices, follows
             // the agent from run to run); an attachment without a ticket is known by its node name.
-            let transport = medium!.addNode(name: "\(name)#\(id)", x: m.x ?? 0, y: m.y ?? 0, identity: claims?.agent ?? name)
+            let transport = q.medium!.addNode(name: "\(name)#\(id)", x: m.x ?? 0, y: m.y ?? 0, identity: claims?.agent ?? name)
             let node = AttachedNode(name: name, transport: transport, socket: socket)
             node.claims = claims
-            nodes[id] = node
+            q.nodes[id] = node
             logger.info("\(Self.escaped(name)) attached at (\(m.x ?? 0), \(m.y ?? 0)) as \(transport.address)", metadata: Self.metadata(name, claims))
             node.send(AirAnswer(id: request.id, .attached(transport.address)))
             return
         }
-        nodes[id]?.handle(request)
+        q.nodes[id]?.handle(request)
     }
 }
 

@@ -6,7 +6,11 @@ import LabNet
 
 /// The `BLETransport` of a node whose radio is the air: every call goes to `herald-lab air`
 /// over TCP and every answer and event comes back onto this node's scheduler.
-public final class AirTransport: BLETransport, @unchecked Sendable {
+///
+/// Not Sendable, like every transport under the `Scheduler` seam: it is used on its scheduler's
+/// queue only. The socket's callbacks (on its event loop) and the reconnect (off the queue) hop
+/// back onto the queue before they touch it.
+public final class AirTransport: BLETransport {
     public weak var delegate: (any BLETransportDelegate)?
     public private(set) var state: RadioState = .poweredOff
     public var scheduler: any Scheduler { dispatch }
@@ -81,14 +85,21 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
 
     private func attach(_ s: LineSocket) {
         socket = s
-        s.startReading(AirAnswer.self, onMessage: { [weak self] m in
-            guard let self else { return }
-            self.dispatch.execute { if self.socket === s { self.received(m) } }
-        }, onClose: { [weak self] in
-            guard let self else { return }
-            self.dispatch.execute { if self.socket === s { self.lost("the air closed the connection") } }
+        // The transport, held weakly, crosses to the socket's event loop in the seam's box and
+        // is only looked at back on the queue.
+        let me = UncheckedBox(Weak(self))
+        let dispatch = self.dispatch
+        s.startReading(AirAnswer.self, onMessage: { m in
+            dispatch.execute { if let t = me.value.transport, t.socket === s { t.received(m) } }
+        }, onClose: {
+            dispatch.execute { if let t = me.value.transport, t.socket === s { t.lost("the air closed the connection") } }
         })
         s.send(hello)
+    }
+
+    private final class Weak {
+        weak var transport: AirTransport?
+        init(_ transport: AirTransport) { self.transport = transport }
     }
 
     private func checkSilence() {
@@ -116,27 +127,31 @@ public final class AirTransport: BLETransport, @unchecked Sendable {
         dispatch.schedule(after: 2) { [weak self] in
             guard let self, !self.closed, !self.attached else { return }
             let host = self.host, port = self.port, tls = self.tls
+            let dispatch = self.dispatch
+            // Carried off the queue and back (only used on the queue).
+            let me = UncheckedBox(self)
             // Connecting blocks (name lookup, handshake): off the node's queue.
             DispatchQueue.global().async {
                 let result = Result { try LineSocket.connect(host: host, port: port, tls: tls) }
-                self.dispatch.execute {
-                    guard !self.closed, !self.attached else { if case .success(let s) = result { s.close() }; return }
+                dispatch.execute {
+                    let t = me.value
+                    guard !t.closed, !t.attached else { if case .success(let s) = result { s.close() }; return }
                     switch result {
-                    case .failure: self.scheduleReattach()
+                    case .failure: t.scheduleReattach()
                     case .success(let s):
-                        self.bestDelta = nil
-                        self.lastHeard = self.now
-                        self.attach(s)
-                        self.simple(.powerOn, whileDetached: true) { [weak self] r in
-                            guard let self, !self.closed else { return }
-                            guard case .success = r else { self.scheduleReattach(); return }
-                            self.attached = true
-                            self.state = .poweredOn
-                            let to = self.now
-                            if let from = self.lostAt { self.onGap?(from, to, "radio lost: the connection to the air was down") }
-                            self.lostAt = nil
-                            self.log?("radio back: reattached to the air at \(host):\(port)")
-                            self.delegate?.transport(didUpdateState: .poweredOn)
+                        t.bestDelta = nil
+                        t.lastHeard = t.now
+                        t.attach(s)
+                        t.simple(.powerOn, whileDetached: true) { [weak t] r in
+                            guard let t, !t.closed else { return }
+                            guard case .success = r else { t.scheduleReattach(); return }
+                            t.attached = true
+                            t.state = .poweredOn
+                            let to = t.now
+                            if let from = t.lostAt { t.onGap?(from, to, "radio lost: the connection to the air was down") }
+                            t.lostAt = nil
+                            t.log?("radio back: reattached to the air at \(host):\(port)")
+                            t.delegate?.transport(didUpdateState: .poweredOn)
                         }
                     }
                 }

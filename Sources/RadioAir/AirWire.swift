@@ -7,6 +7,7 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 import NIOTLS
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,7 +23,10 @@ enum AirLoops {
 /// connection) → `LineHandler` (hands each line to `startReading`'s callback). Writes go out
 /// through a bounded queue: a peer that leaves more than `maxQueued` bytes unread, or takes
 /// nothing for `stallLimit` seconds while the channel is full, is dropped.
-final class LineSocket: @unchecked Sendable {
+///
+/// Concurrency: what any thread may touch (the reader, the flags) is in a `Mutex`; the write
+/// queue's accounting is bound to the channel's event loop (`NIOLoopBoundBox`, checked there).
+final class LineSocket: Sendable {
     let channel: Channel
     /// A line longer than this closes the connection: nothing the air or a node says is near it.
     static let maxLine = 1 << 20
@@ -34,35 +38,42 @@ final class LineSocket: @unchecked Sendable {
     /// The channel's write buffer marks: past `high` the channel is not writable (the stall clock runs).
     static let waterMark = ChannelOptions.Types.WriteBufferWaterMark(low: 64 << 10, high: 256 << 10)
 
-    private let lock = NSLock()
-    /// `close()` was called: nothing more is queued.
-    private var closed = false
-    /// A write has failed (the peer has gone, or stalled): every write queued after it is
-    /// dropped, never tried.
-    private var broken = false
-    /// What the peer said before `startReading` (a node's process only; bounded), and the reader.
-    private var early: [ByteBuffer] = []
-    private var reader: (@Sendable (ByteBuffer) -> Void)?
-    private var ended: (@Sendable () -> Void)?
-    private var endSeen = false
-    /// The longest line accepted now; read by the decoder on the event loop.
-    private var limit: Int
+    /// What any thread may read or change, under one lock.
+    private struct Shared {
+        /// `close()` was called: nothing more is queued.
+        var closed = false
+        /// A write has failed (the peer has gone, or stalled): every write queued after it is
+        /// dropped, never tried.
+        var broken = false
+        /// What the peer said before `startReading` (a node's process only; bounded), and the reader.
+        var early: [ByteBuffer] = []
+        var reader: (@Sendable (ByteBuffer) -> Void)?
+        var ended: (@Sendable () -> Void)?
+        var endSeen = false
+        /// The longest line accepted now; read by the decoder on the event loop.
+        var limit: Int
+    }
+    private let shared: Mutex<Shared>
 
-    // On the event loop only:
-    private var queued = 0
-    private var closeWhenWritten = false
-    private var stall: Scheduled<Void>?
-    private var drainWaiters: [() -> Void] = []
+    /// The write queue's accounting: on the event loop only.
+    private struct OnLoop {
+        var queued = 0
+        var closeWhenWritten = false
+        var stall: Scheduled<Void>?
+        var drainWaiters: [EventLoopPromise<Void>] = []
+    }
+    private let onLoop: NIOLoopBoundBox<OnLoop>
 
     init(channel: Channel, lineLimit: Int = LineSocket.maxLine) {
         self.channel = channel
-        self.limit = lineLimit
+        self.shared = Mutex(Shared(limit: lineLimit))
+        self.onLoop = .makeBoxSendingValue(OnLoop(), eventLoop: channel.eventLoop)
     }
 
     /// The longest line accepted from now on (the air allows a small one until a node attaches).
     var lineLimit: Int {
-        get { lock.withLock { limit } }
-        set { lock.withLock { limit = newValue } }
+        get { shared.withLock { $0.limit } }
+        set { shared.withLock { $0.limit = newValue } }
     }
 
     /// The peer's numeric address ("?" when unknown).
@@ -129,7 +140,7 @@ final class LineSocket: @unchecked Sendable {
             fail()
             return
         }
-        guard !lock.withLock({ closed || broken }) else { return }
+        guard !shared.withLock({ $0.closed || $0.broken }) else { return }
         channel.eventLoop.execute { self.write(encoded) }
     }
 
@@ -137,39 +148,39 @@ final class LineSocket: @unchecked Sendable {
     private func write(_ encoded: Data) {
         guard !hasFailed else { return }
         let count = encoded.count + 1
-        guard queued + count <= Self.maxQueued else { return fail() }
-        queued += count
+        guard onLoop.value.queued + count <= Self.maxQueued else { return fail() }
+        onLoop.value.queued += count
         var buffer = channel.allocator.buffer(capacity: count)
         buffer.writeBytes(encoded)
         buffer.writeInteger(UInt8(10))
         channel.writeAndFlush(buffer).whenComplete { result in
-            self.queued -= count
+            self.onLoop.value.queued -= count
             if case .failure = result { self.fail() }
-            if self.queued == 0 { self.written() }
+            if self.onLoop.value.queued == 0 { self.written() }
         }
     }
 
     /// On the event loop: everything queued has been taken (or dropped).
     private func written() {
-        let waiters = drainWaiters
-        drainWaiters = []
-        for w in waiters { w() }
-        if closeWhenWritten { channel.close(promise: nil) }
+        let waiters = onLoop.value.drainWaiters
+        onLoop.value.drainWaiters = []
+        for w in waiters { w.succeed(()) }
+        if onLoop.value.closeWhenWritten { channel.close(promise: nil) }
     }
 
     /// On the event loop: the channel's buffer passed its high mark (not writable) or fell back.
     fileprivate func writability(_ writable: Bool) {
-        stall?.cancel()
-        stall = writable ? nil : channel.eventLoop.scheduleTask(in: Self.stallLimit) { self.fail() }
+        onLoop.value.stall?.cancel()
+        onLoop.value.stall = writable ? nil : channel.eventLoop.scheduleTask(in: Self.stallLimit) { self.fail() }
     }
 
     /// Whether a write has failed (the connection is being closed).
-    var hasFailed: Bool { lock.withLock { broken } }
+    var hasFailed: Bool { shared.withLock { $0.broken } }
 
     /// The first failed write ends the connection at once: what is still queued is dropped, and
     /// the channel is closed now (not after the queue), so its owner hears of it (`onClose`).
     private func fail() {
-        lock.withLock { broken = true }
+        shared.withLock { $0.broken = true }
         channel.close(promise: nil)
     }
 
@@ -177,7 +188,7 @@ final class LineSocket: @unchecked Sendable {
     func drain() {
         let done = channel.eventLoop.submit { () -> EventLoopFuture<Void> in
             let p = self.channel.eventLoop.makePromise(of: Void.self)
-            if self.queued == 0 || !self.channel.isActive { p.succeed(()) } else { self.drainWaiters.append { p.succeed(()) } }
+            if self.onLoop.value.queued == 0 || !self.channel.isActive { p.succeed(()) } else { self.onLoop.value.drainWaiters.append(p) }
             self.channel.closeFuture.whenComplete { _ in p.succeed(()) }
             return p.futureResult
         }.flatMap { $0 }
@@ -202,11 +213,11 @@ final class LineSocket: @unchecked Sendable {
             onMessage(message)
         }
         channel.eventLoop.execute {
-            let (backlog, endedEarly) = self.lock.withLock { () -> ([ByteBuffer], Bool) in
-                self.reader = read
-                self.ended = onClose
-                defer { self.early = [] }
-                return (self.early, self.endSeen)
+            let (backlog, endedEarly) = self.shared.withLock { s -> ([ByteBuffer], Bool) in
+                s.reader = read
+                s.ended = onClose
+                defer { s.early = [] }
+                return (s.early, s.endSeen)
             }
             for line in backlog { read(line) }
             if endedEarly { onClose() }
@@ -215,31 +226,31 @@ final class LineSocket: @unchecked Sendable {
 
     /// On the event loop: a line from the decoder.
     fileprivate func received(_ line: ByteBuffer) {
-        let read: (@Sendable (ByteBuffer) -> Void)? = lock.withLock {
-            if reader == nil {
-                early.append(line)
-                if early.count > 64 { broken = true }
+        let read: (@Sendable (ByteBuffer) -> Void)? = shared.withLock { s in
+            if s.reader == nil {
+                s.early.append(line)
+                if s.early.count > 64 { s.broken = true }
             }
-            return reader
+            return s.reader
         }
         if let read { read(line) } else if hasFailed { channel.close(promise: nil) }
     }
 
     /// On the event loop: the peer ended its side, or the channel closed. Once.
     fileprivate func inputEnded() {
-        let onEnd: (@Sendable () -> Void)? = lock.withLock {
-            guard !endSeen else { return nil }
-            endSeen = true
-            return ended
+        let onEnd: (@Sendable () -> Void)? = shared.withLock { s in
+            guard !s.endSeen else { return nil }
+            s.endSeen = true
+            return s.ended
         }
         onEnd?()
     }
 
     func close() {
-        guard !lock.withLock({ defer { closed = true }; return closed }) else { return }
+        guard !shared.withLock({ s in defer { s.closed = true }; return s.closed }) else { return }
         // After what was sent before: a refusal reaches the peer before the connection ends.
         channel.eventLoop.execute {
-            if self.queued == 0 || self.hasFailed { self.channel.close(promise: nil) } else { self.closeWhenWritten = true }
+            if self.onLoop.value.queued == 0 || self.hasFailed { self.channel.close(promise: nil) } else { self.onLoop.value.closeWhenWritten = true }
         }
     }
 }
@@ -292,7 +303,7 @@ struct LineFrameDecoder: ByteToMessageDecoder {
 
 /// The end of a line socket's pipeline: lines to the socket's reader, the peer's end and every
 /// error to its owner (an error closes the connection).
-final class LineHandler: ChannelInboundHandler, @unchecked Sendable {
+final class LineHandler: ChannelInboundHandler, Sendable {
     typealias InboundIn = ByteBuffer
     let socket: LineSocket
     init(socket: LineSocket) { self.socket = socket }
@@ -321,8 +332,9 @@ final class LineHandler: ChannelInboundHandler, @unchecked Sendable {
 }
 
 /// Whether a connection came up: TCP, and with TLS the handshake (and, on a node's side, the
-/// check of the air's certificate). `ready` or `failed` is called once.
-final class HandshakeWatch: ChannelInboundHandler, @unchecked Sendable {
+/// check of the air's certificate). `ready` or `failed` is called once. On the channel's event
+/// loop only (not Sendable: it is made in the channel's initializer and lives in its pipeline).
+final class HandshakeWatch: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     private let tls: Bool
     private var ready: (() -> Void)?

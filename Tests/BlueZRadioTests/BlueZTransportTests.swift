@@ -537,7 +537,8 @@ final class BlueZTransportTests: XCTestCase, @unchecked Sendable {
         XCTAssertNil(started.problem)
         XCTAssertTrue(started.present && started.powered && started.advertising && started.scanning, "\(started)")
         XCTAssertEqual(started.adapter, "hci0")
-        try await eventually("the other dongle's beacon heard") { scheduler.sync { check.current.heard[other] != nil } }
+        let checkBox = UncheckedBox(check) // a DongleCheck is its scheduler's: read on its queue only
+        try await eventually("the other dongle's beacon heard") { scheduler.sync { checkBox.value.current.heard[other] != nil } }
         // Every expected beacon heard: the scan stops at once, the advertising goes on.
         try await eventually("the scan stopped") { (try await self.fakeState())["discoveryStops"] as? Int == 1 }
         let unregistered = try await fakeState()["unregistered"] as? Int

@@ -52,7 +52,7 @@ final class HeartbeatClockTests: XCTestCase {
         }
     }
 
-    var samples: [LabWire.ClockSample] { coordinator.withLock { coordinator.agents["a1"]?.clocks.map(\.sample) ?? [] } }
+    var samples: [LabWire.ClockSample] { coordinator.withLock { s in s.agents["a1"]?.clocks.map(\.sample) ?? [] } }
 
     func testEachHeartbeatAnswerAndTheNextHeartbeatMakeOneSample() throws {
         let (_, reply) = try beat(nil)
@@ -70,7 +70,7 @@ final class HeartbeatClockTests: XCTestCase {
         let clock = try XCTUnwrap(coordinator.heartbeatClock(agent: "a1", url: url))
         XCTAssertEqual(clock.offset, 2.5 - 0.0001, accuracy: 1e-6)
         XCTAssertNil(coordinator.heartbeatClock(agent: "a1", url: "http://10.0.0.8:8701"), "not for an agent now at another URL")
-        XCTAssertNil(coordinator.withLock { coordinator.agents["a1"]?.status?.clock }, "the stamps are not kept as the agent's status")
+        XCTAssertNil(coordinator.withLock { s in s.agents["a1"]?.status?.clock }, "the stamps are not kept as the agent's status")
     }
 
     func testStampsOfAnotherHeartbeatOrAContradictionMakeNoUsableClock() throws {
@@ -83,7 +83,7 @@ final class HeartbeatClockTests: XCTestCase {
         // Stamps that make a negative round trip (the coordinator took 0.5 s to answer, the agent
         // saw 0.1 s pass: a clock stepped mid-exchange): none either.
         let (n2, r2) = try beat(nil)
-        coordinator.withLock { coordinator.agents["a1"]!.clockPending!.sent += 0.5 }
+        coordinator.withLock { s in s.agents["a1"]!.clockPending!.sent += 0.5 }
         try beat(LabWire.HeartbeatClock(sequence: n2, sent: r2.received + 1, answered: r2.received + 1.1))
         XCTAssertEqual(samples.count, 4)
         XCTAssertNotNil(coordinator.heartbeatClock(agent: "a1", url: url))
@@ -111,7 +111,7 @@ final class HeartbeatClockTests: XCTestCase {
     func testSamplesOlderThanTheWindowOrFromAnotherBootAreNotUsed() throws {
         try beats(4, skew: 0.5)
         XCTAssertNotNil(coordinator.heartbeatClock(agent: "a1", url: url))
-        coordinator.withLock { for i in coordinator.agents["a1"]!.clocks.indices { coordinator.agents["a1"]!.clocks[i].at -= 31 } }
+        coordinator.withLock { s in for i in s.agents["a1"]!.clocks.indices { s.agents["a1"]!.clocks[i].at -= 31 } }
         XCTAssertNil(coordinator.heartbeatClock(agent: "a1", url: url), "older than 30 s")
         try beats(4, skew: 0.5)
         XCTAssertNotNil(coordinator.heartbeatClock(agent: "a1", url: url))

@@ -43,7 +43,7 @@ final class HostileNumberTests: XCTestCase {
         for (d, words) in zip(Self.hostile, [imax, String(Int.min), "0", imax, String(Int.min), "-5"]) {
             var r = RunRecord(id: "hostile-run", plan: "p", planText: "name: p", state: .running, created: 1_767_225_600, duration: d, warmup: .nan, air: nil, nodes: [])
             r.startAt = 1_767_225_600
-            c.withLock { c.runs[r.id] = r }
+            c.withLock { s in s.runs[r.id] = r }
             let page = String(decoding: try XCTUnwrap(c.livePage(session, id: r.id).data), as: UTF8.self)
             XCTAssertTrue(page.contains("0 nodes for \(words) s."), "\(d)")
         }

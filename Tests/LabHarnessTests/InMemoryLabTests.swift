@@ -63,7 +63,7 @@ final class InMemoryLabTests: XCTestCase {
         XCTAssertNil(lab.coordinator.heartbeatClock(agent: "agent1", url: MemoryLab.url("agent1")))
         lab.links["agent2"]!.clockSkew = 2
         _ = try await lab.waitFor("agent2's samples after its step", timeout: 20) {
-            lab.coordinator.withLock { lab.coordinator.agents["agent2"]!.clocks.contains { abs($0.sample.offset - 2) < 0.001 } } ? true : nil
+            lab.coordinator.withLock { s in s.agents["agent2"]!.clocks.contains { abs($0.sample.offset - 2) < 0.001 } } ? true : nil
         }
         XCTAssertNil(lab.coordinator.heartbeatClock(agent: "agent2", url: MemoryLab.url("agent2")), "samples across the step do not agree")
         let r = try await lab.runToEnd(plan("probed", nodes: 3))
