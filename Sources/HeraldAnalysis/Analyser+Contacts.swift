@@ -122,7 +122,8 @@ extension Analyser {
         let pass = ObservationPass(observer: o, columns: c, skipHeader: hasHeader, shift: shift, window: w, ids: IDTable(idDevices),
                                    readBIDs: readBIDs, byShortName: byShortName, pairs: pairs, make: make)
         pass.series = series
-        let second = try CSVScanner.scan(url: url, root: root) { p, line, _ in pass.row(p, line) }
+        var rows = ObservationPass.Rows(pass: pass)
+        let second = try withExtendedLifetime(pass) { try CSVScanner.scan(url: url, root: root, rows: &rows) }
         pairs = pass.pairs
         series = pass.series
         summary.rows = pass.rows
@@ -145,7 +146,12 @@ extension Analyser {
         let readBIDs: [String: [Int]]
         let byShortName: [String: Int]
         let make: AccumulatorShape
+        /// Herald's detection starts at the first whole second of the filter window.
+        let heraldFilterStart: Double
         @exclusivity(unchecked) var pairs: [PairAccumulator?]
+        /// `pairs` again, unretained (`pairs` owns them): an RSSI row updates its accumulators
+        /// without reference counting, which would cost more than the update.
+        let handles: UnsafeMutablePointer<Unmanaged<PairAccumulator>?>
         @exclusivity(unchecked) var times = LogTime.Cache()
         @exclusivity(unchecked) var skipHeader: Bool
         @exclusivity(unchecked) var rows = 0, measure = 0, read = 0, share = 0
@@ -166,6 +172,17 @@ extension Analyser {
             self.byShortName = Dictionary(uniqueKeysWithValues: byShortName.map { (String(decoding: Array($0.key.utf8), as: UTF8.self), $0.value) })
             self.pairs = pairs
             self.make = make
+            heraldFilterStart = window.filterStart.rounded(.up)
+            handles = .allocate(capacity: max(1, pairs.count))
+            handles.initialize(from: pairs.map { $0.map(Unmanaged.passUnretained) }, count: pairs.count)
+        }
+
+        deinit { handles.deallocate() }
+
+        /// The pass as `CSVScanner`'s row handler, unretained: the caller keeps the pass alive.
+        struct Rows: CSVRows {
+            unowned(unsafe) let pass: ObservationPass
+            @inline(__always) func row(_ p: UnsafeBufferPointer<UInt8>, _ line: inout CSVScanner.Line, _ number: Int) -> Bool { pass.row(p, line) }
         }
 
         @inline(__always) func field(_ line: CSVScanner.Line, _ k: Int) -> (Int, Int) {
@@ -176,11 +193,16 @@ extension Analyser {
             let s = line.starts[k], e = line.ends[k]
             return e - s == 1 && p[s] == digit
         }
-        @inline(__always) func accumulator(_ d: Int) -> PairAccumulator {
-            if let a = pairs[d] { return a }
+        /// Observed device `d`'s accumulator, made at its first observation.
+        @inline(__always) func accumulator(_ d: Int) -> Unmanaged<PairAccumulator> {
+            if let a = handles[d] { return a }
+            return makeAccumulator(d)
+        }
+        @inline(never) func makeAccumulator(_ d: Int) -> Unmanaged<PairAccumulator> {
             let a = make.make()
             pairs[d] = a
-            return a
+            handles[d] = Unmanaged.passUnretained(a)
+            return handles[d]!
         }
 
         /// One line: false if it is malformed.
@@ -238,7 +260,9 @@ extension Analyser {
             let heraldT = t.wallSecond + heraldShift
             let strictT = t.absolute + shift
             for i in devices {
-                Analyser.observe(accumulator(ids.device(at: i)), heraldT: heraldT, strictT: strictT, window: w, isRSSI: true, rssi: rssi.value)
+                accumulator(ids.device(at: i))._withUnsafeGuaranteedRef {
+                    Analyser.observe($0, heraldT: heraldT, strictT: strictT, window: w, heraldFilterStart: heraldFilterStart, rssi: rssi.value)
+                }
             }
         }
 
@@ -249,13 +273,13 @@ extension Analyser {
             let name = p.string(ds, de)
             // herald mode: the shared name must be an initialBID read in this file (the reference join).
             for d in readBIDs[name] ?? [] where d != o {
-                let a = accumulator(d)
+                let a = accumulator(d).takeUnretainedValue()
                 a.heraldDetected = true
                 Analyser.observeHerald(a, heraldT: heraldT, window: w)
             }
             // strict mode: the shared shortName itself.
             if let d = byShortName[name], d != o {
-                let a = accumulator(d)
+                let a = accumulator(d).takeUnretainedValue()
                 a.strictDetected = true
                 Analyser.observeStrict(a, strictT: strictT, window: w)
                 if strictT >= w.filterStart, strictT <= w.filterEnd, a.firstObservation.map({ strictT < $0 }) ?? true { a.firstObservation = strictT }
@@ -263,9 +287,10 @@ extension Analyser {
         }
     }
 
-    @inline(__always) static func observe(_ a: PairAccumulator, heraldT: Int64, strictT: Double, window w: Window, isRSSI: Bool, rssi: Int?) {
+    /// An RSSI row (`heraldFilterStart`: the filter window's start rounded up).
+    @inline(__always) static func observe(_ a: PairAccumulator, heraldT: Int64, strictT: Double, window w: Window, heraldFilterStart: Double, rssi: Int?) {
         // Detection: an RSSI row inside the filter window.
-        if Double(heraldT) >= w.filterStart.rounded(.up), Double(heraldT) <= w.filterEnd { a.heraldDetected = true }
+        if Double(heraldT) >= heraldFilterStart, Double(heraldT) <= w.filterEnd { a.heraldDetected = true }
         if strictT >= w.filterStart, strictT <= w.filterEnd {
             a.strictDetected = true
             if a.firstObservation.map({ strictT < $0 }) ?? true { a.firstObservation = strictT }

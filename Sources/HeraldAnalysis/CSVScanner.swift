@@ -51,12 +51,13 @@ struct CSVScanner {
         var malformed = 0
         var first = true
         var overflow = false
+        /// Whether a line has been handed to the row handler yet.
+        var handed = false
     }
 
     /// Splits one line (without its newline) into fields and hands it to `row`.
     @inline(__always)
-    private static func process(_ p: UnsafeBufferPointer<UInt8>, _ from: Int, _ to: Int, _ st: inout State,
-                                _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) {
+    private static func process<R: CSVRows>(_ p: UnsafeBufferPointer<UInt8>, _ from: Int, _ to: Int, _ st: inout State, _ rows: inout R) {
         var start = from
         var end = to
         if st.first {
@@ -68,9 +69,10 @@ struct CSVScanner {
         if end == start { return }
         if end - start > maximumLine { st.malformed += 1; return }
         st.line.count = 0
+        st.handed = true
         var ok = true
         if splitPlain(p, start, end, &st.line, &ok) {
-            if !ok || !row(p, &st.line, st.lineNumber) { st.malformed += 1 }
+            if !ok || !rows.row(p, &st.line, st.lineNumber) { st.malformed += 1 }
             return
         }
         st.line.count = 0
@@ -98,7 +100,7 @@ struct CSVScanner {
             i += 1 // comma
             if i == end { st.line.append(end, end); break }
         }
-        if !ok || !row(p, &st.line, st.lineNumber) { st.malformed += 1 }
+        if !ok || !rows.row(p, &st.line, st.lineNumber) { st.malformed += 1 }
     }
 
     /// Splits a line without quotes at its commas, 32 bytes at a time (a NUL clears `ok`);
@@ -192,6 +194,23 @@ struct CSVScanner {
     @discardableResult
     static func scan(url: URL, root: URL? = nil, onlyLinesWithField: (() -> UInt8?)? = nil,
                      _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) throws -> (lines: Int, malformed: Int, missingFinalNewline: Bool) {
+        try withoutActuallyEscaping(row) { row in
+            var rows = ClosureRows(body: row)
+            return try scan(url: url, root: root, onlyLinesWithField: onlyLinesWithField, rows: &rows)
+        }
+    }
+
+    /// A closure as a row handler.
+    private struct ClosureRows: CSVRows {
+        let body: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool
+        @inline(__always) func row(_ p: UnsafeBufferPointer<UInt8>, _ line: inout Line, _ number: Int) -> Bool { body(p, &line, number) }
+    }
+
+    /// `scan` with the rows handed to `rows` (specialised for its type: no closure call, no
+    /// reference counting per line, which costs more than splitting the line).
+    @discardableResult
+    static func scan<R: CSVRows>(url: URL, root: URL? = nil, onlyLinesWithField: (() -> UInt8?)? = nil,
+                                 rows: inout R) throws -> (lines: Int, malformed: Int, missingFinalNewline: Bool) {
         let handle = try LogFileAccess.open(url, root: root)
         defer { try? handle.close() }
         var st = State(line: Line())
@@ -204,13 +223,8 @@ struct CSVScanner {
         var carried = 0
         var sawAny = false
         var endedWithNewline = true
-        var rowSeen = false
         var filter: UInt8?
         var filterDecided = onlyLinesWithField == nil
-        let seen: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool = { p, line, number in
-            rowSeen = true
-            return row(p, &line, number)
-        }
         let fd = handle.fileDescriptor
         while true {
             if carried + chunkSize > capacity {
@@ -237,17 +251,17 @@ struct CSVScanner {
             let p = UnsafeBufferPointer(start: buffer, count: n)
             var s = 0
             while s < n {
-                if !filterDecided, rowSeen {
+                if !filterDecided, st.handed {
                     filterDecided = true
                     filter = onlyLinesWithField?()
                 }
                 if let value = filter {
-                    s = processMatching(p, from: s, field: value, &st, row)
+                    s = processMatching(p, from: s, field: value, &st, &rows)
                     break
                 }
                 guard let hit = memchr(buffer + s, 10, n - s) else { break }
                 let i = buffer.distance(to: hit.assumingMemoryBound(to: UInt8.self))
-                process(p, s, i, &st, seen)
+                process(p, s, i, &st, &rows)
                 s = i + 1
             }
             carried = n - s
@@ -260,7 +274,7 @@ struct CSVScanner {
             endedWithNewline = carried == 0
         }
         if carried > 0 {
-            process(UnsafeBufferPointer(start: buffer, count: carried), 0, carried, &st, filter == nil ? seen : row)
+            process(UnsafeBufferPointer(start: buffer, count: carried), 0, carried, &st, &rows)
         }
         return (st.lineNumber, st.malformed, sawAny && !endedWithNewline)
     }
@@ -268,8 +282,7 @@ struct CSVScanner {
     /// Processes the complete lines of `p` from `from` that can hold `field` as a middle field
     /// (the byte between commas or quotes); returns where the last complete line ends (the
     /// start of what must be carried).
-    private static func processMatching(_ p: UnsafeBufferPointer<UInt8>, from: Int, field: UInt8, _ st: inout State,
-                                        _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) -> Int {
+    private static func processMatching<R: CSVRows>(_ p: UnsafeBufferPointer<UInt8>, from: Int, field: UInt8, _ st: inout State, _ rows: inout R) -> Int {
         let base = p.baseAddress!
         var limit = p.count - 1 // index of the last newline
         while limit >= from, p[limit] != 10 { limit -= 1 }
@@ -280,7 +293,7 @@ struct CSVScanner {
             var start = hit
             while start > pos, p[start - 1] != 10 { start -= 1 }
             let end = memchr(base + hit, 10, limit + 1 - hit).map { base.distance(to: $0.assumingMemoryBound(to: UInt8.self)) } ?? limit
-            process(p, start, end, &st, row)
+            process(p, start, end, &st, &rows)
             pos = end + 1
         }
         return limit + 1
@@ -316,6 +329,12 @@ struct CSVScanner {
         }
         return nil
     }
+}
+
+/// What `CSVScanner.scan` hands each line to: its bytes, its fields and its number; false for a
+/// line it judges malformed.
+protocol CSVRows {
+    mutating func row(_ p: UnsafeBufferPointer<UInt8>, _ line: inout CSVScanner.Line, _ number: Int) -> Bool
 }
 
 extension UnsafeBufferPointer where Element == UInt8 {
