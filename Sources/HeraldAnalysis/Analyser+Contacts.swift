@@ -120,12 +120,11 @@ extension Analyser {
         // Pass 2: every line is checked (an impossible date, a measure row's RSSI that cannot be a
         // number, the wrong number of fields: malformed) and observations are recorded.
         let pass = ObservationPass(observer: o, columns: c, skipHeader: hasHeader, shift: shift, window: w, ids: IDTable(idDevices),
-                                   readBIDs: readBIDs, byShortName: byShortName, pairs: pairs, make: make)
-        pass.series = series
-        var rows = ObservationPass.Rows(pass: pass)
+                                   readBIDs: readBIDs, byShortName: byShortName, pairs: pairs, make: make, series: series)
+        var rows = ObservationPass.Rows(pass: Unmanaged.passUnretained(pass))
         let second = try withExtendedLifetime(pass) { try CSVScanner.scan(url: url, root: root, rows: &rows) }
         pairs = pass.pairs
-        series = pass.series
+        series = pass.finishedSeries()
         summary.rows = pass.rows
         summary.malformedLines = second.malformed
         summary.measureRows = pass.measure
@@ -155,11 +154,14 @@ extension Analyser {
         @exclusivity(unchecked) var times = LogTime.Cache()
         @exclusivity(unchecked) var skipHeader: Bool
         @exclusivity(unchecked) var rows = 0, measure = 0, read = 0, share = 0
-        /// RSSI rows and reads per bucket of the run-over-time charts.
-        @exclusivity(unchecked) var series = NodeSeries(buckets: 0)
+        /// The node's run-over-time series, its RSSI rows and reads per bucket counted in
+        /// buffers of the pass's own (an array in an object is checked for sharing at every write).
+        let series: NodeSeries
+        let rssiRowCounts: UnsafeMutableBufferPointer<UInt32>
+        let readCounts: UnsafeMutableBufferPointer<UInt32>
 
         init(observer o: Int, columns: Columns, skipHeader: Bool, shift: Double, window: Window, ids: IDTable,
-             readBIDs: [String: [Int]], byShortName: [String: Int], pairs: [PairAccumulator?], make: AccumulatorShape) {
+             readBIDs: [String: [Int]], byShortName: [String: Int], pairs: [PairAccumulator?], make: AccumulatorShape, series: NodeSeries) {
             self.o = o
             c = columns
             self.skipHeader = skipHeader
@@ -175,14 +177,34 @@ extension Analyser {
             heraldFilterStart = window.filterStart.rounded(.up)
             handles = .allocate(capacity: max(1, pairs.count))
             handles.initialize(from: pairs.map { $0.map(Unmanaged.passUnretained) }, count: pairs.count)
+            self.series = series
+            rssiRowCounts = .allocate(capacity: series.rssiRows.count)
+            _ = rssiRowCounts.initialize(from: series.rssiRows)
+            readCounts = .allocate(capacity: series.reads.count)
+            _ = readCounts.initialize(from: series.reads)
         }
 
-        deinit { handles.deallocate() }
+        deinit {
+            handles.deallocate()
+            rssiRowCounts.deallocate()
+            readCounts.deallocate()
+        }
 
-        /// The pass as `CSVScanner`'s row handler, unretained: the caller keeps the pass alive.
+        /// The series with the pass's counts.
+        func finishedSeries() -> NodeSeries {
+            var s = series
+            s.rssiRows = Array(rssiRowCounts)
+            s.reads = Array(readCounts)
+            return s
+        }
+
+        /// The pass as `CSVScanner`'s row handler, unretained (and not retained per row): the
+        /// caller keeps the pass alive.
         struct Rows: CSVRows {
-            unowned(unsafe) let pass: ObservationPass
-            @inline(__always) func row(_ p: UnsafeBufferPointer<UInt8>, _ line: inout CSVScanner.Line, _ number: Int) -> Bool { pass.row(p, line) }
+            let pass: Unmanaged<ObservationPass>
+            @inline(__always) func row(_ p: UnsafeBufferPointer<UInt8>, _ line: inout CSVScanner.Line, _ number: Int) -> Bool {
+                pass._withUnsafeGuaranteedRef { $0.row(p, line) }
+            }
         }
 
         @inline(__always) func field(_ line: CSVScanner.Line, _ k: Int) -> (Int, Int) {
@@ -218,14 +240,14 @@ extension Analyser {
                     measure += 1
                     let (ds, de) = field(line, c.data)
                     let t = times.parse(p, ts, te)
-                    tally(&series.rssiRows, t)
+                    tally(rssiRowCounts, t)
                     measured(p, line, t, Analyser.rssi(p, ds, de))
                 } else if isEvent(p, line, c.share, 52) {
                     share += 1
                     if let t = times.parse(p, ts, te) { shared(p, line, t) }
                 } else {
                     read += 1
-                    if valid { tally(&series.reads, times.parse(p, ts, te)) }
+                    if valid { tally(readCounts, times.parse(p, ts, te)) }
                 }
                 return valid
             }
@@ -233,7 +255,7 @@ extension Analyser {
             if isEvent(p, line, c.measure, 51) {
                 measure += 1
                 let t = times.parse(p, ts, te)
-                tally(&series.rssiRows, t)
+                tally(rssiRowCounts, t)
                 let (ds, de) = field(line, c.data)
                 let rssi = Analyser.rssi(p, ds, de)
                 measured(p, line, t, rssi)
@@ -249,7 +271,7 @@ extension Analyser {
         }
 
         /// One more row in the bucket of time `t` (rows outside the filter window are not drawn).
-        @inline(__always) func tally(_ counts: inout [UInt32], _ t: LogTime.Parsed?) {
+        @inline(__always) func tally(_ counts: UnsafeMutableBufferPointer<UInt32>, _ t: LogTime.Parsed?) {
             guard let t, let k = make.timeline.index(t.absolute + shift), k < counts.count, counts[k] < UInt32.max else { return }
             counts[k] += 1
         }
@@ -296,9 +318,10 @@ extension Analyser {
             if a.firstObservation.map({ strictT < $0 }) ?? true { a.firstObservation = strictT }
         }
         observeHerald(a, heraldT: heraldT, window: w)
-        if observeStrict(a, strictT: strictT, window: w) {
-            a.addSample(at: strictT, rssi: rssi, bin: Saturating.int((strictT - w.ceStart) / 30))
-        }
+        guard strictT >= w.ceStart, strictT < w.ceEnd else { return }
+        let bin = Saturating.rowInt((strictT - w.ceStart) / 30)
+        a.strictBins.insert(bin)
+        a.addSample(at: strictT, rssi: rssi, bin: bin)
     }
 
     @inline(__always) static func observeHerald(_ a: PairAccumulator, heraldT: Int64, window w: Window) {

@@ -115,9 +115,13 @@ struct CSVScanner {
             var commas: UInt32 = 0, nuls: UInt32 = 0, quotes: UInt32 = 0
             if i + 32 <= p.count {
                 let v = raw.loadUnaligned(fromByteOffset: i, as: SIMD32<UInt8>.self)
-                quotes = bits(v .== quote)
                 commas = bits(v .== comma)
-                nuls = bits(v .== nul)
+                // Quotes and NULs are rare: one mask for both, told apart only when it has a bit.
+                let rare = bits((v .== quote) .| (v .== nul))
+                if rare != 0 {
+                    quotes = bits(v .== quote)
+                    nuls = rare & ~quotes
+                }
             } else {
                 for k in 0..<min(32, p.count - i) {
                     let c = p[i + k]
@@ -429,8 +433,29 @@ enum LogTime {
             return w
         }
 
+        /// The zone of the last `yyyy-MM-dd HH:mm:ss.SSS+hhmm` parsed (its five bytes) and its offset.
+        private var zone: (bytes: UInt64, offset: Int?) = (0, nil)
+        private var zoneFilled = false
+
         @inline(__always) mutating func parse(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Parsed? {
             guard let w = wallSecond(p, s, e) else { return nil }
+            // Herald's own form, `.SSS` and a `+hhmm` zone, with the zone's bytes those of the last
+            // row: the milliseconds read here, the zone from the cache (what `rest` would find).
+            if e - s == 28, p[s + 19] == 46 {
+                let m0 = Int(p[s + 20]) &- 48, m1 = Int(p[s + 21]) &- 48, m2 = Int(p[s + 22]) &- 48
+                if UInt(bitPattern: m0) <= 9, UInt(bitPattern: m1) <= 9, UInt(bitPattern: m2) <= 9 {
+                    let z = UnsafeRawPointer(p.baseAddress! + s).loadUnaligned(fromByteOffset: 20, as: UInt64.self) >> 24
+                    let millis = m0 * 100 + m1 * 10 + m2
+                    if zoneFilled, z == zone.bytes { return Parsed(wallSecond: w, millis: millis, zoneOffset: zone.offset) }
+                    let c = p[s + 23]
+                    if c == 43 || c == 45 {
+                        let r = LogTime.rest(p, s, e, w)
+                        zone = (z, r.zoneOffset)
+                        zoneFilled = true
+                        return r
+                    }
+                }
+            }
             return LogTime.rest(p, s, e, w)
         }
 
