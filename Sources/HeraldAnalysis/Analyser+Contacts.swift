@@ -272,8 +272,27 @@ extension Analyser {
 
         /// One more row in the bucket of time `t` (rows outside the filter window are not drawn).
         @inline(__always) func tally(_ counts: UnsafeMutableBufferPointer<UInt32>, _ t: LogTime.Parsed?) {
-            guard let t, let k = make.timeline.index(t.absolute + shift), k < counts.count, counts[k] < UInt32.max else { return }
+            guard let t, let k = bucket(t), k < counts.count, counts[k] < UInt32.max else { return }
             counts[k] += 1
+        }
+
+        /// The second (wall second less the zone) whose rows all fall in bucket `secondsBucket`
+        /// (nil: not all in one), the last one asked about.
+        @exclusivity(unchecked) var bucketSecond = Int64.min
+        @exclusivity(unchecked) var secondsBucket: Int?
+
+        /// `make.timeline.index(t.absolute + shift)`, without its two divisions for most rows:
+        /// the bucket is monotonic in the time, so when a second's first and last millisecond
+        /// (`absolute` computed as it is for a row) fall in one bucket, every row of it does.
+        @inline(__always) func bucket(_ t: LogTime.Parsed) -> Int? {
+            let second = t.wallSecond - Int64(t.zoneOffset ?? 0)
+            if second != bucketSecond {
+                bucketSecond = second
+                let first = make.timeline.index(LogTime.Parsed(wallSecond: second, millis: 0, zoneOffset: nil).absolute + shift)
+                let last = make.timeline.index(LogTime.Parsed(wallSecond: second, millis: 999, zoneOffset: nil).absolute + shift)
+                secondsBucket = first != nil && first == last ? first : nil
+            }
+            return secondsBucket ?? make.timeline.index(t.absolute + shift)
         }
 
         /// An RSSI row of a known id (`t`: its parsed time, nil if impossible).
