@@ -120,11 +120,11 @@ extension Analyser {
         // Pass 2: every line is checked (an impossible date, a measure row's RSSI that cannot be a
         // number, the wrong number of fields: malformed) and observations are recorded.
         let pass = ObservationPass(observer: o, columns: c, skipHeader: hasHeader, shift: shift, window: w, ids: IDTable(idDevices),
-                                   readBIDs: readBIDs, byShortName: byShortName, pairs: pairs, make: make)
-        pass.series = series
-        let second = try CSVScanner.scan(url: url, root: root) { p, line, _ in pass.row(p, line) }
+                                   readBIDs: readBIDs, byShortName: byShortName, pairs: pairs, make: make, series: series)
+        var rows = ObservationPass.Rows(pass: Unmanaged.passUnretained(pass))
+        let second = try withExtendedLifetime(pass) { try CSVScanner.scan(url: url, root: root, rows: &rows) }
         pairs = pass.pairs
-        series = pass.series
+        series = pass.finishedSeries()
         summary.rows = pass.rows
         summary.malformedLines = second.malformed
         summary.measureRows = pass.measure
@@ -145,15 +145,23 @@ extension Analyser {
         let readBIDs: [String: [Int]]
         let byShortName: [String: Int]
         let make: AccumulatorShape
+        /// Herald's detection starts at the first whole second of the filter window.
+        let heraldFilterStart: Double
         @exclusivity(unchecked) var pairs: [PairAccumulator?]
+        /// `pairs` again, unretained (`pairs` owns them): an RSSI row updates its accumulators
+        /// without reference counting, which would cost more than the update.
+        let handles: UnsafeMutablePointer<Unmanaged<PairAccumulator>?>
         @exclusivity(unchecked) var times = LogTime.Cache()
         @exclusivity(unchecked) var skipHeader: Bool
         @exclusivity(unchecked) var rows = 0, measure = 0, read = 0, share = 0
-        /// RSSI rows and reads per bucket of the run-over-time charts.
-        @exclusivity(unchecked) var series = NodeSeries(buckets: 0)
+        /// The node's run-over-time series, its RSSI rows and reads per bucket counted in
+        /// buffers of the pass's own (an array in an object is checked for sharing at every write).
+        let series: NodeSeries
+        let rssiRowCounts: UnsafeMutableBufferPointer<UInt32>
+        let readCounts: UnsafeMutableBufferPointer<UInt32>
 
         init(observer o: Int, columns: Columns, skipHeader: Bool, shift: Double, window: Window, ids: IDTable,
-             readBIDs: [String: [Int]], byShortName: [String: Int], pairs: [PairAccumulator?], make: AccumulatorShape) {
+             readBIDs: [String: [Int]], byShortName: [String: Int], pairs: [PairAccumulator?], make: AccumulatorShape, series: NodeSeries) {
             self.o = o
             c = columns
             self.skipHeader = skipHeader
@@ -166,6 +174,37 @@ extension Analyser {
             self.byShortName = Dictionary(uniqueKeysWithValues: byShortName.map { (String(decoding: Array($0.key.utf8), as: UTF8.self), $0.value) })
             self.pairs = pairs
             self.make = make
+            heraldFilterStart = window.filterStart.rounded(.up)
+            handles = .allocate(capacity: max(1, pairs.count))
+            handles.initialize(from: pairs.map { $0.map(Unmanaged.passUnretained) }, count: pairs.count)
+            self.series = series
+            rssiRowCounts = .allocate(capacity: series.rssiRows.count)
+            _ = rssiRowCounts.initialize(from: series.rssiRows)
+            readCounts = .allocate(capacity: series.reads.count)
+            _ = readCounts.initialize(from: series.reads)
+        }
+
+        deinit {
+            handles.deallocate()
+            rssiRowCounts.deallocate()
+            readCounts.deallocate()
+        }
+
+        /// The series with the pass's counts.
+        func finishedSeries() -> NodeSeries {
+            var s = series
+            s.rssiRows = Array(rssiRowCounts)
+            s.reads = Array(readCounts)
+            return s
+        }
+
+        /// The pass as `CSVScanner`'s row handler, unretained (and not retained per row): the
+        /// caller keeps the pass alive.
+        struct Rows: CSVRows {
+            let pass: Unmanaged<ObservationPass>
+            @inline(__always) func row(_ p: UnsafeBufferPointer<UInt8>, _ line: inout CSVScanner.Line, _ number: Int) -> Bool {
+                pass._withUnsafeGuaranteedRef { $0.row(p, line) }
+            }
         }
 
         @inline(__always) func field(_ line: CSVScanner.Line, _ k: Int) -> (Int, Int) {
@@ -176,11 +215,16 @@ extension Analyser {
             let s = line.starts[k], e = line.ends[k]
             return e - s == 1 && p[s] == digit
         }
-        @inline(__always) func accumulator(_ d: Int) -> PairAccumulator {
-            if let a = pairs[d] { return a }
+        /// Observed device `d`'s accumulator, made at its first observation.
+        @inline(__always) func accumulator(_ d: Int) -> Unmanaged<PairAccumulator> {
+            if let a = handles[d] { return a }
+            return makeAccumulator(d)
+        }
+        @inline(never) func makeAccumulator(_ d: Int) -> Unmanaged<PairAccumulator> {
             let a = make.make()
             pairs[d] = a
-            return a
+            handles[d] = Unmanaged.passUnretained(a)
+            return handles[d]!
         }
 
         /// One line: false if it is malformed.
@@ -196,14 +240,14 @@ extension Analyser {
                     measure += 1
                     let (ds, de) = field(line, c.data)
                     let t = times.parse(p, ts, te)
-                    tally(&series.rssiRows, t)
+                    tally(rssiRowCounts, t)
                     measured(p, line, t, Analyser.rssi(p, ds, de))
                 } else if isEvent(p, line, c.share, 52) {
                     share += 1
                     if let t = times.parse(p, ts, te) { shared(p, line, t) }
                 } else {
                     read += 1
-                    if valid { tally(&series.reads, times.parse(p, ts, te)) }
+                    if valid { tally(readCounts, times.parse(p, ts, te)) }
                 }
                 return valid
             }
@@ -211,7 +255,7 @@ extension Analyser {
             if isEvent(p, line, c.measure, 51) {
                 measure += 1
                 let t = times.parse(p, ts, te)
-                tally(&series.rssiRows, t)
+                tally(rssiRowCounts, t)
                 let (ds, de) = field(line, c.data)
                 let rssi = Analyser.rssi(p, ds, de)
                 measured(p, line, t, rssi)
@@ -227,9 +271,28 @@ extension Analyser {
         }
 
         /// One more row in the bucket of time `t` (rows outside the filter window are not drawn).
-        @inline(__always) func tally(_ counts: inout [UInt32], _ t: LogTime.Parsed?) {
-            guard let t, let k = make.timeline.index(t.absolute + shift), k < counts.count, counts[k] < UInt32.max else { return }
+        @inline(__always) func tally(_ counts: UnsafeMutableBufferPointer<UInt32>, _ t: LogTime.Parsed?) {
+            guard let t, let k = bucket(t), k < counts.count, counts[k] < UInt32.max else { return }
             counts[k] += 1
+        }
+
+        /// The second (wall second less the zone) whose rows all fall in bucket `secondsBucket`
+        /// (nil: not all in one), the last one asked about.
+        @exclusivity(unchecked) var bucketSecond = Int64.min
+        @exclusivity(unchecked) var secondsBucket: Int?
+
+        /// `make.timeline.index(t.absolute + shift)`, without its two divisions for most rows:
+        /// the bucket is monotonic in the time, so when a second's first and last millisecond
+        /// (`absolute` computed as it is for a row) fall in one bucket, every row of it does.
+        @inline(__always) func bucket(_ t: LogTime.Parsed) -> Int? {
+            let second = t.wallSecond - Int64(t.zoneOffset ?? 0)
+            if second != bucketSecond {
+                bucketSecond = second
+                let first = make.timeline.index(LogTime.Parsed(wallSecond: second, millis: 0, zoneOffset: nil).absolute + shift)
+                let last = make.timeline.index(LogTime.Parsed(wallSecond: second, millis: 999, zoneOffset: nil).absolute + shift)
+                secondsBucket = first != nil && first == last ? first : nil
+            }
+            return secondsBucket ?? make.timeline.index(t.absolute + shift)
         }
 
         /// An RSSI row of a known id (`t`: its parsed time, nil if impossible).
@@ -238,7 +301,9 @@ extension Analyser {
             let heraldT = t.wallSecond + heraldShift
             let strictT = t.absolute + shift
             for i in devices {
-                Analyser.observe(accumulator(ids.device(at: i)), heraldT: heraldT, strictT: strictT, window: w, isRSSI: true, rssi: rssi.value)
+                accumulator(ids.device(at: i))._withUnsafeGuaranteedRef {
+                    Analyser.observe($0, heraldT: heraldT, strictT: strictT, window: w, heraldFilterStart: heraldFilterStart, rssi: rssi.value)
+                }
             }
         }
 
@@ -249,13 +314,13 @@ extension Analyser {
             let name = p.string(ds, de)
             // herald mode: the shared name must be an initialBID read in this file (the reference join).
             for d in readBIDs[name] ?? [] where d != o {
-                let a = accumulator(d)
+                let a = accumulator(d).takeUnretainedValue()
                 a.heraldDetected = true
                 Analyser.observeHerald(a, heraldT: heraldT, window: w)
             }
             // strict mode: the shared shortName itself.
             if let d = byShortName[name], d != o {
-                let a = accumulator(d)
+                let a = accumulator(d).takeUnretainedValue()
                 a.strictDetected = true
                 Analyser.observeStrict(a, strictT: strictT, window: w)
                 if strictT >= w.filterStart, strictT <= w.filterEnd, a.firstObservation.map({ strictT < $0 }) ?? true { a.firstObservation = strictT }
@@ -263,17 +328,19 @@ extension Analyser {
         }
     }
 
-    @inline(__always) static func observe(_ a: PairAccumulator, heraldT: Int64, strictT: Double, window w: Window, isRSSI: Bool, rssi: Int?) {
+    /// An RSSI row (`heraldFilterStart`: the filter window's start rounded up).
+    @inline(__always) static func observe(_ a: PairAccumulator, heraldT: Int64, strictT: Double, window w: Window, heraldFilterStart: Double, rssi: Int?) {
         // Detection: an RSSI row inside the filter window.
-        if Double(heraldT) >= w.filterStart.rounded(.up), Double(heraldT) <= w.filterEnd { a.heraldDetected = true }
+        if Double(heraldT) >= heraldFilterStart, Double(heraldT) <= w.filterEnd { a.heraldDetected = true }
         if strictT >= w.filterStart, strictT <= w.filterEnd {
             a.strictDetected = true
             if a.firstObservation.map({ strictT < $0 }) ?? true { a.firstObservation = strictT }
         }
         observeHerald(a, heraldT: heraldT, window: w)
-        if observeStrict(a, strictT: strictT, window: w) {
-            a.addSample(at: strictT, rssi: rssi, bin: Saturating.int((strictT - w.ceStart) / 30))
-        }
+        guard strictT >= w.ceStart, strictT < w.ceEnd else { return }
+        let bin = Saturating.rowInt((strictT - w.ceStart) / 30)
+        a.strictBins.insert(bin)
+        a.addSample(at: strictT, rssi: rssi, bin: bin)
     }
 
     @inline(__always) static func observeHerald(_ a: PairAccumulator, heraldT: Int64, window w: Window) {

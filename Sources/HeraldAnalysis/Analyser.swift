@@ -81,7 +81,10 @@ public enum Analyser {
             }
         }
         // Herald orders formal-continuity by observer, then observed label.
-        heraldPairs.sort { ($0.observer.sortIndex(devices), $0.observed) < ($1.observer.sortIndex(devices), $1.observed) }
+        // (By the first device with the observer's label, looked up once per label.)
+        var labelIndex = [String: Int]()
+        for (i, d) in devices.enumerated() where labelIndex[d.label] == nil { labelIndex[d.label] = i }
+        heraldPairs.sort { (labelIndex[$0.observer] ?? Int.max, $0.observed) < (labelIndex[$1.observer] ?? Int.max, $1.observed) }
 
         let herald = mode(.herald, n: n, cetotal: cetotal, pairs: heraldPairs, detected: heraldDetected,
                           longevity: heraldLongevity(pairs, n: n, ceStartSec: ceStartSec, ceEndSec: ceEndSec))
@@ -278,8 +281,4 @@ public enum Analyser {
             summary.problems.append("\(error)")
         }
     }
-}
-
-extension String {
-    fileprivate func sortIndex(_ devices: [AnalysisResult.Device]) -> Int { devices.firstIndex { $0.label == self } ?? Int.max }
 }

@@ -51,12 +51,13 @@ struct CSVScanner {
         var malformed = 0
         var first = true
         var overflow = false
+        /// Whether a line has been handed to the row handler yet.
+        var handed = false
     }
 
     /// Splits one line (without its newline) into fields and hands it to `row`.
     @inline(__always)
-    private static func process(_ p: UnsafeBufferPointer<UInt8>, _ from: Int, _ to: Int, _ st: inout State,
-                                _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) {
+    private static func process<R: CSVRows>(_ p: UnsafeBufferPointer<UInt8>, _ from: Int, _ to: Int, _ st: inout State, _ rows: inout R) {
         var start = from
         var end = to
         if st.first {
@@ -68,9 +69,10 @@ struct CSVScanner {
         if end == start { return }
         if end - start > maximumLine { st.malformed += 1; return }
         st.line.count = 0
+        st.handed = true
         var ok = true
         if splitPlain(p, start, end, &st.line, &ok) {
-            if !ok || !row(p, &st.line, st.lineNumber) { st.malformed += 1 }
+            if !ok || !rows.row(p, &st.line, st.lineNumber) { st.malformed += 1 }
             return
         }
         st.line.count = 0
@@ -98,7 +100,7 @@ struct CSVScanner {
             i += 1 // comma
             if i == end { st.line.append(end, end); break }
         }
-        if !ok || !row(p, &st.line, st.lineNumber) { st.malformed += 1 }
+        if !ok || !rows.row(p, &st.line, st.lineNumber) { st.malformed += 1 }
     }
 
     /// Splits a line without quotes at its commas, 32 bytes at a time (a NUL clears `ok`);
@@ -113,9 +115,13 @@ struct CSVScanner {
             var commas: UInt32 = 0, nuls: UInt32 = 0, quotes: UInt32 = 0
             if i + 32 <= p.count {
                 let v = raw.loadUnaligned(fromByteOffset: i, as: SIMD32<UInt8>.self)
-                quotes = bits(v .== quote)
                 commas = bits(v .== comma)
-                nuls = bits(v .== nul)
+                // Quotes and NULs are rare: one mask for both, told apart only when it has a bit.
+                let rare = bits((v .== quote) .| (v .== nul))
+                if rare != 0 {
+                    quotes = bits(v .== quote)
+                    nuls = rare & ~quotes
+                }
             } else {
                 for k in 0..<min(32, p.count - i) {
                     let c = p[i + k]
@@ -192,6 +198,23 @@ struct CSVScanner {
     @discardableResult
     static func scan(url: URL, root: URL? = nil, onlyLinesWithField: (() -> UInt8?)? = nil,
                      _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) throws -> (lines: Int, malformed: Int, missingFinalNewline: Bool) {
+        try withoutActuallyEscaping(row) { row in
+            var rows = ClosureRows(body: row)
+            return try scan(url: url, root: root, onlyLinesWithField: onlyLinesWithField, rows: &rows)
+        }
+    }
+
+    /// A closure as a row handler.
+    private struct ClosureRows: CSVRows {
+        let body: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool
+        @inline(__always) func row(_ p: UnsafeBufferPointer<UInt8>, _ line: inout Line, _ number: Int) -> Bool { body(p, &line, number) }
+    }
+
+    /// `scan` with the rows handed to `rows` (specialised for its type: no closure call, no
+    /// reference counting per line, which costs more than splitting the line).
+    @discardableResult
+    static func scan<R: CSVRows>(url: URL, root: URL? = nil, onlyLinesWithField: (() -> UInt8?)? = nil,
+                                 rows: inout R) throws -> (lines: Int, malformed: Int, missingFinalNewline: Bool) {
         let handle = try LogFileAccess.open(url, root: root)
         defer { try? handle.close() }
         var st = State(line: Line())
@@ -204,13 +227,8 @@ struct CSVScanner {
         var carried = 0
         var sawAny = false
         var endedWithNewline = true
-        var rowSeen = false
         var filter: UInt8?
         var filterDecided = onlyLinesWithField == nil
-        let seen: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool = { p, line, number in
-            rowSeen = true
-            return row(p, &line, number)
-        }
         let fd = handle.fileDescriptor
         while true {
             if carried + chunkSize > capacity {
@@ -237,17 +255,17 @@ struct CSVScanner {
             let p = UnsafeBufferPointer(start: buffer, count: n)
             var s = 0
             while s < n {
-                if !filterDecided, rowSeen {
+                if !filterDecided, st.handed {
                     filterDecided = true
                     filter = onlyLinesWithField?()
                 }
                 if let value = filter {
-                    s = processMatching(p, from: s, field: value, &st, row)
+                    s = processMatching(p, from: s, field: value, &st, &rows)
                     break
                 }
                 guard let hit = memchr(buffer + s, 10, n - s) else { break }
                 let i = buffer.distance(to: hit.assumingMemoryBound(to: UInt8.self))
-                process(p, s, i, &st, seen)
+                process(p, s, i, &st, &rows)
                 s = i + 1
             }
             carried = n - s
@@ -260,7 +278,7 @@ struct CSVScanner {
             endedWithNewline = carried == 0
         }
         if carried > 0 {
-            process(UnsafeBufferPointer(start: buffer, count: carried), 0, carried, &st, filter == nil ? seen : row)
+            process(UnsafeBufferPointer(start: buffer, count: carried), 0, carried, &st, &rows)
         }
         return (st.lineNumber, st.malformed, sawAny && !endedWithNewline)
     }
@@ -268,8 +286,7 @@ struct CSVScanner {
     /// Processes the complete lines of `p` from `from` that can hold `field` as a middle field
     /// (the byte between commas or quotes); returns where the last complete line ends (the
     /// start of what must be carried).
-    private static func processMatching(_ p: UnsafeBufferPointer<UInt8>, from: Int, field: UInt8, _ st: inout State,
-                                        _ row: (UnsafeBufferPointer<UInt8>, inout Line, Int) -> Bool) -> Int {
+    private static func processMatching<R: CSVRows>(_ p: UnsafeBufferPointer<UInt8>, from: Int, field: UInt8, _ st: inout State, _ rows: inout R) -> Int {
         let base = p.baseAddress!
         var limit = p.count - 1 // index of the last newline
         while limit >= from, p[limit] != 10 { limit -= 1 }
@@ -280,7 +297,7 @@ struct CSVScanner {
             var start = hit
             while start > pos, p[start - 1] != 10 { start -= 1 }
             let end = memchr(base + hit, 10, limit + 1 - hit).map { base.distance(to: $0.assumingMemoryBound(to: UInt8.self)) } ?? limit
-            process(p, start, end, &st, row)
+            process(p, start, end, &st, &rows)
             pos = end + 1
         }
         return limit + 1
@@ -316,6 +333,12 @@ struct CSVScanner {
         }
         return nil
     }
+}
+
+/// What `CSVScanner.scan` hands each line to: its bytes, its fields and its number; false for a
+/// line it judges malformed.
+protocol CSVRows {
+    mutating func row(_ p: UnsafeBufferPointer<UInt8>, _ line: inout CSVScanner.Line, _ number: Int) -> Bool
 }
 
 extension UnsafeBufferPointer where Element == UInt8 {
@@ -410,8 +433,29 @@ enum LogTime {
             return w
         }
 
+        /// The zone of the last `yyyy-MM-dd HH:mm:ss.SSS+hhmm` parsed (its five bytes) and its offset.
+        private var zone: (bytes: UInt64, offset: Int?) = (0, nil)
+        private var zoneFilled = false
+
         @inline(__always) mutating func parse(_ p: UnsafeBufferPointer<UInt8>, _ s: Int, _ e: Int) -> Parsed? {
             guard let w = wallSecond(p, s, e) else { return nil }
+            // Herald's own form, `.SSS` and a `+hhmm` zone, with the zone's bytes those of the last
+            // row: the milliseconds read here, the zone from the cache (what `rest` would find).
+            if e - s == 28, p[s + 19] == 46 {
+                let m0 = Int(p[s + 20]) &- 48, m1 = Int(p[s + 21]) &- 48, m2 = Int(p[s + 22]) &- 48
+                if UInt(bitPattern: m0) <= 9, UInt(bitPattern: m1) <= 9, UInt(bitPattern: m2) <= 9 {
+                    let z = UnsafeRawPointer(p.baseAddress! + s).loadUnaligned(fromByteOffset: 20, as: UInt64.self) >> 24
+                    let millis = m0 * 100 + m1 * 10 + m2
+                    if zoneFilled, z == zone.bytes { return Parsed(wallSecond: w, millis: millis, zoneOffset: zone.offset) }
+                    let c = p[s + 23]
+                    if c == 43 || c == 45 {
+                        let r = LogTime.rest(p, s, e, w)
+                        zone = (z, r.zoneOffset)
+                        zoneFilled = true
+                        return r
+                    }
+                }
+            }
             return LogTime.rest(p, s, e, w)
         }
 

@@ -26,7 +26,7 @@ public struct Timeline: Sendable, Equatable {
     /// The bucket of a time, nil outside the window.
     @inline(__always) func index(_ t: Double) -> Int? {
         guard count > 0, t >= origin, t <= end else { return nil }
-        return min(count - 1, max(0, Saturating.int((t - origin) / width)))
+        return min(count - 1, max(0, Saturating.rowInt((t - origin) / width)))
     }
 
     /// Seconds of bucket `k` inside the window (the last one may be short).

@@ -25,7 +25,9 @@ final class PairAccumulator {
     /// Sparse: only buckets that intervals fall in take memory (a pair costs what its rows cost).
     @exclusivity(unchecked) var intervalHistogram: SparseChunks<UInt32>
     @exclusivity(unchecked) var firstSample: Double?
-    @exclusivity(unchecked) var rssiHistogram = [UInt32](repeating: 0, count: PairAccumulator.rssiBuckets)
+    /// Samples per dBm from `rssiMin` (a buffer of the accumulator's own: an array in an object
+    /// is checked for sharing at every write).
+    let rssiHistogram: UnsafeMutableBufferPointer<UInt32>
     /// Per 30 s bin of the contact event (sparse: only bins with samples take memory).
     @exclusivity(unchecked) var binRSSISum: SparseChunks<Float>
     @exclusivity(unchecked) var binRSSICount: SparseChunks<UInt16>
@@ -41,7 +43,11 @@ final class PairAccumulator {
         intervalHistogram = SparseChunks(count: Self.intervalBuckets, zero: 0)
         binRSSISum = SparseChunks(count: bins, zero: 0)
         binRSSICount = SparseChunks(count: bins, zero: 0)
+        rssiHistogram = .allocate(capacity: Self.rssiBuckets)
+        rssiHistogram.initialize(repeating: 0)
     }
+
+    deinit { rssiHistogram.deallocate() }
 
     func addSample(at t: Double, rssi: Int?, bin: Int) {
         rssiSamples += 1
@@ -53,7 +59,7 @@ final class PairAccumulator {
             intervalSumSquares += dt * dt
             if dt < intervalMin { intervalMin = dt }
             if dt > intervalMax { intervalMax = dt }
-            intervalHistogram.update(min(Self.intervalBuckets - 1, Saturating.int(dt / Self.intervalBucket))) { if $0 < UInt32.max { $0 += 1 } }
+            intervalHistogram.update(min(Self.intervalBuckets - 1, Saturating.rowInt(dt / Self.intervalBucket))) { if $0 < UInt32.max { $0 += 1 } }
         }
         lastSample = t
         if let rssi {
@@ -89,5 +95,13 @@ final class PairAccumulator {
             if seen >= target { return Double(i + Self.rssiMin) }
         }
         return nil
+    }
+}
+
+extension Saturating {
+    /// `Saturating.int`, with the common case (a finite value well inside Int's range) inlined
+    /// into the row loop: the same result for every value.
+    @inline(__always) static func rowInt(_ x: Double) -> Int {
+        x > -9.2e18 && x < 9.2e18 ? Int(x) : int(x)
     }
 }

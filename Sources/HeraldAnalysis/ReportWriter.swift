@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Times given on the command line, in the logs' own time base.
 public enum AnalysisTime {
@@ -56,7 +59,7 @@ public enum ReportWriter {
 
     static func pairsCSV(_ r: AnalysisResult) -> String {
         var out = "observer,observed,detected,herald_windows,strict_windows,strict_score_pct,time_to_first_detection_s,time_to_first_read_s,rssi_samples,interval_mean_s,interval_sd_s,interval_min_s,interval_p50_s,interval_p95_s,interval_max_s,longest_gap_s,rssi_median,rssi_p5,rssi_p95,rssi_spread\n"
-        func f(_ v: Double?) -> String { v.map { String(format: "%.3f", $0) } ?? "" }
+        func f(_ v: Double?) -> String { v.map { FixedPoint.string($0, digits: 3) } ?? "" }
         for p in r.pairs {
             out += [p.observer, p.observed, p.detected ? "true" : "false", String(p.heraldWindows), String(p.strictWindows), f(p.strictScorePct),
                     f(p.timeToFirstDetection), f(p.timeToFirstRead), String(p.rssiSamples), f(p.intervalMean), f(p.intervalSD), f(p.intervalMin),
@@ -67,7 +70,21 @@ public enum ReportWriter {
     }
 
     static func csvField(_ s: String) -> String {
-        s.contains(",") || s.contains("\"") ? "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : s
+        // ASCII (names and numbers): the bytes tell, without Foundation's search; other text as before.
+        let quoted = s.utf8.allSatisfy { $0 < 0x80 } ? s.utf8.contains { $0 == 44 || $0 == 34 } : s.contains(",") || s.contains("\"")
+        return quoted ? "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : s
+    }
+}
+
+/// `String(format: "%.Nf", v)`: the C library formats it, as Foundation's formatting does,
+/// without Foundation's parsing of the format (a 150-device report has a million numbers).
+enum FixedPoint {
+    static func string(_ v: Double, digits: Int) -> String {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: 64) { buffer in
+            let n = withVaList([Int32(digits), v]) { vsnprintf(buffer.baseAddress!, 64, "%.*f", $0) }
+            guard n >= 0, n < 64 else { return String(format: "%.\(digits)f", v) }
+            return String(cString: buffer.baseAddress!)
+        }
     }
 }
 

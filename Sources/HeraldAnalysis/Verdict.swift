@@ -8,9 +8,9 @@ enum Verdict {
         func add(_ name: String, _ subject: String, _ value: Double?, _ limit: Double, atLeast: Bool, unit: String) {
             let passed: Bool
             if let value { passed = atLeast ? value >= limit - 1e-9 : value <= limit + 1e-9 } else { passed = false }
-            let shown = value.map { String(format: "%.2f%@", $0, unit) } ?? "none"
-            let message = passed ? "\(shown) \(atLeast ? ">=" : "<=") \(String(format: "%.2f", limit))\(unit)"
-                : "\(shown), expected \(atLeast ? "at least" : "at most") \(String(format: "%.2f", limit))\(unit)"
+            let shown = value.map { FixedPoint.string($0, digits: 2) + unit } ?? "none"
+            let message = passed ? "\(shown) \(atLeast ? ">=" : "<=") \(FixedPoint.string(limit, digits: 2))\(unit)"
+                : "\(shown), expected \(atLeast ? "at least" : "at most") \(FixedPoint.string(limit, digits: 2))\(unit)"
             out.append(.init(name: name, subject: subject, value: value, limit: limit, passed: passed, message: message))
         }
         add("detection", "overall", strict.detectionpct, t.detectionPct, atLeast: true, unit: "%")
