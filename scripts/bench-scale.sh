@@ -15,7 +15,8 @@ mkdir -p "$out"
 timed() { # timed LOG command...: prints "wall-seconds cpu-seconds peakMB" (exit 1, analyse's FAIL verdict, is a result)
   local log=$1; shift
   /usr/bin/time -f "%e %U %S %M" -o "$log.time" "$@" > "$log" 2>&1 || [ $? -eq 1 ] || { echo "failed: $* (see $log)" >&2; echo "- - -"; return; }
-  awk '{printf "%.1f %.1f %.0f", $1, $2 + $3, $4 / 1024}' "$log.time"
+  # time(1) writes "Command exited with non-zero status 1" first when analyse says FAIL: the figures are the last line.
+  tail -n 1 "$log.time" | awk '{printf "%.1f %.1f %.0f", $1, $2 + $3, $4 / 1024}'
 }
 # The machine may be shared: wall times are only comparable at similar load (CPU seconds are
 # steadier; with both cores free, wall is about CPU / 2 for the parallel parts).
