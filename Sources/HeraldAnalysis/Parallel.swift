@@ -24,6 +24,8 @@ enum Parallel {
     }
 
     /// What the threads share: the queue of items (under a lock) and one result slot each.
+    // Invariant (unchecked Sendable): the next item is taken under the lock; each result slot is
+    // written by the one thread that took its item, and read only after concurrentPerform returns.
     private final class Shared<T>: @unchecked Sendable {
         let order: [Int]
         let results: UnsafeMutablePointer<T?>

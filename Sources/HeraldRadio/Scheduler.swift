@@ -150,6 +150,8 @@ public final class VirtualScheduler: Scheduler {
 /// Real time on one serial dispatch queue. The queue is the executor: code driven by this
 /// scheduler (the sensor, a transport, the loggers) must be touched only from it, through
 /// `execute`.
+// Invariant (unchecked Sendable): its stored properties are `let`s of a queue (thread-safe) and
+// a Sendable clock; what it drives is touched only on `queue`.
 public final class DispatchScheduler: Scheduler, @unchecked Sendable {
     public let queue: DispatchQueue
     private let clock: @Sendable () -> Date

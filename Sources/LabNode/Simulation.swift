@@ -198,6 +198,8 @@ extension Simulation {
     /// SHA-256 and size of each named file in each folder, folders shared among `threads`
     /// threads; the first failure (in folder order) is thrown.
     static func hashFiles(_ directories: [URL], names: [String], threads: Int) throws -> [[Manifest.FileEntry]] {
+        // Invariant (unchecked Sendable): every field is read and written under `lock`, and read
+        // without it only after every thread has ended.
         final class Results: @unchecked Sendable {
             var entries: [[Manifest.FileEntry]?]
             var errors: [(any Error)?]

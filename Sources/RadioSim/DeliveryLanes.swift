@@ -30,6 +30,10 @@ import Glibc
 /// Reports of one node are handed over in a row, which keeps the node's state in cache. A node
 /// that scheduled work, or touched the medium, while handling a report would break this: it is
 /// refused with a precondition failure naming the rule.
+// Invariant (unchecked Sendable): the batch being filled, `inFlight`, `spare` and the targets are
+// the simulation thread's alone; a batch in flight is shared only through `lock` (`next`, `state`)
+// while the other threads read its queues and reports, which nobody writes until `join()` has
+// waited for them; each thread writes only its own clock slot and `perThread` entry.
 final class DeliveryLanes: @unchecked Sendable {
     struct Handoff { let report: Int32; let rssi: Int32 }
 
@@ -327,6 +331,8 @@ final class NodeClock: Scheduler {
 }
 
 /// Threads that help drain the queues, woken by a semaphore each.
+// Invariant (unchecked Sendable): `job` and `stopping` are written before the semaphores that
+// wake the threads are signalled and read only after, so each write happens before its reads.
 final class LaneWorker: @unchecked Sendable {
     private let go: [DispatchSemaphore]
     private let done = DispatchSemaphore(value: 0)
