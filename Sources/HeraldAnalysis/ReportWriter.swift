@@ -70,8 +70,8 @@ public enum ReportWriter {
     }
 
     static func csvField(_ s: String) -> String {
-        // ASCII (names and numbers): the bytes tell, without Foundation's search; other text as before.
-        let quoted = s.utf8.allSatisfy { $0 < 0x80 } ? s.utf8.contains { $0 == 44 || $0 == 34 } : s.contains(",") || s.contains("\"")
+        // The bytes tell: a comma or a quote is one byte in UTF-8, never part of another character's.
+        let quoted = s.utf8.contains { $0 == 44 || $0 == 34 }
         return quoted ? "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : s
     }
 }
