@@ -89,15 +89,15 @@ extension Agent {
     /// Starts a check (or answers for the one with this id): returns once the dongle is
     /// scanning, or failed a stage.
     func startPreflight(_ request: LabWire.PreflightRequest) async throws -> LabWire.PreflightReport {
-        guard SafeName.isValid(request.id) else { throw HTTPError(.badRequest, "check id \(SafeName.problem(with: request.id) ?? "is invalid")") }
-        guard request.bound.isFinite, request.bound >= 1, request.bound <= 600 else { throw HTTPError(.badRequest, "bound must be 1 to 600 seconds") }
-        guard request.peers.count <= 1000 else { throw HTTPError(.badRequest, "at most 1000 peers") }
-        guard config.radio == .bluez else { throw HTTPError(.unprocessableContent, "agent \(config.name) has no dongle (radio \(config.radio.rawValue))") }
+        guard SafeName.isValid(request.id) else { throw LabRefusal(.invalid, "check id \(SafeName.problem(with: request.id) ?? "is invalid")") }
+        guard request.bound.isFinite, request.bound >= 1, request.bound <= 600 else { throw LabRefusal(.invalid, "bound must be 1 to 600 seconds") }
+        guard request.peers.count <= 1000 else { throw LabRefusal(.invalid, "at most 1000 peers") }
+        guard config.radio == .bluez else { throw LabRefusal(.unprocessable, "agent \(config.name) has no dongle (radio \(config.radio.rawValue))") }
         await refreshDongle()
         let box: UncheckedBox<DongleCheckSession> = try scheduler.sync {
-            if let r = active { throw HTTPError(.conflict, "agent \(config.name) is busy with run \(r.id)") }
+            if let r = active { throw LabRefusal(.conflict, "agent \(config.name) is busy with run \(r.id)") }
             if let c = check, c.request.id == request.id { return UncheckedBox(c) }
-            if let c = check, c.final == nil { throw HTTPError(.conflict, "agent \(config.name) is checking its dongle for \(c.request.id)") }
+            if let c = check, c.final == nil { throw LabRefusal(.conflict, "agent \(config.name) is checking its dongle for \(c.request.id)") }
             // bluetoothd answers slowly while it sets up several adapters of one host at once.
             let dc = DongleCheck(adapter: config.adapter ?? "hci0", busAddress: nil, company: LabWire.preflightCompany,
                                  beacon: LabWire.preflightData(request.beacon), scheduler: scheduler, callTimeout: min(30, max(10, request.bound / 2)))
@@ -138,7 +138,7 @@ extension Agent {
     /// The check's findings so far.
     func preflightStatus() throws -> LabWire.PreflightReport {
         try scheduler.sync {
-            guard let s = check else { throw HTTPError(.notFound, "agent \(config.name) has no dongle check") }
+            guard let s = check else { throw LabRefusal(.notFound, "agent \(config.name) has no dongle check") }
             return s.final ?? report(s, s.check.current)
         }
     }

@@ -31,31 +31,31 @@ extension Agent {
             return
         }
         guard let air = request.air ?? config.air else {
-            throw HTTPError(.unprocessableContent, "agent \(config.name) has no air to attach its simulated radio to: give the coordinator or the agent --air HOST:PORT")
+            throw LabRefusal(.unprocessable, "agent \(config.name) has no air to attach its simulated radio to: give the coordinator or the agent --air HOST:PORT")
         }
         do { try AirTransport.probe(host: air.host, port: air.port, tls: LabTrust.client, timeout: 3) } catch {
-            throw HTTPError(.unprocessableContent, "agent \(config.name) cannot start its radio: \(error)")
+            throw LabRefusal(.unprocessable, "agent \(config.name) cannot start its radio: \(error)")
         }
     }
 
     func arm(_ request: LabWire.ArmRequest) throws {
         let a = request.assignment
-        guard SafeName.isValid(a.runId), SafeName.isValid(a.node.name) else { throw HTTPError(.badRequest, "run and node names may hold only letters, digits, '-', '_' and '.'") }
-        guard a.duration.isFinite, a.duration > 0, a.duration <= 7 * 86_400 else { throw HTTPError(.badRequest, "assignment duration \(a.duration) s is out of range") }
+        guard SafeName.isValid(a.runId), SafeName.isValid(a.node.name) else { throw LabRefusal(.invalid, "run and node names may hold only letters, digits, '-', '_' and '.'") }
+        guard a.duration.isFinite, a.duration > 0, a.duration <= 7 * 86_400 else { throw LabRefusal(.invalid, "assignment duration \(a.duration) s is out of range") }
         guard a.warmup.isFinite, a.warmup >= 0, a.warmup <= a.duration,
               [a.node.position.x, a.node.position.y].allSatisfy({ $0.isFinite && abs($0) <= 10_000 }) else {
-            throw HTTPError(.badRequest, "assignment warmup or position out of range")
+            throw LabRefusal(.invalid, "assignment warmup or position out of range")
         }
         if let held = runs[a.runId] {
             // The same assignment again (a coordinator that restarted): idempotent. Another node
             // of the same run: refused, one agent runs one node.
             guard held.assignment.node.name == a.node.name else {
-                throw HTTPError(.conflict, "agent \(config.name) already runs node \(held.assignment.node.name) of run \(a.runId); it cannot also be \(a.node.name)")
+                throw LabRefusal(.conflict, "agent \(config.name) already runs node \(held.assignment.node.name) of run \(a.runId); it cannot also be \(a.node.name)")
             }
             return
         }
-        if let r = active { throw HTTPError(.conflict, "agent \(config.name) is busy with run \(r.id)") }
-        if let c = check, c.final == nil { throw HTTPError(.conflict, "agent \(config.name) is checking its dongle (\(c.request.id))") }
+        if let r = active { throw LabRefusal(.conflict, "agent \(config.name) is busy with run \(r.id)") }
+        if let c = check, c.final == nil { throw LabRefusal(.conflict, "agent \(config.name) is checking its dongle (\(c.request.id))") }
         let dir = runsDirectory.appendingPathComponent(a.runId)
         try FileManager.default.createDirectory(at: dir.appendingPathComponent("node"), withIntermediateDirectories: true)
         try Durable.write(LabJSON.encoder.encode(a), to: dir.appendingPathComponent("assignment.json"))
@@ -67,7 +67,7 @@ extension Agent {
     }
 
     func schedule(_ start: LabWire.StartRequest) throws {
-        guard let r = runs[start.runId], r.state == .armed || r.state == .running else { throw HTTPError(.conflict, "agent \(config.name) is not armed for run \(start.runId)") }
+        guard let r = runs[start.runId], r.state == .armed || r.state == .running else { throw LabRefusal(.conflict, "agent \(config.name) is not armed for run \(start.runId)") }
         guard r.state == .armed, r.startAt == nil else { return }
         r.startAt = start.startAt
         let lead = start.startAt - now
@@ -194,7 +194,7 @@ extension Agent {
     /// The coordinator aborts the run: an armed run is dropped, a running one stops now and keeps
     /// what it logged for gathering.
     func abort(_ id: String) throws {
-        guard let r = runs[id] else { throw HTTPError(.notFound, "agent \(config.name) has no run \(id)") }
+        guard let r = runs[id] else { throw LabRefusal(.notFound, "agent \(config.name) has no run \(id)") }
         switch r.state {
         case .armed where r.startedAt == nil:
             for t in r.tasks { t.cancel() }
@@ -227,9 +227,9 @@ extension Agent {
 
     func fileList(_ id: String) throws -> LabWire.FileList {
         guard let r = runs[id] else {
-            throw HTTPError(.notFound, "agent \(config.name) has no run \(id) (released already, or never armed)")
+            throw LabRefusal(.notFound, "agent \(config.name) has no run \(id) (released already, or never armed)")
         }
-        guard r.state == .finished || r.state == .failed else { throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue) on agent \(config.name)\(r.message.map { ": \($0)" } ?? ""); files are served once it has finished") }
+        guard r.state == .finished || r.state == .failed else { throw LabRefusal(.conflict, "run \(id) is \(r.state.rawValue) on agent \(config.name)\(r.message.map { ": \($0)" } ?? ""); files are served once it has finished") }
         if r.state == .failed && r.files.isEmpty {
             // Whatever a failed node logged is served too, so that it is not lost with the failure.
             do { r.files = try checksums(r) } catch {
@@ -259,7 +259,7 @@ extension Agent {
     func release(_ id: String) throws {
         guard let r = runs[id] else { return }
         guard r.state == .finished || r.state == .failed || (r.state == .armed && r.startedAt == nil) else {
-            throw HTTPError(.conflict, "run \(id) is still \(r.state.rawValue); nothing is deleted before it is gathered")
+            throw LabRefusal(.conflict, "run \(id) is still \(r.state.rawValue); nothing is deleted before it is gathered")
         }
         for t in r.tasks { t.cancel() }
         runs[id] = nil

@@ -57,7 +57,7 @@ extension Agent {
             do {
                 let a = try LabJSON.decoder.decode(NodeAssignment.self, from: Data(contentsOf: dir.appendingPathComponent("assignment.json")))
                 let s = try LabJSON.decoder.decode(PersistedState.self, from: Data(contentsOf: dir.appendingPathComponent("state.json")))
-                guard a.runId == id else { throw HTTPError(.internalServerError, "assignment.json names run \(a.runId)") }
+                guard a.runId == id else { throw LabRefusal(.failed, "assignment.json names run \(a.runId)") }
                 let r = ActiveRun(assignment: a, directory: dir)
                 r.state = s.state; r.startAt = s.startAt; r.startedAt = s.startedAt; r.resumed = s.resumed; r.air = s.air
                 r.files = s.files ?? []; r.gaps = s.gaps ?? []; r.aliveAt = s.aliveAt; r.aborted = s.aborted ?? false

@@ -38,7 +38,7 @@ extension Agent {
         return LabWire.ClockReply(received: received, sent: now)
     }
 
-    /// Arms a node: its radio is checked first; a refusal is an `HTTPError` (4xx).
+    /// Arms a node: its radio is checked first; a refusal is a `LabRefusal`.
     func armRun(_ arm: LabWire.ArmRequest) async throws -> LabWire.AgentStatus {
         try await preflight(arm)
         try scheduler.sync { try self.arm(arm) }
@@ -48,7 +48,7 @@ extension Agent {
     /// The armed run's start instant, in this agent's clock (within a day of it).
     func startRun(_ start: LabWire.StartRequest) throws -> LabWire.AgentStatus {
         guard start.startAt.isFinite, abs(start.startAt - now) < 86_400 else {
-            throw HTTPError(.badRequest, "startAt \(start.startAt) is not within a day of this agent's clock")
+            throw LabRefusal(.invalid, "startAt \(start.startAt) is not within a day of this agent's clock")
         }
         try scheduler.sync { try self.schedule(start) }
         return status
@@ -56,7 +56,7 @@ extension Agent {
 
     /// Ends the dongle check and returns its final findings; 404 when there is none.
     func endPreflight() async throws -> LabWire.PreflightReport {
-        guard let r = await stopPreflight() else { throw HTTPError(.notFound, "agent \(config.name) has no dongle check") }
+        guard let r = await stopPreflight() else { throw LabRefusal(.notFound, "agent \(config.name) has no dongle check") }
         return r
     }
 
@@ -69,7 +69,7 @@ extension Agent {
     /// name checked.
     func fileURL(run: String, name: String) throws -> (URL, String, String) {
         let id = try Self.runId(run)
-        guard NodeRunner.heraldFiles.contains(name) else { throw HTTPError(.notFound, "no such file") }
+        guard NodeRunner.heraldFiles.contains(name) else { throw LabRefusal(.notFound, "no such file") }
         return (runsDirectory.appendingPathComponent(id).appendingPathComponent("node").appendingPathComponent(name), id, name)
     }
 
@@ -87,7 +87,7 @@ extension Agent {
     }
 
     static func runId(_ id: String) throws -> String {
-        guard SafeName.isValid(id) else { throw HTTPError(.badRequest, "run id \(SafeName.problem(with: id) ?? "is invalid")") }
+        guard SafeName.isValid(id) else { throw LabRefusal(.invalid, "run id \(SafeName.problem(with: id) ?? "is invalid")") }
         return id
     }
 }

@@ -36,8 +36,8 @@ extension Coordinator {
 
     /// The boot id and counter every registration and heartbeat carries, checked for shape.
     static func freshnessFields(_ boot: String?, _ sequence: UInt64?) throws -> (String, UInt64) {
-        guard let boot, let sequence else { throw HTTPError(.badRequest, "boot and sequence are required: every registration and heartbeat carries the agent's boot id and its message counter") }
-        guard (8...64).contains(boot.utf8.count), SafeName.isValid(boot) else { throw HTTPError(.badRequest, "boot: 8 to 64 letters, digits, '-', '_' or '.'") }
+        guard let boot, let sequence else { throw LabRefusal(.invalid, "boot and sequence are required: every registration and heartbeat carries the agent's boot id and its message counter") }
+        guard (8...64).contains(boot.utf8.count), SafeName.isValid(boot) else { throw LabRefusal(.invalid, "boot: 8 to 64 letters, digits, '-', '_' or '.'") }
         return (boot, sequence)
     }
 
@@ -66,8 +66,8 @@ extension Coordinator {
 
     func register(_ given: LabWire.AgentInfo, principal: HTTPService.Principal?, peerHost: String?) throws {
         var info = given
-        guard SafeName.isValid(info.name) else { throw HTTPError(.badRequest, "agent name \"\(HTTPService.escaped(info.name))\" \(SafeName.problem(with: info.name)!)") }
-        if let problem = Self.registrationProblem(info) { throw HTTPError(.badRequest, problem) }
+        guard SafeName.isValid(info.name) else { throw LabRefusal(.invalid, "agent name \"\(HTTPService.escaped(info.name))\" \(SafeName.problem(with: info.name)!)") }
+        if let problem = Self.registrationProblem(info) { throw LabRefusal(.invalid, problem) }
         try mayActAs(info.name, principal)
         let (boot, sequence) = try Self.freshnessFields(info.boot, info.sequence)
         info.dongle = info.radio == .bluez ? info.dongle?.sanitised(agent: info.name) : nil
@@ -102,7 +102,7 @@ extension Coordinator {
         if let refusal {
             logger.warning("\(refusal)", metadata: ["agent": .string(info.name)])
             agentError(info.name, refusal)
-            throw HTTPError(.conflict, refusal)
+            throw LabRefusal(.conflict, refusal)
         }
         try store.saveAgent(info, lastSeen: t)
         if let d = info.dongle, info.radio == .bluez { noteDongle(d, agent: info.name) }
@@ -118,7 +118,7 @@ extension Coordinator {
     @discardableResult
     func heartbeat(_ name: String, _ given: LabWire.AgentStatus, principal: HTTPService.Principal?, received: Double? = nil) throws -> LabWire.ClockReply {
         let received = received ?? now
-        guard SafeName.isValid(name) else { throw HTTPError(.badRequest, "agent name \(SafeName.problem(with: name) ?? "is invalid")") }
+        guard SafeName.isValid(name) else { throw LabRefusal(.invalid, "agent name \(SafeName.problem(with: name) ?? "is invalid")") }
         try mayActAs(name, principal)
         let (boot, sequence) = try Self.freshnessFields(given.boot, given.sequence)
         try Self.checkClock(given.clock)
@@ -130,7 +130,7 @@ extension Coordinator {
                 logger.warning("agent \(name): \(why)", metadata: ["agent": .string(name)])
                 agentError(name, why)
             }
-            throw HTTPError(.badRequest, "heartbeat of agent \(name) refused: \(problem)")
+            throw LabRefusal(.invalid, "heartbeat of agent \(name) refused: \(problem)")
         }
         var status = given
         status.dongle = status.dongle?.sanitised(agent: name)
@@ -154,8 +154,8 @@ extension Coordinator {
             return .taken(persist: due)
         }
         switch outcome {
-        case .unregistered: throw HTTPError(.notFound, "agent \(name) is not registered (or registered from another boot); register first")
-        case .refused(let why): throw HTTPError(.conflict, "heartbeat of agent \(name) refused: \(why)")
+        case .unregistered: throw LabRefusal(.notFound, "agent \(name) is not registered (or registered from another boot); register first")
+        case .refused(let why): throw LabRefusal(.conflict, "heartbeat of agent \(name) refused: \(why)")
         case .taken(let persist):
             if persist { persistSeen(name, at: t) }
             if let d = status.dongle { noteDongle(d, agent: name) }

@@ -38,10 +38,10 @@ extension Coordinator {
     static func checkClock(_ clock: LabWire.HeartbeatClock?) throws {
         guard let clock else { return }
         for (field, value) in [("sent", clock.sent), ("answered", clock.answered)] where !(value.isFinite && value >= 0 && value < 1e11) {
-            throw HTTPError(.badRequest, "clock.\(field) \(value) is not a time (seconds since 1970)")
+            throw LabRefusal(.invalid, "clock.\(field) \(value) is not a time (seconds since 1970)")
         }
         guard clock.answered >= clock.sent, clock.answered - clock.sent <= 3600 else {
-            throw HTTPError(.badRequest, "clock: answered \(clock.answered) is not within an hour after sent \(clock.sent)")
+            throw LabRefusal(.invalid, "clock: answered \(clock.answered) is not within an hour after sent \(clock.sent)")
         }
     }
 

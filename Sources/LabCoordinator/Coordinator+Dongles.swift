@@ -108,18 +108,18 @@ extension Coordinator {
             let named = s.dongles.values.filter { $0.info.name == ref }
             if named.count == 1 { return named[0].id }
             if named.count > 1 {
-                throw HTTPError(.conflict, "\(named.count) dongles are named \(ref) (\(named.map(\.id).sorted().joined(separator: ", "))): give the address")
+                throw LabRefusal(.conflict, "\(named.count) dongles are named \(ref) (\(named.map(\.id).sorted().joined(separator: ", "))): give the address")
             }
-            throw HTTPError(.notFound, "no dongle \(ref) (dongles: \(s.dongles.values.map(\.info.name).sorted().joined(separator: ", ")))")
+            throw LabRefusal(.notFound, "no dongle \(ref) (dongles: \(s.dongles.values.map(\.info.name).sorted().joined(separator: ", ")))")
         }
     }
 
     /// The operator sets a dongle's health: quarantine (bad), release (unknown: checked again
     /// before use), maintenance, retired.
     func setHealth(_ ref: String, _ request: LabWire.HealthRequest) throws -> LabWire.DongleView {
-        guard ref.utf8.count <= 128 else { throw HTTPError(.badRequest, "dongle name too long") }
+        guard ref.utf8.count <= 128 else { throw LabRefusal(.invalid, "dongle name too long") }
         let reason = request.reason.map { String($0.prefix(500)) }
-        if let r = reason, r.unicodeScalars.contains(where: { $0.value < 0x20 }) { throw HTTPError(.badRequest, "reason holds control characters") }
+        if let r = reason, r.unicodeScalars.contains(where: { $0.value < 0x20 }) { throw LabRefusal(.invalid, "reason holds control characters") }
         let key = try dongleKey(ref)
         let t = now
         let updated: (DongleRecord, LabWire.DongleEvent)? = withLock { s in
@@ -134,7 +134,7 @@ extension Coordinator {
             return (r, LabWire.DongleEvent(kind: .health, at: t, ok: request.health.selectable,
                                            message: "\(request.health.rawValue): \(verb) by the operator (was \(was.rawValue))\(reason.map { ": \($0)" } ?? "")"))
         }
-        guard let (r, e) = updated else { throw HTTPError(.notFound, "no dongle \(ref)") }
+        guard let (r, e) = updated else { throw LabRefusal(.notFound, "no dongle \(ref)") }
         persistDongle(r, [e])
         return dongleViews(history: 20).first { $0.id == r.id }!
     }
@@ -297,9 +297,9 @@ extension Coordinator {
     /// their health but retired), checked together.
     func checkDongles(_ request: LabWire.CheckRequest) async throws -> LabWire.CheckResult {
         let bound = request.bound ?? AgentSelection.defaultPreflight
-        guard bound.isFinite, bound >= 1, bound <= 600 else { throw HTTPError(.badRequest, "bound must be 1 to 600 seconds") }
+        guard bound.isFinite, bound >= 1, bound <= 600 else { throw LabRefusal(.invalid, "bound must be 1 to 600 seconds") }
         if let names = request.dongles {
-            guard names.count <= 1000 else { throw HTTPError(.badRequest, "at most 1000 dongles") }
+            guard names.count <= 1000 else { throw LabRefusal(.invalid, "at most 1000 dongles") }
         }
         let wanted = try request.dongles.map { try Set($0.map { try dongleKey($0) }) }
         let alive = Dictionary(agentViews.filter { $0.state == .alive }.map { ($0.info.name, $0.info) }, uniquingKeysWith: { a, _ in a })
@@ -320,7 +320,7 @@ extension Coordinator {
             candidates.append(CheckCandidate(name: r.info.name, key: r.id, agent: agent, url: info.url, host: r.info.host))
         }
         guard !candidates.isEmpty else {
-            throw HTTPError(.conflict, "no dongle to check\(left.isEmpty ? "" : ": \(left.joined(separator: ", "))")")
+            throw LabRefusal(.conflict, "no dongle to check\(left.isEmpty ? "" : ": \(left.joined(separator: ", "))")")
         }
         let id = "check-\(Self.stamp(now))-\(String(format: "%04x", UInt16.random(in: 0...UInt16.max)))"
         let (verdicts, quarantined) = await runChecks(candidates, bound: bound, id: id, kind: .check, run: nil)

@@ -158,7 +158,7 @@ extension Coordinator {
         let tmp = config.results.appendingPathComponent(".\(id).tar.gz.tmp")
         let tar = Process()
         tar.executableURL = URL(fileURLWithPath: "/bin/tar")
-        guard SafeName.isValid(id) else { throw HTTPError(.internalServerError, "run id \(OutsideText.line(id)) \(SafeName.problem(with: id) ?? "is invalid")") }
+        guard SafeName.isValid(id) else { throw LabRefusal(.failed, "run id \(OutsideText.line(id)) \(SafeName.problem(with: id) ?? "is invalid")") }
         // `--` ends tar's options: the run id is an operand whatever it holds.
         tar.arguments = ["-czf", tmp.path, "-C", config.results.path, "--", id]
         let err = Pipe()
@@ -168,11 +168,11 @@ extension Coordinator {
         tar.waitUntilExit()
         guard tar.terminationStatus == 0 else {
             try? FileManager.default.removeItem(at: tmp)
-            throw HTTPError(.internalServerError, "tar exited with \(tar.terminationStatus): \(String(decoding: message.prefix(300), as: UTF8.self))")
+            throw LabRefusal(.failed, "tar exited with \(tar.terminationStatus): \(String(decoding: message.prefix(300), as: UTF8.self))")
         }
         try Durable.syncFile(tmp)
         let sha = try SHA256.hash(fileAt: tmp).sha256
-        guard rename(tmp.path, final.path) == 0 else { throw HTTPError(.internalServerError, "cannot rename \(tmp.path)") }
+        guard rename(tmp.path, final.path) == 0 else { throw LabRefusal(.failed, "cannot rename \(tmp.path)") }
         try Durable.syncDirectory(config.results)
         return sha
     }

@@ -61,14 +61,14 @@ extension Coordinator {
     func mayActAs(_ name: String, _ principal: HTTPService.Principal?) throws {
         let enrolled = identities.read { $0.byName[name] }
         if let enrolled, enrolled.revokedAt != nil {
-            throw HTTPError(.forbidden, "agent \(name) was revoked; enrol it again (herald-lab agents enrol \(name))")
+            throw LabRefusal(.forbidden, "agent \(name) was revoked; enrol it again (herald-lab agents enrol \(name))")
         }
         guard let principal else { return } // --insecure, on loopback only
         switch principal.role {
         case .agent where principal.name == name: return
-        case .agent: throw HTTPError(.forbidden, "agent \(principal.name) may not act as agent \(name)")
+        case .agent: throw LabRefusal(.forbidden, "agent \(principal.name) may not act as agent \(name)")
         case .operator where enrolled == nil: return
-        default: throw HTTPError(.forbidden, "agent \(name) is enrolled: only its own credential may register or heartbeat as it")
+        default: throw LabRefusal(.forbidden, "agent \(name) is enrolled: only its own credential may register or heartbeat as it")
         }
     }
 
@@ -111,7 +111,7 @@ extension Coordinator {
     /// Nothing, the operator's credential least of all, then crosses the network in clear.
     func checkCallable(_ name: String, at url: String) throws {
         let hosts = identities.read { $0.byName[name]?.hosts }
-        if let why = Self.callableProblem(name, at: url, tlsLab: config.tls != nil, enrolledHosts: hosts) { throw HTTPError(.forbidden, why) }
+        if let why = Self.callableProblem(name, at: url, tlsLab: config.tls != nil, enrolledHosts: hosts) { throw LabRefusal(.forbidden, why) }
     }
 
     /// `checkCallable`'s rule: nil when `url` may be registered (`enrolledHosts`: nil for a name
@@ -143,16 +143,16 @@ extension Coordinator {
     /// CA (which needs ca.pem and ca-key.pem in the coordinator's credentials folder). Enrolling
     /// a name again replaces its credentials (the old ones stop working).
     func enrol(_ request: LabWire.EnrolRequest) throws -> Enrolment {
-        guard SafeName.isValid(request.name) else { throw HTTPError(.badRequest, "agent name \"\(HTTPService.escaped(request.name))\" \(SafeName.problem(with: request.name) ?? "")") }
+        guard SafeName.isValid(request.name) else { throw LabRefusal(.invalid, "agent name \"\(HTTPService.escaped(request.name))\" \(SafeName.problem(with: request.name) ?? "")") }
         guard let folder = config.credentials, folder.has("ca.pem"), folder.has("ca-key.pem") else {
-            throw HTTPError(.conflict, "the coordinator has no lab CA to issue certificates with: start it with --credentials DIR made by herald-lab ca init")
+            throw LabRefusal(.conflict, "the coordinator has no lab CA to issue certificates with: start it with --credentials DIR made by herald-lab ca init")
         }
-        guard request.hosts.count <= 16 else { throw HTTPError(.badRequest, "hosts: at most 16 names or addresses") }
+        guard request.hosts.count <= 16 else { throw LabRefusal(.invalid, "hosts: at most 16 names or addresses") }
         for h in request.hosts {
-            guard Self.isHostName(h) else { throw HTTPError(.badRequest, "hosts: \"\(HTTPService.escaped(h))\" is not a host name or an IP address") }
+            guard Self.isHostName(h) else { throw LabRefusal(.invalid, "hosts: \"\(HTTPService.escaped(h))\" is not a host name or an IP address") }
         }
         let days = request.days ?? 825
-        guard (1...3650).contains(days) else { throw HTTPError(.badRequest, "days must be between 1 and 3650") }
+        guard (1...3650).contains(days) else { throw LabRefusal(.invalid, "days must be between 1 and 3650") }
         let tmp = FileManager.default.temporaryDirectory.appendingPathComponent("heraldlab-enrol-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: tmp, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
         defer {
@@ -165,11 +165,11 @@ extension Coordinator {
         do {
             try LabCA.issue(caCertificate: folder.path("ca.pem"), caKey: folder.path("ca-key.pem"), commonName: request.name,
                             names: request.hosts, days: days, certificate: cert.path, key: key.path)
-        } catch { throw HTTPError(.internalServerError, "cannot issue a certificate for \(request.name): \(error)") }
+        } catch { throw LabRefusal(.failed, "cannot issue a certificate for \(request.name): \(error)") }
         let credential = AgentCredential(name: request.name, token: LabToken.generate(), coordinatorToken: LabToken.generate())
         let record = IdentityStore.Credential(name: request.name, tokenHash: CredentialHash.of(credential.token),
                                                  coordinatorToken: credential.coordinatorToken, issuedAt: now, revokedAt: nil, hosts: request.hosts)
-        guard let identityStore else { throw HTTPError(.conflict, "the coordinator has no credentials folder to keep enrolments in") }
+        guard let identityStore else { throw LabRefusal(.conflict, "the coordinator has no credentials folder to keep enrolments in") }
         try identityStore.saveCredential(record)
         identities.add(record)
         logger.notice("agent \(request.name) enrolled (certificate for \(request.hosts.isEmpty ? "no host names" : request.hosts.joined(separator: ", ")), \(days) days)", metadata: ["agent": .string(request.name)])
@@ -184,10 +184,10 @@ extension Coordinator {
     /// Revokes `name`: its credential is refused from now on, it leaves the list of agents and is
     /// never selected again until enrolled anew.
     func revoke(_ name: String) throws {
-        guard SafeName.isValid(name) else { throw HTTPError(.badRequest, "agent name \(SafeName.problem(with: name) ?? "is invalid")") }
-        guard var record = identities.read({ $0.byName[name] }) else { throw HTTPError(.notFound, "agent \(name) was never enrolled") }
+        guard SafeName.isValid(name) else { throw LabRefusal(.invalid, "agent name \(SafeName.problem(with: name) ?? "is invalid")") }
+        guard var record = identities.read({ $0.byName[name] }) else { throw LabRefusal(.notFound, "agent \(name) was never enrolled") }
         record.revokedAt = now
-        guard let identityStore else { throw HTTPError(.notFound, "agent \(name) was never enrolled") }
+        guard let identityStore else { throw LabRefusal(.notFound, "agent \(name) was never enrolled") }
         try identityStore.saveCredential(record)
         identities.add(record)
         try store.forgetAgent(name)

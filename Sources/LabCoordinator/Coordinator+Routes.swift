@@ -42,7 +42,7 @@ extension Coordinator {
                 return .json(try self.submit(planText: text, source: source), status: .created)
             } catch {
                 // Kept a day with its reason for the dashboard (issue 40), then refused as before.
-                self.dashboard.refusals.note(source: source, reason: (error as? HTTPError)?.message ?? "\(error)", at: self.now)
+                self.dashboard.refusals.note(source: source, reason: (error as? LabRefusal)?.message ?? "\(error)", at: self.now)
                 throw error
             }
         }
@@ -51,14 +51,14 @@ extension Coordinator {
         }
         http.route(CoordinatorAPI.run.method, CoordinatorAPI.run.template, allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
-            guard let r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
+            guard let r = self.run(id) else { throw LabRefusal(.notFound, "no run \(id)") }
             return .json(r)
         }
         http.route(CoordinatorAPI.cancel.method, CoordinatorAPI.cancel.template, allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
-            guard let r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
+            guard let r = self.run(id) else { throw LabRefusal(.notFound, "no run \(id)") }
             guard r.state == .arming, r.startAt == nil else {
-                throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue): only a run that has not started can be cancelled (abort stops a running one)")
+                throw LabRefusal(.conflict, "run \(id) is \(r.state.rawValue): only a run that has not started can be cancelled (abort stops a running one)")
             }
             self.withLock { s in s.tasks[id]?.cancel() }
             let cancelled = await self.endBeforeStart(r, state: .cancelled, message: "cancelled before the start")
@@ -69,9 +69,9 @@ extension Coordinator {
         }
         http.route(CoordinatorAPI.gather.method, CoordinatorAPI.gather.template, allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
-            guard var r = self.run(id) else { throw HTTPError(.notFound, "no run \(id)") }
+            guard var r = self.run(id) else { throw LabRefusal(.notFound, "no run \(id)") }
             guard r.state.isFinal, r.state != .cancelled, r.startAt != nil else {
-                throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue): only an ended run that started can be gathered again")
+                throw LabRefusal(.conflict, "run \(id) is \(r.state.rawValue): only an ended run that started can be gathered again")
             }
             r.state = .gathering
             r.message = nil
@@ -81,7 +81,7 @@ extension Coordinator {
         }
         http.route(CoordinatorAPI.bundle.method, CoordinatorAPI.bundle.template, allow: [.operator]) { [unowned self] req in
             let id = try Self.runId(req)
-            guard let r = self.run(id), r.bundle != nil, [.complete, .aborted].contains(r.state) else { throw HTTPError(.conflict, "run \(id) has no bundle") }
+            guard let r = self.run(id), r.bundle != nil, [.complete, .aborted].contains(r.state) else { throw LabRefusal(.conflict, "run \(id) has no bundle") }
             let tar = self.config.results.appendingPathComponent("\(id).tar.gz")
             return try .file(tar, contentType: "application/gzip", range: req.headers["range"], missing: "bundle archive missing")
         }
@@ -90,7 +90,7 @@ extension Coordinator {
     /// Stops a run: one not yet started is cancelled; a running one stops its nodes and what
     /// exists is gathered (POST /v1/runs/:id/abort, the dashboard's abort button).
     func abort(_ id: String) async throws -> RunRecord {
-        guard var r = run(id) else { throw HTTPError(.notFound, "no run \(id)") }
+        guard var r = run(id) else { throw LabRefusal(.notFound, "no run \(id)") }
         switch r.state {
         case .arming where r.startAt == nil:
             withLock { s in s.tasks[id]?.cancel() }
@@ -101,7 +101,7 @@ extension Coordinator {
             logger.notice("run \(id): abort requested; nodes stop, what exists is gathered", metadata: ["run": .string(id)])
             return r
         default:
-            throw HTTPError(.conflict, "run \(id) is \(r.state.rawValue): nothing to abort")
+            throw LabRefusal(.conflict, "run \(id) is \(r.state.rawValue): nothing to abort")
         }
     }
 
@@ -131,7 +131,7 @@ extension Coordinator {
 
     static func runId(_ req: HTTPService.Request) throws -> String {
         let id = req.parameters["id"] ?? ""
-        guard SafeName.isValid(id) else { throw HTTPError(.badRequest, "run id \(SafeName.problem(with: id) ?? "is invalid")") }
+        guard SafeName.isValid(id) else { throw LabRefusal(.invalid, "run id \(SafeName.problem(with: id) ?? "is invalid")") }
         return id
     }
 }

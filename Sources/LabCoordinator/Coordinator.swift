@@ -229,12 +229,12 @@ public final class Coordinator: Sendable {
     static func loadInventory(_ url: URL) throws -> [LabWire.AgentInfo] {
         let text = try String(contentsOf: url, encoding: .utf8)
         guard let root = try Yams.load(yaml: text) as? [String: Any], let list = root["agents"] as? [[String: Any]] else {
-            throw HTTPError(.badRequest, "\(url.path): expected `agents:` with a list of {name, url, tags}")
+            throw LabRefusal(.invalid, "\(url.path): expected `agents:` with a list of {name, url, tags}")
         }
         return try list.enumerated().map { i, a in
-            guard let name = a["name"] as? String, SafeName.isValid(name) else { throw HTTPError(.badRequest, "\(url.path): agents[\(i)].name missing or invalid") }
+            guard let name = a["name"] as? String, SafeName.isValid(name) else { throw LabRefusal(.invalid, "\(url.path): agents[\(i)].name missing or invalid") }
             let radioText = a["radio"] as? String ?? "sim"
-            guard let radio = RadioKind(rawValue: radioText) else { throw HTTPError(.badRequest, "\(url.path): agents[\(i)].radio \"\(radioText)\": must be sim or bluez") }
+            guard let radio = RadioKind(rawValue: radioText) else { throw LabRefusal(.invalid, "\(url.path): agents[\(i)].radio \"\(radioText)\": must be sim or bluez") }
             return LabWire.AgentInfo(name: name, url: a["url"] as? String ?? "", tags: a["tags"] as? [String] ?? [], radio: radio,
                                      adapter: a["adapter"] as? String, controller: nil, version: "")
         }
@@ -283,12 +283,12 @@ public final class Coordinator: Sendable {
     /// address (0.0.0.0, ::) is called at the address its registration came from, on its port.
     static func reachableURL(_ info: LabWire.AgentInfo, peerHost: String?) throws -> String {
         guard let u = URLComponents(string: info.url), let scheme = u.scheme, scheme == "http" || scheme == "https", let host = u.host else {
-            throw HTTPError(.badRequest, "agent \(info.name) announces \"\(info.url)\", which is not an http URL")
+            throw LabRefusal(.invalid, "agent \(info.name) announces \"\(info.url)\", which is not an http URL")
         }
         let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
         guard HostPort.isWildcard(bare) else { return info.url }
         guard let peer = peerHost, let port = info.port ?? u.port.flatMap(UInt16.init(exactly:)) else {
-            throw HTTPError(.badRequest, "agent \(info.name) announces \(info.url) (a wildcard address) and its own address is unknown: start it with --advertise-url")
+            throw LabRefusal(.invalid, "agent \(info.name) announces \(info.url) (a wildcard address) and its own address is unknown: start it with --advertise-url")
         }
         let mapped = peer.hasPrefix("::ffff:") && peer.contains(".") ? String(peer.dropFirst(7)) : peer
         return "\(scheme)://\(HostPort.urlHost(mapped)):\(port)"
@@ -300,11 +300,11 @@ public final class Coordinator: Sendable {
     public func submit(planText: String, source: String) throws -> RunRecord {
         let plan: Plan
         do { plan = try Plan.parse(yaml: planText, source: source) } catch {
-            throw HTTPError(.badRequest, error.description)
+            throw LabRefusal(.invalid, error.description)
         }
         let personas = plan.nodes.filter { $0.persona != nil }
         guard personas.isEmpty else {
-            throw HTTPError(.badRequest, "\(personas.map { "\($0.name) (persona \($0.persona!.rawValue))" }.joined(separator: ", ")): personas are simulated phones; a lab runs Linux nodes only (herald-lab simulate runs them)")
+            throw LabRefusal(.invalid, "\(personas.map { "\($0.name) (persona \($0.persona!.rawValue))" }.joined(separator: ", ")): personas are simulated phones; a lab runs Linux nodes only (herald-lab simulate runs them)")
         }
         return try submitting.withLock { _ in try submitSelected(plan, planText: planText) }
     }
@@ -364,16 +364,16 @@ public final class Coordinator: Sendable {
         if let names = plan.agents.names {
             var out = [LabWire.AgentInfo]()
             for n in names {
-                guard let v = views.first(where: { $0.info.name == n }) else { throw HTTPError(.conflict, "plan \(plan.name) names agent \(n), which is not alive (alive: \(views.map(\.info.name).joined(separator: ", ")))") }
+                guard let v = views.first(where: { $0.info.name == n }) else { throw LabRefusal(.conflict, "plan \(plan.name) names agent \(n), which is not alive (alive: \(views.map(\.info.name).joined(separator: ", ")))") }
                 // A named agent must have the plan's radio too: a bluez agent given a simulated
                 // plan would run its whole duration for nothing.
                 guard v.info.radio == plan.radio.kind else {
-                    throw HTTPError(.conflict, "plan \(plan.name) has radio \(plan.radio.kind.rawValue), but agent \(n) was installed with radio \(v.info.radio.rawValue) (agents/install.sh --radio \(plan.radio.kind.rawValue) installs it for this plan)")
+                    throw LabRefusal(.conflict, "plan \(plan.name) has radio \(plan.radio.kind.rawValue), but agent \(n) was installed with radio \(v.info.radio.rawValue) (agents/install.sh --radio \(plan.radio.kind.rawValue) installs it for this plan)")
                 }
-                guard !busy(v.info) else { throw HTTPError(.conflict, "agent \(n) (\(v.info.url)) is busy with another run") }
-                if let why = unusable(v.info) { throw HTTPError(.conflict, "agent \(n): \(why); release it with herald-lab dongles release when it is fixed") }
+                guard !busy(v.info) else { throw LabRefusal(.conflict, "agent \(n) (\(v.info.url)) is busy with another run") }
+                if let why = unusable(v.info) { throw LabRefusal(.conflict, "agent \(n): \(why); release it with herald-lab dongles release when it is fixed") }
                 if let same = out.first(where: { $0.url == v.info.url }) {
-                    throw HTTPError(.conflict, "agents \(same.name) and \(n) are both registered at \(v.info.url): one agent cannot run two nodes")
+                    throw LabRefusal(.conflict, "agents \(same.name) and \(n) are both registered at \(v.info.url): one agent cannot run two nodes")
                 }
                 out.append(v.info)
             }
@@ -385,13 +385,13 @@ public final class Coordinator: Sendable {
                 let driving = views.filter { $0.info.radio == .bluez && $0.info.dongle?.name == n }
                 guard let v = driving.first else {
                     let known = views.compactMap { $0.info.dongle?.name }.sorted()
-                    throw HTTPError(.conflict, "plan \(plan.name) names dongle \(n), which no alive agent drives (dongles: \(known.isEmpty ? "none" : known.joined(separator: ", ")))")
+                    throw LabRefusal(.conflict, "plan \(plan.name) names dongle \(n), which no alive agent drives (dongles: \(known.isEmpty ? "none" : known.joined(separator: ", ")))")
                 }
-                guard driving.count == 1 else { throw HTTPError(.conflict, "\(driving.count) agents drive a dongle named \(n) (\(driving.map(\.info.name).joined(separator: ", "))): name them apart") }
-                guard !busy(v.info) else { throw HTTPError(.conflict, "dongle \(n) (agent \(v.info.name)) is busy with another run") }
-                if let why = unusable(v.info) { throw HTTPError(.conflict, "\(why); release it with herald-lab dongles release \(n) when it is fixed") }
+                guard driving.count == 1 else { throw LabRefusal(.conflict, "\(driving.count) agents drive a dongle named \(n) (\(driving.map(\.info.name).joined(separator: ", "))): name them apart") }
+                guard !busy(v.info) else { throw LabRefusal(.conflict, "dongle \(n) (agent \(v.info.name)) is busy with another run") }
+                if let why = unusable(v.info) { throw LabRefusal(.conflict, "\(why); release it with herald-lab dongles release \(n) when it is fixed") }
                 if let same = out.first(where: { $0.url == v.info.url }) {
-                    throw HTTPError(.conflict, "agents \(same.name) and \(v.info.name) are both registered at \(v.info.url): one agent cannot run two nodes")
+                    throw LabRefusal(.conflict, "agents \(same.name) and \(v.info.name) are both registered at \(v.info.url): one agent cannot run two nodes")
                 }
                 out.append(v.info)
             }
@@ -415,7 +415,7 @@ public final class Coordinator: Sendable {
         }
         guard fit.count >= need else {
             let excludedText = excluded.isEmpty ? "" : "; not selectable: \(excluded.joined(separator: "; "))"
-            throw HTTPError(.conflict, "plan \(plan.name) needs \(needs), but only \(fit.count) are alive and free\(fit.isEmpty ? "" : ": \(fit.map(\.name).joined(separator: ", "))")\(excludedText); start more agents or lower the node count")
+            throw LabRefusal(.conflict, "plan \(plan.name) needs \(needs), but only \(fit.count) are alive and free\(fit.isEmpty ? "" : ": \(fit.map(\.name).joined(separator: ", "))")\(excludedText); start more agents or lower the node count")
         }
         let spares = min(plan.agents.spares ?? 0, fit.count - need)
         return Selection(chosen: Array(fit.prefix(need)), spares: Array(fit[need..<(need + spares)]))

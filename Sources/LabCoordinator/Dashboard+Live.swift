@@ -324,7 +324,7 @@ extension Coordinator {
     /// `text/event-stream`: a `snapshot` event at once and every second while the run lasts, an
     /// `end` event when it is over; the stream stops when the session ends (sign-out, expiry).
     func events(_ s: DashboardSession, id: String) throws -> HTTPResponse {
-        guard run(id) != nil else { throw HTTPError(.notFound, "no run \(id)") }
+        guard run(id) != nil else { throw LabRefusal(.notFound, "no run \(id)") }
         return sessionStream(s, every: 1) { c in
             guard let r = c.run(id) else { return nil }
             let snapshot = Self.sseEvent("snapshot", try LabJSON.encoder.encode(c.liveSnapshot(r)))

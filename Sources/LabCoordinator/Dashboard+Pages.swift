@@ -55,7 +55,7 @@ extension Coordinator {
     /// name only), public (the sign-in page needs the style sheet; they hold nothing of the lab).
     func staticFile(_ name: String) throws -> HTTPResponse {
         guard let type = DashboardTemplates.staticFiles[name], let data = dashboard.templates.files[name] else {
-            throw HTTPError(.notFound, "no static file \(HTTPService.escaped(name)) (\(DashboardTemplates.staticFiles.keys.sorted().joined(separator: ", ")))")
+            throw LabRefusal(.notFound, "no static file \(HTTPService.escaped(name)) (\(DashboardTemplates.staticFiles.keys.sorted().joined(separator: ", ")))")
         }
         return HTTPResponse(.ok, headers: ["Content-Type": type, "Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"], body: data)
     }
@@ -210,17 +210,17 @@ extension Coordinator {
     /// have here, or any lab on a coordinator without the shared store: 400 naming the field.
     func labParameter(_ query: [String: String]) throws -> String? {
         guard let lab = query["lab"], !lab.isEmpty else { return nil }
-        if let problem = LabName.queryProblem(lab) { throw HTTPError(.badRequest, "lab: \(problem)") }
+        if let problem = LabName.queryProblem(lab) { throw LabRefusal(.invalid, "lab: \(problem)") }
         guard config.historyReader?.namesLabs == true else {
-            throw HTTPError(.badRequest, "lab: this coordinator's history is its own history.sqlite (one lab); start it with --history postgres://… to read every lab's")
+            throw LabRefusal(.invalid, "lab: this coordinator's history is its own history.sqlite (one lab); start it with --history postgres://… to read every lab's")
         }
         return lab
     }
 
     /// The cross-lab page's `plan` query parameter (required), validated as a lab name is.
     static func planParameter(_ query: [String: String]) throws -> String {
-        guard let plan = query["plan"], !plan.isEmpty else { throw HTTPError(.badRequest, "plan: required (/trends/labs?plan=NAME)") }
-        if let problem = LabName.queryProblem(plan) { throw HTTPError(.badRequest, "plan: \(problem.replacingOccurrences(of: "a lab name", with: "a plan name"))") }
+        guard let plan = query["plan"], !plan.isEmpty else { throw LabRefusal(.invalid, "plan: required (/trends/labs?plan=NAME)") }
+        if let problem = LabName.queryProblem(plan) { throw LabRefusal(.invalid, "plan: \(problem.replacingOccurrences(of: "a lab name", with: "a plan name"))") }
         return plan
     }
 
@@ -291,7 +291,7 @@ extension Coordinator {
     /// one section per lab (and per variant, testbed and settings within it).
     func crossLabPage(_ s: DashboardSession, plan: String) async throws -> HTTPResponse {
         guard let store = config.historyReader, store.namesLabs else {
-            throw HTTPError(.badRequest, "plan: labs side by side need the shared results store; start the coordinator with --history postgres://…")
+            throw LabRefusal(.invalid, "plan: labs side by side need the shared results store; start the coordinator with --history postgres://…")
         }
         let history: [LabRun]
         do { history = try await store.historyRuns(labs: [], plan: plan, last: Self.trendsWindow) } catch {

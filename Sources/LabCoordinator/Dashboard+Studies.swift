@@ -205,7 +205,7 @@ extension Coordinator {
     /// study.html shows them), or what is missing before they can be computed.
     func studyPage(_ s: DashboardSession, name: String) throws -> HTTPResponse {
         let studies = dashboardStudies().filter { $0.study.name == name }
-        guard !studies.isEmpty else { throw HTTPError(.notFound, "no study \(name) among the runs") }
+        guard !studies.isEmpty else { throw LabRefusal(.notFound, "no study \(name) among the runs") }
         var plans = [[String: Any]]()
         for st in studies {
             let planned = st.study.levelNames.count * st.study.repeats

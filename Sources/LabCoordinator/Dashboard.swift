@@ -110,7 +110,7 @@ extension Coordinator {
         http.route("GET", "/studies/:name", public: true) { [unowned self] req in
             guard let s = self.session(req) else { return Self.redirect("/") }
             let name = req.parameters["name"] ?? ""
-            guard SafeName.isValid(name) else { throw HTTPError(.badRequest, "study name \(SafeName.problem(with: name) ?? "is invalid")") }
+            guard SafeName.isValid(name) else { throw LabRefusal(.invalid, "study name \(SafeName.problem(with: name) ?? "is invalid")") }
             return try self.studyPage(s, name: name)
         }
         http.route("GET", "/runs/:id", public: true) { [unowned self] req in
@@ -135,7 +135,7 @@ extension Coordinator {
             _ = try self.changing(req)
             let fields = DashboardSessions.form(req.body)
             guard let h = fields["health"], let health = LabWire.DongleHealth(rawValue: h), [.bad, .unknown, .maintenance].contains(health) else {
-                throw HTTPError(.badRequest, "health: expected bad (quarantine), unknown (release) or maintenance")
+                throw LabRefusal(.invalid, "health: expected bad (quarantine), unknown (release) or maintenance")
             }
             let reason = fields["reason"].flatMap { $0.trimmingCharacters(in: .whitespaces).isEmpty ? nil : $0 }
             _ = try self.setHealth(req.parameters["dongle"] ?? "", LabWire.HealthRequest(health: health, reason: reason ?? "from the dashboard"))
@@ -143,7 +143,7 @@ extension Coordinator {
         }
     }
 
-    static let signInRequired = HTTPError(.unauthorized, "sign in to the dashboard first")
+    static let signInRequired = LabRefusal(.unauthenticated, "sign in to the dashboard first")
 
     /// The session a request's cookie names, if it is live.
     func session(_ req: HTTPService.Request) -> DashboardSession? {
@@ -164,7 +164,7 @@ extension Coordinator {
         try sameOrigin(req)
         guard DashboardSessions.csrfMatches(s, DashboardSessions.form(req.body)["csrf"]) else {
             logger.warning("dashboard: \(req.method) \(HTTPService.escaped(req.path)) from \(req.remote) refused: CSRF token missing or wrong", metadata: ["peer": .string(req.remote)])
-            throw HTTPError(.forbidden, "the form's CSRF token is missing or wrong; reload the page")
+            throw LabRefusal(.forbidden, "the form's CSRF token is missing or wrong; reload the page")
         }
         return s
     }
@@ -178,7 +178,7 @@ extension Coordinator {
         // The scheme too: http://host:port is another origin than https://host:port.
         let scheme = sessionSecure ? "https" : "http"
         guard let host, let own = req.headers["host"], host.lowercased() == own.lowercased(), parts?.scheme?.lowercased() == scheme else {
-            throw HTTPError(.forbidden, "a form from another origin is refused")
+            throw LabRefusal(.forbidden, "a form from another origin is refused")
         }
     }
 
@@ -215,9 +215,9 @@ extension Coordinator {
     /// A finished run's report files or bundle (`runFileNames`); report.html with a line back to
     /// the run's page.
     func runFile(_ id: String, _ name: String, range: String?) throws -> HTTPResponse {
-        guard let r = run(id) else { throw HTTPError(.notFound, "no run \(id)") }
+        guard let r = run(id) else { throw LabRefusal(.notFound, "no run \(id)") }
         guard let known = Self.runFileNames.first(where: { $0.name == name }) else {
-            throw HTTPError(.notFound, "no file \(HTTPService.escaped(name)) of a run (\(Self.runFileNames.map(\.name).joined(separator: ", ")))")
+            throw LabRefusal(.notFound, "no file \(HTTPService.escaped(name)) of a run (\(Self.runFileNames.map(\.name).joined(separator: ", ")))")
         }
         let report = config.results.appendingPathComponent(id).appendingPathComponent("report")
         var response: HTTPResponse
@@ -228,7 +228,7 @@ extension Coordinator {
             response.headers["Referrer-Policy"] = "same-origin"
             response.headers["X-Frame-Options"] = "DENY"
         case "bundle.tar.gz":
-            guard r.bundle != nil, [.complete, .aborted].contains(r.state) else { throw HTTPError(.conflict, "run \(id) has no bundle") }
+            guard r.bundle != nil, [.complete, .aborted].contains(r.state) else { throw LabRefusal(.conflict, "run \(id) has no bundle") }
             response = try .file(config.results.appendingPathComponent("\(id).tar.gz"), contentType: known.type, range: range, missing: "bundle archive missing")
         default:
             response = try .file(report.appendingPathComponent(name), contentType: known.type, range: range, missing: "run \(id) has no \(name)")

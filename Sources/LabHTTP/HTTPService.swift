@@ -288,6 +288,8 @@ public final class HTTPService: Sendable {
             return try await route.handler(request)
         } catch let e as HTTPError {
             return .error(e.status, e.message)
+        } catch let e as LabRefusal {
+            return .error(HTTPStatusCode(refusal: e.kind), e.message)
         } catch {
             logger.error("\(request.method) \(Self.escaped(request.path)) failed: \(Self.escaped("\(error)"))", metadata: ["peer": .string(request.remote)])
             return .error(.internalServerError, "\(error)")

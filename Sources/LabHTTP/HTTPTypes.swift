@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -14,6 +15,19 @@ public struct HTTPStatusCode: Sendable, Hashable, CustomStringConvertible {
     }
 
     public var description: String { "\(code) \(phrase)" }
+
+    /// The status a rule's refusal is answered with (`LabRefusal.Kind.status`), at the edge.
+    public init(refusal kind: LabRefusal.Kind) {
+        switch kind {
+        case .invalid: self = .badRequest
+        case .unauthenticated: self = .unauthorized
+        case .forbidden: self = .forbidden
+        case .notFound: self = .notFound
+        case .conflict: self = .conflict
+        case .unprocessable: self = .unprocessableContent
+        case .failed: self = .internalServerError
+        }
+    }
 
     public static let `continue` = HTTPStatusCode(100, phrase: "Continue")
     public static let ok = HTTPStatusCode(200, phrase: "OK")

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import XCTest
 import LabHTTP
 import LabPlan
@@ -137,7 +138,7 @@ final class HeartbeatClockTests: XCTestCase {
                                (LabWire.HeartbeatClock(sequence: number, sent: 100, answered: 99), "clock: answered"),
                                (LabWire.HeartbeatClock(sequence: number, sent: 100, answered: 100 + 3601), "clock: answered")] {
             XCTAssertThrowsError(try beat(clock), "\(clock)") { e in
-                XCTAssertEqual((e as? HTTPError)?.status.code, 400, "\(e)")
+                XCTAssertEqual((e as? LabRefusal)?.kind.status, 400, "\(e)")
                 XCTAssertTrue("\(e)".contains(field), "\(e)")
             }
         }

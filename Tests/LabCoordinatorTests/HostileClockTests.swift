@@ -160,7 +160,7 @@ final class RegistrationBoundsTests: XCTestCase {
         info.boot = "boot-0001"
         info.sequence = 1
         XCTAssertThrowsError(try c.register(info, principal: nil, peerHost: "10.0.0.7")) { e in
-            XCTAssertEqual((e as? HTTPError)?.status.code, 400)
+            XCTAssertEqual((e as? LabRefusal)?.kind.status, 400)
             XCTAssertTrue("\(e)".contains("version: longer than 64 characters"), "\(e)")
         }
         XCTAssertTrue(c.agentViews.isEmpty, "nothing stored")

@@ -68,7 +68,7 @@ final class IdentityRulesTests: XCTestCase {
     func agent(_ name: String) -> HTTPService.Principal { HTTPService.Principal(role: .agent, name: name) }
     let op = HTTPService.Principal(role: .operator, name: "operator")
 
-    func status(_ error: Error) -> Int { (error as? HTTPError)?.status.code ?? 0 }
+    func status(_ error: Error) -> Int { (error as? LabRefusal)?.kind.status ?? 0 }
 
     // MARK: 1. Credentials never cross over
 

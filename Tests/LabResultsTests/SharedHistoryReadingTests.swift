@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import HeraldAnalysis
 import LabHistory
 import LabNode
@@ -218,7 +219,7 @@ final class SharedHistoryReadingTests: XCTestCase {
         XCTAssertTrue(north.contains("<span class=\"lab\">lab north</span>"))
         XCTAssertFalse(north.contains("s-0") || north.contains("<span class=\"lab\">lab south</span>"), "south on north's page")
         XCTAssertThrowsError(try c.labParameter(["lab": "north'; DROP TABLE lab_run; --"])) { e in
-            XCTAssertEqual((e as? HTTPError)?.status, .badRequest)
+            XCTAssertEqual((e as? LabRefusal)?.kind, .invalid)
             XCTAssertTrue("\(e)".contains("lab:"), "\(e)")
         }
         let cross = html(try await c.crossLabPage(session, plan: "smoke"))
