@@ -68,12 +68,12 @@ extension Coordinator {
         var info = given
         guard SafeName.isValid(info.name) else { throw LabRefusal(.invalid, "agent name \"\(HTTPService.escaped(info.name))\" \(SafeName.problem(with: info.name)!)") }
         if let problem = Self.registrationProblem(info) { throw LabRefusal(.invalid, problem) }
-        try mayActAs(info.name, principal)
+        try identities.mayActAs(info.name, principal)
         let (boot, sequence) = try Self.freshnessFields(info.boot, info.sequence)
         info.dongle = info.radio == .bluez ? info.dongle?.sanitised(agent: info.name) : nil
         let announced = info.url
         info.url = try Self.reachableURL(info, peerHost: peerHost)
-        try checkCallable(info.name, at: info.url)
+        try identities.checkCallable(info.name, at: info.url)
         let t = now
         let esc = HTTPService.escaped
         let from = peerHost.map { " from \($0)" } ?? ""
@@ -119,7 +119,7 @@ extension Coordinator {
     func heartbeat(_ name: String, _ given: LabWire.AgentStatus, principal: HTTPService.Principal?, received: Double? = nil) throws -> LabWire.ClockReply {
         let received = received ?? now
         guard SafeName.isValid(name) else { throw LabRefusal(.invalid, "agent name \(SafeName.problem(with: name) ?? "is invalid")") }
-        try mayActAs(name, principal)
+        try identities.mayActAs(name, principal)
         let (boot, sequence) = try Self.freshnessFields(given.boot, given.sequence)
         try Self.checkClock(given.clock)
         if let problem = given.problem {
@@ -170,6 +170,6 @@ extension Coordinator {
 
     /// The host of an agent URL, as certificates compare it.
     static func host(of url: String) -> String? {
-        URLComponents(string: url)?.host.map { canonicalHost($0.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) }
+        URLComponents(string: url)?.host.map { IdentityService.canonicalHost($0.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) }
     }
 }

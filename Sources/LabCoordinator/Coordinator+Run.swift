@@ -17,7 +17,7 @@ extension Coordinator {
     }
 
     func link(agent: String, url: String, chosenAt: Double, timeout: TimeInterval) throws -> any AgentLink {
-        guard let u = URL(string: url) else { throw NotCallable(agent: agent, reason: "bad agent URL \(HTTPService.escaped(url))") }
+        guard let u = URL(string: url) else { throw IdentityService.NotCallable(agent: agent, reason: "bad agent URL \(HTTPService.escaped(url))") }
         return config.agentLinks(AgentAddress(url: u, token: try credentialForCalling(agent, chosenAt: chosenAt), timeout: timeout))
     }
 
@@ -132,10 +132,12 @@ extension Coordinator {
         // margin covers sending the starts (about as long as arming took) and the slowest link.
         let armTime = now - began
         let worstRoundTrip = r.nodes.compactMap { $0.clockBefore?.roundTrip }.max() ?? 0
-        let margin = max(config.startMargin, 1.5 * armTime + 10 * worstRoundTrip + 0.5) + 0.002 * Double(r.nodes.count)
+        let barrier = StartBarrier.compute(startMargin: config.startMargin, maxStartMargin: config.maxStartMargin, armTime: armTime,
+                                           worstRoundTrip: worstRoundTrip, nodes: r.nodes.count)
+        let margin = barrier.margin
         // A start further ahead than maxStartMargin holds every agent of the run idle for it:
         // the run is refused, naming the slowest clock, and its agents are released.
-        guard margin.isFinite, margin <= config.maxStartMargin else {
+        guard barrier.bounded else {
             let slowest = r.nodes.max { ($0.clockBefore?.roundTrip ?? 0) < ($1.clockBefore?.roundTrip ?? 0) }
             let who = slowest.map { "agent \($0.agent) (\($0.agentURL)), round trip \(String(format: "%.3f", $0.clockBefore?.roundTrip ?? 0)) s" } ?? "no agent"
             _ = await endBeforeStart(r, state: .failed, message: "the start cannot be bounded: a margin of \(String(format: "%.1f", margin)) s is over \(String(format: "%.0f", config.maxStartMargin)) s (arming took \(String(format: "%.1f", armTime)) s; slowest clock: \(who))")

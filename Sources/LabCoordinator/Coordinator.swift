@@ -103,8 +103,6 @@ public final class Coordinator: Sendable {
     public let config: Config
     let http: HTTPService
     let store: CoordinatorStore
-    /// Enrolled agents (the credentials folder's agents.sqlite), when there is a folder.
-    let identityStore: IdentityStore?
     /// What the coordinator knows, under one lock (`withLock`).
     struct State {
         var agents: [String: AgentRecord] = [:]
@@ -121,8 +119,8 @@ public final class Coordinator: Sendable {
         var freshness: [String: Freshness] = [:]
     }
     private let state: Mutex<State>
-    /// Enrolled agents' credentials (Coordinator+Identity); read by the authenticator.
-    let identities: IdentityTable
+    /// Enrolled agents and the rule refusing a revoked one (IdentityService); read by the authenticator.
+    let identities: IdentityService
     /// The scheduled health checks and the retention's housekeeping, once started.
     private let background = Mutex<(healthChecks: Task<Void, Never>?, housekeeping: Task<Void, Never>?)>((nil, nil))
     /// Held from selecting a run's agents until the run is recorded: two submissions never
@@ -145,11 +143,13 @@ public final class Coordinator: Sendable {
         self.config = config
         let dashboard = try DashboardState()
         self.dashboard = dashboard
-        self.logger = Logger(label: logger.label) { [clock = config.clock] _ in RunLogTee(inner: logger, events: dashboard.events, clock: clock) }
+        let log = Logger(label: logger.label) { [clock = config.clock] _ in RunLogTee(inner: logger, events: dashboard.events, clock: clock) }
+        self.logger = log
         let store = try CoordinatorStore(url: config.results.appendingPathComponent("coordinator.sqlite"))
         self.store = store
-        identityStore = try config.credentials.map { try IdentityStore(url: $0.url.appendingPathComponent("agents.sqlite")) }
-        let identities = IdentityTable(Identities(try identityStore?.credentials() ?? []))
+        let identityStore = try config.credentials.map { try IdentityStore(url: $0.url.appendingPathComponent("agents.sqlite")) }
+        let identities = try IdentityService(store: identityStore, operatorToken: config.token, credentials: config.credentials, tlsLab: config.tls != nil,
+                                             clock: config.clock, logger: log)
         self.identities = identities
         http = HTTPService(name: "coordinator", authenticate: config.insecure ? nil : HTTPService.withScraper(config.scrapeToken, Self.authenticator(operatorToken: config.token, identities: identities)), logger: httpLogger ?? HTTPService.defaultLogger(level: logger.logLevel), throttle: config.authThrottle)
         var initial = State()

@@ -125,7 +125,7 @@ final class DashboardTests: XCTestCase {
         let agentSecret = "agent-secretagent-credential-1"
         let rec = IdentityStore.Credential(name: "secretagent", tokenHash: CredentialHash.of(agentSecret), coordinatorToken: "calls-secretagent",
                                            issuedAt: c.now, revokedAt: nil, hosts: ["127.0.0.1"])
-        try XCTUnwrap(c.identityStore).saveCredential(rec)
+        try XCTUnwrap(c.identities.store).saveCredential(rec)
         c.identities.add(rec)
         // The sign-in page itself is open, and shows nothing of the lab.
         let (status, page, _) = try await client.request("GET", "/")

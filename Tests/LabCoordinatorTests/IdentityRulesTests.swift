@@ -47,7 +47,7 @@ final class IdentityRulesTests: XCTestCase {
     func enrol(_ c: Coordinator, _ name: String, at t: Double) throws -> IdentityStore.Credential {
         let rec = IdentityStore.Credential(name: name, tokenHash: CredentialHash.of("agent-\(name)-\(t)"), coordinatorToken: "coordinator-calls-\(name)-\(t)",
                                            issuedAt: t, revokedAt: nil, hosts: ["127.0.0.1"])
-        try XCTUnwrap(c.identityStore).saveCredential(rec)
+        try XCTUnwrap(c.identities.store).saveCredential(rec)
         c.identities.add(rec)
         return rec
     }
@@ -177,17 +177,17 @@ final class IdentityRulesTests: XCTestCase {
 
     func testInATLSLabAnAgentRegistersOnlyAnHTTPSURLOnAHostItsCertificateNames() {
         let hosts = ["n1.lab", "10.77.0.11", "fd00:77::11"]
-        XCTAssertNil(Coordinator.callableProblem("n1", at: "http://n9.lab:1", tlsLab: false, enrolledHosts: hosts), "a plain lab checks nothing")
-        XCTAssertNil(Coordinator.callableProblem("n1", at: "https://n1.lab:8701", tlsLab: true, enrolledHosts: hosts))
-        XCTAssertNil(Coordinator.callableProblem("n1", at: "https://N1.LAB:8701", tlsLab: true, enrolledHosts: hosts))
-        XCTAssertNil(Coordinator.callableProblem("n1", at: "https://[fd00:77:0::11]:8701", tlsLab: true, enrolledHosts: hosts), "IPv6 compared canonically")
-        XCTAssertNil(Coordinator.callableProblem("n1", at: "https://10.77.0.11:8701", tlsLab: true, enrolledHosts: hosts))
+        XCTAssertNil(IdentityService.callableProblem("n1", at: "http://n9.lab:1", tlsLab: false, enrolledHosts: hosts), "a plain lab checks nothing")
+        XCTAssertNil(IdentityService.callableProblem("n1", at: "https://n1.lab:8701", tlsLab: true, enrolledHosts: hosts))
+        XCTAssertNil(IdentityService.callableProblem("n1", at: "https://N1.LAB:8701", tlsLab: true, enrolledHosts: hosts))
+        XCTAssertNil(IdentityService.callableProblem("n1", at: "https://[fd00:77:0::11]:8701", tlsLab: true, enrolledHosts: hosts), "IPv6 compared canonically")
+        XCTAssertNil(IdentityService.callableProblem("n1", at: "https://10.77.0.11:8701", tlsLab: true, enrolledHosts: hosts))
         for bad in ["http://n1.lab:8701", "http://10.77.0.11:8701", "ftp://n1.lab", "https://n3.lab:8701", "https://10.77.0.13:8701", "https://n1.lab.evil:1", "nonsense"] {
-            XCTAssertNotNil(Coordinator.callableProblem("n1", at: bad, tlsLab: true, enrolledHosts: hosts), bad)
+            XCTAssertNotNil(IdentityService.callableProblem("n1", at: bad, tlsLab: true, enrolledHosts: hosts), bad)
         }
-        XCTAssertNotNil(Coordinator.callableProblem("n1", at: "https://n1.lab:1", tlsLab: true, enrolledHosts: []), "a certificate naming no host")
-        XCTAssertNotNil(Coordinator.callableProblem("s1", at: "http://s1:1", tlsLab: true, enrolledHosts: nil), "a name never enrolled: https too")
-        XCTAssertNil(Coordinator.callableProblem("s1", at: "https://s1:1", tlsLab: true, enrolledHosts: nil))
+        XCTAssertNotNil(IdentityService.callableProblem("n1", at: "https://n1.lab:1", tlsLab: true, enrolledHosts: []), "a certificate naming no host")
+        XCTAssertNotNil(IdentityService.callableProblem("s1", at: "http://s1:1", tlsLab: true, enrolledHosts: nil), "a name never enrolled: https too")
+        XCTAssertNil(IdentityService.callableProblem("s1", at: "https://s1:1", tlsLab: true, enrolledHosts: nil))
     }
 
     func testInATLSLabAnAgentCannotRegisterWhereAnotherIsAliveOrOffItsHosts() throws {
