@@ -12,158 +12,28 @@ import Logging
 /// or is the outlier of that many runs, is quarantined with the evidence and never selected
 /// until the operator releases it.
 extension Coordinator {
-    // MARK: The registry
-
-    /// An agent reports its dongle (registration, heartbeat, a check): new, moved, or seen again.
-    func noteDongle(_ reported: LabWire.DongleInfo, agent: String) {
-        var info = reported
-        info.agent = agent
-        let key = DongleRecord.key(info)
-        let t = now
-        let change: (DongleRecord, [LabWire.DongleEvent])? = withLock { s in
-            guard var r = s.dongles[key] else {
-                let r = DongleRecord(id: key, info: info, at: t)
-                s.dongles[key] = r
-                let where_ = [info.host.map { "host \($0)" }, "agent \(agent)", info.adapter, info.usb.map { "USB port \($0.port)" }].compactMap { $0 }.joined(separator: ", ")
-                return (r, [LabWire.DongleEvent(kind: .registered, at: t, ok: true, message: "first seen: \(where_)")])
-            }
-            var events = [LabWire.DongleEvent]()
-            let old = r.info
-            let (here, there) = (DongleRecord.place(info), DongleRecord.place(old))
-            if here != there, r.isClone {
-                // Known clones: their reports alternate; nothing new to say.
-            } else if here != there, r.previousPlace == here, let seen = r.previousSeen, t - seen <= DongleRecord.cloneWindow {
-                // Reported here, then there, then here again within the window: not a dongle
-                // that moves but two that share one address. Neither can be told apart from the
-                // other (plans, manifests and history go by address), so neither is selected.
-                r.health = .bad
-                r.healthSince = t
-                r.healthReason = "\(DongleRecord.cloneReason) \(key): at \(here) and at \(there); give one a new address (btmgmt public-addr, where its controller allows it) or unplug it, then release"
-                events.append(LabWire.DongleEvent(kind: .health, at: t, ok: false, message: "bad: \(r.healthReason ?? "")"))
-            } else if old.host != info.host || old.agent != info.agent || (info.usb != nil && old.usb?.port != info.usb?.port) {
-                let from = [old.host, old.agent, old.usb?.port].compactMap { $0 }.joined(separator: "/")
-                let to = [info.host, info.agent, info.usb?.port].compactMap { $0 }.joined(separator: "/")
-                events.append(LabWire.DongleEvent(kind: .moved, at: t, ok: true, message: "now \(to) (was \(from))"))
-            }
-            if here != there {
-                r.previousPlace = there
-                r.previousSeen = r.lastSeen
-            }
-            // Fields a later look may not have (identity read once) are kept.
-            if info.manufacturer == nil, old.manufacturer != nil {
-                info.manufacturer = old.manufacturer; info.manufacturerName = old.manufacturerName
-                info.hciVersion = old.hciVersion; info.hciRevision = old.hciRevision
-                info.lmpVersion = old.lmpVersion; info.lmpSubversion = old.lmpSubversion
-            }
-            let due = t - r.lastSeen >= 60
-            guard info != old || due || !events.isEmpty else { r.lastSeen = t; s.dongles[key] = r; return nil }
-            r.info = info
-            r.lastSeen = t
-            s.dongles[key] = r
-            return (r, events)
-        }
-        if let (r, events) = change { persistDongle(r, events) }
-    }
-
-    /// A dongle's history, newest first; a store that cannot give it is logged (the record is
-    /// then judged and shown without it).
-    func dongleHistory(_ key: String, limit: Int) -> [LabWire.DongleEvent] {
-        do { return try store.dongleEvents(key, limit: limit) } catch {
-            logger.error("cannot read dongle \(key)'s history: \(error)", metadata: ["dongle": .string(key)])
-            return []
-        }
-    }
-
-    func persistDongle(_ r: DongleRecord, _ events: [LabWire.DongleEvent]) {
-        do { try store.saveDongle(r, events: events) } catch { logger.error("cannot save dongle \(r.id): \(error)", metadata: ["dongle": .string(r.info.name), "dongleId": .string(r.id)]) }
-        for e in events where ![.preflight, .check, .run].contains(e.kind) {
-            logger.notice("dongle \(r.info.name) (\(r.id)): \(e.kind): \(e.message)", metadata: ["dongle": .string(r.info.name), "dongleId": .string(r.id)])
-        }
-    }
-
-    /// Applies an outcome to a dongle's record; returns the dongle's name when it was quarantined by it.
-    @discardableResult
-    func apply(_ outcome: DongleRules.Outcome, to key: String) -> String? {
-        let recent = dongleHistory(key, limit: 100)
-        let t = now
-        let k = config.quarantineAfter
-        let result: (DongleRecord, [LabWire.DongleEvent], Bool)? = withLock { s in
-            guard var r = s.dongles[key] else { return nil }
-            let before = r.health
-            let events = DongleRules.apply(outcome, to: &r, at: t, quarantineAfter: k, recent: recent)
-            s.dongles[key] = r
-            return (r, events, before != .bad && r.health == .bad)
-        }
-        guard let (r, events, quarantined) = result else { return nil }
-        persistDongle(r, events)
-        return quarantined ? r.info.name : nil
-    }
-
-    /// The record key of a dongle named by the operator: its address (any case), its key, or
-    /// its name when that is unique.
-    func dongleKey(_ ref: String) throws -> String {
-        try withLock { s in
-            if let a = LabWire.normalisedAddress(ref), s.dongles[a] != nil { return a }
-            if s.dongles[ref] != nil { return ref }
-            let named = s.dongles.values.filter { $0.info.name == ref }
-            if named.count == 1 { return named[0].id }
-            if named.count > 1 {
-                throw LabRefusal(.conflict, "\(named.count) dongles are named \(ref) (\(named.map(\.id).sorted().joined(separator: ", "))): give the address")
-            }
-            throw LabRefusal(.notFound, "no dongle \(ref) (dongles: \(s.dongles.values.map(\.info.name).sorted().joined(separator: ", ")))")
-        }
-    }
-
-    /// The operator sets a dongle's health: quarantine (bad), release (unknown: checked again
-    /// before use), maintenance, retired.
-    func setHealth(_ ref: String, _ request: LabWire.HealthRequest) throws -> LabWire.DongleView {
-        guard ref.utf8.count <= 128 else { throw LabRefusal(.invalid, "dongle name too long") }
-        let reason = request.reason.map { String($0.prefix(500)) }
-        if let r = reason, r.unicodeScalars.contains(where: { $0.value < 0x20 }) { throw LabRefusal(.invalid, "reason holds control characters") }
-        let key = try dongleKey(ref)
-        let t = now
-        let updated: (DongleRecord, LabWire.DongleEvent)? = withLock { s in
-            guard var r = s.dongles[key] else { return nil }
-            let was = r.health
-            r.health = request.health
-            r.healthSince = t
-            r.healthReason = reason.map { "set by the operator: \($0)" } ?? "set by the operator"
-            if request.health == .unknown { r.failures = 0; r.outliers = 0 }
-            s.dongles[key] = r
-            let verb = request.health == .unknown && was == .bad ? "released" : request.health == .bad ? "quarantined" : "set to \(request.health.rawValue)"
-            return (r, LabWire.DongleEvent(kind: .health, at: t, ok: request.health.selectable,
-                                           message: "\(request.health.rawValue): \(verb) by the operator (was \(was.rawValue))\(reason.map { ": \($0)" } ?? "")"))
-        }
-        guard let (r, e) = updated else { throw LabRefusal(.notFound, "no dongle \(ref)") }
-        persistDongle(r, [e])
-        return dongleViews(history: 20).first { $0.id == r.id }!
-    }
-
     /// Every dongle with its agent's liveness, the run it is busy with, and its newest history.
     func dongleViews(history: Int) -> [LabWire.DongleView] {
         let agentStates = Dictionary(agentViews.map { ($0.info.name, $0.state.rawValue) }, uniquingKeysWith: { a, _ in a })
-        let (records, busy) = withLock { s -> ([DongleRecord], [String: String]) in
+        let busy = withLock { s -> [String: String] in
             var busy = [String: String]()
             for r in s.runs.values where !r.state.isFinal { for n in r.nodes { busy[n.agent] = r.id } }
-            return (s.dongles.values.sorted { ($0.info.host ?? "", $0.info.name, $0.id) < ($1.info.host ?? "", $1.info.name, $1.id) }, busy)
+            return busy
         }
-        return records.map { r in
-            var v = LabWire.DongleView(id: r.id, info: r.info, health: r.health, failures: r.failures, outliers: r.outliers,
-                                       firstSeen: r.firstSeen, lastSeen: r.lastSeen,
-                                       history: history > 0 ? dongleHistory(r.id, limit: history) : [])
-            v.healthReason = r.healthReason
-            v.healthSince = r.healthSince
-            v.agentState = r.info.agent.flatMap { agentStates[$0] }
-            v.busyWith = r.info.agent.flatMap { busy[$0] }
-            return v
-        }
+        return dongles.views(history: history, agentStates: agentStates, busy: busy)
     }
 
-    /// The record of the dongle an agent drives, if it reported one.
-    func dongleRecord(of agent: LabWire.AgentInfo) -> DongleRecord? {
-        guard let d = agent.dongle else { return nil }
-        return withLock { s in s.dongles[DongleRecord.key(d)] }
+    /// The operator sets a dongle's health (`DongleService.setHealth`); its view is returned.
+    func setHealth(_ ref: String, _ request: LabWire.HealthRequest) throws -> LabWire.DongleView {
+        let r = try dongles.setHealth(ref, request)
+        return dongleViews(history: 20).first { $0.id == r.id }!
     }
+
+    /// An agent reports its dongle (`DongleService.note`).
+    func noteDongle(_ reported: LabWire.DongleInfo, agent: String) { dongles.note(reported, agent: agent) }
+
+    /// A dongle's history, newest first (`DongleService.history`).
+    func dongleHistory(_ key: String, limit: Int) -> [LabWire.DongleEvent] { dongles.history(key, limit: limit) }
 
     // MARK: Checks
 
@@ -191,8 +61,8 @@ extension Coordinator {
         // The check's id, and the run whose pre-flight it is, on each of its log lines.
         var ids: Logger.Metadata = ["check": .string(id)]
         if let run { ids["run"] = .string(run) }
-        withLock { s in for c in candidates { s.checking.insert(c.agent) } }
-        defer { withLock { s in for c in candidates { s.checking.remove(c.agent) } } }
+        dongles.setChecking(candidates.map(\.agent), true)
+        defer { dongles.setChecking(candidates.map(\.agent), false) }
         // Setting a dongle up (power, advertising, discovery) can take bluetoothd many seconds
         // when a host sets up several at once: the first answer may take up to the bound.
         // A revoked agent is not called (no credential goes to it); it fails the check.
@@ -265,7 +135,7 @@ extension Coordinator {
             let evidence = Self.evidence(reports[i], v)
             let message = v.ok ? "passed: heard \(v.saw.count), heard by \(v.seenBy.count)\(v.seconds.map { String(format: ", the last after %.1f s", $0) } ?? "")"
                 : "failed: \(v.reason ?? "no reason")\(v.blame ? "" : " (not counted against it)")"
-            if let q = apply(.check(kind: kind, ok: v.ok, blame: v.blame, message: message, run: run, evidence: evidence), to: key) {
+            if let q = dongles.apply(.check(kind: kind, ok: v.ok, blame: v.blame, message: message, run: run, evidence: evidence), to: key) {
                 logger.warning("dongle \(q) quarantined: it failed \(config.quarantineAfter) checks in a row (\(v.reason ?? ""))", metadata: ids.merging(["dongle": .string(q)]) { $1 })
                 quarantined.append(q)
             }
@@ -302,13 +172,11 @@ extension Coordinator {
         if let names = request.dongles {
             guard names.count <= 1000 else { throw LabRefusal(.invalid, "at most 1000 dongles") }
         }
-        let wanted = try request.dongles.map { try Set($0.map { try dongleKey($0) }) }
+        let wanted = try request.dongles.map { try Set($0.map { try dongles.key($0) }) }
         let alive = Dictionary(agentViews.filter { $0.state == .alive }.map { ($0.info.name, $0.info) }, uniquingKeysWith: { a, _ in a })
-        let (records, busy) = withLock { s -> ([DongleRecord], Set<String>) in
-            var busy = s.checking
-            for r in s.runs.values where !r.state.isFinal { for n in r.nodes { busy.insert(n.agent) } }
-            return (s.dongles.values.sorted { $0.id < $1.id }, busy)
-        }
+        var busy = dongles.checking
+        let records = dongles.withState { s in s.dongles.values.sorted { $0.id < $1.id } }
+        withLock { s in for r in s.runs.values where !r.state.isFinal { for n in r.nodes { busy.insert(n.agent) } } }
         var candidates = [CheckCandidate]()
         var left = [String]()
         for r in records {
@@ -386,18 +254,18 @@ extension Coordinator {
             guard let d = r.nodes[i].dongle else { continue }
             let key = DongleRecord.key(d)
             for rec in r.nodes[i].recoveries ?? [] {
-                apply(.recovery(ok: rec.ok, message: "\(rec.action) \(rec.ok ? "worked" : "failed"): \(rec.detail ?? "") (because \(rec.reason))", run: r.id), to: key)
+                dongles.apply(.recovery(ok: rec.ok, message: "\(rec.action) \(rec.ok ? "worked" : "failed"): \(rec.detail ?? "") (because \(rec.reason))", run: r.id), to: key)
             }
             guard nodes.contains(r.nodes[i].name) else { continue }
             if let why = outliers[r.nodes[i].name] {
                 r.nodes[i].state = .partial
                 r.nodes[i].message = [r.nodes[i].message, "its dongle looks faulty: \(why)"].compactMap { $0 }.joined(separator: "; ")
-                if let q = apply(.run(outlier: true, message: "outlier of node \(r.nodes[i].name): \(why)", run: r.id, evidence: nil), to: key) {
+                if let q = dongles.apply(.run(outlier: true, message: "outlier of node \(r.nodes[i].name): \(why)", run: r.id, evidence: nil), to: key) {
                     logger.warning("dongle \(q) quarantined: the outlier of \(config.quarantineAfter) runs in a row",
                                    metadata: ["run": .string(r.id), "node": .string(r.nodes[i].name), "dongle": .string(q)])
                 }
             } else {
-                apply(.run(outlier: false, message: "node \(r.nodes[i].name) \(r.nodes[i].state.rawValue)", run: r.id, evidence: nil), to: key)
+                dongles.apply(.run(outlier: false, message: "node \(r.nodes[i].name) \(r.nodes[i].state.rawValue)", run: r.id, evidence: nil), to: key)
             }
         }
     }

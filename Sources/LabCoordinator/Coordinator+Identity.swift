@@ -30,8 +30,7 @@ extension Coordinator {
     /// never selected again until enrolled anew; the air is told, so its tickets attach nothing.
     func revoke(_ name: String) throws {
         try identities.revoke(name)
-        try store.forgetAgent(name)
-        withLock { s in s.agents[name] = nil }
+        try registry.forget(name)
         logger.notice("agent \(name) revoked; its credential is refused from now on", metadata: ["agent": .string(name)])
         let at = now
         // A short notice, not long-lived work: it ends with its one connection (tellAir logs a failure).

@@ -273,7 +273,7 @@ extension Coordinator {
             }
             // An abort arrives through the stored record; take it before writing ours back.
             if run(r.id)?.abortRequested == true { r.abortRequested = true; update(r); return nil }
-            let statuses = withLock { s in agentsStatus(s) }
+            let statuses = registry.statuses
             var changed = markNotCalled(&r)
             for i in r.nodes.indices where r.nodes[i].state != .lost {
                 guard let s = statuses[r.nodes[i].agent], s.runId == r.id else { continue }
@@ -313,12 +313,5 @@ extension Coordinator {
                            metadata: ["run": .string(r.id), "node": .string(r.nodes[i].name), "agent": .string(r.nodes[i].agent)])
         }
         return changed
-    }
-
-    /// Latest heartbeat status per agent (from the state, under the lock).
-    func agentsStatus(_ s: State) -> [String: LabWire.AgentStatus] {
-        var out = [String: LabWire.AgentStatus]()
-        for (name, a) in s.agents { if let st = a.status { out[name] = st } }
-        return out
     }
 }

@@ -9,15 +9,15 @@ final class CoordinatorRulesTests: XCTestCase {
     }
 
     func testAgentOnAWildcardAddressIsCalledWhereItsRegistrationCameFrom() throws {
-        XCTAssertEqual(try Coordinator.reachableURL(info("http://0.0.0.0:8701"), peerHost: "10.77.0.11"), "http://10.77.0.11:8701")
-        XCTAssertEqual(try Coordinator.reachableURL(info("http://[::]:8701"), peerHost: "fd00:77::11"), "http://[fd00:77::11]:8701")
-        XCTAssertEqual(try Coordinator.reachableURL(info("http://0.0.0.0:8701"), peerHost: "::ffff:10.77.0.12"), "http://10.77.0.12:8701", "IPv4-mapped peers are called over IPv4")
-        XCTAssertEqual(try Coordinator.reachableURL(info("http://n1.lab:8701"), peerHost: "10.77.0.11"), "http://n1.lab:8701", "an announced name is kept")
-        XCTAssertEqual(try Coordinator.reachableURL(info("http://[fd00::5]:8701"), peerHost: "10.77.0.11"), "http://[fd00::5]:8701")
-        XCTAssertThrowsError(try Coordinator.reachableURL(info("http://0.0.0.0:8701"), peerHost: nil)) { e in
+        XCTAssertEqual(try AgentRegistry.reachableURL(info("http://0.0.0.0:8701"), peerHost: "10.77.0.11"), "http://10.77.0.11:8701")
+        XCTAssertEqual(try AgentRegistry.reachableURL(info("http://[::]:8701"), peerHost: "fd00:77::11"), "http://[fd00:77::11]:8701")
+        XCTAssertEqual(try AgentRegistry.reachableURL(info("http://0.0.0.0:8701"), peerHost: "::ffff:10.77.0.12"), "http://10.77.0.12:8701", "IPv4-mapped peers are called over IPv4")
+        XCTAssertEqual(try AgentRegistry.reachableURL(info("http://n1.lab:8701"), peerHost: "10.77.0.11"), "http://n1.lab:8701", "an announced name is kept")
+        XCTAssertEqual(try AgentRegistry.reachableURL(info("http://[fd00::5]:8701"), peerHost: "10.77.0.11"), "http://[fd00::5]:8701")
+        XCTAssertThrowsError(try AgentRegistry.reachableURL(info("http://0.0.0.0:8701"), peerHost: nil)) { e in
             XCTAssertTrue("\(e)".contains("--advertise-url"), "\(e)")
         }
-        XCTAssertThrowsError(try Coordinator.reachableURL(info("ftp://x:1"), peerHost: "10.0.0.1"))
+        XCTAssertThrowsError(try AgentRegistry.reachableURL(info("ftp://x:1"), peerHost: "10.0.0.1"))
     }
 
     func list(_ names: [String]) -> LabWire.FileList {

@@ -203,7 +203,7 @@ final class DongleHealthTests: XCTestCase {
         d.host = n <= 3 ? "hostA" : "hostB"
         var info = LabWire.AgentInfo(name: "a\(n)", url: url, tags: [], radio: .bluez, adapter: d.id, controller: nil, port: 1)
         info.dongle = d
-        c.withLock { s in s.agents[info.name] = Coordinator.AgentRecord(info: info, lastSeen: c.now, persistedSeen: c.now, status: nil) }
+        c.registry.withRecords { s in s[info.name] = AgentRegistry.AgentRecord(info: info, lastSeen: c.now, persistedSeen: c.now, status: nil) }
         c.noteDongle(d, agent: info.name)
     }
 
@@ -224,16 +224,16 @@ final class DongleHealthTests: XCTestCase {
         }
         let d2 = "F0:00:00:00:00:02"
         report(2, by: "a5", host: "hostB")
-        XCTAssertEqual(c.withLock { s in s.dongles[d2]?.health }, .unknown, "reported at a second place: a move")
-        c.withLock { s in s.dongles[d2]?.previousSeen? -= DongleRecord.cloneWindow + 1 }
+        XCTAssertEqual(c.dongles.withState { s in s.dongles[d2]?.health }, .unknown, "reported at a second place: a move")
+        c.dongles.withState { s in s.dongles[d2]?.previousSeen? -= DongleRecord.cloneWindow + 1 }
         report(2, by: "a2", host: "hostA")
-        XCTAssertEqual(c.withLock { s in s.dongles[d2]?.health }, .unknown, "back at its first place long after: a move too")
+        XCTAssertEqual(c.dongles.withState { s in s.dongles[d2]?.health }, .unknown, "back at its first place long after: a move too")
         XCTAssertEqual(c.dongleHistory(d2, limit: 10).filter { $0.kind == .moved }.count, 2)
 
         let d1 = "F0:00:00:00:00:01"
         report(1, by: "a5", host: "hostB")
         report(1, by: "a1", host: "hostA")
-        let r = try XCTUnwrap(c.withLock { s in s.dongles[d1] })
+        let r = try XCTUnwrap(c.dongles.withState { s in s.dongles[d1] })
         XCTAssertEqual(r.health, .bad)
         XCTAssertTrue(r.isClone)
         XCTAssertEqual(r.healthReason, "clone: two controllers report address F0:00:00:00:00:01: at hostA/a1 and at hostB/a5; "
@@ -252,7 +252,7 @@ final class DongleHealthTests: XCTestCase {
     func testSelectionSkipsQuarantinedDonglesAndPrefersGoodOnes() throws {
         let c = try coordinator()
         for n in 1...5 { register(c, n, url: "http://127.0.0.1:\(9000 + n)", maker: n <= 3 ? 2 : 93) }
-        c.withLock { s in
+        c.dongles.withState { s in
             s.dongles["F0:00:00:00:00:05"]?.health = .good
             s.dongles["F0:00:00:00:00:02"]?.health = .bad
             s.dongles["F0:00:00:00:00:02"]?.healthReason = "quarantined: failed 2 checks in a row"
@@ -290,7 +290,7 @@ final class DongleHealthTests: XCTestCase {
             var r = RunRecord(id: id, plan: "p", planText: "", state: .gathering, created: 0, duration: 60, warmup: 0, air: nil, nodes: [])
             r.nodes = (1...4).map { n in
                 RunRecord.Node(name: "n\(n)", agent: "a\(n)", agentURL: "", state: .complete, files: [],
-                               dongle: c.withLock { s in s.dongles["F0:00:00:00:00:0\(n)"]?.info })
+                               dongle: c.dongles.withState { s in s.dongles["F0:00:00:00:00:0\(n)"]?.info })
             }
             r.nodes[1].recoveries = [LabWire.Recovery(at: 5, action: .powerCycle, ok: true, reason: "3 calls to the adapter failed in a row", detail: "adapter /org/bluez/hci1 powered and ready again after 2.1 s")]
             return r

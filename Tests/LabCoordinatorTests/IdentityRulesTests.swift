@@ -106,19 +106,19 @@ final class IdentityRulesTests: XCTestCase {
         var forged = beat("a1", boot: boot, 3)
         forged.clock = LabWire.HeartbeatClock(sequence: 2, sent: reply.received + 50, answered: reply.sent + 50)
         XCTAssertThrowsError(try c.heartbeat("a1", forged, principal: agent("a2"))) { XCTAssertEqual(status($0), 403) }
-        XCTAssertTrue(c.withLock { s in s.agents["a1"]!.clocks.isEmpty }, "another agent's credential makes no sample for a1")
-        XCTAssertNotNil(c.withLock { s in s.agents["a1"]!.clockPending }, "nor spends a1's pending exchange")
+        XCTAssertTrue(c.registry.withRecords { s in s["a1"]!.clocks.isEmpty }, "another agent's credential makes no sample for a1")
+        XCTAssertNotNil(c.registry.withRecords { s in s["a1"]!.clockPending }, "nor spends a1's pending exchange")
         // a1's own: one sample, offset 0 (its own stamps, one clock).
         var own = beat("a1", boot: boot, 3)
         own.clock = LabWire.HeartbeatClock(sequence: 2, sent: reply.received - 0.0001, answered: reply.sent + 0.0001)
         let next = try c.heartbeat("a1", own, principal: agent("a1"))
-        XCTAssertEqual(c.withLock { s in s.agents["a1"]!.clocks.map(\.sample.offset) }, [0])
+        XCTAssertEqual(c.registry.withRecords { s in s["a1"]!.clocks.map(\.sample.offset) }, [0])
         // Revoked: the next stamps are refused with the heartbeat.
         try c.revoke("a1")
         var late = beat("a1", boot: boot, 4)
         late.clock = LabWire.HeartbeatClock(sequence: 3, sent: next.received, answered: next.sent)
         XCTAssertThrowsError(try c.heartbeat("a1", late, principal: agent("a1"))) { XCTAssertEqual(status($0), 403) }
-        XCTAssertLessThanOrEqual(c.withLock { s in s.agents["a1"]?.clocks.count ?? 0 }, 1, "no sample from a revoked credential")
+        XCTAssertLessThanOrEqual(c.registry.withRecords { s in s["a1"]?.clocks.count ?? 0 }, 1, "no sample from a revoked credential")
     }
 
     func run(_ c: Coordinator, nodes: [(String, String)], created: Double) throws -> (RunRecord, Plan) {
@@ -212,7 +212,7 @@ final class IdentityRulesTests: XCTestCase {
         try c.register(info("a1", "http://10.0.0.5:8701", boot: boot, 1), principal: op, peerHost: "10.0.0.5")
         try c.heartbeat("a1", beat("a1", boot: boot, 2), principal: op)
         // The agent stops; its last heartbeat was captured and is replayed 70 times.
-        c.withLock { s in s.agents["a1"]?.lastSeen -= 100 }
+        c.registry.withRecords { s in s["a1"]?.lastSeen -= 100 }
         var refused = 0
         for _ in 0..<70 {
             do { try c.heartbeat("a1", beat("a1", boot: boot, 2), principal: op) } catch { XCTAssertEqual(status(error), 409); refused += 1 }
@@ -248,7 +248,7 @@ final class IdentityRulesTests: XCTestCase {
         // The same host on another port (the agent restarted) is itself.
         try c.register(info("n1", "http://10.77.0.11:8702", boot: "boot-0000-dddd", 1), principal: agent("n1"), peerHost: "10.77.0.11")
         // Once the first is quiet, the name may move.
-        c.withLock { s in s.agents["n1"]?.lastSeen -= 100 }
+        c.registry.withRecords { s in s["n1"]?.lastSeen -= 100 }
         try c.register(info("n1", "http://10.77.0.13:8701", boot: "boot-0000-cccc", 2), principal: agent("n1"), peerHost: "10.77.0.13")
     }
 

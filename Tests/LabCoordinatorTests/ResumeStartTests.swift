@@ -70,7 +70,7 @@ final class ResumeStartTests: XCTestCase {
         let c = try Coordinator(config: config, logger: logger)
         for name in links.keys.sorted() {
             let info = LabWire.AgentInfo(name: name, url: "http://\(name).in-memory:1", tags: [], radio: .sim, adapter: nil, controller: nil)
-            c.withLock { s in s.agents[name] = Coordinator.AgentRecord(info: info, lastSeen: c.now, persistedSeen: c.now, status: nil) }
+            c.registry.withRecords { s in s[name] = AgentRegistry.AgentRecord(info: info, lastSeen: c.now, persistedSeen: c.now, status: nil) }
         }
         return c
     }
