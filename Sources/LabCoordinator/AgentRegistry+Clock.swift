@@ -62,7 +62,7 @@ extension AgentRegistry {
     }
 }
 
-extension Coordinator {
+extension RunController {
     /// A node's agent's clock (`from` says how it was measured): from its heartbeats when they
     /// suffice, else probed over `link` (over HTTP: `ClockProbe`, up to 32 exchanges on one
     /// kept-alive connection, fewer once a round trip under 1 ms was seen after 8). nil with the

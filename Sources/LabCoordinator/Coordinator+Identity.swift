@@ -34,29 +34,6 @@ extension Coordinator {
         logger.notice("agent \(name) revoked; its credential is refused from now on", metadata: ["agent": .string(name)])
         let at = now
         // A short notice, not long-lived work: it ends with its one connection (tellAir logs a failure).
-        Task { await tellAir(.revoked(agent: name, at: at)) }
-    }
-
-    /// The air address an armed node gets: with a ticket bound to the run, the node, the agent
-    /// that runs it and the run's latest end, when the lab has an air key.
-    func airAddress(_ base: LabWire.AirAddress?, run: String, node: String, agent: String, until end: Double) -> LabWire.AirAddress? {
-        guard var air = base else { return nil }
-        if let key = config.airKey { air.ticket = NodeTicket.issue(run: run, node: node, agent: agent, issued: now, expires: end, key: key) }
-        return air
-    }
-
-    /// Tells the air what a ticket cannot know (a run ended, an agent was revoked), signed with
-    /// the air key, over its own connection (TLS when this process trusts a lab CA). A failure
-    /// is logged: the tickets still expire at their run's latest end.
-    func tellAir(_ notice: NodeTicket.Notice) async {
-        guard let key = config.airKey, let air = config.air else { return }
-        let signed = notice.signed(key: key)
-        let problem: String? = await withCheckedContinuation { done in
-            // Connecting blocks (name lookup, handshake): off the cooperative pool.
-            DispatchQueue.global().async { done.resume(returning: AirNotices.tell(signed, host: air.host, port: air.port, tls: LabTrust.client)) }
-        }
-        if let problem {
-            logger.error("the air at \(air.host):\(air.port) did not take the notice \(notice): \(HTTPService.escaped(problem)); the tickets concerned still expire at their run's latest end")
-        }
+        Task { await runs.tellAir(.revoked(agent: name, at: at)) }
     }
 }

@@ -89,25 +89,17 @@ public final class Coordinator: Sendable {
     public let config: Config
     let http: HTTPService
     let store: CoordinatorStore
-    /// The runs, under one lock (`withLock`).
-    struct State {
-        var runs: [String: RunRecord] = [:]
-        /// Each run's task (Coordinator+Run).
-        var tasks: [String: Task<Void, Never>] = [:]
-    }
-    private let state: Mutex<State>
     /// Enrolled agents and the rule refusing a revoked one (IdentityService); read by the authenticator.
     let identities: IdentityService
     /// The agents: registrations, heartbeats, their clocks (AgentRegistry).
     let registry: AgentRegistry
     /// The lab's dongles and their health (DongleService).
     let dongles: DongleService
+    /// The runs' course, from submission to bundle (RunController).
+    let runs: RunController
     /// The background services (`services`) when this coordinator runs them itself (`start`,
     /// `startUnserved`): one task holding them in a task group, cancelled by `stop`.
     private let background = Mutex<Task<Void, Never>?>(nil)
-    /// Held from selecting a run's agents until the run is recorded: two submissions never
-    /// both take one agent.
-    private let submitting = Mutex(())
     /// GET /metrics (Coordinator+Metrics).
     let metrics = CoordinatorMetrics()
     /// The dashboard's sessions and live strips (Dashboard*.swift).
@@ -140,12 +132,11 @@ public final class Coordinator: Sendable {
                                                                 heartbeatClockRoundTrip: config.heartbeatClockRoundTrip),
                                      store: store, identities: identities, inventory: try config.inventory.map(AgentRegistry.loadInventory) ?? [],
                                      clock: config.clock, logger: log, noteDongle: { dongles.note($0, agent: $1) })
-        var initial = State()
-        for r in try store.runs() { initial.runs[r.id] = r }
-        state = Mutex(initial)
+        runs = try RunController(config: config, store: store, registry: registry, dongles: dongles, identities: identities, logger: log)
         routes()
         metricsRoute()
         dashboardRoutes()
+        runs.onEnded { [weak self] r in self?.recordStudyIfFinished(r) }
     }
 
     /// The coordinator's time: `Config.clock`'s.
@@ -173,11 +164,7 @@ public final class Coordinator: Sendable {
     /// What `start` does besides serving.
     private func startWork(_ runBackground: Bool) {
         // Pick up runs a previous coordinator left unfinished.
-        let unfinished = withLock { s in s.runs.values.filter { !$0.state.isFinal } }
-        for r in unfinished {
-            logger.notice("resuming run \(r.id) (\(r.state.rawValue))", metadata: ["run": .string(r.id)])
-            launch(r.id)
-        }
+        runs.resumeUnfinished()
         guard runBackground else { return }
         let services = self.services
         // The one task that holds the background services (a task group): cancelled by `stop`.
@@ -225,7 +212,7 @@ public final class Coordinator: Sendable {
     }
 
     public func stop() async {
-        withLock { s in for t in s.tasks.values { t.cancel() } }
+        runs.cancelAll()
         if let task = background.withLock({ $0 }) {
             task.cancel()
             await task.value
@@ -234,8 +221,8 @@ public final class Coordinator: Sendable {
         registry.flushSeen()
     }
 
-    /// Runs `body` with the coordinator's state, under its lock (never across an await).
-    func withLock<T>(_ body: (inout State) throws -> T) rethrows -> T { try state.withLock { s in try body(&s) } }
+    /// Runs `body` with the runs, under their lock (`RunController.withLock`; never across an await).
+    func withLock<T>(_ body: (inout RunController.State) throws -> T) rethrows -> T { try runs.withLock(body) }
 
     public enum Liveness: String, Codable, Sendable { case alive, missing, lost, unknown }
 
@@ -267,174 +254,18 @@ public final class Coordinator: Sendable {
         try registry.heartbeat(name, given, principal: principal, received: received) { agent, status, t in noteLive(agent, status, at: t) }
     }
 
-    // MARK: Submitting
+    // MARK: The run controller's, for the routes and the dashboard
 
-    /// Validates the plan, selects agents, records the run and starts it.
-    public func submit(planText: String, source: String) throws -> RunRecord {
-        let plan: Plan
-        do { plan = try Plan.parse(yaml: planText, source: source) } catch {
-            throw LabRefusal(.invalid, error.description)
-        }
-        let personas = plan.nodes.filter { $0.persona != nil }
-        guard personas.isEmpty else {
-            throw LabRefusal(.invalid, "\(personas.map { "\($0.name) (persona \($0.persona!.rawValue))" }.joined(separator: ", ")): personas are simulated phones; a lab runs Linux nodes only (herald-lab simulate runs them)")
-        }
-        return try submitting.withLock { _ in try submitSelected(plan, planText: planText) }
+    /// Validates the plan, selects agents, records the run and starts it (`RunController.submit`).
+    public func submit(planText: String, source: String) throws -> RunRecord { try runs.submit(planText: planText, source: source) }
+    func run(_ id: String) -> RunRecord? { runs.run(id) }
+    func save(_ r: RunRecord) throws { try runs.save(r) }
+    func update(_ r: RunRecord) { runs.update(r) }
+    func launch(_ id: String) { runs.launch(id) }
+    func endBeforeStart(_ record: RunRecord, state: RunRecord.State, message: String) async -> RunRecord {
+        await runs.endBeforeStart(record, state: state, message: message)
     }
-
-    /// The rest of `submit`, while it holds `submitting`.
-    private func submitSelected(_ plan: Plan, planText: String) throws -> RunRecord {
-        let selection = try select(plan)
-        let selected = selection.chosen
-        var rng = SystemRandomNumberGenerator()
-        let stamp = Self.stamp(now)
-        // Run ids are names on every agent's disk: at most 64 characters.
-        let id = "\(plan.name.prefix(40))-\(stamp)-\(String(format: "%04x", UInt16.random(in: 0...UInt16.max, using: &rng)))"
-        let nodes = zip(plan.nodes, selected).map { spec, agent in
-            RunRecord.Node(name: spec.name, agent: agent.name, agentURL: agent.url, state: .selected, files: [],
-                           dongle: agent.dongle, dongleHealth: dongles.record(of: agent)?.health ?? (agent.dongle == nil ? nil : .unknown))
-        }
-        var record = RunRecord(id: id, plan: plan.name, planText: planText, state: .arming, created: now, duration: plan.duration,
-                               warmup: plan.warmup, air: config.air, nodes: nodes)
-        if !selection.spares.isEmpty {
-            record.spares = selection.spares.map { RunRecord.Spare(agent: $0.name, agentURL: $0.url, dongle: $0.dongle, dongleHealth: dongles.record(of: $0)?.health) }
-        }
-        try save(record)
-        logger.notice("run \(id) submitted: \(plan.nodes.count) nodes on agents \(selected.map { "\($0.name) (\($0.url))" }.joined(separator: ", "))\(selection.spares.isEmpty ? "" : "; spares \(selection.spares.map(\.name).joined(separator: ", "))")", metadata: ["run": .string(id)])
-        launch(id)
-        return record
-    }
-
-    static func stamp(_ t: Double) -> String {
-        let s = HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: t))
-        return s.replacingOccurrences(of: "-", with: "").replacingOccurrences(of: ":", with: "").replacingOccurrences(of: " ", with: "-")
-    }
-
-    /// The agents chosen for a plan's nodes, in node order, and the spares checked with them.
-    struct Selection {
-        var chosen: [LabWire.AgentInfo]
-        var spares: [LabWire.AgentInfo] = []
-    }
-
-    /// Picks one alive agent per node: by the plan's names or dongle names, else by tags, radio
-    /// and (radio bluez) the dongle's make and firmware, plus the spares asked for. Busy agents
-    /// are skipped, and so is a second agent name at the URL of one already chosen: one agent
-    /// slot never runs two nodes. With radio bluez, a dongle that is quarantined, in maintenance
-    /// or retired is never chosen; known good dongles come before unknown ones.
-    func select(_ plan: Plan) throws -> Selection {
-        let views = agentViews.filter { $0.state == .alive }
-        let active = withLock { s in s.runs.values.filter { !$0.state.isFinal } }
-        let inCheck = dongles.checking
-        let busyNames = Set(active.flatMap { $0.nodes.map(\.agent) + ($0.spares ?? []).map(\.agent) }).union(inCheck)
-        let busyURLs = Set(active.flatMap { $0.nodes.map(\.agentURL) + ($0.spares ?? []).map(\.agentURL) })
-        func busy(_ i: LabWire.AgentInfo) -> Bool { busyNames.contains(i.name) || busyURLs.contains(i.url) }
-        let bluez = plan.radio.kind == .bluez
-        /// Why an agent's dongle may not be chosen, nil when it may.
-        func unusable(_ i: LabWire.AgentInfo) -> String? {
-            guard bluez, let r = dongles.record(of: i), !r.health.selectable else { return nil }
-            return "dongle \(r.info.name) (\(r.id)) is \(r.health.rawValue)\(r.healthReason.map { ": \($0)" } ?? "")"
-        }
-        let need = plan.nodes.count
-        if let names = plan.agents.names {
-            var out = [LabWire.AgentInfo]()
-            for n in names {
-                guard let v = views.first(where: { $0.info.name == n }) else { throw LabRefusal(.conflict, "plan \(plan.name) names agent \(n), which is not alive (alive: \(views.map(\.info.name).joined(separator: ", ")))") }
-                // A named agent must have the plan's radio too: a bluez agent given a simulated
-                // plan would run its whole duration for nothing.
-                guard v.info.radio == plan.radio.kind else {
-                    throw LabRefusal(.conflict, "plan \(plan.name) has radio \(plan.radio.kind.rawValue), but agent \(n) was installed with radio \(v.info.radio.rawValue) (agents/install.sh --radio \(plan.radio.kind.rawValue) installs it for this plan)")
-                }
-                guard !busy(v.info) else { throw LabRefusal(.conflict, "agent \(n) (\(v.info.url)) is busy with another run") }
-                if let why = unusable(v.info) { throw LabRefusal(.conflict, "agent \(n): \(why); release it with herald-lab dongles release when it is fixed") }
-                if let same = out.first(where: { $0.url == v.info.url }) {
-                    throw LabRefusal(.conflict, "agents \(same.name) and \(n) are both registered at \(v.info.url): one agent cannot run two nodes")
-                }
-                out.append(v.info)
-            }
-            return Selection(chosen: out)
-        }
-        if let names = plan.agents.dongles {
-            var out = [LabWire.AgentInfo]()
-            for n in names {
-                let driving = views.filter { $0.info.radio == .bluez && $0.info.dongle?.name == n }
-                guard let v = driving.first else {
-                    let known = views.compactMap { $0.info.dongle?.name }.sorted()
-                    throw LabRefusal(.conflict, "plan \(plan.name) names dongle \(n), which no alive agent drives (dongles: \(known.isEmpty ? "none" : known.joined(separator: ", ")))")
-                }
-                guard driving.count == 1 else { throw LabRefusal(.conflict, "\(driving.count) agents drive a dongle named \(n) (\(driving.map(\.info.name).joined(separator: ", "))): name them apart") }
-                guard !busy(v.info) else { throw LabRefusal(.conflict, "dongle \(n) (agent \(v.info.name)) is busy with another run") }
-                if let why = unusable(v.info) { throw LabRefusal(.conflict, "\(why); release it with herald-lab dongles release \(n) when it is fixed") }
-                if let same = out.first(where: { $0.url == v.info.url }) {
-                    throw LabRefusal(.conflict, "agents \(same.name) and \(v.info.name) are both registered at \(v.info.url): one agent cannot run two nodes")
-                }
-                out.append(v.info)
-            }
-            return Selection(chosen: out)
-        }
-        // The radio, the tags and the dongle's make and firmware: the rule `plan check` and
-        // `run STUDY` apply too (LabPlan's AgentNeeds).
-        let needs = plan.needs
-        var fit = [LabWire.AgentInfo]()
-        var excluded = [String]()
-        var fitURLs = Set<String>() // the URLs in `fit`: one look-up per agent, not a scan of `fit`
-        for v in views where needs.admits(v.info) && !busy(v.info) {
-            if bluez, let why = unusable(v.info) { excluded.append(why); continue }
-            if !fitURLs.insert(v.info.url).inserted { continue }
-            fit.append(v.info)
-        }
-        if bluez {
-            // Known good dongles first, then unknown ones, each in name order.
-            let good = fit.filter { dongles.record(of: $0)?.health == .good }
-            fit = good + fit.filter { dongles.record(of: $0)?.health != .good }
-        }
-        guard fit.count >= need else {
-            let excludedText = excluded.isEmpty ? "" : "; not selectable: \(excluded.joined(separator: "; "))"
-            throw LabRefusal(.conflict, "plan \(plan.name) needs \(needs), but only \(fit.count) are alive and free\(fit.isEmpty ? "" : ": \(fit.map(\.name).joined(separator: ", "))")\(excludedText); start more agents or lower the node count")
-        }
-        let spares = min(plan.agents.spares ?? 0, fit.count - need)
-        return Selection(chosen: Array(fit.prefix(need)), spares: Array(fit[need..<(need + spares)]))
-    }
-
-    func launch(_ id: String) {
-        let task = Task { [weak self] in
-            guard let self else { return }
-            await self.drive(id)
-        }
-        withLock { s in s.tasks[id] = task }
-    }
-
-    func run(_ id: String) -> RunRecord? { withLock { s in s.runs[id] } }
-
-    /// Records a run in memory and in SQLite; throws when SQLite cannot (callers that are about to
-    /// let agents delete data must not go on).
-    func save(_ r: RunRecord) throws {
-        var r = r
-        if r.state.isFinal && r.ended == nil { r.ended = now }
-        withLock { s in s.runs[r.id] = r }
-        try store.saveRun(r)
-    }
-
-    /// `save`, logging a failure (for progress that loses nothing if it is not recorded).
-    func update(_ r: RunRecord) {
-        do { try save(r) } catch { logger.error("cannot save run \(r.id): \(error)", metadata: ["run": .string(r.id)]) }
-    }
-
-    // MARK: Retention
-
-    /// Deletes the bundles of ended runs older than `retainDays`; the run records stay.
-    func applyRetention() {
-        guard let days = config.retainDays else { return }
-        let cutoff = now - days * 86_400
-        let old = withLock { s in s.runs.values.filter { $0.state.isFinal && $0.created < cutoff && $0.bundle != nil } }
-        for var r in old {
-            let fm = FileManager.default
-            for u in [config.results.appendingPathComponent(r.id), config.results.appendingPathComponent("\(r.id).tar.gz")] where fm.fileExists(atPath: u.path) {
-                do { try fm.removeItem(at: u) } catch { logger.error("retention: cannot delete \(u.path): \(error)", metadata: ["run": .string(r.id)]); continue }
-            }
-            r.bundle = nil
-            r.message = [r.message, "bundle deleted after \(String(format: "%g", days)) days (retention)"].compactMap { $0 }.joined(separator: "; ")
-            update(r)
-            logger.info("retention: deleted the bundle of run \(r.id)", metadata: ["run": .string(r.id)])
-        }
-    }
+    func checkDongles(_ request: LabWire.CheckRequest) async throws -> LabWire.CheckResult { try await runs.checkDongles(request) }
+    func applyRetention() { runs.applyRetention() }
+    static func stamp(_ t: Double) -> String { RunController.stamp(t) }
 }

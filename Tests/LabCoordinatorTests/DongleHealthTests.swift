@@ -241,7 +241,7 @@ final class DongleHealthTests: XCTestCase {
         let events = c.dongleHistory(d1, limit: 10)
         XCTAssertEqual(events.first?.kind, .health)
         XCTAssertEqual(events.first?.ok, false)
-        XCTAssertThrowsError(try c.select(plan("{dongles: [d1, d3]}", nodes: 2))) { e in
+        XCTAssertThrowsError(try c.runs.select(plan("{dongles: [d1, d3]}", nodes: 2))) { e in
             XCTAssertTrue("\(e)".contains("dongle d1 (F0:00:00:00:00:01) is bad: clone"), "\(e)")
         }
         // Their reports go on alternating: nothing more is written to the history.
@@ -257,27 +257,27 @@ final class DongleHealthTests: XCTestCase {
             s.dongles["F0:00:00:00:00:02"]?.health = .bad
             s.dongles["F0:00:00:00:00:02"]?.healthReason = "quarantined: failed 2 checks in a row"
         }
-        let s = try c.select(plan("{count: 3, spares: 1}", nodes: 3))
+        let s = try c.runs.select(plan("{count: 3, spares: 1}", nodes: 3))
         XCTAssertEqual(s.chosen.map(\.name), ["a5", "a1", "a3"], "good first, never the quarantined a2")
         XCTAssertEqual(s.spares.map(\.name), ["a4"])
-        XCTAssertEqual(try c.select(plan("{manufacturer: Intel}", nodes: 2)).chosen.map(\.name), ["a1", "a3"])
-        XCTAssertEqual(try c.select(plan("{firmware: [8874, 0x22a7]}", nodes: 2)).chosen.map(\.name), ["a1", "a4"])
-        XCTAssertThrowsError(try c.select(plan("{manufacturer: Intel}", nodes: 3))) { e in
+        XCTAssertEqual(try c.runs.select(plan("{manufacturer: Intel}", nodes: 2)).chosen.map(\.name), ["a1", "a3"])
+        XCTAssertEqual(try c.runs.select(plan("{firmware: [8874, 0x22a7]}", nodes: 2)).chosen.map(\.name), ["a1", "a4"])
+        XCTAssertThrowsError(try c.runs.select(plan("{manufacturer: Intel}", nodes: 3))) { e in
             XCTAssertTrue("\(e)".contains("not selectable: dongle d2 (F0:00:00:00:00:02) is bad: quarantined: failed 2 checks in a row"), "\(e)")
         }
-        XCTAssertThrowsError(try c.select(plan("{dongles: [d1, d2]}", nodes: 2))) { e in
+        XCTAssertThrowsError(try c.runs.select(plan("{dongles: [d1, d2]}", nodes: 2))) { e in
             XCTAssertTrue("\(e)".contains("dongle d2 (F0:00:00:00:00:02) is bad"), "\(e)")
         }
-        XCTAssertEqual(try c.select(plan("{dongles: [d4, d1]}", nodes: 2)).chosen.map(\.name), ["a4", "a1"])
-        XCTAssertThrowsError(try c.select(plan("{dongles: [d9, d1]}", nodes: 2))) { e in
+        XCTAssertEqual(try c.runs.select(plan("{dongles: [d4, d1]}", nodes: 2)).chosen.map(\.name), ["a4", "a1"])
+        XCTAssertThrowsError(try c.runs.select(plan("{dongles: [d9, d1]}", nodes: 2))) { e in
             XCTAssertTrue("\(e)".contains("names dongle d9, which no alive agent drives"), "\(e)")
         }
         // Released: selectable again (unknown, checked before use).
         _ = try c.setHealth("d2", LabWire.HealthRequest(health: .unknown, reason: "replaced the hub"))
-        XCTAssertEqual(try c.select(plan("{manufacturer: Intel}", nodes: 3)).chosen.map(\.name), ["a1", "a2", "a3"])
+        XCTAssertEqual(try c.runs.select(plan("{manufacturer: Intel}", nodes: 3)).chosen.map(\.name), ["a1", "a2", "a3"])
         for state in [LabWire.DongleHealth.maintenance, .retired] {
             _ = try c.setHealth("F0:00:00:00:00:01", LabWire.HealthRequest(health: state, reason: nil))
-            XCTAssertThrowsError(try c.select(plan("{manufacturer: Intel}", nodes: 3)), "\(state) is never selected")
+            XCTAssertThrowsError(try c.runs.select(plan("{manufacturer: Intel}", nodes: 3)), "\(state) is never selected")
         }
     }
 
@@ -299,7 +299,7 @@ final class DongleHealthTests: XCTestCase {
         for a in ["n1", "n2", "n4"] { for b in ["n1", "n2", "n4"] where a != b { detected.insert("\(a)\u{1F}\(b)") } }
         detected.insert("n3\u{1F}n1")
         var r1 = run("r1")
-        c.judgeRun(&r1, detected: detected)
+        c.runs.judgeRun(&r1, detected: detected)
         XCTAssertEqual(r1.nodes.map(\.state), [.complete, .complete, .partial, .complete])
         XCTAssertEqual(r1.nodes[2].message, "its dongle looks faulty: none of the 3 other nodes detected it, while they detected each other")
         var views = c.dongleViews(history: 10)
@@ -308,7 +308,7 @@ final class DongleHealthTests: XCTestCase {
         XCTAssertEqual(views[2].outliers, 1)
         XCTAssertEqual(views[2].health, .unknown)
         var r2 = run("r2")
-        c.judgeRun(&r2, detected: detected)
+        c.runs.judgeRun(&r2, detected: detected)
         views = c.dongleViews(history: 10)
         XCTAssertEqual(views[2].health, .bad)
         XCTAssertEqual(views[2].healthReason, "quarantined: the outlier of 2 runs in a row (last: outlier of node n3: none of the 3 other nodes detected it, while they detected each other)")

@@ -143,7 +143,7 @@ final class IdentityRulesTests: XCTestCase {
         try c.revoke("a1")
         try c.revoke("a2")
         try enrol(c, "a2", at: t0 + 50)
-        let armed = await c.arm(r, plan)
+        let armed = await c.runs.arm(r, plan)
         XCTAssertNil(armed, "the run does not start")
         let after = try XCTUnwrap(c.run(r.id))
         XCTAssertEqual(after.state, .failed)
@@ -162,13 +162,13 @@ final class IdentityRulesTests: XCTestCase {
         var (r, _) = try run(c, nodes: [("n1", "a1"), ("n2", "a2")], created: t0 + 1)
         r.state = .running
         r.nodes = r.nodes.map { var n = $0; n.state = .running; return n }
-        XCTAssertFalse(c.markNotCalled(&r), "nobody revoked: nothing changes")
+        XCTAssertFalse(c.runs.markNotCalled(&r), "nobody revoked: nothing changes")
         try c.revoke("a2")
-        XCTAssertTrue(c.markNotCalled(&r))
+        XCTAssertTrue(c.runs.markNotCalled(&r))
         XCTAssertEqual(r.nodes.map(\.state), [.running, .lost], "the run goes on with n1")
         XCTAssertTrue(r.nodes[1].message?.hasPrefix("revoked:") == true, r.nodes[1].message ?? "")
         // Gathering asks it nothing (no credential is sent: the refusal comes before any call).
-        let (list, clock, refusal) = await c.gatherNode(r.id, r.nodes[1], chosenAt: r.created, into: dirs[0].appendingPathComponent("x"))
+        let (list, clock, refusal) = await c.runs.gatherNode(r.id, r.nodes[1], chosenAt: r.created, into: dirs[0].appendingPathComponent("x"))
         XCTAssertNil(list)
         XCTAssertNil(clock, "not even a clock probe")
         XCTAssertEqual(refusal?.notCalled, true)

@@ -5,10 +5,10 @@ import LabLink
 import LabPlan
 import Logging
 
-/// A run's course on the coordinator: arm every agent (its clock, assignment), start them
+/// A run's course (RunController): arm every agent (its clock, assignment), start them
 /// together, watch them, then gather (Coordinator+Gather). Every step can be resumed after a
 /// coordinator restart from the run's record.
-extension Coordinator {
+extension RunController {
     /// The link to a node's agent (`Config.agentLinks`), with the credential the coordinator calls
     /// that agent with; throws `NotCallable` for an agent that is not called at all (revoked,
     /// enrolled again since the run chose it at `chosenAt`, a URL that is not one).
