@@ -13,15 +13,7 @@ import Logging
 /// until the operator releases it.
 extension Coordinator {
     /// Every dongle with its agent's liveness, the run it is busy with, and its newest history.
-    func dongleViews(history: Int) -> [LabWire.DongleView] {
-        let agentStates = Dictionary(agentViews.map { ($0.info.name, $0.state.rawValue) }, uniquingKeysWith: { a, _ in a })
-        let busy = withLock { s -> [String: String] in
-            var busy = [String: String]()
-            for r in s.runs.values where !r.state.isFinal { for n in r.nodes { busy[n.agent] = r.id } }
-            return busy
-        }
-        return dongles.views(history: history, agentStates: agentStates, busy: busy)
-    }
+    func dongleViews(history: Int) -> [LabWire.DongleView] { runs.dongleViews(history: history) }
 
     /// The operator sets a dongle's health (`DongleService.setHealth`); its view is returned.
     func setHealth(_ ref: String, _ request: LabWire.HealthRequest) throws -> LabWire.DongleView {

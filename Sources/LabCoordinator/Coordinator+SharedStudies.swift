@@ -31,10 +31,10 @@ extension Coordinator {
     /// the levels' comparison) to `config.recordStudy`, which only queues it.
     func recordStudyIfFinished(_ r: RunRecord) {
         guard let record = config.recordStudy, dashboard.studies.membership(r) != nil else { return }
-        guard let s = dashboardStudies().first(where: { $0.runs.contains { $0.record.id == r.id } }) else { return }
+        guard let s = pages.dashboardStudies().first(where: { $0.runs.contains { $0.record.id == r.id } }) else { return }
         guard s.runs.count >= s.planned, s.runs.allSatisfy({ $0.record.state.isFinal }), let first = s.runs.first else { return }
         var outcome: Comparison.Outcome?, json = ""
-        switch studyOutcome(s) {
+        switch pages.studyOutcome(s) {
         case .success(let o):
             outcome = o
             do { json = String(decoding: try Comparison.json(o), as: UTF8.self) } catch {

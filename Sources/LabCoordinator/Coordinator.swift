@@ -97,6 +97,8 @@ public final class Coordinator: Sendable {
     let dongles: DongleService
     /// The runs' course, from submission to bundle (RunController).
     let runs: RunController
+    /// The dashboard's pages and live views over the services (Dashboard+Model).
+    let pages: Dashboard
     /// The background services (`services`) when this coordinator runs them itself (`start`,
     /// `startUnserved`): one task holding them in a task group, cancelled by `stop`.
     private let background = Mutex<Task<Void, Never>?>(nil)
@@ -133,6 +135,7 @@ public final class Coordinator: Sendable {
                                      store: store, identities: identities, inventory: try config.inventory.map(AgentRegistry.loadInventory) ?? [],
                                      clock: config.clock, logger: log, noteDongle: { dongles.note($0, agent: $1) })
         runs = try RunController(config: config, store: store, registry: registry, dongles: dongles, identities: identities, logger: log)
+        pages = Dashboard(config: config, state: dashboard, runs: runs, registry: registry, logger: log)
         routes()
         metricsRoute()
         dashboardRoutes()
@@ -251,7 +254,7 @@ public final class Coordinator: Sendable {
     /// dashboard's live view.
     @discardableResult
     func heartbeat(_ name: String, _ given: LabWire.AgentStatus, principal: HTTPService.Principal?, received: Double? = nil) throws -> LabWire.ClockReply {
-        try registry.heartbeat(name, given, principal: principal, received: received) { agent, status, t in noteLive(agent, status, at: t) }
+        try registry.heartbeat(name, given, principal: principal, received: received) { [pages] agent, status, t in pages.noteLive(agent, status, at: t) }
     }
 
     // MARK: The run controller's, for the routes and the dashboard
@@ -268,4 +271,21 @@ public final class Coordinator: Sendable {
     func checkDongles(_ request: LabWire.CheckRequest) async throws -> LabWire.CheckResult { try await runs.checkDongles(request) }
     func applyRetention() { runs.applyRetention() }
     static func stamp(_ t: Double) -> String { RunController.stamp(t) }
+
+    // MARK: The dashboard's, for its routes (Dashboard.swift)
+
+    static func h(_ s: String) -> String { Dashboard.h(s) }
+    static func segment(_ s: String) -> String { Dashboard.segment(s) }
+    static func planParameter(_ query: [String: String]) throws -> String { try Dashboard.planParameter(query) }
+    func signInPage(message: String?, status: HTTPStatusCode) -> HTTPResponse { pages.signInPage(message: message, status: status) }
+    func staticFile(_ name: String) throws -> HTTPResponse { try pages.staticFile(name) }
+    func labPage(_ s: DashboardSession, notice: String? = nil) -> HTTPResponse { pages.labPage(s, notice: notice) }
+    func runsPage(_ s: DashboardSession, query: [String: String] = [:]) -> HTTPResponse { pages.runsPage(s, query: query) }
+    func labEvents(_ s: DashboardSession) -> HTTPResponse { pages.labEvents(s) }
+    func labParameter(_ query: [String: String]) throws -> String? { try pages.labParameter(query) }
+    func trendsPage(_ s: DashboardSession, lab: String? = nil) async -> HTTPResponse { await pages.trendsPage(s, lab: lab) }
+    func crossLabPage(_ s: DashboardSession, plan: String) async throws -> HTTPResponse { try await pages.crossLabPage(s, plan: plan) }
+    func studyPage(_ s: DashboardSession, name: String) throws -> HTTPResponse { try pages.studyPage(s, name: name) }
+    func livePage(_ s: DashboardSession, id: String) throws -> HTTPResponse { try pages.livePage(s, id: id) }
+    func events(_ s: DashboardSession, id: String) throws -> HTTPResponse { try pages.events(s, id: id) }
 }

@@ -225,7 +225,7 @@ public struct RunProgress: Codable, Sendable, Equatable {
     }
 }
 
-extension Coordinator {
+extension Dashboard {
     /// Heartbeats older than this mark a node stale (three missed at the agents' 1 s).
     var staleAfter: Double { min(3, config.missingAfter) }
 
@@ -345,7 +345,7 @@ extension Coordinator {
     /// once saying why; its browser retries in 10 s), then `next`'s events every `every` seconds
     /// while the session lasts, until `next` gives nil or says its events were the last.
     func sessionStream(_ s: DashboardSession, every seconds: Double,
-                       next: @escaping @Sendable (Coordinator) throws -> (events: [Data], last: Bool)?) -> HTTPResponse {
+                       next: @escaping @Sendable (Dashboard) throws -> (events: [Data], last: Bool)?) -> HTTPResponse {
         let sessions = dashboard.sessions
         let cookie = "\(DashboardSessions.cookieName)=\(s.id)"
         var response = HTTPResponse(.ok, headers: ["Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"])

@@ -10,7 +10,7 @@ import LabPlan
 /// tags, messages, plans, dongles' evidence) with `OutsideText.html`; the style sheet and the
 /// scripts are files served from /static/, so the Content-Security-Policy allows no inline script
 /// or style. The code here builds each page's context (plain values) and nothing of its markup.
-extension Coordinator {
+extension Dashboard {
     static func h(_ s: String) -> String { OutsideText.html(s) }
 
     /// A path segment for a link (names are checked where used, and still encoded here).

@@ -131,7 +131,7 @@ struct DashboardStudy {
     }
 }
 
-extension Coordinator {
+extension Dashboard {
     /// The studies among the coordinator's runs, newest first.
     func dashboardStudies() -> [DashboardStudy] {
         let all = withLock { s in Array(s.runs.values) }

@@ -59,7 +59,7 @@ struct LabSnapshot: Codable, Sendable {
     var runs: [Run]
 }
 
-extension Coordinator {
+extension Dashboard {
     /// A run's verdict in one word: pass, fail, infra (failed with infrastructure faults),
     /// aborted, or none (not analysed, or not ended).
     static func verdictWord(_ r: RunRecord) -> String {

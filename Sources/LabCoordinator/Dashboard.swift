@@ -197,13 +197,7 @@ extension Coordinator {
     ]
 
     /// The files of `runFileNames` this run has now, in that order.
-    func runFiles(_ r: RunRecord) -> [String] {
-        let report = config.results.appendingPathComponent(r.id).appendingPathComponent("report")
-        return Self.runFileNames.map(\.name).filter { name in
-            if name == "bundle.tar.gz" { return r.bundle != nil && [.complete, .aborted].contains(r.state) }
-            return FileManager.default.fileExists(atPath: report.appendingPathComponent(name).path)
-        }
-    }
+    func runFiles(_ r: RunRecord) -> [String] { pages.runFiles(r) }
 
     /// report.html's policy on the dashboard: sandboxed without scripts (nothing in the report runs
     /// here), but in the coordinator's origin, so that its links (the files beside it, the run's

@@ -9,6 +9,17 @@ import Logging
 /// health checks (on demand, or every `healthCheckEvery`) check dongles together
 /// (DongleRules.judge); their outcomes go to the DongleService's records.
 extension RunController {
+    /// Every dongle with its agent's liveness, the run it is busy with, and its newest history.
+    func dongleViews(history: Int) -> [LabWire.DongleView] {
+        let agentStates = Dictionary(registry.views.map { ($0.info.name, $0.state.rawValue) }, uniquingKeysWith: { a, _ in a })
+        let busy = withLock { s -> [String: String] in
+            var busy = [String: String]()
+            for r in s.runs.values where !r.state.isFinal { for n in r.nodes { busy[n.agent] = r.id } }
+            return busy
+        }
+        return dongles.views(history: history, agentStates: agentStates, busy: busy)
+    }
+
     // MARK: Checks
 
     /// A dongle to check, on its agent.

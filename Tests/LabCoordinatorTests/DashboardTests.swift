@@ -362,14 +362,14 @@ final class DashboardTests: XCTestCase {
         let (c, _) = try await start()
         let live = "liveplan-20260101-000000-abcd"
         XCTAssertEqual(try XCTUnwrap(c.run(live)).state, .running)
-        XCTAssertEqual(c.liveSnapshot(try XCTUnwrap(c.run(live))).nodes.map(\.stale), [true], "no heartbeat at all")
+        XCTAssertEqual(c.pages.liveSnapshot(try XCTUnwrap(c.run(live))).nodes.map(\.stale), [true], "no heartbeat at all")
         var info = LabWire.AgentInfo(name: "secretagent", url: "http://127.0.0.1:9", tags: [], radio: .sim, adapter: nil, controller: nil)
         info.boot = "boot-secret"
         info.sequence = 1
         try c.register(info, principal: HTTPService.Principal(role: .operator, name: "operator"), peerHost: "127.0.0.1")
-        XCTAssertEqual(c.liveSnapshot(try XCTUnwrap(c.run(live))).nodes.map(\.stale), [false], "a heartbeat just now")
+        XCTAssertEqual(c.pages.liveSnapshot(try XCTUnwrap(c.run(live))).nodes.map(\.stale), [false], "a heartbeat just now")
         c.registry.withRecords { s in s["secretagent"]?.lastSeen = c.now - 3.5 }
-        let node = try XCTUnwrap(c.liveSnapshot(try XCTUnwrap(c.run(live))).nodes.first)
+        let node = try XCTUnwrap(c.pages.liveSnapshot(try XCTUnwrap(c.run(live))).nodes.first)
         XCTAssertTrue(node.stale, "three heartbeats missed")
         XCTAssertEqual(node.state, "complete", "the state it last had is kept, with the marker beside it")
     }
@@ -492,8 +492,8 @@ final class DashboardTests: XCTestCase {
                              heraldContinuityPct: 1, longevity: 1, passed: true, reportPath: "", summaryJSON: "", settingsKey: key)
         }
         let fast = run("sensor.advertInterval=100ms\u{1F}sensor.scan=on"), slow = run("sensor.advertInterval=1s\u{1F}sensor.scan=on")
-        XCTAssertEqual(Coordinator.differingSettings(fast, among: [fast, slow, run("x=1", plan: "other")]), ["sensor.advertInterval=100ms"])
-        XCTAssertEqual(Coordinator.differingSettings(fast, among: [fast]), [], "one series: nothing to tell apart")
+        XCTAssertEqual(Dashboard.differingSettings(fast, among: [fast, slow, run("x=1", plan: "other")]), ["sensor.advertInterval=100ms"])
+        XCTAssertEqual(Dashboard.differingSettings(fast, among: [fast]), [], "one series: nothing to tell apart")
     }
 
     /// The infra rate per testbed (issue 38) is on the Trends page with its interval and in the
@@ -583,8 +583,8 @@ final class DashboardTests: XCTestCase {
         XCTAssertTrue(html.contains("Pairing: <b>paired per dongle</b>"), "a crossover on the same agents, paired per unit")
         for r in runs { XCTAssertTrue(html.contains(">\(r.plan.studyRun!.level)</td><td><a href=\"/runs/advstudy-"), "run \(r.index) listed with its level") }
         // The effects are the analysis's own: the same comparison as compare computes from these bundles.
-        let done = try XCTUnwrap(c.dashboardStudies().first { $0.study.name == "advstudy" })
-        guard case .success(let outcome) = c.studyOutcome(done) else { return XCTFail("no outcome") }
+        let done = try XCTUnwrap(c.pages.dashboardStudies().first { $0.study.name == "advstudy" })
+        guard case .success(let outcome) = c.pages.studyOutcome(done) else { return XCTFail("no outcome") }
         XCTAssertEqual(outcome.effects.count, Metric.allCases.count)
         XCTAssertTrue(html.contains(StudyReport.estimatesTable(outcome)), "each metric's estimates, difference with its 95 % interval, verdict, repeats advised")
         XCTAssertTrue(html.contains(StudyReport.forestPlot(outcome, inlineStyle: false)))
@@ -608,7 +608,7 @@ final class DashboardTests: XCTestCase {
         coordinators.removeAll { $0 === c }
         await c.stop()
         let restarted = try Coordinator(config: c.config, logger: LogCapture.quiet())
-        let known = restarted.dashboardStudies()
+        let known = restarted.pages.dashboardStudies()
         XCTAssertEqual(Set(known.map(\.study.name)), ["advstudy", "halfstudy"])
         XCTAssertEqual(known.first { $0.study.name == "advstudy" }?.finished.count, 6)
     }
@@ -627,7 +627,7 @@ final class DashboardTests: XCTestCase {
                                 air: nil, nodes: [])
         running.startAt = t - 20
         try c.save(running)
-        let st = try XCTUnwrap(c.dashboardStudies().first { $0.study.name == "livestudy" })
+        let st = try XCTUnwrap(c.pages.dashboardStudies().first { $0.study.name == "livestudy" })
         XCTAssertTrue(st.inProgress(now: t))
         // The running run's 20 s, and the two runs still to come at its 40 s (the finished runs
         // say no arming or gathering time: they have no start).
@@ -663,7 +663,7 @@ final class DashboardTests: XCTestCase {
         XCTAssertTrue(failedHTML.contains("id=\"runsfailed\" class=\"fail\">Failed: run 4"), failedHTML)
         XCTAssertTrue(failedHTML.contains("in progress: 4 of 6 runs"), "the CLI may still submit the rest")
         // Nothing more for longer than a submission takes: the study stopped short.
-        let stopped = try XCTUnwrap(c.dashboardStudies().first { $0.study.name == "livestudy" })
+        let stopped = try XCTUnwrap(c.pages.dashboardStudies().first { $0.study.name == "livestudy" })
         XCTAssertFalse(stopped.inProgress(now: t + DashboardStudy.submissionGap + 1))
     }
 
@@ -716,11 +716,11 @@ final class DashboardTests: XCTestCase {
                        // Recorded before issue 40: an aborted run with the analysis' FAIL.
                        record("abortplan-oldabort", .aborted, passed: false, abort: true)]
         XCTAssertEqual(Coordinator.verdictCounts(records), ["pass": 1, "fail": 1, "infra": 1, "aborted": 2])
-        XCTAssertEqual(c.verdictCell(records[3]), "<span class=\"noverdict\">aborted</span>")
-        XCTAssertEqual(c.verdictCell(records[4]), "<span class=\"noverdict\">aborted</span>")
-        XCTAssertTrue(c.verdictCell(records[2]).contains(">infra</span>"))
-        XCTAssertFalse(c.verdictCell(records[2]).contains("FAIL"))
-        XCTAssertTrue(c.verdictCell(records[1]).contains("FAIL"))
+        XCTAssertEqual(c.pages.verdictCell(records[3]), "<span class=\"noverdict\">aborted</span>")
+        XCTAssertEqual(c.pages.verdictCell(records[4]), "<span class=\"noverdict\">aborted</span>")
+        XCTAssertTrue(c.pages.verdictCell(records[2]).contains(">infra</span>"))
+        XCTAssertFalse(c.pages.verdictCell(records[2]).contains("FAIL"))
+        XCTAssertTrue(c.pages.verdictCell(records[1]).contains("FAIL"))
         for r in records { try c.save(r) }
         let (_, runsBody, _) = try await client.request("GET", "/runs", headers: ["Cookie": cookie])
         let runs = String(decoding: runsBody, as: UTF8.self)
@@ -835,7 +835,7 @@ final class DashboardTests: XCTestCase {
         XCTAssertTrue(page.contains("id=\"state\" class=\"armed\">armed</b>"), page)
         XCTAssertTrue(page.contains("<span id=\"left\">1 of 1 nodes armed, starting in"), page)
         XCTAssertFalse(page.contains("s left"))
-        XCTAssertEqual(c.liveSnapshot(r).progress?.phase, "armed")
+        XCTAssertEqual(c.pages.liveSnapshot(r).progress?.phase, "armed")
         var arming = r
         arming.state = .arming
         arming.nodes[0].state = .selected
@@ -866,9 +866,9 @@ final class DashboardTests: XCTestCase {
         XCTAssertTrue(page.contains("node &lt;b onmouseover=alert(1)&gt;n1&lt;/b&gt; took its start node=n1</td>"), page)
         XCTAssertFalse(page.contains("<b onmouseover"))
         XCTAssertFalse(page.contains("elsewhere"))
-        XCTAssertEqual(c.liveSnapshot(try XCTUnwrap(c.run(live))).events?.count, 1)
+        XCTAssertEqual(c.pages.liveSnapshot(try XCTUnwrap(c.run(live))).events?.count, 1)
         // A run this coordinator logged nothing of: what its record says.
-        XCTAssertTrue(c.runEvents(try XCTUnwrap(c.run(runId))).first?.text.hasPrefix("submitted: 1 nodes (from the run's record") == true)
+        XCTAssertTrue(c.pages.runEvents(try XCTUnwrap(c.run(runId))).first?.text.hasPrefix("submitted: 1 nodes (from the run's record") == true)
     }
 
     /// The charts' counts over run time: buckets of a round width, a node keeping its last sample.
@@ -884,7 +884,7 @@ final class DashboardTests: XCTestCase {
         series.note(r, node: "n2", .init(peers: 1, reads: 2, rssiPerMinute: 20), at: 1002)
         series.note(r, node: "n1", .init(peers: 1, reads: 5, rssiPerMinute: 12), at: 1012)
         series.note(r, node: "n1", .init(peers: 0, reads: 0, rssiPerMinute: 0), at: 990) // before the start: nothing
-        let s = Coordinator.series(try XCTUnwrap(series.track(r.id)), r)
+        let s = Dashboard.series(try XCTUnwrap(series.track(r.id)), r)
         XCTAssertEqual(s.t, [0, 5, 10, 15], "from the start")
         XCTAssertEqual(s.detected, [0, 2, 2, 2])
         XCTAssertEqual(s.reads, [0, 5, 5, 7])

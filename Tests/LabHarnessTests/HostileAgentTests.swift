@@ -69,7 +69,7 @@ final class HostileAgentTests: XCTestCase {
             let html = String(decoding: body, as: UTF8.self)
             XCTAssertFalse(html.contains("<script>alert") || html.contains("\u{1B}") || html.contains("\u{202E}"), "\(where_): raw agent text on a page")
         }
-        let snapshot = try LabJSON.encoder.encode(c.liveSnapshot(r))
+        let snapshot = try LabJSON.encoder.encode(c.pages.liveSnapshot(r))
         XCTAssertFalse(snapshot.isEmpty)
     }
 
