@@ -6,14 +6,33 @@ import LabHTTP
 import LabHistory
 import LabMetrics
 import LabPlan
+import Logging
 
 /// `GET /metrics`: the lab in Prometheus's text format, for the operator's credential or the scrape
 /// credential (`scrape.token`), which opens this route and no other. Each scrape brings the
 /// families up to date from what the coordinator keeps anyway (agents, dongles, run records, each
 /// ended run's summary.json, read once), so no run, gather or heartbeat path carries metric code.
 /// Labels stay low in cardinality: state, health, result, plan, agent and node, never a pair.
+///
+/// A read-model over the services: it reads the runs (RunController), the agents (AgentRegistry)
+/// and the dongles (DongleService) it is given, with the clock, when a scrape asks.
 final class CoordinatorMetrics: Sendable {
     let metrics = LabMetrics(service: "coordinator")
+    private let runs: RunController
+    private let registry: AgentRegistry
+    private let dongles: DongleService
+    private let results: URL
+    private let clock: any LabClock
+    private let logger: Logger
+
+    init(runs: RunController, registry: AgentRegistry, dongles: DongleService, results: URL, clock: any LabClock, logger: Logger) {
+        self.runs = runs
+        self.registry = registry
+        self.dongles = dongles
+        self.results = results
+        self.clock = clock
+        self.logger = logger
+    }
     /// Runs whose start delay and duration were recorded, and each ended run's analysis counts.
     private struct Seen {
         var observed: Set<String> = []
@@ -52,16 +71,21 @@ final class CoordinatorMetrics: Sendable {
 }
 
 extension Coordinator {
-    /// Runs per testbed the infra rate counts (metrics and Trends).
-    static let infraWindow = 30
-    static let runStates: [RunRecord.State] = [.arming, .running, .gathering, .complete, .aborted, .failed, .cancelled]
-
     func metricsRoute() {
         http.route(CoordinatorAPI.metrics.method, CoordinatorAPI.metrics.template, allow: [.operator, .scraper]) { [unowned self] _ in
             self.collectMetrics()
             return HTTPResponse(.ok, headers: ["Content-Type": LabMetrics.contentType], body: Data(self.metrics.metrics.exposition()))
         }
     }
+
+    /// Brings every family up to date (`CoordinatorMetrics.collect`).
+    func collectMetrics() { metrics.collect() }
+}
+
+extension CoordinatorMetrics {
+    /// Runs per testbed the infra rate counts (metrics and Trends).
+    static let infraWindow = 30
+    static let runStates: [RunRecord.State] = [.arming, .running, .gathering, .complete, .aborted, .failed, .cancelled]
 
     /// Ended runs by what `heraldlab_run_verdicts_total` and `heraldlab_runs_without_verdict_total`
     /// count them as (issue 40): `pass`, `fail`, `aborted` (no verdict, whatever an older record
@@ -80,11 +104,11 @@ extension Coordinator {
     }
 
     /// Brings every family up to date.
-    func collectMetrics() {
-        let m = metrics.metrics
-        let t = now
-        let views = agentViews
-        for state in [Liveness.alive, .missing, .lost, .unknown] {
+    func collect() {
+        let m = metrics
+        let t = clock.now()
+        let views = registry.views
+        for state in [Coordinator.Liveness.alive, .missing, .lost, .unknown] {
             m.gauge("heraldlab_agents", "Agents the coordinator knows, by liveness.", ["state": state.rawValue])
                 .record(views.filter { $0.state == state }.count)
         }
@@ -93,7 +117,7 @@ extension Coordinator {
                 m.gauge("heraldlab_agent_heartbeat_age_seconds", "Seconds since the agent's last heartbeat.", ["agent": v.info.name]).record(max(0, t - seen))
             }
         }
-        let records = withLock { s in Array(s.runs.values) }
+        let records = runs.withLock { s in Array(s.runs.values) }
         let dongleHealth = dongles.healths
         for h in LabWire.DongleHealth.allCases {
             m.gauge("heraldlab_dongles", "Dongles the coordinator knows, by health.", ["health": h.rawValue]).record(dongleHealth.filter { $0 == h }.count)
@@ -117,7 +141,7 @@ extension Coordinator {
         let gathered = ended.filter { $0.bundle != nil }.flatMap(\.nodes).flatMap(\.files).reduce(Int64(0)) { $0 + max(0, $1.bytes) }
         m.mirror("heraldlab_gather_bytes_total", "Bytes of node logs gathered into bundles.", to: gathered)
         for r in records.sorted(by: { $0.created < $1.created }) {
-            guard let start = r.startAt, r.state.isFinal, metrics.firstTime(r.id) else { continue }
+            guard let start = r.startAt, r.state.isFinal, firstTime(r.id) else { continue }
             m.timer("heraldlab_run_start_delay_seconds", "From a run's submission to its nodes' common start: arming, pre-flight and the barrier.",
                     buckets: [.seconds(1), .seconds(2), .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(300)])
                 .recordNanoseconds(Saturating.nanoseconds(start - r.created))
@@ -135,7 +159,7 @@ extension Coordinator {
         // Each plan's last analysed run: its headline figures and verdict as gauges.
         var lastRun: [String: (RunRecord, CoordinatorMetrics.Counts)] = [:]
         for r in ended.sorted(by: { $0.created < $1.created }) {
-            if let c = metrics.counts(of: r) { lastRun[r.plan] = (r, c) }
+            if let c = counts(of: r) { lastRun[r.plan] = (r, c) }
         }
         for (plan, (r, c)) in lastRun {
             let l = ["plan": plan]
@@ -146,7 +170,7 @@ extension Coordinator {
         }
         for r in ended {
             if r.passed == true, let start = r.startAt { lastSuccess[r.plan] = max(lastSuccess[r.plan] ?? 0, start + r.duration) }
-            guard let c = metrics.counts(of: r) else { continue }
+            guard let c = counts(of: r) else { continue }
             var sum = byPlan[c.plan] ?? CoordinatorMetrics.Counts(plan: c.plan)
             sum.windows += c.windows; sum.windowsHit += c.windowsHit; sum.pairs += c.pairs; sum.pairsDetected += c.pairsDetected; sum.rssiRows += c.rssiRows
             byPlan[c.plan] = sum
@@ -164,7 +188,7 @@ extension Coordinator {
         }
         // Infrastructure faults per testbed over its last 30 analysed runs (issue 38): the
         // ratio of the two gauges is the infra rate Grafana plots.
-        let history = config.results.appendingPathComponent("history.sqlite")
+        let history = results.appendingPathComponent("history.sqlite")
         if FileManager.default.fileExists(atPath: history.path) {
             do {
                 for rate in try HistoryStore(url: history).infraRates(last: Self.infraWindow) {

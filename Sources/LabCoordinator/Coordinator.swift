@@ -102,8 +102,8 @@ public final class Coordinator: Sendable {
     /// The background services (`services`) when this coordinator runs them itself (`start`,
     /// `startUnserved`): one task holding them in a task group, cancelled by `stop`.
     private let background = Mutex<Task<Void, Never>?>(nil)
-    /// GET /metrics (Coordinator+Metrics).
-    let metrics = CoordinatorMetrics()
+    /// GET /metrics: a read-model over the services (Coordinator+Metrics).
+    let metrics: CoordinatorMetrics
     /// The dashboard's sessions and live strips (Dashboard*.swift).
     let dashboard: DashboardState
     /// The coordinator's log (label herald-lab.coordinator): one line per event, run, node,
@@ -136,6 +136,7 @@ public final class Coordinator: Sendable {
                                      clock: config.clock, logger: log, noteDongle: { dongles.note($0, agent: $1) })
         runs = try RunController(config: config, store: store, registry: registry, dongles: dongles, identities: identities, logger: log)
         pages = Dashboard(config: config, state: dashboard, runs: runs, registry: registry, logger: log)
+        metrics = CoordinatorMetrics(runs: runs, registry: registry, dongles: dongles, results: config.results, clock: config.clock, logger: log)
         routes()
         metricsRoute()
         dashboardRoutes()

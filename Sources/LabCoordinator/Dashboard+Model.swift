@@ -51,6 +51,6 @@ final class Dashboard: Sendable {
     }
 
     static var runFileNames: [(name: String, type: String, label: String)] { Coordinator.runFileNames }
-    static var runStates: [RunRecord.State] { Coordinator.runStates }
-    static var infraWindow: Int { Coordinator.infraWindow }
+    static var runStates: [RunRecord.State] { CoordinatorMetrics.runStates }
+    static var infraWindow: Int { CoordinatorMetrics.infraWindow }
 }

@@ -715,7 +715,7 @@ final class DashboardTests: XCTestCase {
                        record("abortplan-aborted", .aborted, passed: nil, abort: true),
                        // Recorded before issue 40: an aborted run with the analysis' FAIL.
                        record("abortplan-oldabort", .aborted, passed: false, abort: true)]
-        XCTAssertEqual(Coordinator.verdictCounts(records), ["pass": 1, "fail": 1, "infra": 1, "aborted": 2])
+        XCTAssertEqual(CoordinatorMetrics.verdictCounts(records), ["pass": 1, "fail": 1, "infra": 1, "aborted": 2])
         XCTAssertEqual(c.pages.verdictCell(records[3]), "<span class=\"noverdict\">aborted</span>")
         XCTAssertEqual(c.pages.verdictCell(records[4]), "<span class=\"noverdict\">aborted</span>")
         XCTAssertTrue(c.pages.verdictCell(records[2]).contains(">infra</span>"))
