@@ -12,12 +12,12 @@ import Synchronization
 
 /// `herald-lab coordinator`: hands each agent its slice of a plan, starts them together, watches
 /// them and gathers their logs into one bundle. Agents and runs are kept in SQLite, so a
-/// restarted coordinator goes on watching and gathering where it was. Routes are in
-/// Coordinator+Routes, a run's course in Coordinator+Run, gathering and the bundle in
-/// Coordinator+Gather.
+/// restarted coordinator goes on watching and gathering where it was.
 ///
-/// Concurrency: what the coordinator knows of agents, runs and dongles is one `State` in a
-/// `Mutex` (`withLock`); submissions are serialised by a `Mutex` of their own.
+/// It composes services that each own their state (a `Mutex`) and take the clock, store and
+/// logger at `init`: `IdentityService`, `AgentRegistry`, `DongleService`, `RunController`, and
+/// the read-models `CoordinatorMetrics` and `Dashboard`. Its HTTP edge is Coordinator+Routes and
+/// Dashboard.swift, which call the one-line forwards below; its background work is `services`.
 public final class Coordinator: Sendable {
     public struct Config: Sendable {
         public var host = "127.0.0.1"
@@ -64,7 +64,7 @@ public final class Coordinator: Sendable {
         /// An agent's clock is taken from the samples its heartbeats of the last
         /// `heartbeatClockWindow` seconds carry when there are at least `heartbeatClockSamples`
         /// of them, they agree, and they pin the offset to within ± `heartbeatClockRoundTrip`/2
-        /// (± 1 ms: half the start-skew target); otherwise it is probed (Coordinator+Clock).
+        /// (± 1 ms: half the start-skew target); otherwise it is probed (AgentRegistry+Clock).
         public var heartbeatClockWindow: Double = 30
         public var heartbeatClockSamples = 3
         public var heartbeatClockRoundTrip: Double = 0.002

@@ -6,7 +6,7 @@ import LabPlan
 import Logging
 
 /// A run's course (RunController): arm every agent (its clock, assignment), start them
-/// together, watch them, then gather (Coordinator+Gather). Every step can be resumed after a
+/// together, watch them, then gather (RunController+Gather). Every step can be resumed after a
 /// coordinator restart from the run's record.
 extension RunController {
     /// The link to a node's agent (`Config.agentLinks`), with the credential the coordinator calls

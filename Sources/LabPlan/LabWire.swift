@@ -115,7 +115,7 @@ public enum LabWire {
     /// When an agent sent its heartbeat number `sequence` and when the answer reached it (agent
     /// clock), reported in the next heartbeat. The coordinator kept when it received that
     /// heartbeat and when it answered (its `ClockReply`), so it holds an NTP exchange's four
-    /// stamps: a clock sample per heartbeat, and arming needs no clock probes (Coordinator+Clock).
+    /// stamps: a clock sample per heartbeat, and arming needs no clock probes (AgentRegistry+Clock).
     public struct HeartbeatClock: Codable, Sendable, Equatable {
         public var sequence: UInt64
         public var sent: Double

@@ -6,7 +6,7 @@ import LabPlan
 import LabTestSupport
 @testable import LabCoordinator
 
-/// Clock samples carried by heartbeats (Coordinator+Clock): the coordinator's answer stamps, the
+/// Clock samples carried by heartbeats (AgentRegistry+Clock): the coordinator's answer stamps, the
 /// agent's stamps of that exchange in its next heartbeat, and when they are good enough to arm
 /// without probes. The agent here is played by the test, with a clock `skew` ahead and a link
 /// whose delays the test chooses.
