@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import LabHTTP
 import LabMetrics
 import LabPlan
@@ -8,9 +9,9 @@ import LabPlan
 /// node's status at each scrape; counters run over the agent's life, across runs.
 extension Agent {
     func metricsRoute() {
-        http.route(AgentAPI.metrics.method, AgentAPI.metrics.template, allow: [.coordinator, .operator, .scraper]) { [unowned self] _ in
+        http.routes(allow: [.coordinator, .operator, .scraper]).on(AgentAPI.metrics) { [unowned self] _, _, _ -> Response in
             self.collectMetrics()
-            return HTTPResponse(.ok, headers: ["Content-Type": LabMetrics.contentType], body: Data(self.metrics.exposition()))
+            return Response(.ok, headers: ["Content-Type": LabMetrics.contentType], body: Data(self.metrics.exposition()))
         }
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldCore
+import Hummingbird
 import LabHTTP
 import LabNode
 import LabPlan
@@ -9,25 +10,22 @@ import LabPlan
 /// on the scheduler's queue. `LocalAgentLink` calls the same methods without HTTP.
 extension Agent {
     func routes() {
-        http.route(AgentAPI.status.method, AgentAPI.status.template) { [unowned self] _ in .json(self.status) }
-        http.route(AgentAPI.clock.method, AgentAPI.clock.template) { [unowned self] _ in .json(self.clockReply()) }
-        http.route(AgentAPI.arm.method, AgentAPI.arm.template) { [unowned self] req in .json(try await self.armRun(try req.decode(LabWire.ArmRequest.self))) }
-        http.route(AgentAPI.start.method, AgentAPI.start.template) { [unowned self] req in .json(try self.startRun(try req.decode(LabWire.StartRequest.self))) }
-        http.route(AgentAPI.startPreflight.method, AgentAPI.startPreflight.template) { [unowned self] req in
-            .json(try await self.startPreflight(try req.decode(LabWire.PreflightRequest.self)))
+        let api = http.routes()
+        api.on(AgentAPI.status) { [unowned self] _, _, _ in self.status }
+        api.on(AgentAPI.clock) { [unowned self] _, _, _ in self.clockReply() }
+        api.on(AgentAPI.arm) { [unowned self] arm, _, _ in try await self.armRun(arm) }
+        api.on(AgentAPI.start) { [unowned self] start, _, _ in try self.startRun(start) }
+        api.on(AgentAPI.startPreflight) { [unowned self] request, _, _ in try await self.startPreflight(request) }
+        api.on(AgentAPI.preflightStatus) { [unowned self] _, _, _ in try self.preflightStatus() }
+        api.on(AgentAPI.stopPreflight) { [unowned self] _, _, _ in try await self.endPreflight() }
+        api.on(AgentAPI.heldRuns) { [unowned self] _, _, _ in self.scheduler.sync { self.heldRuns() } }
+        api.on(AgentAPI.files) { [unowned self] _, _, context in try self.files(of: context.parameter("run")) }
+        api.on(AgentAPI.file) { [unowned self] _, request, context -> Response in
+            let (url, id, file) = try self.fileURL(run: context.parameter("run"), name: context.parameter("file"))
+            return try .file(url, range: request.headers[.range], missing: "run \(id) has no \(file) here")
         }
-        http.route(AgentAPI.preflightStatus.method, AgentAPI.preflightStatus.template) { [unowned self] _ in .json(try self.preflightStatus()) }
-        http.route(AgentAPI.stopPreflight.method, AgentAPI.stopPreflight.template) { [unowned self] _ in .json(try await self.endPreflight()) }
-        http.route(AgentAPI.heldRuns.method, AgentAPI.heldRuns.template) { [unowned self] _ in .json(self.scheduler.sync { self.heldRuns() }) }
-        http.route(AgentAPI.files.method, AgentAPI.files.template) { [unowned self] req in .json(try self.files(of: req.parameters["run"] ?? "")) }
-        http.route(AgentAPI.file.method, AgentAPI.file.template) { [unowned self] req in
-            let (url, id, file) = try self.fileURL(run: req.parameters["run"] ?? "", name: req.parameters["file"] ?? "")
-            return try .file(url, range: req.headers["range"], missing: "run \(id) has no \(file) here")
-        }
-        http.route(AgentAPI.stopRun.method, AgentAPI.stopRun.template) { [unowned self] req in .json(try self.stopRun(req.parameters["run"] ?? "")) }
-        http.route(AgentAPI.release.method, AgentAPI.release.template) { [unowned self] req in
-            .json(["released": try self.releaseRun(req.parameters["run"] ?? "")])
-        }
+        api.on(AgentAPI.stopRun) { [unowned self] _, _, context in try self.stopRun(context.parameter("run")) }
+        api.on(AgentAPI.release) { [unowned self] _, _, context in ["released": try self.releaseRun(context.parameter("run"))] }
     }
 
     // MARK: The agent's API as methods (what its routes and LocalAgentLink call)
