@@ -54,12 +54,13 @@ struct EdgeMiddleware: RouterMiddleware {
         do {
             (context.segments, context.query) = try RequestHead.decodeTarget(request.uri.description, method: request.method.rawValue)
             response = try await next(request, context)
+        } catch let e as HTTPError where e.status == .notFound && e.body == nil {
+            // Hummingbird's router found no route.
+            response = .error(.notFound, "no route \(request.method) \(HTTPService.escaped(context.path))")
         } catch {
             if let (status, message) = HTTPService.refusal(error) {
                 response = .error(status, message)
                 if let e = error as? HTTPError { for field in e.headers { response.headers[field.name] = field.value } }
-            } else if let e = error as? HTTPError, e.status == .notFound {
-                response = .error(.notFound, "no route \(request.method) \(HTTPService.escaped(context.path))")
             } else {
                 service.logger.error("\(request.method) \(HTTPService.escaped(context.path)) failed: \(HTTPService.escaped("\(error)"))", metadata: ["peer": .string(context.remote)])
                 response = .error(.internalServerError, "\(error)")
@@ -164,12 +165,12 @@ extension Request {
 
 extension HTTPService {
     /// The status and message an error thrown by a handler is answered with: a `LabRefusal` by
-    /// its kind's status, Hummingbird's `HTTPError` with a message by its own; nil for anything
-    /// else (500, and a log line).
+    /// its kind's status, Hummingbird's `HTTPError` by its own; nil for anything else (500, and
+    /// a log line).
     public static func refusal(_ error: any Error) -> (status: HTTPResponse.Status, message: String)? {
         switch error {
         case let e as LabRefusal: return (HTTPResponse.Status(code: e.kind.status), e.message)
-        case let e as HTTPError: return e.body.map { (e.status, $0) }
+        case let e as HTTPError: return (e.status, e.body ?? e.status.reasonPhrase)
         case let e as Refusal: return (e.status, e.message)
         default: return nil
         }

@@ -37,7 +37,7 @@ extension Response {
         json(["error": message], status: status)
     }
 
-    /// The body's bytes when they are held (tests, small answers); nil for a file or a stream.
+    /// The body's bytes, written out (tests of pages and small answers); nil for a stream.
     public var data: Data? {
         get async {
             guard body.contentLength != nil else { return nil }
