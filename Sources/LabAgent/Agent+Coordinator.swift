@@ -55,7 +55,8 @@ extension Agent {
                 }
             }
             let wait = failures == 0 ? config.heartbeatInterval : Self.backoff(failures, base: config.heartbeatInterval, cap: config.maxBackoff)
-            try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(wait)))
+            // Cancelled (the agent stops): the loop ends.
+            do { try await config.clock.sleep(for: wait) } catch { return }
         }
     }
 

@@ -94,13 +94,14 @@ extension Agent {
         guard request.peers.count <= 1000 else { throw LabRefusal(.invalid, "at most 1000 peers") }
         guard config.radio == .bluez else { throw LabRefusal(.unprocessable, "agent \(config.name) has no dongle (radio \(config.radio.rawValue))") }
         await refreshDongle()
+        let dispatch = try dispatchScheduler()
         let box: UncheckedBox<DongleCheckSession> = try scheduler.sync {
             if let r = active { throw LabRefusal(.conflict, "agent \(config.name) is busy with run \(r.id)") }
             if let c = check, c.request.id == request.id { return UncheckedBox(c) }
             if let c = check, c.final == nil { throw LabRefusal(.conflict, "agent \(config.name) is checking its dongle for \(c.request.id)") }
             // bluetoothd answers slowly while it sets up several adapters of one host at once.
             let dc = DongleCheck(adapter: config.adapter ?? "hci0", busAddress: nil, company: LabWire.preflightCompany,
-                                 beacon: LabWire.preflightData(request.beacon), scheduler: scheduler, callTimeout: min(30, max(10, request.bound / 2)))
+                                 beacon: LabWire.preflightData(request.beacon), scheduler: dispatch, callTimeout: min(30, max(10, request.bound / 2)))
             dc.expected = Set(request.peers.map(LabWire.preflightData))
             // What the check sees, in the agent's log with the check's id (the agent's logger
             // carries dongle): each peer heard at debug level, anything else (a dongle it could

@@ -20,6 +20,8 @@ extension Agent {
     /// Checks, before accepting an assignment, that the node's radio can be reached: a run whose
     /// radio cannot start fails at arming, with the reason, rather than after its whole duration.
     func preflight(_ request: LabWire.ArmRequest) async throws {
+        // A radio the agent was given a maker for needs no air.
+        if config.makeRadio != nil { return }
         if config.radio == .bluez {
             // What the node will run on, for the manifest: the bluetoothd that answers now.
             let version: String
@@ -97,11 +99,15 @@ extension Agent {
         do {
             let transport: any BLETransport
             var air: AirTransport?
-            if config.radio == .bluez {
+            if let makeRadio = config.makeRadio {
+                let radio = try makeRadio(r.assignment)
+                transport = radio.transport
+                r.closeRadio = radio.close
+            } else if config.radio == .bluez {
                 var options = BlueZTransport.Options(adapter: config.adapter ?? "hci0")
                 options.sysfsRoot = config.sysfsRoot
                 options.usbReset = config.usbReset
-                let bluez = BlueZTransport(options: options, scheduler: scheduler)
+                let bluez = BlueZTransport(options: options, scheduler: try dispatchScheduler())
                 transport = bluez
                 r.bluez = bluez
                 r.closeRadio = { bluez.close() }
@@ -110,7 +116,7 @@ extension Agent {
                 let spec = r.assignment.node
                 let onAir = try AirTransport(host: address.host, port: address.port, node: spec.name, x: spec.position.x, y: spec.position.y,
                                              parameters: Simulation.parameters(r.assignment.radio), token: config.token, ticket: address.ticket,
-                                             tls: LabTrust.client, scheduler: scheduler)
+                                             tls: LabTrust.client, scheduler: try dispatchScheduler())
                 transport = onAir
                 air = onAir
                 r.closeRadio = { onAir.close() }
@@ -140,7 +146,24 @@ extension Agent {
                 air.onGap = recordGap
             }
             r.runner = runner
+            // On the wall clock the instant is waited for here, precisely (sleep, then spin); a
+            // clock that moves only when it is driven (an in-memory lab's) is waited for by the
+            // scheduler, which runs on that clock.
+            if let startAt = r.startAt, !(config.clock is WallClock), startAt > now {
+                r.tasks.append(scheduler.schedule(after: startAt - now) { [weak self] in self?.go(r, runner) })
+                return
+            }
             if let startAt = r.startAt { Self.wait(until: startAt) }
+            go(r, runner)
+        } catch {
+            failedToStart(r, error)
+        }
+    }
+
+    /// Starts the node whose radio `begin` attached, at its instant.
+    func go(_ r: ActiveRun, _ runner: NodeRunner) {
+        guard runs[r.id] === r, r.runner === runner else { return }
+        do {
             let actual = now
             runner.start()
             if r.startedAt == nil { r.startedAt = actual }
@@ -157,11 +180,15 @@ extension Agent {
             logger.notice("run \(r.id) started\(r.resumed ? " (resumed after a restart)" : "") at \(String(format: "%.3f", actual)), planned \(String(format: "%.3f", r.startAt ?? 0))",
                           metadata: metadata(r))
         } catch {
-            r.state = .failed
-            r.message = "cannot start the radio: \(error)"
-            persistOrReport(r)
-            logger.error("run \(r.id) failed to start: \(error)", metadata: metadata(r))
+            failedToStart(r, error)
         }
+    }
+
+    func failedToStart(_ r: ActiveRun, _ error: any Error) {
+        r.state = .failed
+        r.message = "cannot start the radio: \(error)"
+        persistOrReport(r)
+        logger.error("run \(r.id) failed to start: \(error)", metadata: metadata(r))
     }
 
     /// Stops the node: at its planned end, on abort, or (interrupted) because the agent is going down.
@@ -203,7 +230,7 @@ extension Agent {
             logger.notice("run \(id) aborted before its start; nothing was logged", metadata: metadata(r))
         case .armed, .running:
             r.aborted = true
-            r.message = "aborted by the coordinator at \(HeraldTimestamp.utcSeconds(Date()))"
+            r.message = "aborted by the coordinator at \(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: now)))"
             r.runner?.radioLog("node stopped early: the run was aborted")
             finish(r, interrupted: false)
         case .finished, .failed, .idle:
@@ -321,7 +348,8 @@ extension Agent {
 
 /// Notices when the whole process did not run for a while: a thread that wakes every quarter
 /// second and compares the monotonic clock with its last wake. Under SIGSTOP every thread stops,
-/// so the first wake after SIGCONT sees the pause.
+/// so the first wake after SIGCONT sees the pause. The pause is reported in the agent's clock
+/// (`clock`), the one its runs' instants are in.
 ///
 /// A Dispatch timer on a queue of its own (no thread is kept for it): it wakes every quarter
 /// second, and its handler alone reads and writes the last wake (`last`). The timer cancels
@@ -330,8 +358,11 @@ final class StallWatchdog: Sendable {
     private let last: Mutex<(monotonic: Double, wall: Double)>
     private let stopped = Mutex(false)
 
-    init(threshold: TimeInterval, onStall: @escaping @Sendable (_ from: Double, _ to: Double) -> Void) {
-        last = Mutex((Self.monotonic(), Date().timeIntervalSince1970))
+    private let clock: any LabClock
+
+    init(threshold: TimeInterval, clock: any LabClock, onStall: @escaping @Sendable (_ from: Double, _ to: Double) -> Void) {
+        self.clock = clock
+        last = Mutex((Self.monotonic(), clock.now()))
         let source = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "heraldlab.agent.stall"))
         source.schedule(deadline: .now() + .milliseconds(250), repeating: .milliseconds(250), leeway: .milliseconds(10))
         source.setEventHandler { [weak self] in
@@ -342,7 +373,7 @@ final class StallWatchdog: Sendable {
     }
 
     private func woke(threshold: TimeInterval, _ onStall: @Sendable (_ from: Double, _ to: Double) -> Void) {
-        let m = Self.monotonic(), wall = Date().timeIntervalSince1970
+        let m = Self.monotonic(), wall = clock.now()
         let previous = last.withLock { l in
             defer { l = (m, wall) }
             return l

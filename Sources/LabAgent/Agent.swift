@@ -62,11 +62,21 @@ public final class Agent: Sendable {
         public var maxBackoff: TimeInterval = 30
         /// A pause of the whole process longer than this (SIGSTOP, a frozen VM) is a gap.
         public var stallThreshold: TimeInterval = 3
+        /// The agent's time (issue 39 item 5): start instants, heartbeats, abort and clock stamps
+        /// are read and waited for in it. A process runs on the wall clock; an in-memory lab on
+        /// a virtual one that its driver advances.
+        public var clock: any LabClock = WallClock()
+        /// The executor the node, its radio and the agent's runs are on; nil: a dispatch queue of
+        /// its own. An in-memory lab gives every agent one virtual-time executor.
+        public var scheduler: (any SerialScheduler)?
+        /// Makes the node's radio when the agent is given a maker (an in-memory lab's simulated
+        /// medium, on `scheduler`); nil: the radio `radio` names (BlueZ, or the assignment's air).
+        public var makeRadio: (@Sendable (NodeAssignment) throws -> NodeRadio)?
         public init(name: String, dataDirectory: URL) { self.name = name; self.dataDirectory = dataDirectory }
     }
 
     public let config: Config
-    let scheduler = DispatchScheduler(label: "heraldlab.agent.node")
+    let scheduler: any SerialScheduler
     let http: HTTPService
     /// GET /metrics (Agent+Metrics).
     let metrics = LabMetrics(service: "agent")
@@ -92,11 +102,11 @@ public final class Agent: Sendable {
         var runs: [String: ActiveRun] = [:]
         var check: DongleCheckSession?
     }
-    /// Invariant: only used on `scheduler.queue`; `onQueue` checks that (dispatchPrecondition)
+    /// Invariant: only used on the scheduler's executor; `onQueue` checks that (`assertOnExecutor`)
     /// on every access, so this box (HeraldRadio's carrier for the seam) is never read elsewhere.
     private let confined = UncheckedBox(OnQueue())
     private var onQueue: OnQueue {
-        dispatchPrecondition(condition: .onQueue(scheduler.queue))
+        scheduler.assertOnExecutor()
         return confined.value
     }
     // Runs, confined to the scheduler's queue: at most one armed or running (`active`), any
@@ -159,6 +169,7 @@ public final class Agent: Sendable {
     /// `config.coordinator`, with its credential, if there is one).
     public init(config: Config, logger: Logger = Logger(label: "herald-lab.agent"), httpLogger: Logger? = nil, coordinatorLink: (any CoordinatorLink)? = nil) {
         self.config = config
+        scheduler = config.scheduler ?? DispatchScheduler(label: "heraldlab.agent.node")
         self.coordinatorLink = coordinatorLink ?? config.coordinator.map { HTTPCoordinatorLink(base: $0, token: config.credential?.token ?? config.token, timeout: 5) }
         var logger = logger
         logger[metadataKey: "agent"] = .string(config.name)
@@ -203,7 +214,7 @@ public final class Agent: Sendable {
             if let kernel, let problem = HostSystem.bluetoothProblem(kernelRelease: kernel) { logger.warning("\(problem)") }
             await refreshDongle()
         }
-        let watchdog = StallWatchdog(threshold: config.stallThreshold) { [weak self] from, to in
+        let watchdog = StallWatchdog(threshold: config.stallThreshold, clock: config.clock) { [weak self] from, to in
             guard let self else { return }
             self.scheduler.execute { self.stalled(from: from, to: to) }
         }
@@ -244,8 +255,16 @@ public final class Agent: Sendable {
         }
     }
 
+    /// The node's scheduler as the BlueZ and air radios and the dongle check take it: a dispatch queue.
+    func dispatchScheduler() throws -> DispatchScheduler {
+        guard let d = scheduler as? DispatchScheduler else {
+            throw LabRefusal(.unprocessable, "agent \(config.name): radio \(config.radio.rawValue) runs on a dispatch queue, not on the scheduler the agent was given")
+        }
+        return d
+    }
+
     var runsDirectory: URL { config.dataDirectory.appendingPathComponent("runs") }
-    var now: Double { Date().timeIntervalSince1970 }
+    var now: Double { config.clock.now() }
 
     public var info: LabWire.AgentInfo {
         var i = LabWire.AgentInfo(name: config.name, url: url, tags: config.tags, radio: config.radio, adapter: config.adapter, controller: controller, port: boundPort)
@@ -306,4 +325,12 @@ public final class Agent: Sendable {
         }
         return s
     }
+}
+
+/// A node's radio as `Agent.Config.makeRadio` makes it: the transport the node runs on, and what
+/// closes it at the run's end.
+public struct NodeRadio {
+    public var transport: any BLETransport
+    public var close: () -> Void
+    public init(transport: any BLETransport, close: @escaping () -> Void) { self.transport = transport; self.close = close }
 }
