@@ -80,9 +80,6 @@ public final class Coordinator: Sendable {
         public var recordStudy: (@Sendable (FinishedStudy) throws -> Void)?
         /// This lab's name (--lab), written in every bundle's manifest.json.
         public var lab: String?
-        /// The coordinator's time (issue 39 item 5): its rules read and wait in it; a process
-        /// runs on the wall clock, an in-memory lab on a virtual one.
-        public var clock: any LabClock = WallClock()
         public init(results: URL) { self.results = results }
     }
 
@@ -165,7 +162,7 @@ public final class Coordinator: Sendable {
         dashboardRoutes()
     }
 
-    var now: Double { config.clock.now() }
+    var now: Double { Date().timeIntervalSince1970 }
 
     public func start() async throws -> UInt16 {
         let port = try await http.start(host: config.host, port: config.port, tls: config.tls)
