@@ -231,7 +231,8 @@ extension Coordinator {
         }
         if active.count >= 2 {
             while !complete() && now - began < bound && !Task.isCancelled {
-                try? await Task.sleep(nanoseconds: 500_000_000)
+                // Cancellation ends the polling (the loop's condition).
+                try? await config.clock.sleep(for: 0.5)
                 await withTaskGroup(of: (Int, Result<LabWire.PreflightReport?, Error>).self) { group in
                     for i in active {
                         let link = links[i]

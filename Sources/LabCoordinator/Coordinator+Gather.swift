@@ -204,7 +204,8 @@ extension Coordinator {
             } catch {
                 lastError = "\(error)"
             }
-            try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(delay)))
+            // Cancellation ends the retries (the loop's condition).
+            try? await config.clock.sleep(for: delay)
             delay = min(delay * 2, 5)
         }
         logger.error("gave up gathering \(n.name) from \(n.agent) (\(n.agentURL)): \(lastError)", metadata: ["run": .string(runId), "node": .string(n.name), "agent": .string(n.agent)])
@@ -317,7 +318,7 @@ extension Coordinator {
             for f in n.files { m.files[f.name] = Manifest.FileEntry(bytes: f.bytes, sha256: f.sha256) }
             nodes.append(m)
         }
-        var manifest = Manifest(runId: r.id, createdAt: Date(), mode: .lab, seed: plan.seed, plan: plan, planText: r.planText,
+        var manifest = Manifest(runId: r.id, createdAt: Date(timeIntervalSince1970: now), mode: .lab, seed: plan.seed, plan: plan, planText: r.planText,
                                 contactEvent: plan.contactEvent(startingAt: Date(timeIntervalSince1970: startAt)), nodes: nodes)
         manifest.startAt = r.startAt.map { Date(timeIntervalSince1970: $0) }
         manifest.preflight = r.preflight

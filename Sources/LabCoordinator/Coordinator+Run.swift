@@ -85,7 +85,8 @@ extension Coordinator {
                     do { c = try link(node, chosenAt: record.created) } catch { return (i, nil, "\(error)") }
                     var lastError = ""
                     for attempt in 0..<3 {
-                        if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(0.5 * Double(attempt)))) }
+                        // Cancelled: the arm is tried at once and the run ends after the group.
+                        if attempt > 0 { try? await config.clock.sleep(for: 0.5 * Double(attempt)) }
                         let (measured, problem) = await clock(of: node, over: c)
                         guard let best = measured else { lastError = problem ?? "no clock for \(node.agentURL)"; continue }
                         var nodeSeed = SeededGenerator(seed: seed, stream: "agent/\(spec.name)")
@@ -188,7 +189,8 @@ extension Coordinator {
                     guard let c = linkOrSkip(n, of: r, "the start") else { return (n.name, nil) }
                     var lastError = LinkError(status: nil, message: "not sent")
                     for attempt in 0..<max(1, attempts) {
-                        if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(0.3 * Double(attempt)))) }
+                        // Cancelled: the start is tried at once, as before a cancellation was seen.
+                        if attempt > 0 { try? await config.clock.sleep(for: 0.3 * Double(attempt)) }
                         do throws(LinkError) {
                             let s = try await c.start(LabWire.StartRequest(runId: r.id, startAt: startAt + offset))
                             if let m = s.message, s.runId == r.id { logger.info("agent \(n.agent): \(m)", metadata: ["run": .string(r.id), "node": .string(n.name), "agent": .string(n.agent)]) }
@@ -288,7 +290,8 @@ extension Coordinator {
             }
             if changed { withLock { s in s.runs[r.id] = r } }
             if now - lastSave > 5 { update(r); lastSave = now }
-            try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(min(0.5, max(0.05, end - now)))))
+            // Cancellation ends the loop (its condition).
+            try? await config.clock.sleep(for: min(0.5, max(0.05, end - now)))
         }
         update(r)
         return nil

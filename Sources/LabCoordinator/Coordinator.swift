@@ -80,6 +80,9 @@ public final class Coordinator: Sendable {
         public var recordStudy: (@Sendable (FinishedStudy) throws -> Void)?
         /// This lab's name (--lab), written in every bundle's manifest.json.
         public var lab: String?
+        /// The time the coordinator's rules see and wait on (issue 39 item 5): the wall clock in
+        /// a process, a virtual clock in an in-memory lab.
+        public var clock: any LabClock = WallClock()
         public init(results: URL) { self.results = results }
     }
 
@@ -142,7 +145,7 @@ public final class Coordinator: Sendable {
         self.config = config
         let dashboard = try DashboardState()
         self.dashboard = dashboard
-        self.logger = Logger(label: logger.label) { _ in RunLogTee(inner: logger, events: dashboard.events) }
+        self.logger = Logger(label: logger.label) { [clock = config.clock] _ in RunLogTee(inner: logger, events: dashboard.events, clock: clock) }
         let store = try CoordinatorStore(url: config.results.appendingPathComponent("coordinator.sqlite"))
         self.store = store
         identityStore = try config.credentials.map { try IdentityStore(url: $0.url.appendingPathComponent("agents.sqlite")) }
@@ -162,7 +165,8 @@ public final class Coordinator: Sendable {
         dashboardRoutes()
     }
 
-    var now: Double { Date().timeIntervalSince1970 }
+    /// The coordinator's time: `Config.clock`'s.
+    var now: Double { config.clock.now() }
 
     public func start() async throws -> UInt16 {
         let port = try await http.start(host: config.host, port: config.port, tls: config.tls)
@@ -191,7 +195,8 @@ public final class Coordinator: Sendable {
         if let every = config.healthCheckEvery {
             let healthChecks = Task { [weak self] in
                 while !Task.isCancelled {
-                    try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(every)))
+                    // Cancellation (stop) is the one way out: the guard below ends the loop.
+                    try? await self?.config.clock.sleep(for: every)
                     guard let self, !Task.isCancelled else { return }
                     do {
                         let result = try await self.checkDongles(LabWire.CheckRequest(dongles: nil, bound: nil))
@@ -205,7 +210,8 @@ public final class Coordinator: Sendable {
             let housekeeping = Task { [weak self] in
                 while !Task.isCancelled {
                     self?.applyRetention()
-                    try? await Task.sleep(nanoseconds: 3_600_000_000_000)
+                    // Cancellation (stop) is the one way out: the while ends the loop.
+                    try? await self?.config.clock.sleep(for: 3600)
                 }
             }
             background.withLock { $0.housekeeping = housekeeping }

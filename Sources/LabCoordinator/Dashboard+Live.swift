@@ -360,7 +360,7 @@ extension Coordinator {
             while let self, sessions.find(cookieHeader: cookie, now: self.now) != nil, let (events, last) = try next(self) {
                 for e in events { try await write(e) }
                 if last { return }
-                try await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(seconds)))
+                try await self.config.clock.sleep(for: seconds)
             }
         }
         return response
