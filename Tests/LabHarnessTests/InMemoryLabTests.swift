@@ -201,7 +201,7 @@ final class InMemoryLabTests: XCTestCase {
         // n1's agent process pauses for 2 s (as its stall watchdog reports it); n2's agent vanishes.
         let paused = lab.agents[agentOf["n1"]!]!
         let t = Date().timeIntervalSince1970
-        paused.scheduler.sync { paused.stalled(from: t - 2, to: t) }
+        paused.scheduler.sync { paused.lifecycle.stalled(from: t - 2, to: t) }
         lab.links[agentOf["n2"]!]!.vanished = true
         await lab.agents[agentOf["n2"]!]!.stop()
         let r = try await lab.waitFor("the run's end", timeout: 60) { lab.coordinator.run(id).flatMap { $0.state.isFinal ? $0 : nil } }
