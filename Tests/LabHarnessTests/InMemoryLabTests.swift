@@ -26,7 +26,7 @@ final class InMemoryLabTests: XCTestCase {
 
     func testAllNodesArmStartAtOneInstantAndAreGatheredWithTheirChecksums() async throws {
         // agent2's clock runs 5 s ahead: its heartbeats say so, and its start comes in its own clock.
-        let lab = try await MemoryLab.make(agents: 3, skews: ["agent2": 5])
+        let lab = try await MemoryLab.make(agents: 3, skews: ["agent2": 5], virtual: true)
         self.lab = lab
         let r = try await lab.runToEnd(plan("barrier", nodes: 3))
         XCTAssertEqual(r.state, .complete, r.message ?? "")
@@ -98,7 +98,7 @@ final class InMemoryLabTests: XCTestCase {
         // clocks): no samples. agent2's clock steps 2 s ahead after the lab is up: its samples
         // from before and after the step contradict each other, so they are not used. agent3's
         // heartbeats suffice. The two probed get their offsets from the probes.
-        let lab = try await MemoryLab.make(agents: 3, skews: ["agent1": 3], stampless: ["agent1"])
+        let lab = try await MemoryLab.make(agents: 3, skews: ["agent1": 3], stampless: ["agent1"], virtual: true)
         self.lab = lab
         XCTAssertNil(lab.coordinator.heartbeatClock(agent: "agent1", url: MemoryLab.url("agent1")))
         lab.links["agent2"]!.clockSkew = 2
@@ -136,7 +136,7 @@ final class InMemoryLabTests: XCTestCase {
     }
 
     func testAFileWhoseBytesDoNotMatchIsFetchedAgainAndOneThatNeverMatchesLosesTheNode() async throws {
-        let lab = try await MemoryLab.make(agents: 2, gatherPatience: 3)
+        let lab = try await MemoryLab.make(agents: 2, gatherPatience: 3, virtual: true)
         self.lab = lab
         lab.links["agent1"]!.corrupt = ["contacts.csv": 1]       // the first fetch is damaged
         lab.links["agent2"]!.corrupt = ["log.txt": Int.max]      // every fetch is damaged
@@ -163,7 +163,7 @@ final class InMemoryLabTests: XCTestCase {
     /// probe answers 5e10 s off, issue 36): those samples are unusable, so the run is gathered with
     /// the clocks measured while they were sane, completes, and the coordinator's metrics render.
     func testAnAgentWhoseClockTurnsAbsurdMidRunIsGatheredWithItsClockFromArming() async throws {
-        let lab = try await MemoryLab.make(agents: 2)
+        let lab = try await MemoryLab.make(agents: 2, virtual: true)
         self.lab = lab
         let id = try lab.coordinator.submit(planText: plan("absurd", nodes: 2), source: "absurd").id
         // Its node running on its agent: the start was taken before the clock turns (a start
@@ -187,20 +187,20 @@ final class InMemoryLabTests: XCTestCase {
     }
 
     func testAPausedAgentIsPartialAndAnAgentThatVanishesMidRunIsLost() async throws {
-        let lab = try await MemoryLab.make(agents: 3, gatherPatience: 2)
+        let lab = try await MemoryLab.make(agents: 3, gatherPatience: 2, virtual: true)
         self.lab = lab
         let id = try lab.coordinator.submit(planText: plan("gaps", nodes: 3, duration: "6s"), source: "gaps").id
         // Every node has run 2.5 s: a 2 s pause lies wholly within the run.
         let running = try await lab.waitFor("the nodes 2.5 s into the run", timeout: 30) {
             lab.agents.values.allSatisfy { a in
                 let s = a.status
-                return s.state == .running && (s.startedAt ?? .infinity) <= Date().timeIntervalSince1970 - 2.5
+                return s.state == .running && (s.startedAt ?? .infinity) <= lab.now - 2.5
             } ? lab.coordinator.run(id) : nil
         }
         let agentOf = Dictionary(uniqueKeysWithValues: running.nodes.map { ($0.name, $0.agent) })
         // n1's agent process pauses for 2 s (as its stall watchdog reports it); n2's agent vanishes.
         let paused = lab.agents[agentOf["n1"]!]!
-        let t = Date().timeIntervalSince1970
+        let t = lab.now
         paused.scheduler.sync { paused.lifecycle.stalled(from: t - 2, to: t) }
         lab.links[agentOf["n2"]!]!.vanished = true
         await lab.agents[agentOf["n2"]!]!.stop()
@@ -235,6 +235,8 @@ final class MemoryLab: @unchecked Sendable {
     /// Each agent's link as the coordinator holds it, by agent name.
     private(set) var links: [String: FaultyLink] = [:]
     var results: URL { coordinator.config.results }
+    /// The lab's time: virtual, or the wall clock's.
+    var now: Double { time?.seconds ?? Date().timeIntervalSince1970 }
 
     private init(dir: URL, air: AirServer?, time: VirtualTime?, coordinator: Coordinator) {
         self.dir = dir; self.air = air; self.time = time; self.coordinator = coordinator
