@@ -100,12 +100,12 @@ final class InMemoryLabTests: XCTestCase {
         // heartbeats suffice. The two probed get their offsets from the probes.
         let lab = try await MemoryLab.make(agents: 3, skews: ["agent1": 3], stampless: ["agent1"], virtual: true)
         self.lab = lab
-        XCTAssertNil(lab.coordinator.heartbeatClock(agent: "agent1", url: MemoryLab.url("agent1")))
+        XCTAssertNil(lab.coordinator.registry.heartbeatClock(agent: "agent1", url: MemoryLab.url("agent1")))
         lab.links["agent2"]!.clockSkew = 2
         _ = try await lab.waitFor("agent2's samples after its step", timeout: 20) {
-            lab.coordinator.withLock { s in s.agents["agent2"]!.clocks.contains { abs($0.sample.offset - 2) < 0.001 } } ? true : nil
+            lab.coordinator.registry.withRecords { s in s["agent2"]!.clocks.contains { abs($0.sample.offset - 2) < 0.001 } } ? true : nil
         }
-        XCTAssertNil(lab.coordinator.heartbeatClock(agent: "agent2", url: MemoryLab.url("agent2")), "samples across the step do not agree")
+        XCTAssertNil(lab.coordinator.registry.heartbeatClock(agent: "agent2", url: MemoryLab.url("agent2")), "samples across the step do not agree")
         let r = try await lab.runToEnd(plan("probed", nodes: 3))
         XCTAssertEqual(r.state, .complete, r.message ?? "")
         for n in r.nodes {
@@ -313,7 +313,7 @@ final class MemoryLab: @unchecked Sendable {
         // Which way a clock is taken at arming depends on whether the heartbeats suffice yet:
         // the tests wait for that, not for a guessed time.
         _ = try await lab.waitFor("every agent's clock from its heartbeats", timeout: 20) {
-            (1...count).map { "agent\($0)" }.allSatisfy { stampless.contains($0) || coordinator.heartbeatClock(agent: $0, url: url($0)) != nil } ? true : nil
+            (1...count).map { "agent\($0)" }.allSatisfy { stampless.contains($0) || coordinator.registry.heartbeatClock(agent: $0, url: url($0)) != nil } ? true : nil
         }
         return lab
     }

@@ -5,10 +5,10 @@ import LabLink
 import LabPlan
 import Logging
 
-/// A run's course on the coordinator: arm every agent (its clock, assignment), start them
+/// A run's course (RunController): arm every agent (its clock, assignment), start them
 /// together, watch them, then gather (Coordinator+Gather). Every step can be resumed after a
 /// coordinator restart from the run's record.
-extension Coordinator {
+extension RunController {
     /// The link to a node's agent (`Config.agentLinks`), with the credential the coordinator calls
     /// that agent with; throws `NotCallable` for an agent that is not called at all (revoked,
     /// enrolled again since the run chose it at `chosenAt`, a URL that is not one).
@@ -17,7 +17,7 @@ extension Coordinator {
     }
 
     func link(agent: String, url: String, chosenAt: Double, timeout: TimeInterval) throws -> any AgentLink {
-        guard let u = URL(string: url) else { throw NotCallable(agent: agent, reason: "bad agent URL \(HTTPService.escaped(url))") }
+        guard let u = URL(string: url) else { throw IdentityService.NotCallable(agent: agent, reason: "bad agent URL \(HTTPService.escaped(url))") }
         return config.agentLinks(AgentAddress(url: u, token: try credentialForCalling(agent, chosenAt: chosenAt), timeout: timeout))
     }
 
@@ -132,10 +132,12 @@ extension Coordinator {
         // margin covers sending the starts (about as long as arming took) and the slowest link.
         let armTime = now - began
         let worstRoundTrip = r.nodes.compactMap { $0.clockBefore?.roundTrip }.max() ?? 0
-        let margin = max(config.startMargin, 1.5 * armTime + 10 * worstRoundTrip + 0.5) + 0.002 * Double(r.nodes.count)
+        let barrier = StartBarrier.compute(startMargin: config.startMargin, maxStartMargin: config.maxStartMargin, armTime: armTime,
+                                           worstRoundTrip: worstRoundTrip, nodes: r.nodes.count)
+        let margin = barrier.margin
         // A start further ahead than maxStartMargin holds every agent of the run idle for it:
         // the run is refused, naming the slowest clock, and its agents are released.
-        guard margin.isFinite, margin <= config.maxStartMargin else {
+        guard barrier.bounded else {
             let slowest = r.nodes.max { ($0.clockBefore?.roundTrip ?? 0) < ($1.clockBefore?.roundTrip ?? 0) }
             let who = slowest.map { "agent \($0.agent) (\($0.agentURL)), round trip \(String(format: "%.3f", $0.clockBefore?.roundTrip ?? 0)) s" } ?? "no agent"
             _ = await endBeforeStart(r, state: .failed, message: "the start cannot be bounded: a margin of \(String(format: "%.1f", margin)) s is over \(String(format: "%.0f", config.maxStartMargin)) s (arming took \(String(format: "%.1f", armTime)) s; slowest clock: \(who))")
@@ -271,7 +273,7 @@ extension Coordinator {
             }
             // An abort arrives through the stored record; take it before writing ours back.
             if run(r.id)?.abortRequested == true { r.abortRequested = true; update(r); return nil }
-            let statuses = withLock { s in agentsStatus(s) }
+            let statuses = registry.statuses
             var changed = markNotCalled(&r)
             for i in r.nodes.indices where r.nodes[i].state != .lost {
                 guard let s = statuses[r.nodes[i].agent], s.runId == r.id else { continue }
@@ -311,12 +313,5 @@ extension Coordinator {
                            metadata: ["run": .string(r.id), "node": .string(r.nodes[i].name), "agent": .string(r.nodes[i].agent)])
         }
         return changed
-    }
-
-    /// Latest heartbeat status per agent (from the state, under the lock).
-    func agentsStatus(_ s: State) -> [String: LabWire.AgentStatus] {
-        var out = [String: LabWire.AgentStatus]()
-        for (name, a) in s.agents { if let st = a.status { out[name] = st } }
-        return out
     }
 }

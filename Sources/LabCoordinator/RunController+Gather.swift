@@ -12,7 +12,7 @@ import Glibc
 
 /// Gathering: every node's files fetched and verified, made durable, the manifest and report
 /// written, the run recorded as ended, and only then the agents told to drop their copies.
-extension Coordinator {
+extension RunController {
     /// The Herald files a node folder may hold: an agent's file list naming anything else is refused.
     static let heraldFiles: Set<String> = ["contacts.csv", "detection.csv", "statistics.csv", "battery.csv", "log.txt"]
 
@@ -125,7 +125,7 @@ extension Coordinator {
             logger.error("run \(r.id): cannot record the end of the run (\(error)); agents keep their copies", metadata: ["run": .string(r.id)])
             return
         }
-        recordStudyIfFinished(r)
+        ended(r)
         // The run's air tickets attach nothing more.
         await tellAir(.ended(run: r.id, at: now))
         for n in gathered {
@@ -290,7 +290,7 @@ extension Coordinator {
     func writeManifest(_ r: RunRecord, _ plan: Plan, bundle: URL) throws {
         let startAt = r.startAt ?? r.created
         var nodes = [Manifest.Node]()
-        let views = agentViews
+        let views = registry.views
         var delays = [Double]()
         for (i, n) in r.nodes.enumerated() {
             let spec = plan.nodes[i]
