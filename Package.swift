@@ -116,7 +116,7 @@ let package = Package(
         .testTarget(name: "HeraldCoreTests", dependencies: ["HeraldCore"]),
         // Tests' log capture (a LogHandler that keeps each event and its line as LabLogHandler writes it),
         // and their blocking TCP/TLS stream and server on swift-nio and swift-nio-ssl.
-        .target(name: "LabTestSupport", dependencies: ["LabLog", "LabNet", .product(name: "Logging", package: "swift-log"),
+        .target(name: "LabTestSupport", dependencies: ["LabLog", "LabNet", "HeraldCore", "HeraldRadio", .product(name: "Logging", package: "swift-log"),
                                                        .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                                                        .product(name: "NIOTLS", package: "swift-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl")],
                 path: "Tests/LabTestSupport"),
@@ -138,7 +138,7 @@ let package = Package(
                                                       .product(name: "NIOSSL", package: "swift-nio-ssl")]),
         .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet", "LabPlan", "LabTestSupport", .product(name: "Hummingbird", package: "hummingbird"), .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "NIOCore", package: "swift-nio"),
                                                        .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio")]),
-        .testTarget(name: "LabHarnessTests", dependencies: [.product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "Hummingbird", package: "hummingbird"), "LabAgent", "LabCoordinator", "LabLink", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio")]),
+        .testTarget(name: "LabHarnessTests", dependencies: [.product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "Hummingbird", package: "hummingbird"), "LabAgent", "LabNode", "LabCoordinator", "LabLink", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio")]),
         // Against a real PostgreSQL the test starts (make test-results-server).
         .testTarget(name: "LabResultsTests", dependencies: [.product(name: "Hummingbird", package: "hummingbird"), "LabResults", "HeraldAnalysis", "LabHistory", "LabNode", "LabPlan", "LabNet", "LabCoordinator", "LabHTTP", "LabTestSupport", .product(name: "PostgresNIO", package: "postgres-nio")]),
         // The command's own functions (its texts of durations from a coordinator's records), and

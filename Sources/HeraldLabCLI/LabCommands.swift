@@ -364,11 +364,12 @@ struct CoordinatorCommand: AsyncParsableCommand {
             log("herald-lab coordinator: \(error)")
             throw ExitCode(2)
         }
-        let port = try await coordinator.start()
+        // Its background services run in the process's one ServiceGroup, beside the HTTP server.
+        let port = try await coordinator.start(background: false)
         service.announce(port, "coordinator")
-        let retry = writer.map { w in Task { await w.run(retryEvery: 60) } }
-        try await runService("coordinator") { await coordinator.stop() }
-        retry?.cancel()
+        var background = coordinator.services.map { s in BackgroundService(name: s.name, work: s.run) }
+        if let w = writer { background.append(BackgroundService(name: "shared history") { await w.run(retryEvery: 60) }) }
+        try await runService("coordinator", background: background) { await coordinator.stop() }
         await writer?.store.close()
         await reader?.close()
     }

@@ -21,12 +21,27 @@ struct LabService: Service {
     }
 }
 
-/// Runs one started service until SIGTERM or SIGINT, then stops it (`LabService`).
-func runService(_ name: String, logger: Logger = lifecycleLogger, stop: @escaping @Sendable () async -> Void) async throws {
+/// A service's background work (the coordinator's heartbeat times, health checks, housekeeping;
+/// the shared history's outbox): it runs until the group shuts down gracefully, which cancels it.
+struct BackgroundService: Service {
+    let name: String
+    let work: @Sendable () async -> Void
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown { await work() }
+    }
+}
+
+/// Runs one started service until SIGTERM or SIGINT, then stops it (`LabService`), with its
+/// `background` work in the same group: the group shuts services down in reverse order, so the
+/// background work ends before `stop` runs.
+func runService(_ name: String, logger: Logger = lifecycleLogger, background: [BackgroundService] = [],
+                stop: @escaping @Sendable () async -> Void) async throws {
     let group = ServiceGroup(configuration: .init(
         services: [.init(service: LabService(name: name, stop: stop),
                          successTerminationBehavior: .gracefullyShutdownGroup,
-                         failureTerminationBehavior: .gracefullyShutdownGroup)],
+                         failureTerminationBehavior: .gracefullyShutdownGroup)]
+            + background.map { .init(service: $0, successTerminationBehavior: .ignore, failureTerminationBehavior: .gracefullyShutdownGroup) },
         gracefulShutdownSignals: [.sigterm, .sigint],
         logger: logger))
     try await group.run()

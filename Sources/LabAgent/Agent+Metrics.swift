@@ -28,7 +28,8 @@ extension Agent {
         if s.state == .running, let run = s.runId, let name = s.node {
             node["run"] = run
             node["node"] = name
-            node["plan"] = scheduler.sync { runs[run]?.assignment.planName } ?? ""
+            let lifecycle = self.lifecycle
+            node["plan"] = scheduler.sync { lifecycle.runs[run]?.assignment.planName } ?? ""
         }
         let nodeGauges: [(String, String, Double)] = [
             ("heraldlab_node_running", "1 while this agent's node runs.", s.state == .running ? 1 : 0),

@@ -6,8 +6,9 @@ import LabNode
 import LabPlan
 
 /// The agent's HTTP API (docs/API.md): each route maps a request to one of the agent's API
-/// methods below, which validate what they are given and hand the work to the run's lifecycle
-/// on the scheduler's queue. `LocalAgentLink` calls the same methods without HTTP.
+/// methods below, which validate what they are given and hand the work to the service it is for
+/// (the runs' `RunLifecycle` on the executor, the `DongleService`). `LocalAgentLink` calls the
+/// same methods without HTTP.
 extension Agent {
     func routes() {
         let api = http.routes()
@@ -38,8 +39,9 @@ extension Agent {
 
     /// Arms a node: its radio is checked first; a refusal is a `LabRefusal`.
     func armRun(_ arm: LabWire.ArmRequest) async throws -> LabWire.AgentStatus {
-        try await preflight(arm)
-        try scheduler.sync { try self.arm(arm) }
+        let lifecycle = self.lifecycle
+        try await lifecycle.preflight(arm)
+        try scheduler.sync { try lifecycle.arm(arm) }
         return status
     }
 
@@ -48,19 +50,33 @@ extension Agent {
         guard start.startAt.isFinite, abs(start.startAt - now) < 86_400 else {
             throw LabRefusal(.invalid, "startAt \(start.startAt) is not within a day of this agent's clock")
         }
-        try scheduler.sync { try self.schedule(start) }
+        let lifecycle = self.lifecycle
+        try scheduler.sync { try lifecycle.schedule(start) }
         return status
     }
 
+    /// Starts a dongle check (or answers for the one with this id); refused while a run is armed or running.
+    func startPreflight(_ request: LabWire.PreflightRequest) async throws -> LabWire.PreflightReport {
+        let lifecycle = self.lifecycle
+        return try await dongle.startPreflight(request) { lifecycle.active?.id }
+    }
+
+    /// The dongle check's findings so far.
+    func preflightStatus() throws -> LabWire.PreflightReport { try dongle.preflightStatus() }
+
+    /// On the executor: the runs held, oldest start first.
+    func heldRuns() -> [LabWire.HeldRun] { lifecycle.heldRuns() }
+
     /// Ends the dongle check and returns its final findings; 404 when there is none.
     func endPreflight() async throws -> LabWire.PreflightReport {
-        guard let r = await stopPreflight() else { throw LabRefusal(.notFound, "agent \(config.name) has no dongle check") }
+        guard let r = await dongle.stopPreflight() else { throw LabRefusal(.notFound, "agent \(config.name) has no dongle check") }
         return r
     }
 
     func files(of run: String) throws -> LabWire.FileList {
         let id = try Self.runId(run)
-        return try scheduler.sync { try self.fileList(id) }
+        let lifecycle = self.lifecycle
+        return try scheduler.sync { try lifecycle.fileList(id) }
     }
 
     /// Where file `name` of `run` is (a Herald file name only, never a path), with the run id and
@@ -73,14 +89,16 @@ extension Agent {
 
     func stopRun(_ run: String) throws -> LabWire.AgentStatus {
         let id = try Self.runId(run)
-        try scheduler.sync { try self.abort(id) }
+        let lifecycle = self.lifecycle
+        try scheduler.sync { try lifecycle.abort(id) }
         return status
     }
 
     /// Returns the run id released.
     func releaseRun(_ run: String) throws -> String {
         let id = try Self.runId(run)
-        try scheduler.sync { try self.release(id) }
+        let lifecycle = self.lifecycle
+        try scheduler.sync { try lifecycle.release(id) }
         return id
     }
 

@@ -12,7 +12,7 @@ extension Coordinator {
     /// gather does; returns the bytes fetched (benchmarks).
     public func fetchFiles(agentURL: String, runId: String, node: String, into dir: URL) async throws -> Int64 {
         let n = RunRecord.Node(name: node, agent: node, agentURL: agentURL, state: .finished, files: [])
-        let (list, _, failure) = await gatherNode(runId, n, chosenAt: now, into: dir)
+        let (list, _, failure) = await runs.gatherNode(runId, n, chosenAt: now, into: dir)
         guard let list else { throw LabClient.Failure(status: nil, message: failure?.message ?? "gather failed") }
         return list.files.reduce(0) { $0 + $1.bytes }
     }

@@ -94,7 +94,8 @@ extension Coordinator {
                 m.gauge("heraldlab_agent_heartbeat_age_seconds", "Seconds since the agent's last heartbeat.", ["agent": v.info.name]).record(max(0, t - seen))
             }
         }
-        let (records, dongleHealth) = withLock { s in (Array(s.runs.values), s.dongles.values.map(\.health)) }
+        let records = withLock { s in Array(s.runs.values) }
+        let dongleHealth = dongles.healths
         for h in LabWire.DongleHealth.allCases {
             m.gauge("heraldlab_dongles", "Dongles the coordinator knows, by health.", ["health": h.rawValue]).record(dongleHealth.filter { $0 == h }.count)
         }

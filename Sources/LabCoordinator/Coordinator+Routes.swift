@@ -101,30 +101,6 @@ extension Coordinator {
         }
     }
 
-    /// Heartbeat times reach SQLite in batches: the first due time schedules a write of all those
-    /// due within the next second, in one transaction on a queue of its own. One commit per agent
-    /// and heartbeat (hundreds a second with a thousand agents, each several fsyncs) blocked the
-    /// threads that answer HTTP; a restarted coordinator still knows each agent's last heartbeat
-    /// to within about 6 s (5 s between saves, 1 s batching).
-    func persistSeen(_ name: String, at t: Double) {
-        let first = withLock { s -> Bool in
-            let first = s.pendingSeen.isEmpty
-            s.pendingSeen[name] = t
-            return first
-        }
-        if first { seenQueue.asyncAfter(deadline: .now() + 1) { [weak self] in self?.flushSeen() } }
-    }
-
-    /// Writes the pending heartbeat times (on `seenQueue`).
-    func flushSeen() {
-        let batch = withLock { s -> [String: Double] in
-            defer { s.pendingSeen = [:] }
-            return s.pendingSeen
-        }
-        guard !batch.isEmpty else { return }
-        do { try store.saveSeen(batch) } catch { logger.error("cannot save the heartbeats of \(batch.count) agents: \(error)") }
-    }
-
     static func runId(_ context: LabRequestContext) throws -> String {
         let id = context.parameter("id")
         guard SafeName.isValid(id) else { throw LabRefusal(.invalid, "run id \(SafeName.problem(with: id) ?? "is invalid")") }

@@ -240,7 +240,7 @@ extension Coordinator {
 
     func liveSnapshot(_ r: RunRecord) -> LiveSnapshot {
         let t = now
-        let seen = withLock { s in Dictionary(s.agents.map { ($0.key, ($0.value.lastSeen, $0.value.status)) }, uniquingKeysWith: { a, _ in a }) }
+        let seen = registry.seen
         let shortOf = r.nodes.count <= LiveStrips.maxNodes ? dashboard.strips.shortNames(r) : [:]
         var peersOf = [String: Set<String>]()
         let nodes = r.nodes.map { n -> LiveSnapshot.Node in
@@ -360,7 +360,7 @@ extension Coordinator {
             while let self, sessions.find(cookieHeader: cookie, now: self.now) != nil, let (events, last) = try next(self) {
                 for e in events { try await write(e) }
                 if last { return }
-                try await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(seconds)))
+                try await self.config.clock.sleep(for: seconds)
             }
         }
     }

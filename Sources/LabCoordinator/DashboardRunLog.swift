@@ -49,6 +49,8 @@ final class RunEvents: Sendable {
 struct RunLogTee: LogHandler {
     let inner: Logger
     let events: RunEvents
+    /// The coordinator's clock, stamping each kept line.
+    let clock: any LabClock
     var metadata: Logger.Metadata = [:]
     var metadataProvider: Logger.MetadataProvider?
 
@@ -74,6 +76,6 @@ struct RunLogTee: LogHandler {
         guard event.level >= .info, case .string(let run)? = all["run"] else { return }
         var text = OutsideText.line(event.message.description)
         for key in all.keys.sorted() where key != "run" { text += " \(OutsideText.escaped(key))=\(OutsideText.line("\(all[key]!)"))" }
-        events.record(run: run, RunEvents.Event(at: Date().timeIntervalSince1970, level: event.level.rawValue, text: String(text.prefix(2000))))
+        events.record(run: run, RunEvents.Event(at: clock.now(), level: event.level.rawValue, text: String(text.prefix(2000))))
     }
 }

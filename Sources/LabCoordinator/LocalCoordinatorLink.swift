@@ -25,9 +25,9 @@ public struct LocalCoordinatorLink: CoordinatorLink {
     }
 
     public func heartbeat(agent name: String, _ status: LabWire.AgentStatus) async throws(LinkError) -> HeartbeatAnswer {
-        let sent = Date().timeIntervalSince1970
+        let sent = coordinator.config.clock.now()
         let reply: LabWire.ClockReply
         do { reply = try coordinator.heartbeat(name, status, principal: principal) } catch { throw LinkError(answering: error) }
-        return HeartbeatAnswer(sent: sent, answered: Date().timeIntervalSince1970, reply: reply)
+        return HeartbeatAnswer(sent: sent, answered: coordinator.config.clock.now(), reply: reply)
     }
 }

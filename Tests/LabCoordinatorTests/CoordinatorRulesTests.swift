@@ -9,15 +9,15 @@ final class CoordinatorRulesTests: XCTestCase {
     }
 
     func testAgentOnAWildcardAddressIsCalledWhereItsRegistrationCameFrom() throws {
-        XCTAssertEqual(try Coordinator.reachableURL(info("http://0.0.0.0:8701"), peerHost: "10.77.0.11"), "http://10.77.0.11:8701")
-        XCTAssertEqual(try Coordinator.reachableURL(info("http://[::]:8701"), peerHost: "fd00:77::11"), "http://[fd00:77::11]:8701")
-        XCTAssertEqual(try Coordinator.reachableURL(info("http://0.0.0.0:8701"), peerHost: "::ffff:10.77.0.12"), "http://10.77.0.12:8701", "IPv4-mapped peers are called over IPv4")
-        XCTAssertEqual(try Coordinator.reachableURL(info("http://n1.lab:8701"), peerHost: "10.77.0.11"), "http://n1.lab:8701", "an announced name is kept")
-        XCTAssertEqual(try Coordinator.reachableURL(info("http://[fd00::5]:8701"), peerHost: "10.77.0.11"), "http://[fd00::5]:8701")
-        XCTAssertThrowsError(try Coordinator.reachableURL(info("http://0.0.0.0:8701"), peerHost: nil)) { e in
+        XCTAssertEqual(try AgentRegistry.reachableURL(info("http://0.0.0.0:8701"), peerHost: "10.77.0.11"), "http://10.77.0.11:8701")
+        XCTAssertEqual(try AgentRegistry.reachableURL(info("http://[::]:8701"), peerHost: "fd00:77::11"), "http://[fd00:77::11]:8701")
+        XCTAssertEqual(try AgentRegistry.reachableURL(info("http://0.0.0.0:8701"), peerHost: "::ffff:10.77.0.12"), "http://10.77.0.12:8701", "IPv4-mapped peers are called over IPv4")
+        XCTAssertEqual(try AgentRegistry.reachableURL(info("http://n1.lab:8701"), peerHost: "10.77.0.11"), "http://n1.lab:8701", "an announced name is kept")
+        XCTAssertEqual(try AgentRegistry.reachableURL(info("http://[fd00::5]:8701"), peerHost: "10.77.0.11"), "http://[fd00::5]:8701")
+        XCTAssertThrowsError(try AgentRegistry.reachableURL(info("http://0.0.0.0:8701"), peerHost: nil)) { e in
             XCTAssertTrue("\(e)".contains("--advertise-url"), "\(e)")
         }
-        XCTAssertThrowsError(try Coordinator.reachableURL(info("ftp://x:1"), peerHost: "10.0.0.1"))
+        XCTAssertThrowsError(try AgentRegistry.reachableURL(info("ftp://x:1"), peerHost: "10.0.0.1"))
     }
 
     func list(_ names: [String]) -> LabWire.FileList {
@@ -26,22 +26,22 @@ final class CoordinatorRulesTests: XCTestCase {
     }
 
     func testFileListsNamingAnythingButHeraldFilesAreRefused() {
-        XCTAssertNoThrow(try Coordinator.check(list(["contacts.csv", "log.txt"]), runId: "r1", node: "alpha"))
+        XCTAssertNoThrow(try RunController.check(list(["contacts.csv", "log.txt"]), runId: "r1", node: "alpha"))
         for bad in ["../../../../x", "a/../../../x", "/../../../x", "./../../x", "/../../..", "..", ".", "", "contacts.csv/../../x",
                     "%2e%2e/x", "contacts.csv\u{0}", "nodes/contacts.csv", "manifest.json"] {
-            XCTAssertThrowsError(try Coordinator.check(list(["contacts.csv", bad]), runId: "r1", node: "alpha"), "name \(bad)") { e in
-                XCTAssertTrue((e as? Coordinator.GatherRefusal)?.message.contains("not one of the Herald files") == true, "\(e)")
+            XCTAssertThrowsError(try RunController.check(list(["contacts.csv", bad]), runId: "r1", node: "alpha"), "name \(bad)") { e in
+                XCTAssertTrue((e as? RunController.GatherRefusal)?.message.contains("not one of the Herald files") == true, "\(e)")
             }
         }
-        XCTAssertThrowsError(try Coordinator.check(list(["log.txt", "log.txt"]), runId: "r1", node: "alpha"), "a name twice")
-        XCTAssertThrowsError(try Coordinator.check(list(["log.txt"]), runId: "r2", node: "alpha"), "another run")
-        XCTAssertThrowsError(try Coordinator.check(list(["log.txt"]), runId: "r1", node: "beta"), "another node")
+        XCTAssertThrowsError(try RunController.check(list(["log.txt", "log.txt"]), runId: "r1", node: "alpha"), "a name twice")
+        XCTAssertThrowsError(try RunController.check(list(["log.txt"]), runId: "r2", node: "alpha"), "another run")
+        XCTAssertThrowsError(try RunController.check(list(["log.txt"]), runId: "r1", node: "beta"), "another node")
         var huge = list(["log.txt"])
         huge.files[0].bytes = -1
-        XCTAssertThrowsError(try Coordinator.check(huge, runId: "r1", node: "alpha"), "negative size")
+        XCTAssertThrowsError(try RunController.check(huge, runId: "r1", node: "alpha"), "negative size")
         huge.files[0].bytes = 3
         huge.files[0].sha256 = "../x"
-        XCTAssertThrowsError(try Coordinator.check(huge, runId: "r1", node: "alpha"), "not a checksum")
+        XCTAssertThrowsError(try RunController.check(huge, runId: "r1", node: "alpha"), "not a checksum")
     }
 
     func testRunStatesThatEndARun() {

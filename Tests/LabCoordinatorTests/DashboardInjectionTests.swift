@@ -51,7 +51,7 @@ final class DashboardInjectionTests: XCTestCase {
         var status = LabWire.AgentStatus(name: info.name, state: .idle)
         status.held = [h("heldrun")]
         status.message = h("statusmessage")
-        c.withLock { s in s.agents[info.name] = Coordinator.AgentRecord(info: info, lastSeen: t, persistedSeen: t, status: status) }
+        c.registry.withRecords { s in s[info.name] = AgentRegistry.AgentRecord(info: info, lastSeen: t, persistedSeen: t, status: status) }
         c.agentError(info.name, h("agenterror"))
 
         // A dongle: its name, host, agent, health reason, and a history event's message, run and evidence.
@@ -62,7 +62,7 @@ final class DashboardInjectionTests: XCTestCase {
         dongle.health = .bad
         dongle.healthReason = h("healthreason")
         try c.store.saveDongle(dongle, events: [LabWire.DongleEvent(kind: .check, at: t, ok: false, message: h("donglemessage"), run: h("donglerun"), evidence: h("evidence"))])
-        c.withLock { s in s.dongles[dongle.id] = dongle }
+        c.dongles.withState { s in s.dongles[dongle.id] = dongle }
 
         // A finished run of a hostile plan and nodes, with its message, headline and infra faults.
         let runId = "hostileplan-20260101-000000-abcd"

@@ -63,7 +63,7 @@ final class DashboardTests: XCTestCase {
         try c.save(done)
         var dongle = DongleRecord(id: "F0:00:00:00:00:01", info: LabWire.DongleInfo(id: "F0:00:00:00:00:01", name: "secretdongle", present: true), at: c.now)
         dongle.info.agent = "secretagent"
-        c.withLock { s in s.dongles[dongle.id] = dongle }
+        c.dongles.withState { s in s.dongles[dongle.id] = dongle }
         let port = try await c.start()
         // A running run, recorded after the start (so no drive task takes it over).
         var running = done
@@ -125,7 +125,7 @@ final class DashboardTests: XCTestCase {
         let agentSecret = "agent-secretagent-credential-1"
         let rec = IdentityStore.Credential(name: "secretagent", tokenHash: CredentialHash.of(agentSecret), coordinatorToken: "calls-secretagent",
                                            issuedAt: c.now, revokedAt: nil, hosts: ["127.0.0.1"])
-        try XCTUnwrap(c.identityStore).saveCredential(rec)
+        try XCTUnwrap(c.identities.store).saveCredential(rec)
         c.identities.add(rec)
         // The sign-in page itself is open, and shows nothing of the lab.
         let (status, page, _) = try await client.request("GET", "/")
@@ -267,7 +267,7 @@ final class DashboardTests: XCTestCase {
             XCTAssertTrue("\($0)".hasPrefix("400 url: "), "\($0)")
         }
         // ...and the pages escape it anyway, as a store written before the bounds could hold it.
-        c.withLock { s in s.agents["hostile"] = Coordinator.AgentRecord(info: info, lastSeen: c.now, persistedSeen: c.now, status: nil) }
+        c.registry.withRecords { s in s["hostile"] = AgentRegistry.AgentRecord(info: info, lastSeen: c.now, persistedSeen: c.now, status: nil) }
         c.agentError("hostile", "<b onmouseover=alert(4)>boom</b>\"'")
         let (cookie, _) = try await session(client)
         let (status, body, headers) = try await client.request("GET", "/lab", headers: ["Cookie": cookie])
@@ -368,7 +368,7 @@ final class DashboardTests: XCTestCase {
         info.sequence = 1
         try c.register(info, principal: HTTPService.Principal(role: .operator, name: "operator"), peerHost: "127.0.0.1")
         XCTAssertEqual(c.liveSnapshot(try XCTUnwrap(c.run(live))).nodes.map(\.stale), [false], "a heartbeat just now")
-        c.withLock { s in s.agents["secretagent"]?.lastSeen = c.now - 3.5 }
+        c.registry.withRecords { s in s["secretagent"]?.lastSeen = c.now - 3.5 }
         let node = try XCTUnwrap(c.liveSnapshot(try XCTUnwrap(c.run(live))).nodes.first)
         XCTAssertTrue(node.stale, "three heartbeats missed")
         XCTAssertEqual(node.state, "complete", "the state it last had is kept, with the marker beside it")

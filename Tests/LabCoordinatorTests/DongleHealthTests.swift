@@ -203,7 +203,7 @@ final class DongleHealthTests: XCTestCase {
         d.host = n <= 3 ? "hostA" : "hostB"
         var info = LabWire.AgentInfo(name: "a\(n)", url: url, tags: [], radio: .bluez, adapter: d.id, controller: nil, port: 1)
         info.dongle = d
-        c.withLock { s in s.agents[info.name] = Coordinator.AgentRecord(info: info, lastSeen: c.now, persistedSeen: c.now, status: nil) }
+        c.registry.withRecords { s in s[info.name] = AgentRegistry.AgentRecord(info: info, lastSeen: c.now, persistedSeen: c.now, status: nil) }
         c.noteDongle(d, agent: info.name)
     }
 
@@ -224,16 +224,16 @@ final class DongleHealthTests: XCTestCase {
         }
         let d2 = "F0:00:00:00:00:02"
         report(2, by: "a5", host: "hostB")
-        XCTAssertEqual(c.withLock { s in s.dongles[d2]?.health }, .unknown, "reported at a second place: a move")
-        c.withLock { s in s.dongles[d2]?.previousSeen? -= DongleRecord.cloneWindow + 1 }
+        XCTAssertEqual(c.dongles.withState { s in s.dongles[d2]?.health }, .unknown, "reported at a second place: a move")
+        c.dongles.withState { s in s.dongles[d2]?.previousSeen? -= DongleRecord.cloneWindow + 1 }
         report(2, by: "a2", host: "hostA")
-        XCTAssertEqual(c.withLock { s in s.dongles[d2]?.health }, .unknown, "back at its first place long after: a move too")
+        XCTAssertEqual(c.dongles.withState { s in s.dongles[d2]?.health }, .unknown, "back at its first place long after: a move too")
         XCTAssertEqual(c.dongleHistory(d2, limit: 10).filter { $0.kind == .moved }.count, 2)
 
         let d1 = "F0:00:00:00:00:01"
         report(1, by: "a5", host: "hostB")
         report(1, by: "a1", host: "hostA")
-        let r = try XCTUnwrap(c.withLock { s in s.dongles[d1] })
+        let r = try XCTUnwrap(c.dongles.withState { s in s.dongles[d1] })
         XCTAssertEqual(r.health, .bad)
         XCTAssertTrue(r.isClone)
         XCTAssertEqual(r.healthReason, "clone: two controllers report address F0:00:00:00:00:01: at hostA/a1 and at hostB/a5; "
@@ -241,7 +241,7 @@ final class DongleHealthTests: XCTestCase {
         let events = c.dongleHistory(d1, limit: 10)
         XCTAssertEqual(events.first?.kind, .health)
         XCTAssertEqual(events.first?.ok, false)
-        XCTAssertThrowsError(try c.select(plan("{dongles: [d1, d3]}", nodes: 2))) { e in
+        XCTAssertThrowsError(try c.runs.select(plan("{dongles: [d1, d3]}", nodes: 2))) { e in
             XCTAssertTrue("\(e)".contains("dongle d1 (F0:00:00:00:00:01) is bad: clone"), "\(e)")
         }
         // Their reports go on alternating: nothing more is written to the history.
@@ -252,32 +252,32 @@ final class DongleHealthTests: XCTestCase {
     func testSelectionSkipsQuarantinedDonglesAndPrefersGoodOnes() throws {
         let c = try coordinator()
         for n in 1...5 { register(c, n, url: "http://127.0.0.1:\(9000 + n)", maker: n <= 3 ? 2 : 93) }
-        c.withLock { s in
+        c.dongles.withState { s in
             s.dongles["F0:00:00:00:00:05"]?.health = .good
             s.dongles["F0:00:00:00:00:02"]?.health = .bad
             s.dongles["F0:00:00:00:00:02"]?.healthReason = "quarantined: failed 2 checks in a row"
         }
-        let s = try c.select(plan("{count: 3, spares: 1}", nodes: 3))
+        let s = try c.runs.select(plan("{count: 3, spares: 1}", nodes: 3))
         XCTAssertEqual(s.chosen.map(\.name), ["a5", "a1", "a3"], "good first, never the quarantined a2")
         XCTAssertEqual(s.spares.map(\.name), ["a4"])
-        XCTAssertEqual(try c.select(plan("{manufacturer: Intel}", nodes: 2)).chosen.map(\.name), ["a1", "a3"])
-        XCTAssertEqual(try c.select(plan("{firmware: [8874, 0x22a7]}", nodes: 2)).chosen.map(\.name), ["a1", "a4"])
-        XCTAssertThrowsError(try c.select(plan("{manufacturer: Intel}", nodes: 3))) { e in
+        XCTAssertEqual(try c.runs.select(plan("{manufacturer: Intel}", nodes: 2)).chosen.map(\.name), ["a1", "a3"])
+        XCTAssertEqual(try c.runs.select(plan("{firmware: [8874, 0x22a7]}", nodes: 2)).chosen.map(\.name), ["a1", "a4"])
+        XCTAssertThrowsError(try c.runs.select(plan("{manufacturer: Intel}", nodes: 3))) { e in
             XCTAssertTrue("\(e)".contains("not selectable: dongle d2 (F0:00:00:00:00:02) is bad: quarantined: failed 2 checks in a row"), "\(e)")
         }
-        XCTAssertThrowsError(try c.select(plan("{dongles: [d1, d2]}", nodes: 2))) { e in
+        XCTAssertThrowsError(try c.runs.select(plan("{dongles: [d1, d2]}", nodes: 2))) { e in
             XCTAssertTrue("\(e)".contains("dongle d2 (F0:00:00:00:00:02) is bad"), "\(e)")
         }
-        XCTAssertEqual(try c.select(plan("{dongles: [d4, d1]}", nodes: 2)).chosen.map(\.name), ["a4", "a1"])
-        XCTAssertThrowsError(try c.select(plan("{dongles: [d9, d1]}", nodes: 2))) { e in
+        XCTAssertEqual(try c.runs.select(plan("{dongles: [d4, d1]}", nodes: 2)).chosen.map(\.name), ["a4", "a1"])
+        XCTAssertThrowsError(try c.runs.select(plan("{dongles: [d9, d1]}", nodes: 2))) { e in
             XCTAssertTrue("\(e)".contains("names dongle d9, which no alive agent drives"), "\(e)")
         }
         // Released: selectable again (unknown, checked before use).
         _ = try c.setHealth("d2", LabWire.HealthRequest(health: .unknown, reason: "replaced the hub"))
-        XCTAssertEqual(try c.select(plan("{manufacturer: Intel}", nodes: 3)).chosen.map(\.name), ["a1", "a2", "a3"])
+        XCTAssertEqual(try c.runs.select(plan("{manufacturer: Intel}", nodes: 3)).chosen.map(\.name), ["a1", "a2", "a3"])
         for state in [LabWire.DongleHealth.maintenance, .retired] {
             _ = try c.setHealth("F0:00:00:00:00:01", LabWire.HealthRequest(health: state, reason: nil))
-            XCTAssertThrowsError(try c.select(plan("{manufacturer: Intel}", nodes: 3)), "\(state) is never selected")
+            XCTAssertThrowsError(try c.runs.select(plan("{manufacturer: Intel}", nodes: 3)), "\(state) is never selected")
         }
     }
 
@@ -290,7 +290,7 @@ final class DongleHealthTests: XCTestCase {
             var r = RunRecord(id: id, plan: "p", planText: "", state: .gathering, created: 0, duration: 60, warmup: 0, air: nil, nodes: [])
             r.nodes = (1...4).map { n in
                 RunRecord.Node(name: "n\(n)", agent: "a\(n)", agentURL: "", state: .complete, files: [],
-                               dongle: c.withLock { s in s.dongles["F0:00:00:00:00:0\(n)"]?.info })
+                               dongle: c.dongles.withState { s in s.dongles["F0:00:00:00:00:0\(n)"]?.info })
             }
             r.nodes[1].recoveries = [LabWire.Recovery(at: 5, action: .powerCycle, ok: true, reason: "3 calls to the adapter failed in a row", detail: "adapter /org/bluez/hci1 powered and ready again after 2.1 s")]
             return r
@@ -299,7 +299,7 @@ final class DongleHealthTests: XCTestCase {
         for a in ["n1", "n2", "n4"] { for b in ["n1", "n2", "n4"] where a != b { detected.insert("\(a)\u{1F}\(b)") } }
         detected.insert("n3\u{1F}n1")
         var r1 = run("r1")
-        c.judgeRun(&r1, detected: detected)
+        c.runs.judgeRun(&r1, detected: detected)
         XCTAssertEqual(r1.nodes.map(\.state), [.complete, .complete, .partial, .complete])
         XCTAssertEqual(r1.nodes[2].message, "its dongle looks faulty: none of the 3 other nodes detected it, while they detected each other")
         var views = c.dongleViews(history: 10)
@@ -308,7 +308,7 @@ final class DongleHealthTests: XCTestCase {
         XCTAssertEqual(views[2].outliers, 1)
         XCTAssertEqual(views[2].health, .unknown)
         var r2 = run("r2")
-        c.judgeRun(&r2, detected: detected)
+        c.runs.judgeRun(&r2, detected: detected)
         views = c.dongleViews(history: 10)
         XCTAssertEqual(views[2].health, .bad)
         XCTAssertEqual(views[2].healthReason, "quarantined: the outlier of 2 runs in a row (last: outlier of node n3: none of the 3 other nodes detected it, while they detected each other)")

@@ -53,7 +53,7 @@ final class HeartbeatClockTests: XCTestCase {
         }
     }
 
-    var samples: [LabWire.ClockSample] { coordinator.withLock { s in s.agents["a1"]?.clocks.map(\.sample) ?? [] } }
+    var samples: [LabWire.ClockSample] { coordinator.registry.withRecords { s in s["a1"]?.clocks.map(\.sample) ?? [] } }
 
     func testEachHeartbeatAnswerAndTheNextHeartbeatMakeOneSample() throws {
         let (_, reply) = try beat(nil)
@@ -66,12 +66,12 @@ final class HeartbeatClockTests: XCTestCase {
             XCTAssertEqual(s.offset, 2.5 - 0.0001, accuracy: 1e-6)
             XCTAssertEqual(s.roundTrip, 0.0004, accuracy: 1e-6)
         }
-        XCTAssertNil(coordinator.heartbeatClock(agent: "a1", url: url), "two samples are not enough")
+        XCTAssertNil(coordinator.registry.heartbeatClock(agent: "a1", url: url), "two samples are not enough")
         try beats(1, skew: 2.5, forward: 0.0003, backward: 0.0001)
-        let clock = try XCTUnwrap(coordinator.heartbeatClock(agent: "a1", url: url))
+        let clock = try XCTUnwrap(coordinator.registry.heartbeatClock(agent: "a1", url: url))
         XCTAssertEqual(clock.offset, 2.5 - 0.0001, accuracy: 1e-6)
-        XCTAssertNil(coordinator.heartbeatClock(agent: "a1", url: "http://10.0.0.8:8701"), "not for an agent now at another URL")
-        XCTAssertNil(coordinator.withLock { s in s.agents["a1"]?.status?.clock }, "the stamps are not kept as the agent's status")
+        XCTAssertNil(coordinator.registry.heartbeatClock(agent: "a1", url: "http://10.0.0.8:8701"), "not for an agent now at another URL")
+        XCTAssertNil(coordinator.registry.withRecords { s in s["a1"]?.status?.clock }, "the stamps are not kept as the agent's status")
     }
 
     func testStampsOfAnotherHeartbeatOrAContradictionMakeNoUsableClock() throws {
@@ -84,47 +84,47 @@ final class HeartbeatClockTests: XCTestCase {
         // Stamps that make a negative round trip (the coordinator took 0.5 s to answer, the agent
         // saw 0.1 s pass: a clock stepped mid-exchange): none either.
         let (n2, r2) = try beat(nil)
-        coordinator.withLock { s in s.agents["a1"]!.clockPending!.sent += 0.5 }
+        coordinator.registry.withRecords { s in s["a1"]!.clockPending!.sent += 0.5 }
         try beat(LabWire.HeartbeatClock(sequence: n2, sent: r2.received + 1, answered: r2.received + 1.1))
         XCTAssertEqual(samples.count, 4)
-        XCTAssertNotNil(coordinator.heartbeatClock(agent: "a1", url: url))
+        XCTAssertNotNil(coordinator.registry.heartbeatClock(agent: "a1", url: url))
         // The clock steps 0.2 s: the samples before and after contradict each other.
         try beats(3, skew: 1.2)
-        XCTAssertNil(coordinator.heartbeatClock(agent: "a1", url: url))
+        XCTAssertNil(coordinator.registry.heartbeatClock(agent: "a1", url: url))
     }
 
     func testASlowOrJitteryLinkIsProbedInstead() throws {
         // Every exchange 1.1 ms each way: the offset is known only to ± 1.1 ms, over the ± 1 ms allowed.
         try beats(5, skew: 0, forward: 0.0011, backward: 0.0011)
-        XCTAssertNil(coordinator.heartbeatClock(agent: "a1", url: url))
+        XCTAssertNil(coordinator.registry.heartbeatClock(agent: "a1", url: url))
         // One fast exchange each way among slow ones is enough (the least delays bound it).
         try beats(1, skew: 0, forward: 0.0001, backward: 0.004)
         try beats(1, skew: 0, forward: 0.004, backward: 0.0001)
-        let clock = try XCTUnwrap(coordinator.heartbeatClock(agent: "a1", url: url))
+        let clock = try XCTUnwrap(coordinator.registry.heartbeatClock(agent: "a1", url: url))
         XCTAssertEqual(clock.offset, 0, accuracy: 1e-6)
         XCTAssertEqual(clock.roundTrip, 0.0002, accuracy: 1e-6)
         // 0.9 ms each way on a fresh boot: within ± 1 ms.
         try register(boot: "boot-0003")
         try beats(3, skew: 0, forward: 0.0009, backward: 0.0009, boot: "boot-0003")
-        XCTAssertEqual(try XCTUnwrap(coordinator.heartbeatClock(agent: "a1", url: url)).roundTrip, 0.0018, accuracy: 1e-6)
+        XCTAssertEqual(try XCTUnwrap(coordinator.registry.heartbeatClock(agent: "a1", url: url)).roundTrip, 0.0018, accuracy: 1e-6)
     }
 
     func testSamplesOlderThanTheWindowOrFromAnotherBootAreNotUsed() throws {
         try beats(4, skew: 0.5)
-        XCTAssertNotNil(coordinator.heartbeatClock(agent: "a1", url: url))
-        coordinator.withLock { s in for i in s.agents["a1"]!.clocks.indices { s.agents["a1"]!.clocks[i].at -= 31 } }
-        XCTAssertNil(coordinator.heartbeatClock(agent: "a1", url: url), "older than 30 s")
+        XCTAssertNotNil(coordinator.registry.heartbeatClock(agent: "a1", url: url))
+        coordinator.registry.withRecords { s in for i in s["a1"]!.clocks.indices { s["a1"]!.clocks[i].at -= 31 } }
+        XCTAssertNil(coordinator.registry.heartbeatClock(agent: "a1", url: url), "older than 30 s")
         try beats(4, skew: 0.5)
-        XCTAssertNotNil(coordinator.heartbeatClock(agent: "a1", url: url))
+        XCTAssertNotNil(coordinator.registry.heartbeatClock(agent: "a1", url: url))
         let kept = samples.count
         try register(boot: "boot-0001")
         XCTAssertEqual(samples.count, kept, "the same process registering again (a heartbeat of it failed) keeps its samples")
         try register(boot: "boot-0002")
         XCTAssertTrue(samples.isEmpty, "a new boot starts afresh")
-        XCTAssertNil(coordinator.heartbeatClock(agent: "a1", url: url))
+        XCTAssertNil(coordinator.registry.heartbeatClock(agent: "a1", url: url))
         XCTAssertEqual(samples.count, 0)
         try beats(3, skew: 0.5, boot: "boot-0002")
-        XCTAssertNotNil(coordinator.heartbeatClock(agent: "a1", url: url))
+        XCTAssertNotNil(coordinator.registry.heartbeatClock(agent: "a1", url: url))
         // At most 64 are kept.
         try beats(100, skew: 0.5, boot: "boot-0002")
         XCTAssertEqual(samples.count, 64)

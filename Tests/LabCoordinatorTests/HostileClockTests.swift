@@ -47,7 +47,7 @@ final class HostileClockTests: XCTestCase {
         let c = try Coordinator(config: config, logger: LogCapture.quiet())
         for name in links.keys.sorted() {
             let info = LabWire.AgentInfo(name: name, url: "http://\(name).in-memory:1", tags: [], radio: .sim, adapter: nil, controller: nil)
-            c.withLock { s in s.agents[name] = Coordinator.AgentRecord(info: info, lastSeen: c.now, persistedSeen: c.now, status: nil) }
+            c.registry.withRecords { s in s[name] = AgentRegistry.AgentRecord(info: info, lastSeen: c.now, persistedSeen: c.now, status: nil) }
         }
         return c
     }
@@ -131,7 +131,7 @@ final class RegistrationBoundsTests: XCTestCase {
     func problem(_ change: (inout LabWire.AgentInfo) -> Void) -> String? {
         var info = LabWire.AgentInfo(name: "a1", url: "http://10.0.0.7:8701", tags: ["bench-3"], radio: .bluez, adapter: "hci0", controller: ["make": "Intel"])
         change(&info)
-        return Coordinator.registrationProblem(info)
+        return AgentRegistry.registrationProblem(info)
     }
 
     func testLongOrStrangeFieldsAreRefusedNamingTheField() throws {

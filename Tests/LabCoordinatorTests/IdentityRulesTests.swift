@@ -47,7 +47,7 @@ final class IdentityRulesTests: XCTestCase {
     func enrol(_ c: Coordinator, _ name: String, at t: Double) throws -> IdentityStore.Credential {
         let rec = IdentityStore.Credential(name: name, tokenHash: CredentialHash.of("agent-\(name)-\(t)"), coordinatorToken: "coordinator-calls-\(name)-\(t)",
                                            issuedAt: t, revokedAt: nil, hosts: ["127.0.0.1"])
-        try XCTUnwrap(c.identityStore).saveCredential(rec)
+        try XCTUnwrap(c.identities.store).saveCredential(rec)
         c.identities.add(rec)
         return rec
     }
@@ -106,19 +106,19 @@ final class IdentityRulesTests: XCTestCase {
         var forged = beat("a1", boot: boot, 3)
         forged.clock = LabWire.HeartbeatClock(sequence: 2, sent: reply.received + 50, answered: reply.sent + 50)
         XCTAssertThrowsError(try c.heartbeat("a1", forged, principal: agent("a2"))) { XCTAssertEqual(status($0), 403) }
-        XCTAssertTrue(c.withLock { s in s.agents["a1"]!.clocks.isEmpty }, "another agent's credential makes no sample for a1")
-        XCTAssertNotNil(c.withLock { s in s.agents["a1"]!.clockPending }, "nor spends a1's pending exchange")
+        XCTAssertTrue(c.registry.withRecords { s in s["a1"]!.clocks.isEmpty }, "another agent's credential makes no sample for a1")
+        XCTAssertNotNil(c.registry.withRecords { s in s["a1"]!.clockPending }, "nor spends a1's pending exchange")
         // a1's own: one sample, offset 0 (its own stamps, one clock).
         var own = beat("a1", boot: boot, 3)
         own.clock = LabWire.HeartbeatClock(sequence: 2, sent: reply.received - 0.0001, answered: reply.sent + 0.0001)
         let next = try c.heartbeat("a1", own, principal: agent("a1"))
-        XCTAssertEqual(c.withLock { s in s.agents["a1"]!.clocks.map(\.sample.offset) }, [0])
+        XCTAssertEqual(c.registry.withRecords { s in s["a1"]!.clocks.map(\.sample.offset) }, [0])
         // Revoked: the next stamps are refused with the heartbeat.
         try c.revoke("a1")
         var late = beat("a1", boot: boot, 4)
         late.clock = LabWire.HeartbeatClock(sequence: 3, sent: next.received, answered: next.sent)
         XCTAssertThrowsError(try c.heartbeat("a1", late, principal: agent("a1"))) { XCTAssertEqual(status($0), 403) }
-        XCTAssertLessThanOrEqual(c.withLock { s in s.agents["a1"]?.clocks.count ?? 0 }, 1, "no sample from a revoked credential")
+        XCTAssertLessThanOrEqual(c.registry.withRecords { s in s["a1"]?.clocks.count ?? 0 }, 1, "no sample from a revoked credential")
     }
 
     func run(_ c: Coordinator, nodes: [(String, String)], created: Double) throws -> (RunRecord, Plan) {
@@ -143,7 +143,7 @@ final class IdentityRulesTests: XCTestCase {
         try c.revoke("a1")
         try c.revoke("a2")
         try enrol(c, "a2", at: t0 + 50)
-        let armed = await c.arm(r, plan)
+        let armed = await c.runs.arm(r, plan)
         XCTAssertNil(armed, "the run does not start")
         let after = try XCTUnwrap(c.run(r.id))
         XCTAssertEqual(after.state, .failed)
@@ -162,13 +162,13 @@ final class IdentityRulesTests: XCTestCase {
         var (r, _) = try run(c, nodes: [("n1", "a1"), ("n2", "a2")], created: t0 + 1)
         r.state = .running
         r.nodes = r.nodes.map { var n = $0; n.state = .running; return n }
-        XCTAssertFalse(c.markNotCalled(&r), "nobody revoked: nothing changes")
+        XCTAssertFalse(c.runs.markNotCalled(&r), "nobody revoked: nothing changes")
         try c.revoke("a2")
-        XCTAssertTrue(c.markNotCalled(&r))
+        XCTAssertTrue(c.runs.markNotCalled(&r))
         XCTAssertEqual(r.nodes.map(\.state), [.running, .lost], "the run goes on with n1")
         XCTAssertTrue(r.nodes[1].message?.hasPrefix("revoked:") == true, r.nodes[1].message ?? "")
         // Gathering asks it nothing (no credential is sent: the refusal comes before any call).
-        let (list, clock, refusal) = await c.gatherNode(r.id, r.nodes[1], chosenAt: r.created, into: dirs[0].appendingPathComponent("x"))
+        let (list, clock, refusal) = await c.runs.gatherNode(r.id, r.nodes[1], chosenAt: r.created, into: dirs[0].appendingPathComponent("x"))
         XCTAssertNil(list)
         XCTAssertNil(clock, "not even a clock probe")
         XCTAssertEqual(refusal?.notCalled, true)
@@ -177,17 +177,17 @@ final class IdentityRulesTests: XCTestCase {
 
     func testInATLSLabAnAgentRegistersOnlyAnHTTPSURLOnAHostItsCertificateNames() {
         let hosts = ["n1.lab", "10.77.0.11", "fd00:77::11"]
-        XCTAssertNil(Coordinator.callableProblem("n1", at: "http://n9.lab:1", tlsLab: false, enrolledHosts: hosts), "a plain lab checks nothing")
-        XCTAssertNil(Coordinator.callableProblem("n1", at: "https://n1.lab:8701", tlsLab: true, enrolledHosts: hosts))
-        XCTAssertNil(Coordinator.callableProblem("n1", at: "https://N1.LAB:8701", tlsLab: true, enrolledHosts: hosts))
-        XCTAssertNil(Coordinator.callableProblem("n1", at: "https://[fd00:77:0::11]:8701", tlsLab: true, enrolledHosts: hosts), "IPv6 compared canonically")
-        XCTAssertNil(Coordinator.callableProblem("n1", at: "https://10.77.0.11:8701", tlsLab: true, enrolledHosts: hosts))
+        XCTAssertNil(IdentityService.callableProblem("n1", at: "http://n9.lab:1", tlsLab: false, enrolledHosts: hosts), "a plain lab checks nothing")
+        XCTAssertNil(IdentityService.callableProblem("n1", at: "https://n1.lab:8701", tlsLab: true, enrolledHosts: hosts))
+        XCTAssertNil(IdentityService.callableProblem("n1", at: "https://N1.LAB:8701", tlsLab: true, enrolledHosts: hosts))
+        XCTAssertNil(IdentityService.callableProblem("n1", at: "https://[fd00:77:0::11]:8701", tlsLab: true, enrolledHosts: hosts), "IPv6 compared canonically")
+        XCTAssertNil(IdentityService.callableProblem("n1", at: "https://10.77.0.11:8701", tlsLab: true, enrolledHosts: hosts))
         for bad in ["http://n1.lab:8701", "http://10.77.0.11:8701", "ftp://n1.lab", "https://n3.lab:8701", "https://10.77.0.13:8701", "https://n1.lab.evil:1", "nonsense"] {
-            XCTAssertNotNil(Coordinator.callableProblem("n1", at: bad, tlsLab: true, enrolledHosts: hosts), bad)
+            XCTAssertNotNil(IdentityService.callableProblem("n1", at: bad, tlsLab: true, enrolledHosts: hosts), bad)
         }
-        XCTAssertNotNil(Coordinator.callableProblem("n1", at: "https://n1.lab:1", tlsLab: true, enrolledHosts: []), "a certificate naming no host")
-        XCTAssertNotNil(Coordinator.callableProblem("s1", at: "http://s1:1", tlsLab: true, enrolledHosts: nil), "a name never enrolled: https too")
-        XCTAssertNil(Coordinator.callableProblem("s1", at: "https://s1:1", tlsLab: true, enrolledHosts: nil))
+        XCTAssertNotNil(IdentityService.callableProblem("n1", at: "https://n1.lab:1", tlsLab: true, enrolledHosts: []), "a certificate naming no host")
+        XCTAssertNotNil(IdentityService.callableProblem("s1", at: "http://s1:1", tlsLab: true, enrolledHosts: nil), "a name never enrolled: https too")
+        XCTAssertNil(IdentityService.callableProblem("s1", at: "https://s1:1", tlsLab: true, enrolledHosts: nil))
     }
 
     func testInATLSLabAnAgentCannotRegisterWhereAnotherIsAliveOrOffItsHosts() throws {
@@ -212,7 +212,7 @@ final class IdentityRulesTests: XCTestCase {
         try c.register(info("a1", "http://10.0.0.5:8701", boot: boot, 1), principal: op, peerHost: "10.0.0.5")
         try c.heartbeat("a1", beat("a1", boot: boot, 2), principal: op)
         // The agent stops; its last heartbeat was captured and is replayed 70 times.
-        c.withLock { s in s.agents["a1"]?.lastSeen -= 100 }
+        c.registry.withRecords { s in s["a1"]?.lastSeen -= 100 }
         var refused = 0
         for _ in 0..<70 {
             do { try c.heartbeat("a1", beat("a1", boot: boot, 2), principal: op) } catch { XCTAssertEqual(status(error), 409); refused += 1 }
@@ -248,7 +248,7 @@ final class IdentityRulesTests: XCTestCase {
         // The same host on another port (the agent restarted) is itself.
         try c.register(info("n1", "http://10.77.0.11:8702", boot: "boot-0000-dddd", 1), principal: agent("n1"), peerHost: "10.77.0.11")
         // Once the first is quiet, the name may move.
-        c.withLock { s in s.agents["n1"]?.lastSeen -= 100 }
+        c.registry.withRecords { s in s["n1"]?.lastSeen -= 100 }
         try c.register(info("n1", "http://10.77.0.13:8701", boot: "boot-0000-cccc", 2), principal: agent("n1"), peerHost: "10.77.0.13")
     }
 

@@ -70,7 +70,7 @@ final class ResumeStartTests: XCTestCase {
         let c = try Coordinator(config: config, logger: logger)
         for name in links.keys.sorted() {
             let info = LabWire.AgentInfo(name: name, url: "http://\(name).in-memory:1", tags: [], radio: .sim, adapter: nil, controller: nil)
-            c.withLock { s in s.agents[name] = Coordinator.AgentRecord(info: info, lastSeen: c.now, persistedSeen: c.now, status: nil) }
+            c.registry.withRecords { s in s[name] = AgentRegistry.AgentRecord(info: info, lastSeen: c.now, persistedSeen: c.now, status: nil) }
         }
         return c
     }
@@ -91,7 +91,7 @@ final class ResumeStartTests: XCTestCase {
         let quiet = ArmedLink(name: "a1", statusFails: true), known = ArmedLink(name: "a2", statusFails: false)
         let c = try coordinator(["a1": quiet, "a2": known], logger: log.logger("herald-lab.coordinator"))
         var r = runningRecord(c, agents: ["a1", "a2"], startIn: 30, duration: 60)
-        let owed = await c.ensureStarted(&r)
+        let owed = await c.runs.ensureStarted(&r)
         XCTAssertTrue(owed.isEmpty, "both took their start: \(owed)")
         XCTAssertEqual(quiet.sent.map(\.at), [r.startAt!], "the agent whose status is unknown got the start once")
         XCTAssertEqual(known.sent.map(\.at), [r.startAt!], "the agent armed without a start got it, as before")
@@ -108,7 +108,7 @@ final class ResumeStartTests: XCTestCase {
         refusing.refuses = true
         let c = try coordinator(["a1": refusing, "a2": known], logger: LogCapture.quiet())
         var r = runningRecord(c, agents: ["a1", "a2"], startIn: 30, duration: 60)
-        let owed = await c.ensureStarted(&r)
+        let owed = await c.runs.ensureStarted(&r)
         XCTAssertTrue(owed.isEmpty, "a refusal is an answer: nothing is owed \(owed)")
         XCTAssertEqual(refusing.sent.count, 1, "asked once, not three times")
         XCTAssertTrue(c.agentViews.first { $0.info.name == "a1" }?.lastError?.contains("409") == true, "the refusal is the agent's last error")

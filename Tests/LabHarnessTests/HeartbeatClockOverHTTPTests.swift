@@ -31,7 +31,7 @@ final class HeartbeatClockOverHTTPTests: XCTestCase {
         var samples: [LabWire.ClockSample] = []
         while samples.count < 20 && Date() < deadline {
             try await Task.sleep(nanoseconds: 50_000_000)
-            samples = coordinator.withLock { s in s.agents["a1"]?.clocks.map(\.sample) ?? [] }
+            samples = coordinator.registry.withRecords { s in s["a1"]?.clocks.map(\.sample) ?? [] }
         }
         await agent.stop()
         await coordinator.stop()
@@ -96,7 +96,7 @@ final class HeartbeatClockLostAnswerTests: XCTestCase {
                 XCTAssertEqual(this.status.clock?.sequence, previous.status.sequence, "the stamps of the heartbeat just before")
             }
         }
-        let samples = coordinator.withLock { s in s.agents["a1"]!.clocks.map(\.sample) }
+        let samples = coordinator.registry.withRecords { s in s["a1"]!.clocks.map(\.sample) }
         XCTAssertEqual(samples.count, zip(beats, beats.dropFirst()).filter { !$0.0.lost }.count, "one sample per answered exchange")
         XCTAssertTrue(samples.allSatisfy { abs($0.offset) <= $0.roundTrip / 2 + 1e-6 }, "\(samples)")
     }

@@ -5,10 +5,10 @@ import LabLink
 import LabPlan
 import Logging
 
-/// A run's course on the coordinator: arm every agent (its clock, assignment), start them
+/// A run's course (RunController): arm every agent (its clock, assignment), start them
 /// together, watch them, then gather (Coordinator+Gather). Every step can be resumed after a
 /// coordinator restart from the run's record.
-extension Coordinator {
+extension RunController {
     /// The link to a node's agent (`Config.agentLinks`), with the credential the coordinator calls
     /// that agent with; throws `NotCallable` for an agent that is not called at all (revoked,
     /// enrolled again since the run chose it at `chosenAt`, a URL that is not one).
@@ -17,7 +17,7 @@ extension Coordinator {
     }
 
     func link(agent: String, url: String, chosenAt: Double, timeout: TimeInterval) throws -> any AgentLink {
-        guard let u = URL(string: url) else { throw NotCallable(agent: agent, reason: "bad agent URL \(HTTPService.escaped(url))") }
+        guard let u = URL(string: url) else { throw IdentityService.NotCallable(agent: agent, reason: "bad agent URL \(HTTPService.escaped(url))") }
         return config.agentLinks(AgentAddress(url: u, token: try credentialForCalling(agent, chosenAt: chosenAt), timeout: timeout))
     }
 
@@ -85,7 +85,8 @@ extension Coordinator {
                     do { c = try link(node, chosenAt: record.created) } catch { return (i, nil, "\(error)") }
                     var lastError = ""
                     for attempt in 0..<3 {
-                        if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(0.5 * Double(attempt)))) }
+                        // Cancelled: the arm is tried at once and the run ends after the group.
+                        if attempt > 0 { try? await config.clock.sleep(for: 0.5 * Double(attempt)) }
                         let (measured, problem) = await clock(of: node, over: c)
                         guard let best = measured else { lastError = problem ?? "no clock for \(node.agentURL)"; continue }
                         var nodeSeed = SeededGenerator(seed: seed, stream: "agent/\(spec.name)")
@@ -131,10 +132,12 @@ extension Coordinator {
         // margin covers sending the starts (about as long as arming took) and the slowest link.
         let armTime = now - began
         let worstRoundTrip = r.nodes.compactMap { $0.clockBefore?.roundTrip }.max() ?? 0
-        let margin = max(config.startMargin, 1.5 * armTime + 10 * worstRoundTrip + 0.5) + 0.002 * Double(r.nodes.count)
+        let barrier = StartBarrier.compute(startMargin: config.startMargin, maxStartMargin: config.maxStartMargin, armTime: armTime,
+                                           worstRoundTrip: worstRoundTrip, nodes: r.nodes.count)
+        let margin = barrier.margin
         // A start further ahead than maxStartMargin holds every agent of the run idle for it:
         // the run is refused, naming the slowest clock, and its agents are released.
-        guard margin.isFinite, margin <= config.maxStartMargin else {
+        guard barrier.bounded else {
             let slowest = r.nodes.max { ($0.clockBefore?.roundTrip ?? 0) < ($1.clockBefore?.roundTrip ?? 0) }
             let who = slowest.map { "agent \($0.agent) (\($0.agentURL)), round trip \(String(format: "%.3f", $0.clockBefore?.roundTrip ?? 0)) s" } ?? "no agent"
             _ = await endBeforeStart(r, state: .failed, message: "the start cannot be bounded: a margin of \(String(format: "%.1f", margin)) s is over \(String(format: "%.0f", config.maxStartMargin)) s (arming took \(String(format: "%.1f", armTime)) s; slowest clock: \(who))")
@@ -188,7 +191,8 @@ extension Coordinator {
                     guard let c = linkOrSkip(n, of: r, "the start") else { return (n.name, nil) }
                     var lastError = LinkError(status: nil, message: "not sent")
                     for attempt in 0..<max(1, attempts) {
-                        if attempt > 0 { try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(0.3 * Double(attempt)))) }
+                        // Cancelled: the start is tried at once, as before a cancellation was seen.
+                        if attempt > 0 { try? await config.clock.sleep(for: 0.3 * Double(attempt)) }
                         do throws(LinkError) {
                             let s = try await c.start(LabWire.StartRequest(runId: r.id, startAt: startAt + offset))
                             if let m = s.message, s.runId == r.id { logger.info("agent \(n.agent): \(m)", metadata: ["run": .string(r.id), "node": .string(n.name), "agent": .string(n.agent)]) }
@@ -269,7 +273,7 @@ extension Coordinator {
             }
             // An abort arrives through the stored record; take it before writing ours back.
             if run(r.id)?.abortRequested == true { r.abortRequested = true; update(r); return nil }
-            let statuses = withLock { s in agentsStatus(s) }
+            let statuses = registry.statuses
             var changed = markNotCalled(&r)
             for i in r.nodes.indices where r.nodes[i].state != .lost {
                 guard let s = statuses[r.nodes[i].agent], s.runId == r.id else { continue }
@@ -288,7 +292,8 @@ extension Coordinator {
             }
             if changed { withLock { s in s.runs[r.id] = r } }
             if now - lastSave > 5 { update(r); lastSave = now }
-            try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(min(0.5, max(0.05, end - now)))))
+            // Cancellation ends the loop (its condition).
+            try? await config.clock.sleep(for: min(0.5, max(0.05, end - now)))
         }
         update(r)
         return nil
@@ -308,12 +313,5 @@ extension Coordinator {
                            metadata: ["run": .string(r.id), "node": .string(r.nodes[i].name), "agent": .string(r.nodes[i].agent)])
         }
         return changed
-    }
-
-    /// Latest heartbeat status per agent (from the state, under the lock).
-    func agentsStatus(_ s: State) -> [String: LabWire.AgentStatus] {
-        var out = [String: LabWire.AgentStatus]()
-        for (name, a) in s.agents { if let st = a.status { out[name] = st } }
-        return out
     }
 }

@@ -12,7 +12,7 @@ import Glibc
 
 /// Gathering: every node's files fetched and verified, made durable, the manifest and report
 /// written, the run recorded as ended, and only then the agents told to drop their copies.
-extension Coordinator {
+extension RunController {
     /// The Herald files a node folder may hold: an agent's file list naming anything else is refused.
     static let heraldFiles: Set<String> = ["contacts.csv", "detection.csv", "statistics.csv", "battery.csv", "log.txt"]
 
@@ -125,7 +125,7 @@ extension Coordinator {
             logger.error("run \(r.id): cannot record the end of the run (\(error)); agents keep their copies", metadata: ["run": .string(r.id)])
             return
         }
-        recordStudyIfFinished(r)
+        ended(r)
         // The run's air tickets attach nothing more.
         await tellAir(.ended(run: r.id, at: now))
         for n in gathered {
@@ -204,7 +204,8 @@ extension Coordinator {
             } catch {
                 lastError = "\(error)"
             }
-            try? await Task.sleep(nanoseconds: UInt64(Saturating.nanoseconds(delay)))
+            // Cancellation ends the retries (the loop's condition).
+            try? await config.clock.sleep(for: delay)
             delay = min(delay * 2, 5)
         }
         logger.error("gave up gathering \(n.name) from \(n.agent) (\(n.agentURL)): \(lastError)", metadata: ["run": .string(runId), "node": .string(n.name), "agent": .string(n.agent)])
@@ -289,7 +290,7 @@ extension Coordinator {
     func writeManifest(_ r: RunRecord, _ plan: Plan, bundle: URL) throws {
         let startAt = r.startAt ?? r.created
         var nodes = [Manifest.Node]()
-        let views = agentViews
+        let views = registry.views
         var delays = [Double]()
         for (i, n) in r.nodes.enumerated() {
             let spec = plan.nodes[i]
@@ -317,7 +318,7 @@ extension Coordinator {
             for f in n.files { m.files[f.name] = Manifest.FileEntry(bytes: f.bytes, sha256: f.sha256) }
             nodes.append(m)
         }
-        var manifest = Manifest(runId: r.id, createdAt: Date(), mode: .lab, seed: plan.seed, plan: plan, planText: r.planText,
+        var manifest = Manifest(runId: r.id, createdAt: Date(timeIntervalSince1970: now), mode: .lab, seed: plan.seed, plan: plan, planText: r.planText,
                                 contactEvent: plan.contactEvent(startingAt: Date(timeIntervalSince1970: startAt)), nodes: nodes)
         manifest.startAt = r.startAt.map { Date(timeIntervalSince1970: $0) }
         manifest.preflight = r.preflight

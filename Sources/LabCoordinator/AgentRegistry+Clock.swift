@@ -15,7 +15,8 @@ import LabPlan
 /// heartbeats do not (a slow or jittery link, a coordinator just restarted, an agent from before
 /// heartbeat clocks) is probed (`ClockProbe`: up to 32 exchanges on a connection of its own).
 /// With a thousand agents, the probes were most of arming's time (ARCHITECTURE.md, "Clocks").
-extension Coordinator {
+/// The samples are the agent registry's; probing is the coordinator's (it calls the agent).
+extension AgentRegistry {
     /// The coordinator's two stamps of its answer to heartbeat `sequence` of boot `boot`.
     struct PendingClock {
         var boot: String
@@ -50,22 +51,24 @@ extension Coordinator {
     /// (`ClockSample.agreeing`), bounding the offset to ± `heartbeatClockRoundTrip`/2. nil
     /// otherwise, and for an agent now registered at another URL than `url`.
     func heartbeatClock(agent: String, url: String) -> LabWire.ClockSample? {
-        let t = now
-        let samples = withLock { s -> [LabWire.ClockSample] in
-            guard let a = s.agents[agent], a.info.url == url else { return [] }
-            return a.clocks.filter { $0.at <= t && t - $0.at <= config.heartbeatClockWindow }.map(\.sample)
+        let t = clock.now()
+        let samples = withRecords { agents -> [LabWire.ClockSample] in
+            guard let a = agents[agent], a.info.url == url else { return [] }
+            return a.clocks.filter { $0.at <= t && t - $0.at <= rules.heartbeatClockWindow }.map(\.sample)
         }
-        guard samples.count >= max(1, config.heartbeatClockSamples), let estimate = LabWire.ClockSample.agreeing(samples),
-              estimate.roundTrip <= config.heartbeatClockRoundTrip else { return nil }
+        guard samples.count >= max(1, rules.heartbeatClockSamples), let estimate = LabWire.ClockSample.agreeing(samples),
+              estimate.roundTrip <= rules.heartbeatClockRoundTrip else { return nil }
         return estimate
     }
+}
 
+extension RunController {
     /// A node's agent's clock (`from` says how it was measured): from its heartbeats when they
     /// suffice, else probed over `link` (over HTTP: `ClockProbe`, up to 32 exchanges on one
     /// kept-alive connection, fewer once a round trip under 1 ms was seen after 8). nil with the
     /// reason when the probes got no answer.
     func clock(of node: RunRecord.Node, over link: any AgentLink) async -> (LabWire.ClockSample?, String?) {
-        if var estimate = heartbeatClock(agent: node.agent, url: node.agentURL) {
+        if var estimate = registry.heartbeatClock(agent: node.agent, url: node.agentURL) {
             estimate.from = .heartbeats
             return (estimate, nil)
         }
@@ -80,7 +83,7 @@ extension Coordinator {
     }
 }
 
-extension Coordinator.AgentRecord {
+extension AgentRegistry.AgentRecord {
     /// Takes the agent's stamps of its previous heartbeat: with the coordinator's of its answer to
     /// that very heartbeat (same boot, same sequence), one sample. Stamps of another heartbeat (its
     /// answer was lost, the coordinator restarted) or a negative round trip (a clock stepped)
@@ -92,7 +95,7 @@ extension Coordinator.AgentRecord {
         var sample = LabWire.ClockSample(t0: clock.sent, t1: p.received, t2: p.sent, t3: clock.answered)
         sample.offset = -sample.offset
         guard sample.isUsable else { return }
-        clocks.append(Coordinator.TimedClockSample(at: p.sent, sample: sample))
-        if clocks.count > Coordinator.heartbeatClocksKept { clocks.removeFirst(clocks.count - Coordinator.heartbeatClocksKept) }
+        clocks.append(AgentRegistry.TimedClockSample(at: p.sent, sample: sample))
+        if clocks.count > AgentRegistry.heartbeatClocksKept { clocks.removeFirst(clocks.count - AgentRegistry.heartbeatClocksKept) }
     }
 }
