@@ -72,7 +72,7 @@ let package = Package(
                                                .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
                                                .product(name: "Crypto", package: "swift-crypto")]),
         // MARK: HTTP plumbing shared by agent and coordinator (HTTPService on Hummingbird 2; LabClient on AsyncHTTPClient; auth).
-        .target(name: "LabHTTP", dependencies: ["HeraldCore", "LabNet", "CLinuxEvents", .product(name: "Logging", package: "swift-log"),
+        .target(name: "LabHTTP", dependencies: ["HeraldCore", "LabNet", "LabPlan", "CLinuxEvents", .product(name: "Logging", package: "swift-log"),
                                                    .product(name: "Hummingbird", package: "hummingbird"), .product(name: "HummingbirdCore", package: "hummingbird"),
                                                    .product(name: "HTTPTypes", package: "swift-http-types"), .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                                                    .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
@@ -88,9 +88,9 @@ let package = Package(
                                                   .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"), .product(name: "NIOTLS", package: "swift-nio"),
                                                   .product(name: "NIOSSL", package: "swift-nio-ssl")]),
         // MARK: Agent (runs a node on a Linux machine) and coordinator (plans, barrier, gather).
-        .target(name: "LabAgent", dependencies: ["LabMetrics", "HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "LabLink", "LabNet", "RadioAir", "RadioSim", "BlueZRadio", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "LabAgent", dependencies: ["LabMetrics", "HeraldCore", "HeraldRadio", "LabNode", "LabPlan", "LabHTTP", "LabLink", "LabNet", "RadioAir", "RadioSim", "BlueZRadio", .product(name: "Logging", package: "swift-log"), .product(name: "Hummingbird", package: "hummingbird")]),
         .target(name: "LabCoordinator", dependencies: ["LabMetrics", "HeraldCore", "LabPlan", "LabHTTP", "LabLink", "LabNet", "RadioAir", "HeraldAnalysis", "LabHistory", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Yams", package: "Yams"), .product(name: "Logging", package: "swift-log"),
-                                                      .product(name: "Mustache", package: "swift-mustache")],
+                                                      .product(name: "Mustache", package: "swift-mustache"), .product(name: "Hummingbird", package: "hummingbird")],
                 // The dashboard's pages (Mustache templates, escaping by default), its CSS and its scripts (ARCHITECTURE.md).
                 resources: [.copy("Dashboard")]),
         // MARK: BlueZ over D-Bus (libdbus) and controller identity (libbluetooth).
@@ -116,7 +116,7 @@ let package = Package(
         .testTarget(name: "HeraldCoreTests", dependencies: ["HeraldCore"]),
         // Tests' log capture (a LogHandler that keeps each event and its line as LabLogHandler writes it),
         // and their blocking TCP/TLS stream and server on swift-nio and swift-nio-ssl.
-        .target(name: "LabTestSupport", dependencies: ["LabLog", "LabNet", .product(name: "Logging", package: "swift-log"),
+        .target(name: "LabTestSupport", dependencies: ["LabLog", "LabNet", "HeraldCore", "HeraldRadio", .product(name: "Logging", package: "swift-log"),
                                                        .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                                                        .product(name: "NIOTLS", package: "swift-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl")],
                 path: "Tests/LabTestSupport"),
@@ -131,16 +131,16 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus", "DBusTestSupport"]),
         .testTarget(name: "BlueZRadioTests", dependencies: ["BlueZRadio", "DBus", "DBusTestSupport", "HeraldRadio", "HeraldCore", "HeraldSensor", "LabNode", "LabPlan", "LabAgent", "LabTestSupport"],
                     exclude: ["fake_bluetoothd.py"]),
-        .testTarget(name: "LabCoordinatorTests", dependencies: ["LabCoordinator", "LabLink", "HeraldCore", "LabPlan", "LabHTTP", "LabNode", "HeraldAnalysis", "LabHistory", "LabTestSupport", .product(name: "GRDB", package: "GRDB.swift")]),
-        .testTarget(name: "LabNetTests", dependencies: ["LabNet", "LabHTTP", "HeraldCore", "LabTestSupport", .product(name: "X509", package: "swift-certificates"),
+        .testTarget(name: "LabCoordinatorTests", dependencies: [.product(name: "Hummingbird", package: "hummingbird"), "LabCoordinator", "LabLink", "HeraldCore", "LabPlan", "LabHTTP", "LabNode", "HeraldAnalysis", "LabHistory", "LabTestSupport", .product(name: "GRDB", package: "GRDB.swift")]),
+        .testTarget(name: "LabNetTests", dependencies: [.product(name: "Hummingbird", package: "hummingbird"), "LabNet", "LabHTTP", "HeraldCore", "LabTestSupport", .product(name: "X509", package: "swift-certificates"),
                                                       .product(name: "SwiftASN1", package: "swift-asn1"), .product(name: "Crypto", package: "swift-crypto"),
                                                       .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio"),
                                                       .product(name: "NIOSSL", package: "swift-nio-ssl")]),
-        .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio"),
+        .testTarget(name: "LabHTTPTests", dependencies: ["LabHTTP", "LabNet", "LabPlan", "LabTestSupport", .product(name: "Hummingbird", package: "hummingbird"), .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "NIOCore", package: "swift-nio"),
                                                        .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio")]),
-        .testTarget(name: "LabHarnessTests", dependencies: ["LabAgent", "LabCoordinator", "LabLink", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio")]),
+        .testTarget(name: "LabHarnessTests", dependencies: [.product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "Hummingbird", package: "hummingbird"), "LabAgent", "LabNode", "LabCoordinator", "LabLink", "LabHTTP", "LabNet", "RadioAir", "LabPlan", "HeraldCore", "HeraldRadio", "RadioSim", "LabTestSupport", .product(name: "NIOCore", package: "swift-nio")]),
         // Against a real PostgreSQL the test starts (make test-results-server).
-        .testTarget(name: "LabResultsTests", dependencies: ["LabResults", "HeraldAnalysis", "LabHistory", "LabNode", "LabPlan", "LabNet", "LabCoordinator", "LabHTTP", "LabTestSupport", .product(name: "PostgresNIO", package: "postgres-nio")]),
+        .testTarget(name: "LabResultsTests", dependencies: [.product(name: "Hummingbird", package: "hummingbird"), "LabResults", "HeraldAnalysis", "LabHistory", "LabNode", "LabPlan", "LabNet", "LabCoordinator", "LabHTTP", "LabTestSupport", .product(name: "PostgresNIO", package: "postgres-nio")]),
         // The command's own functions (its texts of durations from a coordinator's records), and
         // its client against a hostile coordinator (a socket server in the test process).
         .testTarget(name: "HeraldLabCLITests", dependencies: ["HeraldLabCLI", "HeraldCore", "LabHistory", "LabPlan", "LabCoordinator", "LabHTTP", "LabNet", "LabTestSupport",

@@ -45,6 +45,16 @@ extension Scheduler {
     }
 }
 
+/// A scheduler that is also a serial executor callers on other threads can run code on and wait
+/// for (`sync`): what a component that keeps its state on its node's executor takes (the agent:
+/// `DispatchScheduler` in a process, an in-memory lab's virtual time in tests).
+public protocol SerialScheduler: Scheduler, Sendable {
+    /// Runs `body` on the executor and waits for its result. Never call from the executor itself.
+    func sync<T>(_ body: () throws -> T) rethrows -> T
+    /// Traps unless the caller is on this executor.
+    func assertOnExecutor()
+}
+
 /// Virtual time: actions run in time order (ties in the order they were scheduled) as fast as
 /// the CPU allows. `run(until:)` advances the clock; nothing ever sleeps.
 public final class VirtualScheduler: Scheduler {
@@ -75,6 +85,9 @@ public final class VirtualScheduler: Scheduler {
     public var now: Date { Date(timeIntervalSince1970: current) }
 
     public var pendingCount: Int { heap.count }
+
+    /// When the earliest action waiting is due (nil: none waits); it may have been cancelled.
+    public var nextDue: Date? { heap.first.map { Date(timeIntervalSince1970: $0.time) } }
 
     @discardableResult
     public func schedule(after delay: TimeInterval, _ action: @escaping () -> Void) -> ScheduledTask {
@@ -152,7 +165,7 @@ public final class VirtualScheduler: Scheduler {
 /// `execute`.
 // Invariant (unchecked Sendable): its stored properties are `let`s of a queue (thread-safe) and
 // a Sendable clock; what it drives is touched only on `queue`.
-public final class DispatchScheduler: Scheduler, @unchecked Sendable {
+public final class DispatchScheduler: SerialScheduler, @unchecked Sendable {
     public let queue: DispatchQueue
     private let clock: @Sendable () -> Date
 
@@ -181,6 +194,8 @@ public final class DispatchScheduler: Scheduler, @unchecked Sendable {
 
     /// Runs `body` on the queue and waits for its result. Never call from the queue itself.
     public func sync<T>(_ body: () throws -> T) rethrows -> T { try queue.sync(execute: body) }
+
+    public func assertOnExecutor() { dispatchPrecondition(condition: .onQueue(queue)) }
 }
 
 /// Carries a value across a concurrency boundary whose safety the scheduler's single executor

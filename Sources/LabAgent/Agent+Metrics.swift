@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import LabHTTP
 import LabMetrics
 import LabPlan
@@ -8,9 +9,9 @@ import LabPlan
 /// node's status at each scrape; counters run over the agent's life, across runs.
 extension Agent {
     func metricsRoute() {
-        http.route(AgentAPI.metrics.method, AgentAPI.metrics.template, allow: [.coordinator, .operator, .scraper]) { [unowned self] _ in
+        http.routes(allow: [.coordinator, .operator, .scraper]).on(AgentAPI.metrics) { [unowned self] _, _, _ -> Response in
             self.collectMetrics()
-            return HTTPResponse(.ok, headers: ["Content-Type": LabMetrics.contentType], body: Data(self.metrics.exposition()))
+            return Response(.ok, headers: ["Content-Type": LabMetrics.contentType], body: Data(self.metrics.exposition()))
         }
     }
 
@@ -27,7 +28,8 @@ extension Agent {
         if s.state == .running, let run = s.runId, let name = s.node {
             node["run"] = run
             node["node"] = name
-            node["plan"] = scheduler.sync { runs[run]?.assignment.planName } ?? ""
+            let lifecycle = self.lifecycle
+            node["plan"] = scheduler.sync { lifecycle.runs[run]?.assignment.planName } ?? ""
         }
         let nodeGauges: [(String, String, Double)] = [
             ("heraldlab_node_running", "1 while this agent's node runs.", s.state == .running ? 1 : 0),

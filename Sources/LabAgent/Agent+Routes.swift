@@ -1,33 +1,32 @@
 import Foundation
 import HeraldCore
+import Hummingbird
 import LabHTTP
 import LabNode
 import LabPlan
 
 /// The agent's HTTP API (docs/API.md): each route maps a request to one of the agent's API
-/// methods below, which validate what they are given and hand the work to the run's lifecycle
-/// on the scheduler's queue. `LocalAgentLink` calls the same methods without HTTP.
+/// methods below, which validate what they are given and hand the work to the service it is for
+/// (the runs' `RunLifecycle` on the executor, the `DongleService`). `LocalAgentLink` calls the
+/// same methods without HTTP.
 extension Agent {
     func routes() {
-        http.route(AgentAPI.status.method, AgentAPI.status.template) { [unowned self] _ in .json(self.status) }
-        http.route(AgentAPI.clock.method, AgentAPI.clock.template) { [unowned self] _ in .json(self.clockReply()) }
-        http.route(AgentAPI.arm.method, AgentAPI.arm.template) { [unowned self] req in .json(try await self.armRun(try req.decode(LabWire.ArmRequest.self))) }
-        http.route(AgentAPI.start.method, AgentAPI.start.template) { [unowned self] req in .json(try self.startRun(try req.decode(LabWire.StartRequest.self))) }
-        http.route(AgentAPI.startPreflight.method, AgentAPI.startPreflight.template) { [unowned self] req in
-            .json(try await self.startPreflight(try req.decode(LabWire.PreflightRequest.self)))
+        let api = http.routes()
+        api.on(AgentAPI.status) { [unowned self] _, _, _ in self.status }
+        api.on(AgentAPI.clock) { [unowned self] _, _, _ in self.clockReply() }
+        api.on(AgentAPI.arm) { [unowned self] arm, _, _ in try await self.armRun(arm) }
+        api.on(AgentAPI.start) { [unowned self] start, _, _ in try self.startRun(start) }
+        api.on(AgentAPI.startPreflight) { [unowned self] request, _, _ in try await self.startPreflight(request) }
+        api.on(AgentAPI.preflightStatus) { [unowned self] _, _, _ in try self.preflightStatus() }
+        api.on(AgentAPI.stopPreflight) { [unowned self] _, _, _ in try await self.endPreflight() }
+        api.on(AgentAPI.heldRuns) { [unowned self] _, _, _ in self.scheduler.sync { self.heldRuns() } }
+        api.on(AgentAPI.files) { [unowned self] _, _, context in try self.files(of: context.parameter("run")) }
+        api.on(AgentAPI.file) { [unowned self] _, request, context -> Response in
+            let (url, id, file) = try self.fileURL(run: context.parameter("run"), name: context.parameter("file"))
+            return try .file(url, range: request.headers[.range], missing: "run \(id) has no \(file) here")
         }
-        http.route(AgentAPI.preflightStatus.method, AgentAPI.preflightStatus.template) { [unowned self] _ in .json(try self.preflightStatus()) }
-        http.route(AgentAPI.stopPreflight.method, AgentAPI.stopPreflight.template) { [unowned self] _ in .json(try await self.endPreflight()) }
-        http.route(AgentAPI.heldRuns.method, AgentAPI.heldRuns.template) { [unowned self] _ in .json(self.scheduler.sync { self.heldRuns() }) }
-        http.route(AgentAPI.files.method, AgentAPI.files.template) { [unowned self] req in .json(try self.files(of: req.parameters["run"] ?? "")) }
-        http.route(AgentAPI.file.method, AgentAPI.file.template) { [unowned self] req in
-            let (url, id, file) = try self.fileURL(run: req.parameters["run"] ?? "", name: req.parameters["file"] ?? "")
-            return try .file(url, range: req.headers["range"], missing: "run \(id) has no \(file) here")
-        }
-        http.route(AgentAPI.stopRun.method, AgentAPI.stopRun.template) { [unowned self] req in .json(try self.stopRun(req.parameters["run"] ?? "")) }
-        http.route(AgentAPI.release.method, AgentAPI.release.template) { [unowned self] req in
-            .json(["released": try self.releaseRun(req.parameters["run"] ?? "")])
-        }
+        api.on(AgentAPI.stopRun) { [unowned self] _, _, context in try self.stopRun(context.parameter("run")) }
+        api.on(AgentAPI.release) { [unowned self] _, _, context in ["released": try self.releaseRun(context.parameter("run"))] }
     }
 
     // MARK: The agent's API as methods (what its routes and LocalAgentLink call)
@@ -40,8 +39,9 @@ extension Agent {
 
     /// Arms a node: its radio is checked first; a refusal is a `LabRefusal`.
     func armRun(_ arm: LabWire.ArmRequest) async throws -> LabWire.AgentStatus {
-        try await preflight(arm)
-        try scheduler.sync { try self.arm(arm) }
+        let lifecycle = self.lifecycle
+        try await lifecycle.preflight(arm)
+        try scheduler.sync { try lifecycle.arm(arm) }
         return status
     }
 
@@ -50,19 +50,33 @@ extension Agent {
         guard start.startAt.isFinite, abs(start.startAt - now) < 86_400 else {
             throw LabRefusal(.invalid, "startAt \(start.startAt) is not within a day of this agent's clock")
         }
-        try scheduler.sync { try self.schedule(start) }
+        let lifecycle = self.lifecycle
+        try scheduler.sync { try lifecycle.schedule(start) }
         return status
     }
 
+    /// Starts a dongle check (or answers for the one with this id); refused while a run is armed or running.
+    func startPreflight(_ request: LabWire.PreflightRequest) async throws -> LabWire.PreflightReport {
+        let lifecycle = self.lifecycle
+        return try await dongle.startPreflight(request) { lifecycle.active?.id }
+    }
+
+    /// The dongle check's findings so far.
+    func preflightStatus() throws -> LabWire.PreflightReport { try dongle.preflightStatus() }
+
+    /// On the executor: the runs held, oldest start first.
+    func heldRuns() -> [LabWire.HeldRun] { lifecycle.heldRuns() }
+
     /// Ends the dongle check and returns its final findings; 404 when there is none.
     func endPreflight() async throws -> LabWire.PreflightReport {
-        guard let r = await stopPreflight() else { throw LabRefusal(.notFound, "agent \(config.name) has no dongle check") }
+        guard let r = await dongle.stopPreflight() else { throw LabRefusal(.notFound, "agent \(config.name) has no dongle check") }
         return r
     }
 
     func files(of run: String) throws -> LabWire.FileList {
         let id = try Self.runId(run)
-        return try scheduler.sync { try self.fileList(id) }
+        let lifecycle = self.lifecycle
+        return try scheduler.sync { try lifecycle.fileList(id) }
     }
 
     /// Where file `name` of `run` is (a Herald file name only, never a path), with the run id and
@@ -75,14 +89,16 @@ extension Agent {
 
     func stopRun(_ run: String) throws -> LabWire.AgentStatus {
         let id = try Self.runId(run)
-        try scheduler.sync { try self.abort(id) }
+        let lifecycle = self.lifecycle
+        try scheduler.sync { try lifecycle.abort(id) }
         return status
     }
 
     /// Returns the run id released.
     func releaseRun(_ run: String) throws -> String {
         let id = try Self.runId(run)
-        try scheduler.sync { try self.release(id) }
+        let lifecycle = self.lifecycle
+        try scheduler.sync { try lifecycle.release(id) }
         return id
     }
 

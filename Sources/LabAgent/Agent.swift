@@ -15,12 +15,17 @@ import Synchronization
 /// heartbeats, accepts an assignment, starts at the instant it is given (in its own clock), runs
 /// to the end on its own even if the coordinator goes away, keeps assignments and logs on disk
 /// (resuming after a restart), and serves the files with SHA-256 and byte ranges until the
-/// coordinator says they were gathered. Routes are in Agent+Routes, the run's life in
-/// Agent+Lifecycle, what is kept on disk in Agent+Persistence, the coordinator link in
-/// Agent+Coordinator.
+/// coordinator says they were gathered.
 ///
-/// Concurrency: the runs and the dongle check are the scheduler queue's (`runs`, `check`:
-/// checked there); what `start` sets, and the dongle as last looked at, are in `Mutex`es.
+/// The agent composes services that each own their state (issue 39 item 3): the runs
+/// (`RunLifecycle`, with RunLifecycle+Persistence), the dongle and its pre-flight check
+/// (`DongleService`), the coordinator link's heartbeats (`CoordinatorHeartbeats`) and the stall
+/// watchdog (`StallWatchdog`); its HTTP API (Agent+Routes, Agent+Metrics) and `LocalAgentLink`
+/// call the API methods of Agent+Routes, which forward to them. Time is `config.clock`.
+///
+/// Concurrency: runs and the dongle check are the node's executor's (`scheduler`); what `start`
+/// sets and the dongle as last looked at are in `Mutex`es; the long-lived work (heartbeats, the
+/// dongle's refreshes) runs as child tasks of one task the agent owns from `start` to `stop`.
 public final class Agent: Sendable {
     public struct Config: Sendable {
         public var name: String
@@ -62,22 +67,37 @@ public final class Agent: Sendable {
         public var maxBackoff: TimeInterval = 30
         /// A pause of the whole process longer than this (SIGSTOP, a frozen VM) is a gap.
         public var stallThreshold: TimeInterval = 3
+        /// The agent's time (issue 39 item 5): start instants, heartbeats, abort and clock stamps
+        /// are read and waited for in it. A process runs on the wall clock; an in-memory lab on
+        /// a virtual one that its driver advances.
+        public var clock: any LabClock = WallClock()
+        /// The executor the node, its radio and the agent's runs are on; nil: a dispatch queue of
+        /// its own. An in-memory lab gives every agent one virtual-time executor.
+        public var scheduler: (any SerialScheduler)?
+        /// Makes the node's radio when the agent is given a maker (an in-memory lab's simulated
+        /// medium, on `scheduler`); nil: the radio `radio` names (BlueZ, or the assignment's air).
+        public var makeRadio: (@Sendable (NodeAssignment) throws -> NodeRadio)?
         public init(name: String, dataDirectory: URL) { self.name = name; self.dataDirectory = dataDirectory }
     }
 
     public let config: Config
-    let scheduler = DispatchScheduler(label: "heraldlab.agent.node")
+    /// The executor of the node, its radio and the runs (a dispatch queue of its own unless
+    /// `config.scheduler` gives one).
+    let scheduler: any SerialScheduler
     let http: HTTPService
     /// GET /metrics (Agent+Metrics).
     let metrics = LabMetrics(service: "agent")
     /// How this agent reaches its coordinator (nil: it has none).
     let coordinatorLink: (any CoordinatorLink)?
-    /// What `start` sets up: the URL announced, the port bound, the heartbeats' task and the
-    /// stall watchdog.
+    /// The services it composes.
+    let lifecycle: RunLifecycle
+    let dongle: DongleService
+    /// What `start` sets up: the URL announced, the port bound, the background work (heartbeats,
+    /// dongle refreshes: child tasks of one task) and the stall watchdog.
     struct Started {
         var url = ""
         var boundPort: UInt16 = 0
-        var heartbeat: Task<Void, Never>?
+        var background: Task<Void, Never>?
         var watchdog: StallWatchdog?
     }
     let started = Mutex(Started())
@@ -85,80 +105,20 @@ public final class Agent: Sendable {
     var boundPort: UInt16 { started.withLock { $0.boundPort } }
     /// This process's boot id, in every registration and heartbeat (freshness).
     let boot = UUID().uuidString.lowercased()
-
-    /// What only the scheduler's queue touches (the `Scheduler` seam: the node, its radio and
-    /// its loggers run there too).
-    final class OnQueue {
-        var runs: [String: ActiveRun] = [:]
-        var check: DongleCheckSession?
-    }
-    /// Invariant: only used on `scheduler.queue`; `onQueue` checks that (dispatchPrecondition)
-    /// on every access, so this box (HeraldRadio's carrier for the seam) is never read elsewhere.
-    private let confined = UncheckedBox(OnQueue())
-    private var onQueue: OnQueue {
-        dispatchPrecondition(condition: .onQueue(scheduler.queue))
-        return confined.value
-    }
-    // Runs, confined to the scheduler's queue: at most one armed or running (`active`), any
-    // number finished and waiting to be gathered.
-    var runs: [String: ActiveRun] {
-        get { onQueue.runs }
-        set { onQueue.runs = newValue }
-    }
-    var active: ActiveRun? { runs.values.first { $0.state == .armed || $0.state == .running } }
     /// The agent's log (label herald-lab.agent): one line per event, with metadata agent (and
     /// dongle, radio bluez) on every line, run and node where a line is about a run; its handler
     /// escapes outside text (LabLogHandler).
     public let logger: Logger
-    /// The host's kernel release, and the bluetoothd version read at the last arming (radio bluez).
+    /// The host's kernel release.
     let kernel = HostSystem.kernelRelease()
-    /// And the dongle as last looked at (radio bluez).
-    struct Stack {
-        var bluezVersion: String?
-        var dongleInfo: LabWire.DongleInfo?
-    }
-    let stack = Mutex(Stack())
-    /// A pre-flight check of the dongle, on the scheduler's queue (Agent+Dongle).
-    var check: DongleCheckSession? {
-        get { onQueue.check }
-        set { onQueue.check = newValue }
-    }
-
-    final class ActiveRun {
-        let assignment: NodeAssignment
-        let directory: URL
-        var air: LabWire.AirAddress?
-        var state: LabWire.AgentState = .armed
-        var startAt: Double?
-        var startedAt: Double?
-        var resumed = false
-        var aborted = false
-        var gaps: [LabWire.Gap] = []
-        /// Last time the agent was known to be alive during the run (persisted every few seconds).
-        var aliveAt: Double?
-        var runner: NodeRunner?
-        /// Closes the run's radio (the air connection or the BlueZ client).
-        var closeRadio: (() -> Void)?
-        var tasks: [ScheduledTask] = []
-        var files: [LabWire.FileInfo] = []
-        var message: String?
-        var writeError: String?
-        var lastStatus: NodeStatus?
-        /// The BlueZ radio of the running node, and what it did to recover its dongle.
-        var bluez: BlueZTransport?
-        var recoveries: [LabWire.Recovery] = []
-        init(assignment: NodeAssignment, directory: URL) { self.assignment = assignment; self.directory = directory }
-        var id: String { assignment.runId }
-        var nodeDirectory: URL { directory.appendingPathComponent("node") }
-        var endsAt: Double? { startAt.map { $0 + assignment.duration } }
-        var lateBy: Double? { guard let s = startAt, let a = startedAt, !resumed else { return nil }; return a - s }
-    }
 
     /// `httpLogger` is its HTTP service's (nil: label herald-lab.http at `logger`'s level); both
     /// get metadata agent. `coordinatorLink`: how it reaches its coordinator (nil: over HTTP at
     /// `config.coordinator`, with its credential, if there is one).
     public init(config: Config, logger: Logger = Logger(label: "herald-lab.agent"), httpLogger: Logger? = nil, coordinatorLink: (any CoordinatorLink)? = nil) {
         self.config = config
+        let scheduler = config.scheduler ?? DispatchScheduler(label: "heraldlab.agent.node")
+        self.scheduler = scheduler
         self.coordinatorLink = coordinatorLink ?? config.coordinator.map { HTTPCoordinatorLink(base: $0, token: config.credential?.token ?? config.token, timeout: 5) }
         var logger = logger
         logger[metadataKey: "agent"] = .string(config.name)
@@ -167,8 +127,10 @@ public final class Agent: Sendable {
         var httpLogger = httpLogger ?? HTTPService.defaultLogger(level: logger.logLevel)
         httpLogger[metadataKey: "agent"] = .string(config.name)
         http = HTTPService(name: "agent \(config.name)", authenticate: config.insecure ? nil : HTTPService.withScraper(config.scrapeToken, Self.authenticator(config)), logger: httpLogger)
-        controllerIdentity = config.radio == .bluez ? ControllerIdentity.read(adapter: config.adapter ?? "hci0") : nil
-        controller = controllerIdentity.map(Self.describe)
+        let identity = config.radio == .bluez ? ControllerIdentity.read(adapter: config.adapter ?? "hci0") : nil
+        controller = identity.map(Self.describe)
+        dongle = DongleService(config: config, scheduler: scheduler, logger: logger, controllerIdentity: identity)
+        lifecycle = RunLifecycle(config: config, scheduler: scheduler, logger: logger, dongle: dongle)
         routes()
         metricsRoute()
     }
@@ -196,40 +158,51 @@ public final class Agent: Sendable {
         logger.notice("started without serving, announced as \(url) (data \(config.dataDirectory.path))")
     }
 
-    /// What `start` does besides serving: runs recovered, the dongle read, the stall watchdog, heartbeats.
+    /// What `start` does besides serving: runs recovered, the dongle read, the stall watchdog,
+    /// the keep-alive stamps, and the background work (heartbeats, dongle refreshes).
     private func startWork() async {
-        scheduler.sync { recover() }
+        let lifecycle = self.lifecycle
+        scheduler.sync { lifecycle.recover() }
         if config.radio == .bluez {
             if let kernel, let problem = HostSystem.bluetoothProblem(kernelRelease: kernel) { logger.warning("\(problem)") }
-            await refreshDongle()
+            await dongle.refreshDongle()
         }
-        let watchdog = StallWatchdog(threshold: config.stallThreshold) { [weak self] from, to in
-            guard let self else { return }
-            self.scheduler.execute { self.stalled(from: from, to: to) }
+        let scheduler = self.scheduler
+        let watchdog = StallWatchdog(threshold: config.stallThreshold, clock: config.clock) { [weak lifecycle] from, to in
+            guard let lifecycle else { return }
+            scheduler.execute { lifecycle.stalled(from: from, to: to) }
         }
-        started.withLock { $0.watchdog = watchdog }
-        scheduler.scheduleRepeating(every: 5) { [weak self] in self?.keepAlive() }
-        if coordinatorLink != nil {
-            let heartbeat: Task<Void, Never> = Task { [weak self] in await self?.heartbeatLoop() }
-            started.withLock { $0.heartbeat = heartbeat }
+        // Every 5 s for the agent's life (it holds the lifecycle; the task ends once both are gone).
+        scheduler.scheduleRepeating(every: 5) { [weak lifecycle] in lifecycle?.keepAlive() }
+        // An agent dropped without `stop` ends its heartbeats (they hold it weakly).
+        let heartbeats = coordinatorLink.map { link in
+            CoordinatorHeartbeats(link: link, agent: config.name, boot: boot, clock: config.clock, interval: config.heartbeatInterval, maxBackoff: config.maxBackoff,
+                                  logger: logger, info: { [weak self] in self?.info }, status: { [weak self] in self?.status }, url: { [weak self] in self?.url ?? "" })
         }
-    }
-
-    /// A run's ids as log metadata.
-    func metadata(_ r: ActiveRun) -> Logger.Metadata {
-        ["run": .string(r.id), "node": .string(r.assignment.node.name)]
+        let dongle = self.dongle
+        // The agent's one owner of long-lived work: its services run as child tasks of it, and
+        // `stop` cancels it and waits for them (each ends on cancellation).
+        let background = Task {
+            await withDiscardingTaskGroup { group in
+                if let heartbeats { group.addTask { await heartbeats.run() } }
+                group.addTask {
+                    await withTaskCancellationHandler { await dongle.refreshes() } onCancel: { dongle.finish() }
+                }
+            }
+        }
+        started.withLock { s in
+            s.watchdog = watchdog
+            s.background = background
+        }
     }
 
     public func stop() async {
-        let (heartbeat, watchdog) = started.withLock { ($0.heartbeat, $0.watchdog) }
-        heartbeat?.cancel()
+        let (background, watchdog) = started.withLock { ($0.background, $0.watchdog) }
+        background?.cancel()
         watchdog?.stop()
-        scheduler.sync {
-            for r in runs.values {
-                for t in r.tasks { t.cancel() }
-                if r.state == .running { finish(r, interrupted: true) }
-            }
-        }
+        let lifecycle = self.lifecycle
+        scheduler.sync { lifecycle.interrupt() }
+        await background?.value
         await http.stop()
     }
 
@@ -244,19 +217,26 @@ public final class Agent: Sendable {
         }
     }
 
-    var runsDirectory: URL { config.dataDirectory.appendingPathComponent("runs") }
-    var now: Double { Date().timeIntervalSince1970 }
+    /// The node's scheduler as the BlueZ and air radios and the dongle check take it: a dispatch queue.
+    func dispatchScheduler() throws -> DispatchScheduler {
+        guard let d = scheduler as? DispatchScheduler else {
+            throw LabRefusal(.unprocessable, "agent \(config.name): radio \(config.radio.rawValue) runs on a dispatch queue, not on the scheduler the agent was given")
+        }
+        return d
+    }
+
+    var runsDirectory: URL { lifecycle.runsDirectory }
+    var now: Double { config.clock.now() }
 
     public var info: LabWire.AgentInfo {
         var i = LabWire.AgentInfo(name: config.name, url: url, tags: config.tags, radio: config.radio, adapter: config.adapter, controller: controller, port: boundPort)
-        i.dongle = stack.withLock { $0.dongleInfo }
+        i.dongle = dongle.stack.withLock { $0.dongleInfo }
         return i
     }
 
     /// The Bluetooth controller's identity (BlueZ radio), read once at start: what lets results be
     /// grouped by dongle and firmware. Simulated radios have none.
     public let controller: [String: String]?
-    let controllerIdentity: ControllerIdentity?
 
     static func describe(_ identity: ControllerIdentity) -> [String: String] {
         switch identity {
@@ -269,41 +249,25 @@ public final class Agent: Sendable {
         }
     }
 
-    public var status: LabWire.AgentStatus { scheduler.sync { statusOnQueue() } }
-
-    /// The active run if there is one, else the newest run held on disk.
-    private func statusOnQueue() -> LabWire.AgentStatus {
-        let current = active ?? runs.values.max { ($0.startAt ?? 0, $0.id) < ($1.startAt ?? 0, $1.id) }
-        var s = LabWire.AgentStatus(name: config.name, state: current?.state ?? .idle)
-        s.held = runs.keys.sorted()
-        s.kernel = kernel
-        s.bluez = stack.withLock { $0.bluezVersion }
-        s.dongle = stack.withLock { $0.dongleInfo }
-        guard let r = current else { return s }
-        s.recoveries = r.recoveries.isEmpty ? nil : r.recoveries
-        s.runId = r.id
-        s.node = r.assignment.node.name
-        s.startAt = r.startAt
-        s.startedAt = r.startedAt
-        s.endsAt = r.endsAt
-        s.resumed = r.resumed
-        s.message = r.message
-        s.gaps = r.gaps.isEmpty ? nil : r.gaps
-        s.lateBy = r.lateBy
-        s.writeError = r.runner?.writeError ?? r.writeError
-        if let st = r.runner?.status ?? r.lastStatus {
-            s.peersDetected = st.peersDetected
-            s.payloadsRead = st.payloadsRead
-            s.rssiLastMinute = st.rssiLastMinute
-            s.rssiTotal = st.rssiTotal
-            s.radio = st.radio
-            // The peer lists feed the dashboard's matrix, drawn for runs of up to 64 nodes: a
-            // crowd's heartbeats do not carry them.
-            if st.peers.count <= 128 {
-                s.peers = st.peers
-                s.recentPeers = st.recentPeers
-            }
-        }
-        return s
+    public var status: LabWire.AgentStatus {
+        var base = LabWire.AgentStatus(name: config.name, state: .idle)
+        base.kernel = kernel
+        (base.bluez, base.dongle) = dongle.stack.withLock { ($0.bluezVersion, $0.dongleInfo) }
+        let lifecycle = self.lifecycle
+        return scheduler.sync { lifecycle.status(over: base) }
     }
+
+    /// A dongle as the lab describes it, from what this host knows of it (DongleService).
+    public static func dongleInfo(_ local: LocalDongle?, selector: String, name: String, host: String?, agent: String?, tags: [String],
+                                  identity: ControllerIdentity?) -> LabWire.DongleInfo {
+        DongleService.dongleInfo(local, selector: selector, name: name, host: host, agent: agent, tags: tags, identity: identity)
+    }
+}
+
+/// A node's radio as `Agent.Config.makeRadio` makes it: the transport the node runs on, and what
+/// closes it at the run's end.
+public struct NodeRadio {
+    public var transport: any BLETransport
+    public var close: () -> Void
+    public init(transport: any BLETransport, close: @escaping () -> Void) { self.transport = transport; self.close = close }
 }

@@ -21,9 +21,9 @@ public struct LocalAgentLink: AgentLink {
     public func clockSamples(count: Int, settle: Int) async throws(LinkError) -> [LabWire.ClockSample] {
         var out = [LabWire.ClockSample]()
         for _ in 0..<count {
-            let t0 = Date().timeIntervalSince1970
+            let t0 = agent.config.clock.now()
             let reply = agent.clockReply()
-            let t3 = Date().timeIntervalSince1970
+            let t3 = agent.config.clock.now()
             out.append(LabWire.ClockSample(t0: t0, t1: reply.received, t2: reply.sent, t3: t3))
             if out.count >= settle, let best = out.map(\.roundTrip).min(), best <= 0.001 { break }
         }

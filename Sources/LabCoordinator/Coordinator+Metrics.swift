@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import Synchronization
 import HeraldCore
 import HeraldAnalysis
@@ -72,9 +73,9 @@ final class CoordinatorMetrics: Sendable {
 
 extension Coordinator {
     func metricsRoute() {
-        http.route(CoordinatorAPI.metrics.method, CoordinatorAPI.metrics.template, allow: [.operator, .scraper]) { [unowned self] _ in
+        http.routes(allow: [.operator, .scraper]).on(CoordinatorAPI.metrics) { [unowned self] _, _, _ -> Response in
             self.collectMetrics()
-            return HTTPResponse(.ok, headers: ["Content-Type": LabMetrics.contentType], body: Data(self.metrics.metrics.exposition()))
+            return Response(.ok, headers: ["Content-Type": LabMetrics.contentType], body: Data(self.metrics.metrics.exposition()))
         }
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldCore
+import Hummingbird
 import LabHTTP
 import LabPlan
 import Logging
@@ -8,67 +9,62 @@ import Logging
 extension Coordinator {
     func routes() {
         // Agents call these two about themselves (their own credential, their own name only).
-        http.route(CoordinatorAPI.register.method, CoordinatorAPI.register.template, allow: [.agent, .operator]) { [unowned self] req in
-            try self.register(try req.decode(LabWire.AgentInfo.self), principal: req.principal, peerHost: req.peerHost)
-            return .json(Empty())
+        let agents = http.routes(allow: [.agent, .operator])
+        agents.on(CoordinatorAPI.register) { [unowned self] info, _, context in
+            try self.register(info, principal: context.principal, peerHost: context.peerHost)
+            return Empty()
         }
-        http.route(CoordinatorAPI.heartbeat.method, CoordinatorAPI.heartbeat.template, allow: [.agent, .operator]) { [unowned self] req in
+        agents.on(CoordinatorAPI.heartbeat) { [unowned self] status, _, context in
             let received = self.now
-            return .json(try self.heartbeat(req.parameters["name"] ?? "", try req.decode(LabWire.AgentStatus.self), principal: req.principal, received: received))
+            return try self.heartbeat(context.parameter("name"), status, principal: context.principal, received: received)
         }
         // Everything else is the operator's.
-        http.route(CoordinatorAPI.agents.method, CoordinatorAPI.agents.template, allow: [.operator]) { [unowned self] _ in .json(self.agentViews) }
-        http.route(CoordinatorAPI.enrol.method, CoordinatorAPI.enrol.template, bodyLimit: 16 * 1024, allow: [.operator]) { [unowned self] req in
-            .json(try self.enrol(try req.decode(LabWire.EnrolRequest.self)), status: .created)
+        let op = http.routes(allow: [.operator])
+        op.on(CoordinatorAPI.agents) { [unowned self] _, _, _ in self.agentViews }
+        op.on(CoordinatorAPI.enrol, bodyLimit: 16 * 1024, status: .created) { [unowned self] enrol, _, _ in try self.enrol(enrol) }
+        op.on(CoordinatorAPI.revoke) { [unowned self] _, _, context in
+            try self.revoke(context.parameter("name"))
+            return Empty()
         }
-        http.route(CoordinatorAPI.revoke.method, CoordinatorAPI.revoke.template, allow: [.operator]) { [unowned self] req in
-            try self.revoke(req.parameters["name"] ?? "")
-            return .json(Empty())
+        op.on(CoordinatorAPI.dongles) { [unowned self] _, _, context in
+            self.dongleViews(history: min(max(Int(context.query["history"] ?? "") ?? 20, 0), 1000))
         }
-        http.route(CoordinatorAPI.dongles.method, CoordinatorAPI.dongles.template, allow: [.operator]) { [unowned self] req in
-            let history = min(max(Int(req.query["history"] ?? "") ?? 20, 0), 1000)
-            return .json(self.dongleViews(history: history))
+        // An empty body checks every dongle.
+        op.on(RouterPath(CoordinatorAPI.checkDongles.template), method: .post) { [unowned self] request, _ in
+            let body = try await request.collectData(upTo: 64 * 1024)
+            let check = body.isEmpty ? LabWire.CheckRequest(dongles: nil, bound: nil) : try LabJSON.decode(LabWire.CheckRequest.self, from: body)
+            return Response.json(try await self.checkDongles(check))
         }
-        http.route(CoordinatorAPI.checkDongles.method, CoordinatorAPI.checkDongles.template, bodyLimit: 64 * 1024, allow: [.operator]) { [unowned self] req in
-            .json(try await self.checkDongles(req.body.isEmpty ? LabWire.CheckRequest(dongles: nil, bound: nil) : try req.decode(LabWire.CheckRequest.self)))
-        }
-        http.route(CoordinatorAPI.dongleHealth.method, CoordinatorAPI.dongleHealth.template, bodyLimit: 16 * 1024, allow: [.operator]) { [unowned self] req in
-            .json(try self.setHealth(req.parameters["dongle"] ?? "", try req.decode(LabWire.HealthRequest.self)))
-        }
-        http.route(CoordinatorAPI.submit.method, CoordinatorAPI.submit.template, bodyLimit: 256 * 1024, allow: [.operator]) { [unowned self] req in
-            let text = String(decoding: req.body, as: UTF8.self)
-            let source = req.query["name"] ?? "plan"
+        op.on(CoordinatorAPI.dongleHealth, bodyLimit: 16 * 1024) { [unowned self] health, _, context in try self.setHealth(context.parameter("dongle"), health) }
+        op.on(CoordinatorAPI.submit, bodyLimit: 256 * 1024, status: .created) { [unowned self] body, _, context in
+            let text = String(decoding: body, as: UTF8.self)
+            let source = context.query["name"] ?? "plan"
             do {
-                return .json(try self.submit(planText: text, source: source), status: .created)
+                return try self.submit(planText: text, source: source)
             } catch {
                 // Kept a day with its reason for the dashboard (issue 40), then refused as before.
                 self.dashboard.refusals.note(source: source, reason: (error as? LabRefusal)?.message ?? "\(error)", at: self.now)
                 throw error
             }
         }
-        http.route(CoordinatorAPI.runs.method, CoordinatorAPI.runs.template, allow: [.operator]) { [unowned self] _ in
-            .json(self.withLock { s in s.runs.values.sorted { $0.created < $1.created } })
-        }
-        http.route(CoordinatorAPI.run.method, CoordinatorAPI.run.template, allow: [.operator]) { [unowned self] req in
-            let id = try Self.runId(req)
+        op.on(CoordinatorAPI.runs) { [unowned self] _, _, _ in self.withLock { s in s.runs.values.sorted { $0.created < $1.created } } }
+        op.on(CoordinatorAPI.run) { [unowned self] _, _, context in
+            let id = try Self.runId(context)
             guard let r = self.run(id) else { throw LabRefusal(.notFound, "no run \(id)") }
-            return .json(r)
+            return r
         }
-        http.route(CoordinatorAPI.cancel.method, CoordinatorAPI.cancel.template, allow: [.operator]) { [unowned self] req in
-            let id = try Self.runId(req)
+        op.on(CoordinatorAPI.cancel) { [unowned self] _, _, context in
+            let id = try Self.runId(context)
             guard let r = self.run(id) else { throw LabRefusal(.notFound, "no run \(id)") }
             guard r.state == .arming, r.startAt == nil else {
                 throw LabRefusal(.conflict, "run \(id) is \(r.state.rawValue): only a run that has not started can be cancelled (abort stops a running one)")
             }
             self.withLock { s in s.tasks[id]?.cancel() }
-            let cancelled = await self.endBeforeStart(r, state: .cancelled, message: "cancelled before the start")
-            return .json(cancelled)
+            return await self.endBeforeStart(r, state: .cancelled, message: "cancelled before the start")
         }
-        http.route(CoordinatorAPI.abort.method, CoordinatorAPI.abort.template, allow: [.operator]) { [unowned self] req in
-            .json(try await self.abort(try Self.runId(req)))
-        }
-        http.route(CoordinatorAPI.gather.method, CoordinatorAPI.gather.template, allow: [.operator]) { [unowned self] req in
-            let id = try Self.runId(req)
+        op.on(CoordinatorAPI.abort) { [unowned self] _, _, context in try await self.abort(try Self.runId(context)) }
+        op.on(CoordinatorAPI.gather) { [unowned self] _, _, context in
+            let id = try Self.runId(context)
             guard var r = self.run(id) else { throw LabRefusal(.notFound, "no run \(id)") }
             guard r.state.isFinal, r.state != .cancelled, r.startAt != nil else {
                 throw LabRefusal(.conflict, "run \(id) is \(r.state.rawValue): only an ended run that started can be gathered again")
@@ -77,13 +73,13 @@ extension Coordinator {
             r.message = nil
             try self.save(r)
             self.launch(id)
-            return .json(r)
+            return r
         }
-        http.route(CoordinatorAPI.bundle.method, CoordinatorAPI.bundle.template, allow: [.operator]) { [unowned self] req in
-            let id = try Self.runId(req)
+        op.on(CoordinatorAPI.bundle) { [unowned self] _, request, context -> Response in
+            let id = try Self.runId(context)
             guard let r = self.run(id), r.bundle != nil, [.complete, .aborted].contains(r.state) else { throw LabRefusal(.conflict, "run \(id) has no bundle") }
             let tar = self.config.results.appendingPathComponent("\(id).tar.gz")
-            return try .file(tar, contentType: "application/gzip", range: req.headers["range"], missing: "bundle archive missing")
+            return try .file(tar, contentType: "application/gzip", range: request.headers[.range], missing: "bundle archive missing")
         }
     }
 
@@ -105,8 +101,8 @@ extension Coordinator {
         }
     }
 
-    static func runId(_ req: HTTPService.Request) throws -> String {
-        let id = req.parameters["id"] ?? ""
+    static func runId(_ context: LabRequestContext) throws -> String {
+        let id = context.parameter("id")
         guard SafeName.isValid(id) else { throw LabRefusal(.invalid, "run id \(SafeName.problem(with: id) ?? "is invalid")") }
         return id
     }

@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import HeraldAnalysis
 import HeraldCore
 import LabHistory
@@ -278,15 +279,15 @@ public final class Coordinator: Sendable {
     static func h(_ s: String) -> String { Dashboard.h(s) }
     static func segment(_ s: String) -> String { Dashboard.segment(s) }
     static func planParameter(_ query: [String: String]) throws -> String { try Dashboard.planParameter(query) }
-    func signInPage(message: String?, status: HTTPStatusCode) -> HTTPResponse { pages.signInPage(message: message, status: status) }
-    func staticFile(_ name: String) throws -> HTTPResponse { try pages.staticFile(name) }
-    func labPage(_ s: DashboardSession, notice: String? = nil) -> HTTPResponse { pages.labPage(s, notice: notice) }
-    func runsPage(_ s: DashboardSession, query: [String: String] = [:]) -> HTTPResponse { pages.runsPage(s, query: query) }
-    func labEvents(_ s: DashboardSession) -> HTTPResponse { pages.labEvents(s) }
+    func signInPage(message: String?, status: HTTPResponse.Status) -> Response { pages.signInPage(message: message, status: status) }
+    func staticFile(_ name: String) throws -> Response { try pages.staticFile(name) }
+    func labPage(_ s: DashboardSession, notice: String? = nil) -> Response { pages.labPage(s, notice: notice) }
+    func runsPage(_ s: DashboardSession, query: [String: String] = [:]) -> Response { pages.runsPage(s, query: query) }
+    func labEvents(_ s: DashboardSession) throws -> Response { try pages.labEvents(s) }
     func labParameter(_ query: [String: String]) throws -> String? { try pages.labParameter(query) }
-    func trendsPage(_ s: DashboardSession, lab: String? = nil) async -> HTTPResponse { await pages.trendsPage(s, lab: lab) }
-    func crossLabPage(_ s: DashboardSession, plan: String) async throws -> HTTPResponse { try await pages.crossLabPage(s, plan: plan) }
-    func studyPage(_ s: DashboardSession, name: String) throws -> HTTPResponse { try pages.studyPage(s, name: name) }
-    func livePage(_ s: DashboardSession, id: String) throws -> HTTPResponse { try pages.livePage(s, id: id) }
-    func events(_ s: DashboardSession, id: String) throws -> HTTPResponse { try pages.events(s, id: id) }
+    func trendsPage(_ s: DashboardSession, lab: String? = nil) async -> Response { await pages.trendsPage(s, lab: lab) }
+    func crossLabPage(_ s: DashboardSession, plan: String) async throws -> Response { try await pages.crossLabPage(s, plan: plan) }
+    func studyPage(_ s: DashboardSession, name: String) throws -> Response { try pages.studyPage(s, name: name) }
+    func livePage(_ s: DashboardSession, id: String) throws -> Response { try pages.livePage(s, id: id) }
+    func events(_ s: DashboardSession, id: String) throws -> Response { try pages.events(s, id: id) }
 }

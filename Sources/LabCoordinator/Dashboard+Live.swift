@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import Synchronization
 import HeraldCore
 import LabHTTP
@@ -323,9 +324,9 @@ extension Dashboard {
 
     /// `text/event-stream`: a `snapshot` event at once and every second while the run lasts, an
     /// `end` event when it is over; the stream stops when the session ends (sign-out, expiry).
-    func events(_ s: DashboardSession, id: String) throws -> HTTPResponse {
+    func events(_ s: DashboardSession, id: String) throws -> Response {
         guard run(id) != nil else { throw LabRefusal(.notFound, "no run \(id)") }
-        return sessionStream(s, every: 1) { c in
+        return try sessionStream(s, every: 1) { c in
             guard let r = c.run(id) else { return nil }
             let snapshot = Self.sseEvent("snapshot", try LabJSON.encoder.encode(c.liveSnapshot(r)))
             return r.state.isFinal ? ([snapshot, Self.sseEvent("end", Data("{}".utf8))], true) : ([snapshot], false)
@@ -345,12 +346,11 @@ extension Dashboard {
     /// once saying why; its browser retries in 10 s), then `next`'s events every `every` seconds
     /// while the session lasts, until `next` gives nil or says its events were the last.
     func sessionStream(_ s: DashboardSession, every seconds: Double,
-                       next: @escaping @Sendable (Dashboard) throws -> (events: [Data], last: Bool)?) -> HTTPResponse {
+                       next: @escaping @Sendable (Dashboard) throws -> (events: [Data], last: Bool)?) throws -> Response {
         let sessions = dashboard.sessions
         let cookie = "\(DashboardSessions.cookieName)=\(s.id)"
-        var response = HTTPResponse(.ok, headers: ["Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"])
         let session = s.id
-        response.body = .stream { [weak self] write in
+        return try .stream(headers: ["Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"]) { [weak self] write in
             guard sessions.openStream(session) else {
                 try await write(Data("retry: 10000\nevent: refused\ndata: {\"reason\": \"this session has \(DashboardSessions.streamsPerSession) live views open; close one\"}\n\n".utf8))
                 return
@@ -363,10 +363,9 @@ extension Dashboard {
                 try await self.config.clock.sleep(for: seconds)
             }
         }
-        return response
     }
 
-    func livePage(_ s: DashboardSession, id: String) throws -> HTTPResponse {
+    func livePage(_ s: DashboardSession, id: String) throws -> Response {
         guard let r = run(id) else {
             return messagePage("No such run", s, active: "Runs", text: "No run \(id).", status: .notFound)
         }

@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import HeraldAnalysis
 import HeraldCore
 import LabHistory
@@ -26,7 +27,7 @@ extension Dashboard {
     /// A whole page: `template` (which fills in layout.mustache: the navigation, sign-out, the
     /// style sheet) with `context`, and `script` (a /static/ name) when the page is live.
     func page(_ template: String, _ title: String, _ s: DashboardSession, active: String, _ context: [String: Any] = [:], script: String? = nil,
-              status: HTTPStatusCode = .ok) -> HTTPResponse {
+              status: HTTPResponse.Status = .ok) -> Response {
         var c = context
         c["title"] = title
         c["csrf"] = s.csrf
@@ -36,28 +37,28 @@ extension Dashboard {
     }
 
     /// A page of one line (a run that does not exist, an error).
-    func messagePage(_ title: String, _ s: DashboardSession, active: String, text: String, id: String? = nil, cls: String? = nil, status: HTTPStatusCode) -> HTTPResponse {
+    func messagePage(_ title: String, _ s: DashboardSession, active: String, text: String, id: String? = nil, cls: String? = nil, status: HTTPResponse.Status) -> Response {
         page("message", title, s, active: active, mustacheContext(["text": text, "id": id, "cls": cls]), status: status)
     }
 
-    static func html(_ text: String, status: HTTPStatusCode = .ok) -> HTTPResponse {
-        HTTPResponse(status, headers: [
+    static func html(_ text: String, status: HTTPResponse.Status = .ok) -> Response {
+        Response(status, headers: [
             "Content-Type": "text/html; charset=utf-8", "Content-Security-Policy": pagePolicy,
             "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", "Cache-Control": "no-store", "X-Frame-Options": "DENY",
         ], body: Data(text.utf8))
     }
 
-    func signInPage(message: String?, status: HTTPStatusCode) -> HTTPResponse {
+    func signInPage(message: String?, status: HTTPResponse.Status) -> Response {
         Self.html(dashboard.templates.render("signin", mustacheContext(["message": message])), status: status)
     }
 
     /// GET /static/NAME: the style sheet and the scripts (`DashboardTemplates.staticFiles`, by
     /// name only), public (the sign-in page needs the style sheet; they hold nothing of the lab).
-    func staticFile(_ name: String) throws -> HTTPResponse {
+    func staticFile(_ name: String) throws -> Response {
         guard let type = DashboardTemplates.staticFiles[name], let data = dashboard.templates.files[name] else {
             throw LabRefusal(.notFound, "no static file \(HTTPService.escaped(name)) (\(DashboardTemplates.staticFiles.keys.sorted().joined(separator: ", ")))")
         }
-        return HTTPResponse(.ok, headers: ["Content-Type": type, "Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"], body: data)
+        return Response(.ok, headers: ["Content-Type": type, "Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"], body: data)
     }
 
     static func age(_ seconds: Double?) -> String {
@@ -76,7 +77,7 @@ extension Dashboard {
 
     // MARK: Lab
 
-    func labPage(_ s: DashboardSession, notice: String? = nil) -> HTTPResponse {
+    func labPage(_ s: DashboardSession, notice: String? = nil) -> Response {
         let t = now
         let agents = agentViews.map { a -> [String: Any] in
             let held = a.status?.held ?? []
@@ -121,7 +122,7 @@ extension Dashboard {
     /// Runs, newest first, 50 a page (`?page=N`), filtered by `?plan=`, `?state=` and
     /// `?verdict=` (pass, fail, infra, aborted, none); live (the strip, each run's state, a new
     /// run or verdict redraws the first page); with each run's duration and study.
-    func runsPage(_ s: DashboardSession, query: [String: String] = [:]) -> HTTPResponse {
+    func runsPage(_ s: DashboardSession, query: [String: String] = [:]) -> Response {
         let plan = query["plan"].flatMap { $0.isEmpty ? nil : $0 }, state = query["state"].flatMap { $0.isEmpty ? nil : $0 }
         let verdict = query["verdict"].flatMap { $0.isEmpty ? nil : $0 }
         let pageNumber = max(1, min(Int(query["page"] ?? "") ?? 1, 100_000))
@@ -237,7 +238,7 @@ extension Dashboard {
     /// long the history, or the shared store's many labs, grow.
     static let trendsWindow = 5000
 
-    func trendsPage(_ s: DashboardSession, lab: String? = nil) async -> HTTPResponse {
+    func trendsPage(_ s: DashboardSession, lab: String? = nil) async -> Response {
         let store: (any HistoryReading)?
         do { store = try historyReader() } catch {
             return messagePage("Trends", s, active: "Trends", text: "The history cannot be read: \(error)", cls: "fail", status: .internalServerError)
@@ -289,7 +290,7 @@ extension Dashboard {
 
     /// The cross-lab page (issue 41): one plan's runs, a table of each lab's latest level, then
     /// one section per lab (and per variant, testbed and settings within it).
-    func crossLabPage(_ s: DashboardSession, plan: String) async throws -> HTTPResponse {
+    func crossLabPage(_ s: DashboardSession, plan: String) async throws -> Response {
         guard let store = config.historyReader, store.namesLabs else {
             throw LabRefusal(.invalid, "plan: labs side by side need the shared results store; start the coordinator with --history postgres://…")
         }

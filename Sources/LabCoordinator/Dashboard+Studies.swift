@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import Synchronization
 import HeraldAnalysis
 import HeraldCore
@@ -203,7 +204,7 @@ extension Dashboard {
 
     /// One study's page: its runs and levels, then its effects (forest plot and estimates, as
     /// study.html shows them), or what is missing before they can be computed.
-    func studyPage(_ s: DashboardSession, name: String) throws -> HTTPResponse {
+    func studyPage(_ s: DashboardSession, name: String) throws -> Response {
         let studies = dashboardStudies().filter { $0.study.name == name }
         guard !studies.isEmpty else { throw LabRefusal(.notFound, "no study \(name) among the runs") }
         var plans = [[String: Any]]()

@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import Synchronization
 import HeraldCore
 import LabHTTP
@@ -118,8 +119,8 @@ extension Dashboard {
 
     /// `text/event-stream` for the Lab and Runs pages: a `snapshot` every 2 s while the session
     /// lasts (`sessionStream`, the same per-session cap as a run's events).
-    func labEvents(_ s: DashboardSession) -> HTTPResponse {
-        sessionStream(s, every: 2) { c in ([Self.sseEvent("snapshot", try LabJSON.encoder.encode(c.labSnapshot()))], false) }
+    func labEvents(_ s: DashboardSession) throws -> Response {
+        try sessionStream(s, every: 2) { c in ([Self.sseEvent("snapshot", try LabJSON.encoder.encode(c.labSnapshot()))], false) }
     }
 
     static let runsPerPage = 50

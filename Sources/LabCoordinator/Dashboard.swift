@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import HeraldCore
 import LabHTTP
 import LabPlan
@@ -43,21 +44,25 @@ extension Coordinator {
 
     var sessionSecure: Bool { config.tls != nil }
 
+    /// On the router itself, not behind its bearer authentication (a browser sends none): each
+    /// page checks the session cookie.
     func dashboardRoutes() {
-        let form = 16 * 1024
-        http.route("GET", "/", public: true) { [unowned self] req in
-            if self.session(req) != nil { return Self.redirect("/lab") }
+        let formLimit = 16 * 1024
+        let pages = http.router
+        pages.get("/") { [unowned self] request, _ in
+            if self.session(request) != nil { return Self.redirect("/lab") }
             return self.signInPage(message: nil, status: .ok)
         }
-        http.route("POST", "/signin", public: true, bodyLimit: form) { [unowned self] req in
-            try self.sameOrigin(req)
-            let peer = req.peerHost ?? req.remote
+        pages.post("/signin") { [unowned self] request, context in
+            let body = try await request.collectData(upTo: formLimit)
+            try self.sameOrigin(request)
+            let peer = context.peerHost ?? context.remote
             // Guessing is slowed per address, with the bearer tokens' count (AuthThrottle).
-            let given = DashboardSessions.form(req.body)["credential"] ?? ""
+            let given = DashboardSessions.form(body)["credential"] ?? ""
             if let wait = self.http.throttle.retryAfter(peer), !(self.isOperator(given) && self.http.throttle.isKnown(peer, "dashboard operator")) {
                 let seconds = AuthThrottle.retryAfterHeader(wait)
                 var r = self.signInPage(message: "Too many wrong credentials from this address: try again in \(seconds) s.", status: .tooManyRequests)
-                r.headers["Retry-After"] = seconds
+                r["Retry-After"] = seconds
                 return r
             }
             guard self.isOperator(given) else {
@@ -67,78 +72,78 @@ extension Coordinator {
             self.http.throttle.succeeded(peer, "dashboard operator")
             let (s, ended) = self.dashboard.sessions.signIn(now: self.now)
             if ended > 0 {
-                self.logger.notice("dashboard sign-in from \(req.remote) ended the oldest session: \(self.dashboard.sessions.capacity) are kept at once", metadata: ["peer": .string(req.remote)])
+                self.logger.notice("dashboard sign-in from \(context.remote) ended the oldest session: \(self.dashboard.sessions.capacity) are kept at once", metadata: ["peer": .string(context.remote)])
             }
             // Over the session cap the operator is told, on the page the sign-in leads to.
             var r = Self.redirect(ended > 0 ? "/lab?notice=session-cap" : "/lab")
-            r.headers["Set-Cookie"] = DashboardSessions.setCookie(s, secure: self.sessionSecure, now: self.now)
-            self.logger.notice("dashboard sign-in from \(req.remote)", metadata: ["peer": .string(req.remote)])
+            r["Set-Cookie"] = DashboardSessions.setCookie(s, secure: self.sessionSecure, now: self.now)
+            self.logger.notice("dashboard sign-in from \(context.remote)", metadata: ["peer": .string(context.remote)])
             return r
         }
-        http.route("POST", "/signout", public: true, bodyLimit: form) { [unowned self] req in
-            let s = try self.changing(req)
+        pages.post("/signout") { [unowned self] request, context in
+            let s = try self.changing(request, context, form: DashboardSessions.form(try await request.collectData(upTo: formLimit)))
             self.dashboard.sessions.end(s.id)
             var r = Self.redirect("/")
-            r.headers["Set-Cookie"] = DashboardSessions.setCookie(nil, secure: self.sessionSecure, now: self.now)
+            r["Set-Cookie"] = DashboardSessions.setCookie(nil, secure: self.sessionSecure, now: self.now)
             return r
         }
         // Browsers ask for it on every page (the pages name an empty icon; error pages do not).
-        http.route("GET", "/favicon.ico", public: true) { _ in HTTPResponse(.noContent, headers: ["Cache-Control": "max-age=86400"]) }
+        pages.get("/favicon.ico") { _, _ in Response(.noContent, headers: ["Cache-Control": "max-age=86400"]) }
         // The style sheet and the scripts: fixed names, nothing of the lab (the sign-in page uses the style sheet).
-        http.route("GET", "/static/:name", public: true) { [unowned self] req in try self.staticFile(req.parameters["name"] ?? "") }
-        http.route("GET", "/lab", public: true) { [unowned self] req in
-            guard let s = self.session(req) else { return Self.redirect("/") }
-            return self.labPage(s, notice: req.query["notice"] == "session-cap"
+        pages.get("/static/:name") { [unowned self] _, context in try self.staticFile(context.parameter("name")) }
+        pages.get("/lab") { [unowned self] request, context in
+            guard let s = self.session(request) else { return Self.redirect("/") }
+            return self.labPage(s, notice: context.query["notice"] == "session-cap"
                 ? "Signing in ended the oldest dashboard session: \(self.dashboard.sessions.capacity) are kept at once." : nil)
         }
-        http.route("GET", "/runs", public: true) { [unowned self] req in
-            guard let s = self.session(req) else { return Self.redirect("/") }
-            return self.runsPage(s, query: req.query)
+        pages.get("/runs") { [unowned self] request, context in
+            guard let s = self.session(request) else { return Self.redirect("/") }
+            return self.runsPage(s, query: context.query)
         }
-        http.route("GET", "/events/lab", public: true) { [unowned self] req in
-            guard let s = self.session(req) else { throw Self.signInRequired }
-            return self.labEvents(s)
+        pages.get("/events/lab") { [unowned self] request, _ in
+            guard let s = self.session(request) else { throw Self.signInRequired }
+            return try self.labEvents(s)
         }
-        http.route("GET", "/trends", public: true) { [unowned self] req in
-            guard let s = self.session(req) else { return Self.redirect("/") }
-            return try await self.trendsPage(s, lab: try self.labParameter(req.query))
+        pages.get("/trends") { [unowned self] request, context in
+            guard let s = self.session(request) else { return Self.redirect("/") }
+            return try await self.trendsPage(s, lab: try self.labParameter(context.query))
         }
-        http.route("GET", "/trends/labs", public: true) { [unowned self] req in
-            guard let s = self.session(req) else { return Self.redirect("/") }
-            return try await self.crossLabPage(s, plan: try Self.planParameter(req.query))
+        pages.get("/trends/labs") { [unowned self] request, context in
+            guard let s = self.session(request) else { return Self.redirect("/") }
+            return try await self.crossLabPage(s, plan: try Self.planParameter(context.query))
         }
-        http.route("GET", "/studies/:name", public: true) { [unowned self] req in
-            guard let s = self.session(req) else { return Self.redirect("/") }
-            let name = req.parameters["name"] ?? ""
+        pages.get("/studies/:name") { [unowned self] request, context in
+            guard let s = self.session(request) else { return Self.redirect("/") }
+            let name = context.parameter("name")
             guard SafeName.isValid(name) else { throw LabRefusal(.invalid, "study name \(SafeName.problem(with: name) ?? "is invalid")") }
             return try self.studyPage(s, name: name)
         }
-        http.route("GET", "/runs/:id", public: true) { [unowned self] req in
-            guard let s = self.session(req) else { return Self.redirect("/") }
-            return try self.livePage(s, id: try Self.runId(req))
+        pages.get("/runs/:id") { [unowned self] request, context in
+            guard let s = self.session(request) else { return Self.redirect("/") }
+            return try self.livePage(s, id: try Self.runId(context))
         }
-        http.route("GET", "/runs/:id/events", public: true) { [unowned self] req in
-            guard let s = self.session(req) else { throw Self.signInRequired }
-            return try self.events(s, id: try Self.runId(req))
+        pages.get("/runs/:id/events") { [unowned self] request, context in
+            guard let s = self.session(request) else { throw Self.signInRequired }
+            return try self.events(s, id: try Self.runId(context))
         }
-        http.route("GET", "/runs/:id/files/:name", public: true) { [unowned self] req in
-            guard self.session(req) != nil else { throw Self.signInRequired }
-            return try self.runFile(try Self.runId(req), req.parameters["name"] ?? "", range: req.headers["range"])
+        pages.get("/runs/:id/files/:name") { [unowned self] request, context in
+            guard self.session(request) != nil else { throw Self.signInRequired }
+            return try self.runFile(try Self.runId(context), context.parameter("name"), range: request.headers[.range])
         }
-        http.route("POST", "/runs/:id/abort", public: true, bodyLimit: form) { [unowned self] req in
-            _ = try self.changing(req)
-            let id = try Self.runId(req)
+        pages.post("/runs/:id/abort") { [unowned self] request, context in
+            _ = try self.changing(request, context, form: DashboardSessions.form(try await request.collectData(upTo: formLimit)))
+            let id = try Self.runId(context)
             _ = try await self.abort(id)
             return Self.redirect(Self.dashboardPath(run: id))
         }
-        http.route("POST", "/dongles/:dongle/health", public: true, bodyLimit: form) { [unowned self] req in
-            _ = try self.changing(req)
-            let fields = DashboardSessions.form(req.body)
+        pages.post("/dongles/:dongle/health") { [unowned self] request, context in
+            let fields = DashboardSessions.form(try await request.collectData(upTo: formLimit))
+            _ = try self.changing(request, context, form: fields)
             guard let h = fields["health"], let health = LabWire.DongleHealth(rawValue: h), [.bad, .unknown, .maintenance].contains(health) else {
                 throw LabRefusal(.invalid, "health: expected bad (quarantine), unknown (release) or maintenance")
             }
             let reason = fields["reason"].flatMap { $0.trimmingCharacters(in: .whitespaces).isEmpty ? nil : $0 }
-            _ = try self.setHealth(req.parameters["dongle"] ?? "", LabWire.HealthRequest(health: health, reason: reason ?? "from the dashboard"))
+            _ = try self.setHealth(context.parameter("dongle"), LabWire.HealthRequest(health: health, reason: reason ?? "from the dashboard"))
             return Self.redirect("/lab")
         }
     }
@@ -146,8 +151,8 @@ extension Coordinator {
     static let signInRequired = LabRefusal(.unauthenticated, "sign in to the dashboard first")
 
     /// The session a request's cookie names, if it is live.
-    func session(_ req: HTTPService.Request) -> DashboardSession? {
-        dashboard.sessions.find(cookieHeader: req.headers["cookie"], now: now)
+    func session(_ request: Request) -> DashboardSession? {
+        dashboard.sessions.find(cookieHeader: request.headers[.cookie], now: now)
     }
 
     /// Only the operator's credential signs in: an agent's or the scrape credential does not
@@ -159,11 +164,11 @@ extension Coordinator {
     }
 
     /// A state-changing form: a live session, the same origin, and the session's CSRF token.
-    func changing(_ req: HTTPService.Request) throws -> DashboardSession {
-        guard let s = session(req) else { throw Self.signInRequired }
-        try sameOrigin(req)
-        guard DashboardSessions.csrfMatches(s, DashboardSessions.form(req.body)["csrf"]) else {
-            logger.warning("dashboard: \(req.method) \(HTTPService.escaped(req.path)) from \(req.remote) refused: CSRF token missing or wrong", metadata: ["peer": .string(req.remote)])
+    func changing(_ request: Request, _ context: LabRequestContext, form: [String: String]) throws -> DashboardSession {
+        guard let s = session(request) else { throw Self.signInRequired }
+        try sameOrigin(request)
+        guard DashboardSessions.csrfMatches(s, form["csrf"]) else {
+            logger.warning("dashboard: \(request.method) \(HTTPService.escaped(context.path)) from \(context.remote) refused: CSRF token missing or wrong", metadata: ["peer": .string(context.remote)])
             throw LabRefusal(.forbidden, "the form's CSRF token is missing or wrong; reload the page")
         }
         return s
@@ -171,19 +176,19 @@ extension Coordinator {
 
     /// A form posted from another site is refused when the browser says so (Origin; the pages'
     /// Referrer-Policy same-origin makes browsers send it, "null" from a sandboxed page is refused).
-    func sameOrigin(_ req: HTTPService.Request) throws {
-        guard let origin = req.headers["origin"] else { return }
+    func sameOrigin(_ request: Request) throws {
+        guard let origin = request.headers[.origin] else { return }
         let parts = URLComponents(string: origin)
         let host = parts.map { c in c.port.map { "\(c.host ?? ""):\($0)" } ?? (c.host ?? "") }
         // The scheme too: http://host:port is another origin than https://host:port.
         let scheme = sessionSecure ? "https" : "http"
-        guard let host, let own = req.headers["host"], host.lowercased() == own.lowercased(), parts?.scheme?.lowercased() == scheme else {
+        guard let host, let own = request.head.authority, host.lowercased() == own.lowercased(), parts?.scheme?.lowercased() == scheme else {
             throw LabRefusal(.forbidden, "a form from another origin is refused")
         }
     }
 
-    static func redirect(_ to: String) -> HTTPResponse {
-        HTTPResponse(.init(303, phrase: "See Other"), headers: ["Location": to, "Cache-Control": "no-store", "Content-Type": "text/plain"], body: Data())
+    static func redirect(_ to: String) -> Response {
+        Response(.seeOther, headers: ["Location": to, "Cache-Control": "no-store", "Content-Type": "text/plain"], body: Data())
     }
 
     /// The files of a run the dashboard serves, by name: the analysis' report folder (docs/BUNDLE.md,
@@ -208,28 +213,28 @@ extension Coordinator {
 
     /// A finished run's report files or bundle (`runFileNames`); report.html with a line back to
     /// the run's page.
-    func runFile(_ id: String, _ name: String, range: String?) throws -> HTTPResponse {
+    func runFile(_ id: String, _ name: String, range: String?) throws -> Response {
         guard let r = run(id) else { throw LabRefusal(.notFound, "no run \(id)") }
         guard let known = Self.runFileNames.first(where: { $0.name == name }) else {
             throw LabRefusal(.notFound, "no file \(HTTPService.escaped(name)) of a run (\(Self.runFileNames.map(\.name).joined(separator: ", ")))")
         }
         let report = config.results.appendingPathComponent(id).appendingPathComponent("report")
-        var response: HTTPResponse
+        var response: Response
         switch name {
         case "report.html":
             response = try reportPage(r, report.appendingPathComponent("report.html"), range: range)
-            response.headers["Content-Security-Policy"] = Self.reportPolicy
-            response.headers["Referrer-Policy"] = "same-origin"
-            response.headers["X-Frame-Options"] = "DENY"
+            response["Content-Security-Policy"] = Self.reportPolicy
+            response["Referrer-Policy"] = "same-origin"
+            response["X-Frame-Options"] = "DENY"
         case "bundle.tar.gz":
             guard r.bundle != nil, [.complete, .aborted].contains(r.state) else { throw LabRefusal(.conflict, "run \(id) has no bundle") }
             response = try .file(config.results.appendingPathComponent("\(id).tar.gz"), contentType: known.type, range: range, missing: "bundle archive missing")
         default:
             response = try .file(report.appendingPathComponent(name), contentType: known.type, range: range, missing: "run \(id) has no \(name)")
         }
-        if name != "report.html" { response.headers["Content-Disposition"] = "attachment; filename=\"\(id)-\(name)\"" }
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["Cache-Control"] = "no-store"
+        if name != "report.html" { response["Content-Disposition"] = "attachment; filename=\"\(id)-\(name)\"" }
+        response["X-Content-Type-Options"] = "nosniff"
+        response["Cache-Control"] = "no-store"
         return response
     }
 
@@ -238,7 +243,7 @@ extension Coordinator {
 
     /// report.html with a line at the top of its body: back to the run's page, and why its
     /// filters and paging do not work here (no script runs in the dashboard's origin).
-    func reportPage(_ r: RunRecord, _ url: URL, range: String?) throws -> HTTPResponse {
+    func reportPage(_ r: RunRecord, _ url: URL, range: String?) throws -> Response {
         let size = (try? FileManager.default.attributesOfItem(atPath: url.path))?[.size] as? Int
         guard let size, size <= Self.reportBannerLimit, let data = try? Data(contentsOf: url),
               let body = data.range(of: Data("<body".utf8)), let close = data[body.upperBound...].firstIndex(of: UInt8(ascii: ">")) else {
@@ -251,7 +256,7 @@ extension Coordinator {
         var out = Data(data[..<data.index(after: close)])
         out.append(Data(banner.utf8))
         out.append(Self.withoutScripts(data[data.index(after: close)...]))
-        return HTTPResponse(.ok, headers: ["Content-Type": "text/html; charset=utf-8"], body: out)
+        return Response(.ok, headers: ["Content-Type": "text/html; charset=utf-8"], body: out)
     }
 
     /// The report's body without its script elements: none would run (the sandbox), and a browser

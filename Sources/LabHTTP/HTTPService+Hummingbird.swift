@@ -1,89 +1,181 @@
 import Foundation
+import HeraldCore
 import HTTPTypes
 import Hummingbird
 import HummingbirdCore
 import LabNet
+import LabPlan
 import Logging
 import NIOCore
 import NIOSSL
 import ServiceLifecycle
 import Synchronization
 
-/// Hummingbird's request (inside `HTTPService`, `Request` is the handlers' own).
-typealias HBRequest = HummingbirdCore.Request
+/// What a request carries through the middleware to its route: Hummingbird's storage, the peer
+/// (read from the context's source when the request comes; the channel is not kept), the
+/// decoded path and query, and who sent it.
+public struct LabRequestContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    /// `host:port` of the peer, as log lines write it.
+    public let remote: String
+    /// The numeric address the request came from (IPv4 or IPv6, no brackets), when known.
+    public let peerHost: String?
+    /// Who sent it; nil on a public route, or with authentication off.
+    public internal(set) var principal: HTTPService.Principal?
+    /// The path's segments and the query, each percent-decoded once (`EdgeMiddleware`).
+    public internal(set) var segments: [String] = []
+    public internal(set) var query: [String: String] = [:]
 
-/// What a request carries through the middleware to its route: Hummingbird's storage, the
-/// channel it came on, and who sent it.
-struct LabRequestContext: RequestContext {
-    var coreContext: CoreRequestContextStorage
-    let channel: any Channel
-    var principal: HTTPService.Principal?
-    var segments: [String] = []
-    var query: [String: String] = [:]
-
-    init(source: ApplicationRequestContextSource) {
+    public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
-        channel = source.channel
+        (remote, peerHost) = HTTPService.remote(of: source.channel)
+    }
+
+    /// The decoded path: "/" and the segments (none holds "/", ".", "..").
+    public var path: String { "/" + segments.joined(separator: "/") }
+
+    /// A `:name` parameter of the route, percent-decoded once ("" when the route has none).
+    public func parameter(_ name: String) -> String {
+        guard let raw = parameters.get(name), let bytes = RequestHead.percentDecoded(raw.utf8) else { return "" }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
 
-/// Authentication before routing: without a valid credential nobody learns which routes exist
-/// (an unknown route is 401 too, never 404); then the route's existence and the caller's role.
-/// An address whose credential is valid is vouched for at the gate.
-struct AuthenticationMiddleware: RouterMiddleware {
+/// The first middleware of every route and of the not-found answer: the request target decoded
+/// (400 when malformed), errors answered as `{"error": message}` (`LabRefusal` by its kind's
+/// status, Hummingbird's `HTTPError` by its own), HEAD without a body, HSTS over TLS.
+struct EdgeMiddleware: RouterMiddleware {
     typealias Context = LabRequestContext
     let service: HTTPService
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        var response = try await admit(request, context: context, next: next)
+        var context = context
+        var response: Response
+        do {
+            (context.segments, context.query) = try RequestHead.decodeTarget(request.uri.description, method: request.method.rawValue)
+            response = try await next(request, context)
+        } catch let e as HTTPError where e.status == .notFound && e.body == nil {
+            // Hummingbird's router found no route.
+            response = .error(.notFound, "no route \(request.method) \(HTTPService.escaped(context.path))")
+        } catch {
+            if let (status, message) = HTTPService.refusal(error) {
+                response = .error(status, message)
+                if let e = error as? HTTPError { for field in e.headers { response.headers[field.name] = field.value } }
+            } else {
+                service.logger.error("\(request.method) \(HTTPService.escaped(context.path)) failed: \(HTTPService.escaped("\(error)"))", metadata: ["peer": .string(context.remote)])
+                response = .error(.internalServerError, "\(error)")
+            }
+        }
+        if request.method == .head { response = response.createHeadResponse() }
         if let hsts = service.strictTransportSecurity { response.headers[.strictTransportSecurity] = hsts }
         return response
     }
+}
 
-    private func admit(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        var context = context
-        let remote = HTTPService.remote(of: context.channel)
-        let method = request.method.rawValue
-        do {
-            (context.segments, context.query) = try RequestHead.decodeTarget(request.uri.description, method: method)
-        } catch let r as Refusal {
-            return HTTPService.answer(.error(r.status, r.message), head: false)
-        }
-        let peer = remote.address ?? remote.text
-        let authorization = request.headers[.authorization]
-        // An address that guessed wrong too often waits: only a credential that succeeded from it
-        // lately is taken meanwhile (AuthThrottle).
-        if service.authenticates, let authorization, let wait = service.throttle.retryAfter(peer) {
-            let bearer = authorization.hasPrefix("Bearer ") ? String(authorization.dropFirst(7)) : ""
-            let known = service.authenticate?(bearer).map { service.throttle.isKnown(peer, $0.throttleKey) } ?? false
-            if !known {
-                var r = LabHTTP.HTTPResponse.error(HTTPStatusCode.tooManyRequests, "too many wrong credentials from this address: try again in \(AuthThrottle.retryAfterHeader(wait)) s")
-                r.headers["Retry-After"] = AuthThrottle.retryAfterHeader(wait)
-                return HTTPService.answer(r, head: request.method == .head)
-            }
-        }
-        switch service.admit(method: method, segments: context.segments, authorization: authorization) {
-        case .refuse(let status, let message, let logged):
-            if status == .unauthorized, let bearer = authorization, bearer.hasPrefix("Bearer ") {
-                // A wrong credential: counted, and logged once per interval with the count.
-                service.throttle.failed(peer, "bearer token")
-            } else if let logged {
-                service.logger.warning("refused \(method) \(HTTPService.escaped("/" + context.segments.joined(separator: "/"))) from \(remote.text): \(logged)",
-                                       metadata: ["peer": .string(remote.text)])
-            }
-            return HTTPService.answer(.error(status, message), head: request.method == .head)
-        case .route(_, _, let principal):
-            // A valid credential vouches for its address at the gate; with authentication off
-            // (loopback only) every caller is as known as any other.
-            if principal != nil || !service.authenticates { service.vouch(for: remote.address) }
-            if let principal { service.throttle.succeeded(peer, principal.throttleKey) }
-            context.principal = principal
+/// Authentication and the role, once, in front of a group of routes (and of the not-found
+/// answer, so that without a valid credential nobody learns which routes exist): 401 without a
+/// valid credential, 403 for a role not in `allow`, 429 while an address that guessed wrong too
+/// often waits (AuthThrottle). A valid credential vouches for its address at the gate.
+struct AuthenticationMiddleware: RouterMiddleware {
+    typealias Context = LabRequestContext
+    let service: HTTPService
+    /// nil: any role but the scraper's.
+    let allow: Set<HTTPService.Role>?
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        guard let authenticate = service.authenticate else {
+            // Authentication off (loopback only): every caller is as known as any other.
+            service.vouch(for: context.peerHost)
             return try await next(request, context)
+        }
+        let peer = context.peerHost ?? context.remote
+        let authorization = request.headers[.authorization]
+        let bearer = authorization.flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
+        let principal = bearer.flatMap(authenticate)
+        if let wait = service.throttle.retryAfter(peer), authorization != nil, !(principal.map { service.throttle.isKnown(peer, $0.throttleKey) } ?? false) {
+            let seconds = AuthThrottle.retryAfterHeader(wait)
+            throw HTTPError(.tooManyRequests, headers: [.retryAfter: seconds], message: "too many wrong credentials from this address: try again in \(seconds) s")
+        }
+        guard let principal else {
+            if bearer != nil {
+                service.throttle.failed(peer, "bearer token")
+            } else {
+                refused(request, context, "missing token")
+            }
+            throw HTTPError(.unauthorized, message: "a valid token is required (Authorization: Bearer <token>)")
+        }
+        guard allow?.contains(principal.role) ?? (principal.role != .scraper) else {
+            refused(request, context, "\(principal.role.rawValue) \(HTTPService.escaped(principal.name)) is not allowed here")
+            throw HTTPError(.forbidden, message: "not allowed for role \(principal.role.rawValue)")
+        }
+        service.vouch(for: context.peerHost)
+        service.throttle.succeeded(peer, principal.throttleKey)
+        var context = context
+        context.principal = principal
+        return try await next(request, context)
+    }
+
+    private func refused(_ request: Request, _ context: Context, _ why: String) {
+        service.logger.warning("refused \(request.method) \(HTTPService.escaped(context.path)) from \(context.remote): \(why)", metadata: ["peer": .string(context.remote)])
+    }
+}
+
+extension RouterMethods where Context == LabRequestContext {
+    /// Routes `endpoint` (its method and template, from LabPlan's table): the body collected
+    /// within `bodyLimit` (413 and the connection closed beyond it) and decoded as the
+    /// endpoint's request type (400 when it is not one), the handler's answer sent as JSON.
+    @discardableResult
+    public func on<In: Decodable, Out, Answer: Encodable>(_ endpoint: Endpoint<In, Out>, bodyLimit: Int = HTTPService.defaultBodyLimit, status: HTTPResponse.Status = .ok,
+                                                           _ handle: @escaping @Sendable (In, Request, LabRequestContext) async throws -> Answer) -> Self {
+        on(endpoint, bodyLimit: bodyLimit) { (body: In, request: Request, context: LabRequestContext) -> Response in
+            Response.json(try await handle(body, request, context), status: status)
+        }
+    }
+
+    /// Routes `endpoint` to a handler that makes its own answer (a file, metrics' text).
+    @discardableResult
+    public func on<In: Decodable, Out>(_ endpoint: Endpoint<In, Out>, bodyLimit: Int = HTTPService.defaultBodyLimit,
+                                       _ handle: @escaping @Sendable (In, Request, LabRequestContext) async throws -> Response) -> Self {
+        on(RouterPath(endpoint.template), method: HTTPRequest.Method(endpoint.method) ?? .get) { request, context in
+            let data = try await request.collectData(upTo: bodyLimit)
+            return try await handle(try LabJSON.decode(In.self, from: data), request, context)
+        }
+    }
+}
+
+extension Request {
+    /// The body, collected within `limit` bytes: beyond it (by Content-Length before reading,
+    /// or as it arrives) 413, and the connection is closed without reading the rest.
+    public func collectData(upTo limit: Int) async throws -> Data {
+        let tooLarge = HTTPError(.contentTooLarge, headers: [.connection: "close"], message: "the body is larger than \(limit) bytes")
+        if let length = headers[.contentLength].flatMap({ Int($0) }), length > limit { throw tooLarge }
+        var request = self
+        do {
+            var buffer = try await request.collectBody(upTo: limit)
+            return buffer.readData(length: buffer.readableBytes) ?? Data()
+        } catch is NIOTooManyBytesError {
+            throw tooLarge
+        } catch let e as HTTPError where e.status == .contentTooLarge {
+            throw tooLarge
+        } catch {
+            throw HTTPError(.badRequest, headers: [.connection: "close"], message: "the body did not arrive whole: \(HTTPService.escaped("\(error)"))")
         }
     }
 }
 
 extension HTTPService {
+    /// The status and message an error thrown by a handler is answered with: a `LabRefusal` by
+    /// its kind's status, Hummingbird's `HTTPError` by its own; nil for anything else (500, and
+    /// a log line).
+    public static func refusal(_ error: any Error) -> (status: HTTPResponse.Status, message: String)? {
+        switch error {
+        case let e as LabRefusal: return (HTTPResponse.Status(code: e.kind.status), e.message)
+        case let e as HTTPError: return (e.status, e.body ?? e.status.reasonPhrase)
+        case let e as Refusal: return (e.status, e.message)
+        default: return nil
+        }
+    }
+
     /// The peer as log lines write it (`host:port`), and its numeric address.
     static func remote(of channel: any Channel) -> (text: String, address: String?) {
         guard let a = channel.remoteAddress else { return ("unknown", nil) }
@@ -92,21 +184,24 @@ extension HTTPService {
         return (a.protocol == .inet6 ? "[\(ip)]:\(port)" : "\(ip):\(port)", ip)
     }
 
-    /// Runs Hummingbird's server with this service's routes behind `AuthenticationMiddleware`,
-    /// each connection through `LabHTTPChannel`; returns once it listens.
-    func serve(host: String, port: UInt16, tls: NIOSSLContext?, gate: ConnectionGate) async throws -> ((ServiceGroup, Task<Void, Never>, any Channel), UInt16) {
-        let router = Router(context: LabRequestContext.self, options: .autoGenerateHeadEndpoints)
-        let table = routes.withLock { $0 }
-        var seen = Set<String>()
-        for route in table {
-            let key = route.method + " " + route.parts.map { $0.hasPrefix(":") ? ":" : $0 }.joined(separator: "/")
-            guard seen.insert(key).inserted, let method = HTTPRequest.Method(route.method) else { continue }
-            let path = RouterPath("/" + route.parts.joined(separator: "/"))
-            router.on(path, method: method) { [self] request, context in
-                await self.serve(route, request, context)
-            }
+    /// The router's responder, built on the first call (by `start`, or a test of the routes in
+    /// Hummingbird's router mode).
+    public func responder() -> RouterResponder<LabRequestContext> {
+        built.withLock { built in
+            if let built { return built }
+            // Added last, it is in front of the not-found answer only: without a valid credential
+            // an unknown route is 401, never 404.
+            router.add(middleware: AuthenticationMiddleware(service: self, allow: Set(Role.allCases)))
+            let responder = router.buildResponder()
+            built = responder
+            return responder
         }
-        let responder = MiddlewareFixedResponder(middleware: AuthenticationMiddleware(service: self), next: router.buildResponder())
+    }
+
+    /// Runs Hummingbird's server with the router, each connection through `LabHTTPChannel`;
+    /// returns once it listens.
+    func serve(host: String, port: UInt16, tls: NIOSSLContext?, gate: ConnectionGate) async throws -> ((ServiceGroup, Task<Void, Never>, any Channel), UInt16) {
+        let responder = self.responder()
         var hbLogger = logger
         if hbLogger.logLevel < .warning { hbLogger.logLevel = .warning }
         let limits = self.limits
@@ -123,7 +218,7 @@ extension HTTPService {
             }
             address = first.host
         } catch let e as NetError {
-            throw HTTPError(.internalServerError, "\(name): \(e.message)")
+            throw ServiceError("\(name): \(e.message)")
         }
         let listening = Listening()
         let app = Application(responder: responder, server: builder,
@@ -136,9 +231,9 @@ extension HTTPService {
         let task = Task {
             do {
                 try await group.run()
-                listening.fail(HTTPError(.internalServerError, "\(name): the server ended before it listened"))
+                listening.fail(ServiceError("\(name): the server ended before it listened"))
             } catch {
-                listening.fail(HTTPError(.internalServerError, "\(name): cannot listen on \(named): \(Self.describe(error))"))
+                listening.fail(ServiceError("\(name): cannot listen on \(named): \(Self.describe(error))"))
             }
         }
         do {
@@ -154,129 +249,13 @@ extension HTTPService {
         if let e = error as? IOError { return String(cString: strerror(e.errnoCode)) }
         return "\(error)"
     }
-
-    /// One route's request: its role, its body within the route's limit, the handler, and the
-    /// answer as Hummingbird sends it.
-    func serve(_ route: Route, _ request: HBRequest, _ context: LabRequestContext) async -> Response {
-        let isHead = request.method == .head
-        let remote = Self.remote(of: context.channel)
-        if let principal = context.principal, authenticates, !route.isPublic,
-           !(route.allow?.contains(principal.role) ?? (principal.role != .scraper)) {
-            logger.warning("refused \(request.method.rawValue) \(Self.escaped("/" + context.segments.joined(separator: "/"))) from \(remote.text): \(principal.role.rawValue) \(Self.escaped(principal.name)) is not allowed here",
-                           metadata: ["peer": .string(remote.text)])
-            return Self.answer(.error(.forbidden, "not allowed for role \(principal.role.rawValue)"), head: isHead)
-        }
-        if let length = request.headers[.contentLength].flatMap({ Int($0) }), length > route.bodyLimit {
-            return Self.closing(.error(.payloadTooLarge, "the body is larger than \(route.bodyLimit) bytes"))
-        }
-        // The connection's HeadRules counts the body against this limit as it arrives.
-        do {
-            try await context.channel.pipeline.handler(type: HeadRules.self).map { $0.limitBody(route.bodyLimit) }.get()
-        } catch {
-            return Self.closing(.error(.badRequest, "the connection has gone"))
-        }
-        var body = Data()
-        do {
-            var buffer = try await request.body.collect(upTo: route.bodyLimit)
-            body = buffer.readData(length: buffer.readableBytes) ?? Data()
-        } catch let e as Hummingbird.HTTPError where e.status == .contentTooLarge {
-            return Self.closing(.error(.payloadTooLarge, "the body is larger than \(route.bodyLimit) bytes"))
-        } catch {
-            return Self.closing(.error(.badRequest, "the body did not arrive whole: \(Self.escaped("\(error)"))"))
-        }
-        var params = [String: String]()
-        for (p, v) in zip(route.parts, context.segments) where p.hasPrefix(":") { params[String(p.dropFirst())] = v }
-        var headers = [String: String]()
-        for field in request.headers {
-            let name = field.name.canonicalName
-            headers[name] = headers[name].map { $0 + ", " + field.value } ?? field.value
-        }
-        if let authority = request.head.authority { headers["host"] = authority }
-        let ours = Request(method: request.method.rawValue, path: "/" + context.segments.joined(separator: "/"), parameters: params, query: context.query,
-                           headers: headers, body: body, remote: remote.text, peerHost: remote.address, principal: context.principal)
-        return Self.answer(await respond(route, ours), head: isHead, method: request.method.rawValue)
-    }
-
-    var authenticates: Bool { authenticate != nil }
-
-    /// An answer that ends its connection (the rest of the request is not read).
-    static func closing(_ response: HTTPResponse) -> Response {
-        var r = response
-        r.headers["Connection"] = "close"
-        return answer(r, head: false)
-    }
-
-    /// Our answer as Hummingbird's: bytes, a file read 256 KiB at a time, or a stream sent
-    /// chunked (at most `maxStreams` at once, each at most `streamSeconds`, then the connection
-    /// ends).
-    static func answer(_ response: HTTPResponse, head: Bool, method: String = "GET") -> Response {
-        var fields = HTTPFields()
-        for (name, value) in response.headers {
-            if let n = HTTPField.Name(name) { fields.append(HTTPField(name: n, value: value)) }
-        }
-        let status = HTTPTypes.HTTPResponse.Status(code: response.status.code, reasonPhrase: response.status.phrase)
-        switch response.body {
-        case .data(let data):
-            return Response(status: status, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
-        case .file(let file, let range):
-            return Response(status: status, headers: fields, body: ResponseBody(contentLength: range.count) { writer in
-                var offset = range.lowerBound
-                var buffer = ByteBufferAllocator().buffer(capacity: 256 * 1024)
-                while offset < range.upperBound {
-                    buffer.clear()
-                    let want = min(256 * 1024, range.upperBound - offset)
-                    let n = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: want) { raw in
-                        max(0, file.read(into: raw, count: want, at: offset))
-                    }
-                    guard n > 0 else { throw HTTPError(.internalServerError, "the file ended at \(offset) of \(range.upperBound) bytes") }
-                    offset += n
-                    try await writer.write(buffer)
-                }
-                try await writer.finish(nil)
-            })
-        case .stream(let produce):
-            if head { return Response(status: status, headers: fields) }
-            guard streams.enter(limit: maxStreams) else {
-                return closing(.error(.serviceUnavailable, "too many event streams open; try again later"))
-            }
-            fields[.connection] = "close"
-            return Response(status: status, headers: fields, body: ResponseBody { writer in
-                defer { streams.leave() }
-                let deadline = monotonicNow() + streamSeconds
-                do {
-                    try await produce { data in
-                        guard !data.isEmpty else { return }
-                        guard monotonicNow() < deadline else { throw HTTPError(.requestTimeout, "the stream's time is up") }
-                        try await writer.write(ByteBuffer(bytes: data))
-                    }
-                } catch {}
-                do { try await writer.finish(nil) } catch {}
-            })
-        }
-    }
-
-    static let maxStreams = 32
-    static let streamSeconds = 300.0
-    static let streams = StreamCount()
-
-    final class StreamCount: Sendable {
-        private let open = Mutex(0)
-        func enter(limit: Int) -> Bool { open.withLock { open in guard open < limit else { return false }; open += 1; return true } }
-        func leave() { open.withLock { $0 -= 1 } }
-    }
 }
 
-/// A middleware in front of a whole responder: it runs before routing.
-struct MiddlewareFixedResponder<Next: HTTPResponder>: HTTPResponder where Next.Context == LabRequestContext {
-    typealias Context = LabRequestContext
-    let middleware: AuthenticationMiddleware
-    let next: Next
-
-    func respond(to request: Request, context: Context) async throws -> Response {
-        try await middleware.handle(request, context: context) { request, context in
-            try await next.respond(to: request, context: context)
-        }
-    }
+/// Why a service could not start, or a credential could not be loaded.
+public struct ServiceError: Error, CustomStringConvertible, Sendable {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
 }
 
 /// The bound port and the listening channel once the server listens, or why it could not.

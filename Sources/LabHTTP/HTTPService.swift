@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import HeraldCore
 import LabNet
 import Logging
@@ -10,12 +11,11 @@ import ServiceLifecycle
 import Glibc
 #endif
 
-/// A JSON HTTP/1.1 service: routes with `:parameters`, authentication before routing (401 on
-/// every route but the public ones such as `GET /health`, known or not, and a log line), roles
-/// per route (403), and limits enforced before the work is done (`Limits`). Used by the agent
-/// and the coordinator. Its connections are served by
-/// the gate, limits and deadlines of `LabHTTPChannel` on Hummingbird 2's server (see
-/// ARCHITECTURE.md, "HTTP on Hummingbird").
+/// A JSON HTTP/1.1 service on Hummingbird 2: routes on its `Router` (public ones directly, the
+/// rest on the groups of `routes(allow:)`, behind authentication and the role, 401 and 403),
+/// errors answered as `{"error": message}`, and limits enforced before the work is done
+/// (`Limits`). Used by the agent and the coordinator. Its connections are served by the gate,
+/// limits and deadlines of `LabHTTPChannel` (see ARCHITECTURE.md, "HTTP on Hummingbird").
 public final class HTTPService: Sendable {
     /// Who may call: what a bearer credential authenticates as.
     public enum Role: String, Sendable, Hashable, CaseIterable {
@@ -61,6 +61,9 @@ public final class HTTPService: Sendable {
         public var maxRequestLine = 8 * 1024
         /// Header fields in one request (431 beyond).
         public var maxHeaderCount = 100
+        /// A request body, whatever its route: bytes past it are refused (413) at the connection
+        /// as they arrive. Each route collects its body within its own, smaller limit.
+        public var maxBodyBytes = HTTPService.defaultBodyLimit
         /// Connections open at once, idle ones included; one more is answered 503 (a TLS alert on
         /// a TLS port) and closed at accept.
         public var maxConnections = 1024
@@ -70,8 +73,8 @@ public final class HTTPService: Sendable {
         public var reservedForKnown = 128
 
         public init(headerTimeout: Double = 10, idleTimeout: Double = 10, bodyTimeout: Double = 30, writeTimeout: Double = 30,
-                    maxHeaderBytes: Int = 16 * 1024, maxRequestLine: Int = 8 * 1024, maxHeaderCount: Int = 100, maxConnections: Int = 1024,
-                    maxConnectionsPerAddress: Int = 32, reservedForKnown: Int = 128) {
+                    maxHeaderBytes: Int = 16 * 1024, maxRequestLine: Int = 8 * 1024, maxHeaderCount: Int = 100, maxBodyBytes: Int = HTTPService.defaultBodyLimit,
+                    maxConnections: Int = 1024, maxConnectionsPerAddress: Int = 32, reservedForKnown: Int = 128) {
             self.headerTimeout = headerTimeout
             self.idleTimeout = idleTimeout
             self.bodyTimeout = bodyTimeout
@@ -79,44 +82,11 @@ public final class HTTPService: Sendable {
             self.maxHeaderBytes = maxHeaderBytes
             self.maxRequestLine = maxRequestLine
             self.maxHeaderCount = maxHeaderCount
+            self.maxBodyBytes = maxBodyBytes
             self.maxConnections = maxConnections
             self.maxConnectionsPerAddress = maxConnectionsPerAddress
             self.reservedForKnown = reservedForKnown
         }
-    }
-
-    public struct Request: Sendable {
-        public var method: String
-        /// The decoded path: "/" and the percent-decoded segments (none holds "/", ".", "..").
-        public var path: String
-        public var parameters: [String: String]
-        public var query: [String: String]
-        /// Field names in lower case.
-        public var headers: [String: String]
-        public var body: Data
-        /// `host:port` of the peer.
-        public var remote: String
-        /// The numeric address the request came from (IPv4 or IPv6, no brackets), when known.
-        public var peerHost: String?
-        /// Who sent it; nil on a public route without a credential, or with authentication off.
-        public var principal: Principal?
-
-        public func decode<T: Decodable>(_ type: T.Type) throws -> T {
-            do { return try LabJSON.decoder.decode(T.self, from: body) } catch {
-                throw HTTPError(.badRequest, "request body is not a valid \(T.self): \(LabJSON.describe(error))")
-            }
-        }
-    }
-
-    public typealias Handler = @Sendable (Request) async throws -> HTTPResponse
-
-    struct Route: Sendable {
-        let method: String
-        let parts: [String]
-        let handler: Handler
-        let isPublic: Bool
-        let bodyLimit: Int
-        let allow: Set<Role>?
     }
 
     public let name: String
@@ -129,12 +99,20 @@ public final class HTTPService: Sendable {
     /// Wrong credentials slowed per peer address (bearer tokens here, the dashboard's sign-in
     /// through the same one).
     public let throttle: AuthThrottle
-    /// The routes, in the order added (and routed).
-    let routes = Mutex<[Route]>([])
-    /// Every route's method and path template, in the order routed (the endpoint-table tests
-    /// compare them with LabPlan's `AgentAPI` and `CoordinatorAPI`).
+    /// Hummingbird's router: public routes go on it directly (GET /health, the dashboard's
+    /// pages), the rest on the groups of `routes(allow:)`, behind authentication.
+    /// Invariant (why it is `nonisolated(unsafe)`): Hummingbird's `Router` is a builder, not
+    /// Sendable; routes are added while the owner sets up (its init), before `responder()`
+    /// builds the Sendable responder once, and it is not touched after that.
+    nonisolated(unsafe) public let router = Router(context: LabRequestContext.self, options: .autoGenerateHeadEndpoints)
+    /// The responder built from the router, once.
+    let built = Mutex<RouterResponder<LabRequestContext>?>(nil)
+    /// Every route's method and path template (`:name` parameters), as Hummingbird routes them
+    /// (the endpoint-table tests compare them with LabPlan's `AgentAPI` and `CoordinatorAPI`).
     public var routeTable: [(method: String, path: String)] {
-        routes.withLock { $0.map { ($0.method, "/" + $0.parts.joined(separator: "/")) } }
+        router.routes.map { r in
+            (r.method.rawValue, "/" + r.path.components.map { c in "\(c)".hasPrefix("{") ? ":" + "\(c)".dropFirst().dropLast() : "\(c)" }.joined(separator: "/"))
+        }
     }
     /// The running server (its service group, the task running it, its gate and listener), and
     /// whether it serves TLS, under one lock.
@@ -148,7 +126,7 @@ public final class HTTPService: Sendable {
     var strictTransportSecurity: String? { running.withLock { $0.servingTLS ? "max-age=31536000" : nil } }
 
     /// `authenticate` nil turns authentication off (only for `--insecure` on loopback): every
-    /// route is then open and `Request.principal` is nil.
+    /// route is then open and `LabRequestContext.principal` is nil.
     public init(name: String, authenticate: Authenticate?, limits: Limits = Limits(),
                 logger: Logger = Logger(label: "herald-lab.http"), throttle: AuthThrottle.Rules = AuthThrottle.Rules(),
                 now: @escaping @Sendable () -> Double = { ProcessInfo.processInfo.systemUptime }) {
@@ -159,7 +137,8 @@ public final class HTTPService: Sendable {
         logger[metadataKey: "service"] = .string(name)
         self.logger = logger
         self.throttle = AuthThrottle(rules: throttle, logger: logger, now: now)
-        route("GET", "/health", public: true) { _ in .json(["status": "ok", "service": name]) }
+        router.add(middleware: EdgeMiddleware(service: self))
+        router.get("/health") { _, _ in Response.json(["status": "ok", "service": name]) }
     }
 
     /// The logger of a service's HTTP when its owner hands none in: label herald-lab.http, at
@@ -180,14 +159,10 @@ public final class HTTPService: Sendable {
         self.init(name: name, authenticate: authenticate, limits: limits, logger: logger)
     }
 
-    /// Adds a route; `pattern` segments starting with `:` are parameters (matched against the
-    /// decoded segments). `allow` nil lets any authenticated principal call it; otherwise a
-    /// principal of another role gets 403.
-    public func route(_ method: String, _ pattern: String, public isPublic: Bool = false, bodyLimit: Int = HTTPService.defaultBodyLimit,
-                      allow: Set<Role>? = nil, _ handler: @escaping Handler) {
-        let route = Route(method: method, parts: pattern.split(separator: "/").map(String.init), handler: handler,
-                            isPublic: isPublic, bodyLimit: max(0, bodyLimit), allow: allow)
-        routes.withLock { $0.append(route) }
+    /// Routes behind authentication: a caller without a valid credential gets 401, one whose
+    /// role is not in `allow` 403 (`allow` nil: any role but the scraper's).
+    public func routes(allow: Set<Role>? = nil) -> RouterGroup<LabRequestContext> {
+        router.group().add(middleware: AuthenticationMiddleware(service: self, allow: allow))
     }
 
     /// Starts listening on `host:port` (a name, an IPv4 or IPv6 literal, or a wildcard; port 0:
@@ -232,68 +207,6 @@ public final class HTTPService: Sendable {
     func vouch(for address: String?) {
         guard let address, let gate = running.withLock({ $0.server?.gate }) else { return }
         gate.vouch(for: address)
-    }
-
-    // MARK: Routing and authentication
-
-    enum Admission {
-        case refuse(HTTPStatusCode, String, logged: String?)
-        case route(Route, [String: String], Principal?)
-    }
-
-    func match(_ method: String, _ segments: [String]) -> (Route, [String: String])? {
-        let rs = routes.withLock { $0 }
-        func find(_ method: String) -> (Route, [String: String])? {
-            for r in rs where r.method == method && r.parts.count == segments.count {
-                var params = [String: String]()
-                var ok = true
-                for (p, v) in zip(r.parts, segments) {
-                    if p.hasPrefix(":") { params[String(p.dropFirst())] = v } else if p != v { ok = false; break }
-                }
-                if ok { return (r, params) }
-            }
-            return nil
-        }
-        // HEAD is GET without the body.
-        return find(method) ?? (method == "HEAD" ? find("GET") : nil)
-    }
-
-    /// Authentication before routing: without a valid credential nobody learns which routes
-    /// exist (an unknown route is 401 too, never 404); then the route, then the role.
-    func admit(method: String, segments: [String], authorization: String?) -> Admission {
-        let path = "/" + segments.joined(separator: "/")
-        let matched = match(method, segments)
-        var principal: Principal?
-        if let authenticate {
-            let bearer = authorization.flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
-            if let bearer { principal = authenticate(bearer) }
-            if matched?.0.isPublic != true && principal == nil {
-                return .refuse(.unauthorized, "a valid token is required (Authorization: Bearer <token>)",
-                               logged: "\(bearer == nil ? "missing" : "wrong") token")
-            }
-        }
-        guard let (route, params) = matched else {
-            return .refuse(.notFound, "no route \(method) \(Self.escaped(path))", logged: nil)
-        }
-        if authenticate != nil, !route.isPublic, let principal, !(route.allow?.contains(principal.role) ?? (principal.role != .scraper)) {
-            return .refuse(.forbidden, "not allowed for role \(principal.role.rawValue)",
-                           logged: "\(principal.role.rawValue) \(Self.escaped(principal.name)) is not allowed here")
-        }
-        return .route(route, params, principal)
-    }
-
-    /// Runs a route's handler; its errors become answers.
-    func respond(_ route: Route, _ request: Request) async -> HTTPResponse {
-        do {
-            return try await route.handler(request)
-        } catch let e as HTTPError {
-            return .error(e.status, e.message)
-        } catch let e as LabRefusal {
-            return .error(HTTPStatusCode(refusal: e.kind), e.message)
-        } catch {
-            logger.error("\(request.method) \(Self.escaped(request.path)) failed: \(Self.escaped("\(error)"))", metadata: ["peer": .string(request.remote)])
-            return .error(.internalServerError, "\(error)")
-        }
     }
 
     /// Text from the network as it may go into a log line: control characters, direction marks,

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldCore
+import HTTPTypes
 import HummingbirdCore
 import Logging
 import NIOCore
@@ -181,9 +182,8 @@ final class HeadRules: ChannelDuplexHandler, RemovableChannelHandler {
     private(set) var refused = false
     /// Heads parsed on this connection.
     private(set) var heads = 0
-    /// The current request's body so far, and its route's limit once the route has said it.
+    /// The current request's body so far (`Limits.maxBodyBytes`).
     private var bodyBytes = 0
-    private var bodyLimit: Int?
     /// Requests whose answers have not ended.
     private var pending = 0
     /// Keep-alive as the requests asked, oldest first (one per pending answer).
@@ -296,7 +296,6 @@ final class HeadRules: ChannelDuplexHandler, RemovableChannelHandler {
             }
             awaitingHead = false
             bodyBytes = 0
-            bodyLimit = nil
             heads += 1
             pending += 1
             keepAlive.append((parsed.keepAlive, parsed.http10))
@@ -309,7 +308,10 @@ final class HeadRules: ChannelDuplexHandler, RemovableChannelHandler {
             context.fireChannelRead(data)
         case .body(let buffer):
             bodyBytes += buffer.readableBytes
-            if let bodyLimit, bodyBytes > bodyLimit { refuseOverLimit(); return }
+            if bodyBytes > limits.maxBodyBytes {
+                refuse(.contentTooLarge, "the body is larger than \(limits.maxBodyBytes) bytes")
+                return
+            }
             context.fireChannelRead(data)
         case .end:
             bodyTimer?.cancel(); bodyTimer = nil
@@ -319,19 +321,6 @@ final class HeadRules: ChannelDuplexHandler, RemovableChannelHandler {
             headBytes = 0
             context.fireChannelRead(data)
         }
-    }
-
-    /// The route's body limit for the request being read: bytes past it are refused (413) as
-    /// they arrive, not after the body has been read whole. Only when no other request is
-    /// pipelined behind it (the limit is then surely this request's).
-    func limitBody(_ limit: Int) {
-        guard !refused, !awaitingHead, pending == 1 else { return }
-        bodyLimit = limit
-        if bodyBytes > limit { refuseOverLimit() }
-    }
-
-    private func refuseOverLimit() {
-        refuse(.payloadTooLarge, "the body is larger than \(bodyLimit ?? 0) bytes")
     }
 
     private func bodyDeadline() {
@@ -355,18 +344,19 @@ final class HeadRules: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Answers `status` with `{"error": message}`, closes the connection, and drops what else
     /// the peer sends.
-    func refuse(_ status: HTTPStatusCode, _ message: String, request: String? = nil) {
+    func refuse(_ status: HTTPTypes.HTTPResponse.Status, _ message: String, request: String? = nil) {
         guard !refused, let context else { return }
         refused = true
         cancelTimers()
         let what = request.map { HTTPService.escaped($0) } ?? "a request"
         logger.warning("refused \(what) from \(remote): \(status.code) \(HTTPService.escaped(message))", metadata: ["peer": .string(remote)])
-        let body = HTTPResponse.error(status, message).data ?? Data()
+        let body: Data
+        do { body = try LabJSON.encoder.encode(["error": message]) } catch { body = Data(#"{"error":"the refusal could not be encoded"}"#.utf8) }
         var headers = HTTPHeaders()
         headers.add(name: "Content-Type", value: "application/json")
         headers.add(name: "Content-Length", value: "\(body.count)")
         headers.add(name: "Connection", value: "close")
-        let head = HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: status.code, reasonPhrase: status.phrase), headers: headers)
+        let head = HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: status.code, reasonPhrase: status.reasonPhrase), headers: headers)
         context.write(wrapOutboundOut(.head(head)), promise: nil)
         context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: body)))), promise: nil)
         context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }

@@ -1,13 +1,14 @@
 import Foundation
+import HTTPTypes
 
 /// Why a request is refused before it reaches a handler: the status to answer with and a message
 /// for the body (and the log).
 struct Refusal: Error {
-    var status: HTTPStatusCode
+    var status: HTTPResponse.Status
     var message: String
     /// The request as far as it is known ("GET /v1/x"), for the log line (escaped there).
     var request: String?
-    init(_ status: HTTPStatusCode, _ message: String, request: String? = nil) {
+    init(_ status: HTTPResponse.Status, _ message: String, request: String? = nil) {
         self.status = status
         self.message = message
         self.request = request
@@ -43,62 +44,38 @@ struct RequestHead {
     var hasBody: Bool { chunked || (contentLength ?? 0) > 0 }
 
     /// Judges a head as NIO's decoder gave it (method, target, version and fields in the order
-    /// they came) by the same rules as one read off the wire.
+    /// they came) on its parsed parts, by the rules of one read off the wire.
     static func parse(method: String, target: String, major: Int, minor: Int, fields: [(String, String)]) throws -> RequestHead {
-        // NIO decodes field bytes that are not UTF-8 as U+FFFD: such a head is refused as one
-        // read off the wire would be.
+        // NIO decodes bytes that are not UTF-8 as U+FFFD: such a head is refused.
         // (Scalar searches: String.contains(String) goes through Foundation's locale-aware search,
         // a tenth of the coordinator's CPU at a thousand heartbeats a second.)
         let replacement: Unicode.Scalar = "\u{FFFD}"
-        if target.unicodeScalars.contains(replacement) { throw Refusal(.badRequest, "the request line is not ASCII") }
-        for (name, value) in fields where name.unicodeScalars.contains(replacement) || value.unicodeScalars.contains(replacement) {
-            throw Refusal(.badRequest, "header value is not UTF-8")
-        }
-        let line = Array("\(method) \(target) HTTP/\(major).\(minor)".utf8)
-        return try parse(requestLine: line[...], lines: fields.map { Array("\($0.0): \($0.1)".utf8)[...] })
-    }
-
-    /// Parses `requestLine` and the header `lines` (without their CRLF).
-    static func parse(requestLine: ArraySlice<UInt8>, lines: [ArraySlice<UInt8>]) throws -> RequestHead {
         // Request line: METHOD SP target SP HTTP/x.y, printable ASCII only.
-        for b in requestLine where b < 0x20 || b >= 0x7F {
+        for b in Array(method.utf8) + Array(target.utf8) where b < 0x20 || b >= 0x7F {
             throw Refusal(.badRequest, b >= 0x80 ? "the request line is not ASCII" : "control character in the request line")
         }
-        let parts = requestLine.split(separator: 0x20, omittingEmptySubsequences: false)
-        guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty else { throw Refusal(.badRequest, "malformed request line") }
-        let method = String(decoding: parts[0], as: UTF8.self)
-        let target = String(decoding: parts[1], as: UTF8.self)
-        let version = String(decoding: parts[2], as: UTF8.self)
+        if target.unicodeScalars.contains(replacement) { throw Refusal(.badRequest, "the request line is not ASCII") }
+        guard !method.isEmpty, !target.isEmpty, !target.utf8.contains(0x20) else { throw Refusal(.badRequest, "malformed request line") }
         guard method.utf8.allSatisfy(isTokenByte) else { throw Refusal(.badRequest, "malformed method") }
         guard methods.contains(method) else { throw Refusal(.notImplemented, "method not supported (GET, HEAD, POST, PUT, DELETE, PATCH)") }
-        let http10: Bool
-        switch version {
-        case "HTTP/1.1": http10 = false
-        case "HTTP/1.0": http10 = true
-        default:
-            let v = Array(version.utf8)
-            if v.count == 8, version.hasPrefix("HTTP/"), isDigit(v[5]), v[6] == UInt8(ascii: "."), isDigit(v[7]) {
-                throw Refusal(.httpVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
-            }
-            throw Refusal(.badRequest, "malformed HTTP version")
+        guard major == 1, minor == 0 || minor == 1 else {
+            throw (0...9).contains(major) && (0...9).contains(minor) ? Refusal(.httpVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
+                : Refusal(.badRequest, "malformed HTTP version")
         }
+        let http10 = minor == 0
         guard target.hasPrefix("/") else { throw Refusal(.badRequest, "the request target must be a path (origin form)") }
         guard !target.utf8.contains(UInt8(ascii: "#")) else { throw Refusal(.badRequest, "fragment in the request target") }
 
         // Header fields.
         var headers = [String: String]()
-        for line in lines {
-            guard let first = line.first else { continue }
-            if first == 0x20 || first == 0x09 { throw Refusal(.badRequest, "folded header line") }
-            guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { throw Refusal(.badRequest, "header line without a colon") }
-            let nameBytes = line[line.startIndex..<colon]
-            guard !nameBytes.isEmpty, nameBytes.allSatisfy(isTokenByte) else { throw Refusal(.badRequest, "malformed header name") }
-            var valueBytes = line[(colon + 1)...]
-            while let b = valueBytes.first, b == 0x20 || b == 0x09 { valueBytes = valueBytes.dropFirst() }
-            while let b = valueBytes.last, b == 0x20 || b == 0x09 { valueBytes = valueBytes.dropLast() }
-            for b in valueBytes where (b < 0x20 && b != 0x09) || b == 0x7F { throw Refusal(.badRequest, "control character in a header value") }
-            guard let value = String(validating: valueBytes, as: UTF8.self) else { throw Refusal(.badRequest, "header value is not UTF-8") }
-            let name = String(decoding: nameBytes, as: UTF8.self).lowercased()
+        for (rawName, rawValue) in fields {
+            guard !rawName.isEmpty, rawName.utf8.allSatisfy(isTokenByte) else {
+                throw rawName.unicodeScalars.contains(replacement) ? Refusal(.badRequest, "header value is not UTF-8") : Refusal(.badRequest, "malformed header name")
+            }
+            let value = rawValue.trimmingCharacters(in: CharacterSet(charactersIn: " \t"))
+            for b in value.utf8 where (b < 0x20 && b != 0x09) || b == 0x7F { throw Refusal(.badRequest, "control character in a header value") }
+            if value.unicodeScalars.contains(replacement) { throw Refusal(.badRequest, "header value is not UTF-8") }
+            let name = rawName.lowercased()
             if let old = headers[name] {
                 if singletons.contains(name) { throw Refusal(.badRequest, "repeated \(name) header") }
                 headers[name] = old + ", " + value

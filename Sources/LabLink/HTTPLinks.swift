@@ -85,9 +85,9 @@ extension LinkError {
     }
 
     /// What an HTTP route would have answered for `error` thrown by a handler: its status and
-    /// message for a `LabRefusal` (its kind's status) or an `HTTPError`, 500 and its description for anything else (HTTPService).
+    /// message for a `LabRefusal` (its kind's status) or an `HTTPError` (`HTTPService.refusal`), 500 and its description for anything else (HTTPService).
     public init(answering error: any Error) {
-        if let e = error as? LinkError { self = e } else if let e = error as? LabRefusal { self.init(status: e.kind.status, message: e.message) } else if let e = error as? HTTPError { self.init(status: e.status.code, message: e.message) } else { self.init(status: 500, message: "\(error)") }
+        if let e = error as? LinkError { self = e } else if let (status, message) = HTTPService.refusal(error) { self.init(status: status.code, message: message) } else { self.init(status: 500, message: "\(error)") }
     }
 }
 

@@ -78,12 +78,12 @@ final class AgentDongleTests: XCTestCase, @unchecked Sendable {
         XCTAssertTrue(d.problem?.hasPrefix("adapter F0:00:00:00:00:09 is not on this host") == true, d.problem ?? "")
         let plan = try Plan.parse(yaml: "name: p\nduration: 3s\nnodes: [n1, n2]\nradio: {kind: bluez}\n")
         let assignment = NodeAssignment(runId: "r1", plan: plan, node: plan.nodes[0])
-        try a.scheduler.sync { try a.arm(LabWire.ArmRequest(assignment: assignment, air: nil)) }
-        try a.scheduler.sync { try a.schedule(LabWire.StartRequest(runId: "r1", startAt: Date().timeIntervalSince1970 + 1.6)) }
+        try a.scheduler.sync { try a.lifecycle.arm(LabWire.ArmRequest(assignment: assignment, air: nil)) }
+        try a.scheduler.sync { try a.lifecycle.schedule(LabWire.StartRequest(runId: "r1", startAt: Date().timeIntervalSince1970 + 1.6)) }
         try await withTimeout(30, "the run's end") {
             while a.status.state != .finished { try await Task.sleep(for: .milliseconds(100)) }
         }
-        let list = try a.scheduler.sync { try a.fileList("r1") }
+        let list = try a.scheduler.sync { try a.lifecycle.fileList("r1") }
         let gap = try XCTUnwrap(list.gaps?.first, "a gap")
         XCTAssertTrue(gap.reason.hasPrefix("no working dongle: "), gap.reason)
         XCTAssertTrue(gap.reason.contains("no adapter F0:00:00:00:00:09"), gap.reason)

@@ -456,9 +456,10 @@ final class StubAgent: @unchecked Sendable {
     private init(name: String, world: StubWorld) {
         http = HTTPService(name: name, authenticate: nil, logger: LogCapture.quiet())
         let dongle = StubDongle(name: name, world: world)
-        http.route("POST", "/v1/preflight") { req in .json(dongle.start(try req.decode(LabWire.PreflightRequest.self))) }
-        http.route("GET", "/v1/preflight") { _ in .json(dongle.poll()) }
-        http.route("POST", "/v1/preflight/stop") { _ in .json(dongle.stop()) }
+        let api = http.routes()
+        api.on(AgentAPI.startPreflight) { request, _, _ in dongle.start(request) }
+        api.on(AgentAPI.preflightStatus) { _, _, _ in dongle.poll() }
+        api.on(AgentAPI.stopPreflight) { _, _, _ in dongle.stop() }
     }
 
     static func start(name: String, world: StubWorld) async throws -> StubAgent {

@@ -35,7 +35,7 @@ final class HostileNumberTests: XCTestCase {
     }
 
     /// A run stored with a duration no plan can have (a store written before the bounds held it).
-    func testLivePageOfAHostileDuration() throws {
+    func testLivePageOfAHostileDuration() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("hostile-live-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: dir) }
         let c = try Coordinator(config: Coordinator.Config(results: dir), logger: LogCapture.quiet())
@@ -44,7 +44,8 @@ final class HostileNumberTests: XCTestCase {
             var r = RunRecord(id: "hostile-run", plan: "p", planText: "name: p", state: .running, created: 1_767_225_600, duration: d, warmup: .nan, air: nil, nodes: [])
             r.startAt = 1_767_225_600
             c.withLock { s in s.runs[r.id] = r }
-            let page = String(decoding: try XCTUnwrap(c.livePage(session, id: r.id).data), as: UTF8.self)
+            let bytes = await (try c.livePage(session, id: r.id)).data
+            let page = String(decoding: try XCTUnwrap(bytes), as: UTF8.self)
             XCTAssertTrue(page.contains("0 nodes for \(words) s."), "\(d)")
         }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import XCTest
 #if canImport(Glibc)
 import Glibc
@@ -34,9 +35,9 @@ final class ClockProbeTests: XCTestCase {
         let (server, _) = try makeTestTLS(in: ours)
         _ = try makeTestTLS(in: other)
         let service = HTTPService(name: "agent", token: nil, logger: LogCapture.quiet())
-        service.route("POST", "/v1/clock") { _ in
+        service.routes().post("/v1/clock") { _, _ in
             let t = Date().timeIntervalSince1970
-            return .json(["received": t, "sent": t])
+            return Response.json(["received": t, "sent": t])
         }
         let port = try await service.start(host: "127.0.0.1", port: 0, tls: server)
         services.append(service)

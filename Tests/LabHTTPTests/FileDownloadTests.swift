@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import XCTest
 import HeraldCore
 import LabNet
@@ -46,8 +47,8 @@ final class FileDownloadTests: XCTestCase {
     func startServer() async throws -> UInt16 {
         let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         let root = served
-        service.route("GET", "/files/:name") { req in
-            try .file(root.appendingPathComponent(req.parameters["name"]!), range: req.headers["range"], missing: "no such file")
+        service.routes().get("/files/:name") { request, context in
+            try Response.file(root.appendingPathComponent(context.parameter("name")), range: request.headers[.range], missing: "no such file")
         }
         let port = try await service.start(host: "127.0.0.1", port: 0)
         services.append(service)

@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import XCTest
 import LabNet
 import LabTestSupport
@@ -25,9 +26,10 @@ final class HTTPServiceTests: XCTestCase {
 
     func testRoutesParametersQueryAndBody() async throws {
         let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
-        service.route("POST", "/v1/things/:id/echo") { req in
-            .json(["id": req.parameters["id"] ?? "", "q": req.query["q"] ?? "", "body": String(decoding: req.body, as: UTF8.self),
-                   "path": req.path, "remote": req.remote, "peer": req.peerHost ?? ""])
+        service.routes().post("/v1/things/:id/echo") { request, context in
+            let body = try await request.collectData(upTo: 100)
+            return Response.json(["id": context.parameter("id"), "q": context.query["q"] ?? "", "body": String(decoding: body, as: UTF8.self),
+                                  "path": context.path, "remote": context.remote, "peer": context.peerHost ?? ""])
         }
         let port = try await start(service)
         let c = try RawClient(port: port)
@@ -60,7 +62,7 @@ final class HTTPServiceTests: XCTestCase {
         let log = LogCapture()
         let token = "0123456789abcdef0123"
         let service = HTTPService(name: "t", token: token, logger: log.logger("herald-lab.http"))
-        service.route("GET", "/v1/secret") { _ in .json(["secret": "yes"]) }
+        service.routes().get("/v1/secret") { _, _ in Response.json(["secret": "yes"]) }
         let port = try await start(service)
         let c = try RawClient(port: port)
         c.send(get("/v1/secret"))
@@ -103,9 +105,9 @@ final class HTTPServiceTests: XCTestCase {
             default: return nil
             }
         }, logger: LogCapture.quiet())
-        service.route("POST", "/v1/runs", allow: [.operator]) { req in .json(["by": req.principal?.name ?? ""]) }
-        service.route("POST", "/v1/agents/:name/heartbeat", allow: [.agent]) { req in .json(["by": req.principal?.name ?? ""]) }
-        service.route("GET", "/v1/anyone") { req in .json(["role": req.principal?.role.rawValue ?? ""]) }
+        service.routes(allow: [.operator]).post("/v1/runs") { _, context in Response.json(["by": context.principal?.name ?? ""]) }
+        service.routes(allow: [.agent]).post("/v1/agents/:name/heartbeat") { _, context in Response.json(["by": context.principal?.name ?? ""]) }
+        service.routes().get("/v1/anyone") { _, context in Response.json(["role": context.principal?.role.rawValue ?? ""]) }
         let port = try await start(service)
         // A refusal before the body is read closes the connection: one connection per request.
         func post(_ path: String, _ token: String?) -> RawClient.Answer? {
@@ -127,7 +129,7 @@ final class HTTPServiceTests: XCTestCase {
     /// stays literal; an encoded "..", "/" or NUL is refused.
     func testPathIsDecodedOnce() async throws {
         let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
-        service.route("GET", "/v1/runs/:id") { req in .json(["id": req.parameters["id"] ?? ""]) }
+        service.routes().get("/v1/runs/:id") { _, context in Response.json(["id": context.parameter("id")]) }
         let port = try await start(service)
         func status(_ path: String) throws -> (Int, String) {
             let c = try RawClient(port: port)
@@ -205,8 +207,8 @@ final class HTTPServiceTests: XCTestCase {
         let content = Data((0..<(700 * 1024)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) })
         try content.write(to: file)
         let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
-        service.route("GET", "/files/:name") { req in
-            try .file(dir.appendingPathComponent(req.parameters["name"]!), contentType: "text/csv", range: req.headers["range"], missing: "no such file")
+        service.routes().get("/files/:name") { request, context in
+            try Response.file(dir.appendingPathComponent(context.parameter("name")), contentType: "text/csv", range: request.headers[.range], missing: "no such file")
         }
         let port = try await start(service)
         let c = try RawClient(port: port)
@@ -239,9 +241,9 @@ final class HTTPServiceTests: XCTestCase {
     func testSlowHandlerDoesNotHoldOthers() async throws {
         let gate = Gate()
         let service = HTTPService(name: "t", token: nil, limits: .init(maxConnectionsPerAddress: 100), logger: LogCapture.quiet())
-        service.route("GET", "/slow") { _ in
+        service.routes().get("/slow") { _, _ in
             await gate.wait()
-            return .json(["slow": "done"])
+            return Response.json(["slow": "done"])
         }
         let port = try await start(service)
         var slow = [RawClient]()

@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import XCTest
 import LabNet
 import LabTestSupport
@@ -53,9 +54,9 @@ final class PeerGoneTests: XCTestCase {
 
     func start(tls: TLSContext?, gate: Gate) async throws -> (HTTPService, UInt16) {
         let service = HTTPService(name: tls == nil ? "plain" : "tls", token: nil, limits: .init(idleTimeout: 60), logger: LogCapture.quiet())
-        service.route("GET", "/gate") { _ in
+        service.routes().get("/gate") { _, _ in
             await gate.wait()
-            return .json(["status": "passed"])
+            return Response.json(["status": "passed"])
         }
         let port = try await service.start(host: "127.0.0.1", port: 0, tls: tls)
         services.append(service)

@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import XCTest
 import LabNet
 import LabTestSupport
@@ -26,12 +27,10 @@ final class StreamTests: XCTestCase {
 
     func testAStreamIsSentChunkedAndEnds() async throws {
         let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
-        service.route("GET", "/events") { _ in
-            var r = HTTPResponse(.ok, headers: ["Content-Type": "text/event-stream"])
-            r.body = .stream { write in
+        service.routes().get("/events") { _, _ in
+            try Response.stream(headers: ["Content-Type": "text/event-stream"]) { write in
                 for piece in ["data: a\n\n", "", "data: bb\n\n", "data: ccc\n\n"] { try await write(Data(piece.utf8)) }
             }
-            return r
         }
         let port = try await service.start(host: "127.0.0.1", port: 0)
         services.append(service)
@@ -47,9 +46,8 @@ final class StreamTests: XCTestCase {
     func testAStreamLearnsThatThePeerHasGone() async throws {
         let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         let ended = Flag()
-        service.route("GET", "/forever") { _ in
-            var r = HTTPResponse(.ok, headers: ["Content-Type": "text/event-stream"])
-            r.body = .stream { write in
+        service.routes().get("/forever") { _, _ in
+            try Response.stream(headers: ["Content-Type": "text/event-stream"]) { write in
                 defer { ended.set() }
                 while true {
                     try await write(Data("data: tick\n\n".utf8))
@@ -57,7 +55,6 @@ final class StreamTests: XCTestCase {
                     try await Task.sleep(nanoseconds: 10_000_000)
                 }
             }
-            return r
         }
         let port = try await service.start(host: "127.0.0.1", port: 0)
         services.append(service)

@@ -65,7 +65,7 @@ final class HostileAgentTests: XCTestCase {
         let trends = await c.trendsPage(session)
         let pages = [c.labPage(session), c.runsPage(session), trends, try c.livePage(session, id: id)]
         for page in pages {
-            guard case .data(let body) = page.body else { XCTFail("\(where_): a page without a body"); continue }
+            guard let body = await page.data else { XCTFail("\(where_): a page without a body"); continue }
             let html = String(decoding: body, as: UTF8.self)
             XCTAssertFalse(html.contains("<script>alert") || html.contains("\u{1B}") || html.contains("\u{202E}"), "\(where_): raw agent text on a page")
         }

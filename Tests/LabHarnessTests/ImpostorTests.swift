@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import XCTest
 import HeraldCore
 import LabHTTP
@@ -40,19 +41,18 @@ final class ImpostorTests: XCTestCase {
         init(token: String, fileNames: [String]) {
             self.fileNames = fileNames
             http = HTTPService(name: "impostor", token: token, logger: LogCapture.quiet())
-            http.route("POST", "/v1/clock") { _ in .json(LabWire.ClockReply(received: Date().timeIntervalSince1970, sent: Date().timeIntervalSince1970)) }
-            http.route("POST", "/v1/arm") { [unowned self] req in
-                let a = try req.decode(LabWire.ArmRequest.self).assignment
+            http.routes().on(AgentAPI.clock) { _, _, _ in (LabWire.ClockReply(received: Date().timeIntervalSince1970, sent: Date().timeIntervalSince1970)) }
+            http.routes().on(AgentAPI.arm) { [unowned self] arm, _, _ in
+                let a = arm.assignment
                 lock.withLock { runId = a.runId; node = a.node.name; duration = a.duration }
-                return .json(status)
+                return status
             }
-            http.route("POST", "/v1/start") { [unowned self] req in
-                let s = try req.decode(LabWire.StartRequest.self)
+            http.routes().on(AgentAPI.start) { [unowned self] s, _, _ in
                 lock.withLock { startAt = s.startAt }
-                return .json(status)
+                return status
             }
-            http.route("GET", "/v1/status") { [unowned self] _ in .json(status) }
-            http.route("GET", "/v1/runs/:run/files") { [unowned self] _ in
+            http.routes().on(AgentAPI.status) { [unowned self] _, _, _ in status }
+            http.routes().on(AgentAPI.files) { [unowned self] _, _, _ in
                 let (id, node, start) = lock.withLock { (runId ?? "", self.node ?? "", startAt) }
                 let sha = SHA256.hash(body)
                 var list = LabWire.FileList(runId: id, node: node, resumed: false, startedAt: start,
@@ -62,15 +62,15 @@ final class ImpostorTests: XCTestCase {
                     list.gaps = [LabWire.Gap(from: start + 0.5, to: start + 1, reason: h)]
                     list.writeError = h
                 }
-                return .json(list)
+                return list
             }
             // Never reached with a lying list: the coordinator refuses it before fetching anything.
-            http.route("GET", "/v1/runs/:run/files/:file") { [unowned self] req in
+            http.routes().on(AgentAPI.file) { [unowned self] _, request, _ -> Response in
                 guard let served else { return .json(["never": "fetched"]) }
-                return try .file(served, range: req.headers["range"], missing: "gone")
+                return try .file(served, range: request.headers[.range], missing: "gone")
             }
-            http.route("POST", "/v1/runs/:run/release") { _ in .json(Empty()) }
-            http.route("POST", "/v1/runs/:run/stop") { [unowned self] _ in .json(status) }
+            http.routes().on(AgentAPI.release) { _, _, _ in Empty() }
+            http.routes().on(AgentAPI.stopRun) { [unowned self] _, _, _ in status }
         }
 
         /// Starts serving, registers with the lab's coordinator and heartbeats every 0.3 s (with

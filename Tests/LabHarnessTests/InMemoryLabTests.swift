@@ -6,6 +6,9 @@ import LabNet
 import LabPlan
 import LabTestSupport
 import RadioAir
+import RadioSim
+import HeraldRadio
+import LabNode
 @testable import LabAgent
 @testable import LabCoordinator
 
@@ -23,7 +26,7 @@ final class InMemoryLabTests: XCTestCase {
 
     func testAllNodesArmStartAtOneInstantAndAreGatheredWithTheirChecksums() async throws {
         // agent2's clock runs 5 s ahead: its heartbeats say so, and its start comes in its own clock.
-        let lab = try await MemoryLab.make(agents: 3, skews: ["agent2": 5])
+        let lab = try await MemoryLab.make(agents: 3, skews: ["agent2": 5], virtual: true)
         self.lab = lab
         let r = try await lab.runToEnd(plan("barrier", nodes: 3))
         XCTAssertEqual(r.state, .complete, r.message ?? "")
@@ -53,12 +56,49 @@ final class InMemoryLabTests: XCTestCase {
         _ = try await lab.waitFor("every agent to release its copy", timeout: 10) { lab.agents.values.allSatisfy { $0.status.held == [] } ? true : nil }
     }
 
+    /// Issue 39 item 5: coordinator, agents and their radios in one process on one virtual time.
+    /// A two-minute plan of three nodes is armed, started at one instant, run with the nodes
+    /// hearing each other on one simulated medium, and gathered, with the same rules as over
+    /// HTTP; it takes the time its work takes, not two minutes (printed; speed is not asserted).
+    func testATwoMinutePlanRunsInVirtualTimeFromArmingToGathering() async throws {
+        let began = Date()
+        let lab = try await MemoryLab.make(agents: 3, virtual: true, heartbeatInterval: 1)
+        self.lab = lab
+        let time = try XCTUnwrap(lab.time)
+        let from = time.seconds
+        let r = try await lab.runToEnd(plan("virtual", nodes: 3, duration: "2m"), timeout: 900)
+        XCTAssertEqual(r.state, .complete, r.message ?? "")
+        XCTAssertEqual(r.nodes.map(\.state), [.complete, .complete, .complete], "\(r.nodes.map { $0.message ?? "" })")
+        let startAt = try XCTUnwrap(r.startAt)
+        XCTAssertGreaterThanOrEqual(time.seconds - from, 120, "two minutes of virtual time went by")
+        for n in r.nodes {
+            let link = lab.links[n.agent]!
+            XCTAssertEqual(link.arms, 1, "\(n.agent) armed once")
+            XCTAssertEqual(try XCTUnwrap(link.starts.first, "\(n.agent) got a start").startAt, startAt, accuracy: 1e-9, "one instant")
+            XCTAssertEqual(try XCTUnwrap(n.startedAt), startAt, accuracy: 1e-9, "\(n.agent) started at the instant, in virtual time")
+        }
+        let m = try Manifest.read(from: lab.results.appendingPathComponent("\(r.id)/manifest.json"))
+        XCTAssertEqual(m.nodes.map(\.name), ["n1", "n2", "n3"])
+        for n in m.nodes {
+            XCTAssertEqual(n.files.keys.sorted(), ["battery.csv", "contacts.csv", "detection.csv", "log.txt", "statistics.csv"], n.name)
+            for (name, entry) in n.files {
+                let (sha, bytes) = try SHA256.hash(fileAt: lab.results.appendingPathComponent("\(r.id)/nodes/\(n.name)/\(name)"))
+                XCTAssertEqual(sha, entry.sha256, "\(n.name)/\(name)")
+                XCTAssertEqual(bytes, entry.bytes, "\(n.name)/\(name)")
+            }
+            // The nodes heard each other on the shared medium: RSSI rows in each contacts.csv.
+            let contacts = try String(contentsOf: lab.results.appendingPathComponent("\(r.id)/nodes/\(n.name)/contacts.csv"), encoding: .utf8)
+            XCTAssertGreaterThan(contacts.split(separator: "\n").count, 10, "\(n.name) logged its peers")
+        }
+        print("virtual-time lab: a 2-minute plan of 3 nodes, armed to gathered, in \(String(format: "%.2f", Date().timeIntervalSince(began))) s of test time")
+    }
+
     func testAnAgentWhoseHeartbeatsCarryNoClockIsProbedAndOneWhoseClockSteppedToo() async throws {
         // agent1's coordinator stamps never reach it (as with a coordinator from before heartbeat
         // clocks): no samples. agent2's clock steps 2 s ahead after the lab is up: its samples
         // from before and after the step contradict each other, so they are not used. agent3's
         // heartbeats suffice. The two probed get their offsets from the probes.
-        let lab = try await MemoryLab.make(agents: 3, skews: ["agent1": 3], stampless: ["agent1"])
+        let lab = try await MemoryLab.make(agents: 3, skews: ["agent1": 3], stampless: ["agent1"], virtual: true)
         self.lab = lab
         XCTAssertNil(lab.coordinator.registry.heartbeatClock(agent: "agent1", url: MemoryLab.url("agent1")))
         lab.links["agent2"]!.clockSkew = 2
@@ -96,7 +136,7 @@ final class InMemoryLabTests: XCTestCase {
     }
 
     func testAFileWhoseBytesDoNotMatchIsFetchedAgainAndOneThatNeverMatchesLosesTheNode() async throws {
-        let lab = try await MemoryLab.make(agents: 2, gatherPatience: 3)
+        let lab = try await MemoryLab.make(agents: 2, gatherPatience: 3, virtual: true)
         self.lab = lab
         lab.links["agent1"]!.corrupt = ["contacts.csv": 1]       // the first fetch is damaged
         lab.links["agent2"]!.corrupt = ["log.txt": Int.max]      // every fetch is damaged
@@ -123,7 +163,7 @@ final class InMemoryLabTests: XCTestCase {
     /// probe answers 5e10 s off, issue 36): those samples are unusable, so the run is gathered with
     /// the clocks measured while they were sane, completes, and the coordinator's metrics render.
     func testAnAgentWhoseClockTurnsAbsurdMidRunIsGatheredWithItsClockFromArming() async throws {
-        let lab = try await MemoryLab.make(agents: 2)
+        let lab = try await MemoryLab.make(agents: 2, virtual: true)
         self.lab = lab
         let id = try lab.coordinator.submit(planText: plan("absurd", nodes: 2), source: "absurd").id
         // Its node running on its agent: the start was taken before the clock turns (a start
@@ -147,21 +187,21 @@ final class InMemoryLabTests: XCTestCase {
     }
 
     func testAPausedAgentIsPartialAndAnAgentThatVanishesMidRunIsLost() async throws {
-        let lab = try await MemoryLab.make(agents: 3, gatherPatience: 2)
+        let lab = try await MemoryLab.make(agents: 3, gatherPatience: 2, virtual: true)
         self.lab = lab
         let id = try lab.coordinator.submit(planText: plan("gaps", nodes: 3, duration: "6s"), source: "gaps").id
         // Every node has run 2.5 s: a 2 s pause lies wholly within the run.
         let running = try await lab.waitFor("the nodes 2.5 s into the run", timeout: 30) {
             lab.agents.values.allSatisfy { a in
                 let s = a.status
-                return s.state == .running && (s.startedAt ?? .infinity) <= Date().timeIntervalSince1970 - 2.5
+                return s.state == .running && (s.startedAt ?? .infinity) <= lab.now - 2.5
             } ? lab.coordinator.run(id) : nil
         }
         let agentOf = Dictionary(uniqueKeysWithValues: running.nodes.map { ($0.name, $0.agent) })
         // n1's agent process pauses for 2 s (as its stall watchdog reports it); n2's agent vanishes.
         let paused = lab.agents[agentOf["n1"]!]!
-        let t = Date().timeIntervalSince1970
-        paused.scheduler.sync { paused.stalled(from: t - 2, to: t) }
+        let t = lab.now
+        paused.scheduler.sync { paused.lifecycle.stalled(from: t - 2, to: t) }
         lab.links[agentOf["n2"]!]!.vanished = true
         await lab.agents[agentOf["n2"]!]!.stop()
         let r = try await lab.waitFor("the run's end", timeout: 60) { lab.coordinator.run(id).flatMap { $0.state.isFinal ? $0 : nil } }
@@ -180,18 +220,27 @@ final class InMemoryLabTests: XCTestCase {
     }
 }
 
-/// A lab in one process: an air (the simulated radio), a coordinator and agents that reach each
-/// other through the in-memory links.
+/// A lab in one process: a coordinator and agents that reach each other through the in-memory
+/// links, their nodes' radios simulated. On the wall clock (`make`), the radios are on an air
+/// (AirServer over loopback TCP), as in the other harness tests. In virtual time
+/// (`make(virtual: true)`), one `VirtualTime` is the coordinator's and every agent's clock and the
+/// executor of every node, whose radios share one in-process `SimMedium` per run: a run of minutes
+/// takes the time its work takes, and `waitFor` drives the time (settle, check, step).
 final class MemoryLab: @unchecked Sendable {
     let dir: URL
-    let air: AirServer
+    let air: AirServer?
+    let time: VirtualTime?
     let coordinator: Coordinator
     private(set) var agents: [String: Agent] = [:]
     /// Each agent's link as the coordinator holds it, by agent name.
     private(set) var links: [String: FaultyLink] = [:]
     var results: URL { coordinator.config.results }
+    /// The lab's time: virtual, or the wall clock's.
+    var now: Double { time?.seconds ?? Date().timeIntervalSince1970 }
 
-    private init(dir: URL, air: AirServer, coordinator: Coordinator) { self.dir = dir; self.air = air; self.coordinator = coordinator }
+    private init(dir: URL, air: AirServer?, time: VirtualTime?, coordinator: Coordinator) {
+        self.dir = dir; self.air = air; self.time = time; self.coordinator = coordinator
+    }
 
     static func url(_ agent: String) -> String { "http://\(agent).in-memory:8701" }
 
@@ -204,33 +253,54 @@ final class MemoryLab: @unchecked Sendable {
 
     /// `skews`: how far ahead of the coordinator's each agent's clock runs (its heartbeats' stamps,
     /// probes and starts, as `FaultyLink.clockSkew`); `stampless`: agents whose heartbeat answers
-    /// lose the coordinator's stamps. Returns once every other agent's heartbeats give its clock.
-    static func make(agents count: Int, gatherPatience: Double = 10, skews: [String: Double] = [:], stampless: Set<String> = []) async throws -> MemoryLab {
+    /// lose the coordinator's stamps. `virtual`: in virtual time, its radios on one medium; the
+    /// timeouts of `waitFor` are then virtual seconds. Returns once every other agent's heartbeats
+    /// give its clock.
+    static func make(agents count: Int, gatherPatience: Double = 10, skews: [String: Double] = [:], stampless: Set<String> = [],
+                     virtual: Bool = false, heartbeatInterval: Double = 0.2) async throws -> MemoryLab {
         // A plain lab: a lab CA another test of this process left trusted would make the agents
         // dial the air with TLS.
         LabTrust.forget()
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("memorylab-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        let air = AirServer(token: "air-secret", logger: LogCapture.quiet())
-        let airPort = try air.start(host: "127.0.0.1", port: 0)
         var config = Coordinator.Config(results: dir.appendingPathComponent("results"))
-        config.air = LabWire.AirAddress(host: "127.0.0.1", port: airPort)
+        let air: AirServer?, time: VirtualTime?
+        if virtual {
+            air = nil
+            // A whole second, so that the logs' instants read alike in every run of the test.
+            let t = VirtualTime(start: Date().timeIntervalSince1970.rounded(.down))
+            time = t
+            config.clock = t.clock
+        } else {
+            let server = AirServer(token: "air-secret", logger: LogCapture.quiet())
+            config.air = LabWire.AirAddress(host: "127.0.0.1", port: try server.start(host: "127.0.0.1", port: 0))
+            air = server
+            time = nil
+        }
         config.gatherPatience = gatherPatience
         config.missingAfter = 30
-        let board = LinkBoard()
+        let board = LinkBoard(time: time)
         config.agentLinks = { board.link($0.url.absoluteString) }
         let coordinator = try Coordinator(config: config, logger: LogCapture.quiet())
         coordinator.startUnserved()
-        let lab = MemoryLab(dir: dir, air: air, coordinator: coordinator)
+        let lab = MemoryLab(dir: dir, air: air, time: time, coordinator: coordinator)
+        let media = time.map(SharedMedia.init)
         for i in 1...count {
             let name = "agent\(i)"
             var c = Agent.Config(name: name, dataDirectory: dir.appendingPathComponent(name))
             c.token = "air-secret"
-            c.heartbeatInterval = 0.2
+            c.heartbeatInterval = heartbeatInterval
+            if let time, let media {
+                c.clock = time.clock
+                c.scheduler = time
+                c.makeRadio = { try media.radio(for: $0) }
+                // A pause of the test process is no pause of virtual time.
+                c.stallThreshold = .infinity
+            }
             let link = FaultyLink(nil, deadAirPort: try Self.closedPort())
             link.clockSkew = skews[name] ?? 0
             let agent = Agent(config: c, logger: LogCapture.quiet(),
-                              coordinatorLink: SkewedCoordinatorLink(LocalCoordinatorLink(coordinator, agent: name), clock: link, stampless: stampless.contains(name)))
+                              coordinatorLink: SkewedCoordinatorLink(LocalCoordinatorLink(coordinator, agent: name), clock: link, stampless: stampless.contains(name), time: time))
             try await agent.startUnserved(url: url(name))
             link.inner = LocalAgentLink(agent)
             board.set(url(name), link)
@@ -257,13 +327,26 @@ final class MemoryLab: @unchecked Sendable {
     }
 
     /// Submits `plan` and waits for the run's end.
-    func runToEnd(_ plan: String) async throws -> RunRecord {
+    func runToEnd(_ plan: String, timeout: Double = 60) async throws -> RunRecord {
         let id = try coordinator.submit(planText: plan, source: "plan").id
-        return try await waitFor("run \(id) to end", timeout: 60) { self.coordinator.run(id).flatMap { $0.state.isFinal ? $0 : nil } }
+        return try await waitFor("run \(id) to end", timeout: timeout) { self.coordinator.run(id).flatMap { $0.state.isFinal ? $0 : nil } }
     }
 
     /// Polls `value` until it is not nil (a condition, not a tuned sleep); fails after `timeout`.
+    /// In virtual time it drives the time: once the lab is quiescent, `value` is looked at, then
+    /// time moves to the next instant something waits for (never past the timeout, in virtual
+    /// seconds).
     func waitFor<T>(_ what: String, timeout: Double, _ value: () -> T?) async throws -> T {
+        if let time {
+            let deadline = time.seconds + timeout
+            while true {
+                await time.settle()
+                if let v = value() { return v }
+                guard time.seconds < deadline else { break }
+                time.step(notPast: deadline)
+            }
+            throw TimedOut(what: what, seconds: timeout)
+        }
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if let v = value() { return v }
@@ -280,17 +363,72 @@ final class MemoryLab: @unchecked Sendable {
     func stop() async {
         await coordinator.stop()
         for a in agents.values { await a.stop() }
-        air.stop()
+        time?.cancelSleepers()
+        air?.stop()
         try? FileManager.default.removeItem(at: dir)
     }
 }
 
+/// The simulated media of a virtual-time lab, one per run, made on the lab's executor when the
+/// run's first node attaches its radio; the nodes of every agent share it, in virtual time.
+// Invariant (unchecked Sendable): `media` and the media in it are touched only on the virtual
+// time's executor (`radio(for:)` is called by an agent's `begin`, on it; it checks).
+final class SharedMedia: @unchecked Sendable {
+    private let time: VirtualTime
+    private var media: [String: SimMedium] = [:]
+    init(_ time: VirtualTime) { self.time = time }
+
+    func radio(for a: NodeAssignment) throws -> NodeRadio {
+        time.assertOnExecutor()
+        let medium: SimMedium
+        if let m = media[a.runId] { medium = m } else {
+            medium = SimMedium(scheduler: time, parameters: Simulation.parameters(a.radio), seed: 39, lanes: 1)
+            media[a.runId] = medium
+        }
+        let transport = medium.addNode(name: a.node.name, x: a.node.position.x, y: a.node.position.y)
+        return NodeRadio(transport: transport) { medium.schedulePower(node: transport.index, off: 0, on: nil) }
+    }
+}
+
 /// The coordinator's links by agent URL; a URL no agent has is unreachable.
+/// In virtual time each link counts its calls as work in flight (`VirtualTime.working`).
 final class LinkBoard: @unchecked Sendable {
     private let lock = NSLock()
     private var links: [String: FaultyLink] = [:]
+    private let time: VirtualTime?
+    init(time: VirtualTime? = nil) { self.time = time }
     func set(_ url: String, _ link: FaultyLink) { lock.withLock { links[url] = link } }
-    func link(_ url: String) -> any AgentLink { lock.withLock { links[url] } ?? FaultyLink(nil, deadAirPort: 1) }
+    func link(_ url: String) -> any AgentLink {
+        let link = lock.withLock { links[url] } ?? FaultyLink(nil, deadAirPort: 1)
+        guard let time else { return link }
+        return CountedAgentLink(inner: link, time: time)
+    }
+}
+
+/// An agent link whose every call is work in flight for the lab's virtual time.
+struct CountedAgentLink: AgentLink {
+    let inner: any AgentLink
+    let time: VirtualTime
+    func status() async throws(LinkError) -> LabWire.AgentStatus { try await time.working { () async throws(LinkError) in try await inner.status() } }
+    func clockSamples(count: Int, settle: Int) async throws(LinkError) -> [LabWire.ClockSample] {
+        try await time.working { () async throws(LinkError) in try await inner.clockSamples(count: count, settle: settle) }
+    }
+    func arm(_ request: LabWire.ArmRequest) async throws(LinkError) -> LabWire.AgentStatus { try await time.working { () async throws(LinkError) in try await inner.arm(request) } }
+    func start(_ request: LabWire.StartRequest) async throws(LinkError) -> LabWire.AgentStatus { try await time.working { () async throws(LinkError) in try await inner.start(request) } }
+    func startPreflight(_ request: LabWire.PreflightRequest) async throws(LinkError) -> LabWire.PreflightReport {
+        try await time.working { () async throws(LinkError) in try await inner.startPreflight(request) }
+    }
+    func preflightStatus() async throws(LinkError) -> LabWire.PreflightReport { try await time.working { () async throws(LinkError) in try await inner.preflightStatus() } }
+    func stopPreflight() async throws(LinkError) -> LabWire.PreflightReport { try await time.working { () async throws(LinkError) in try await inner.stopPreflight() } }
+    func stopRun(_ run: String) async throws(LinkError) -> LabWire.AgentStatus { try await time.working { () async throws(LinkError) in try await inner.stopRun(run) } }
+    func files(of run: String) async throws(LinkError) -> LabWire.FileList { try await time.working { () async throws(LinkError) in try await inner.files(of: run) } }
+    func fetchFile(run: String, name: String, from offset: Int64, appendingTo destination: URL, hasher: inout SHA256) async throws(LinkError) -> FetchedPart {
+        let time = self.time
+        time.begin()
+        defer { time.end() }
+        return try await inner.fetchFile(run: run, name: name, from: offset, appendingTo: destination, hasher: &hasher)
+    }
+    func release(_ run: String) async throws(LinkError) { try await time.working { () async throws(LinkError) in try await inner.release(run) } }
 }
 
 /// An agent's link with faults a lab meets (a clock off, an air it cannot reach, bytes damaged on
@@ -408,14 +546,24 @@ final class FaultyLink: AgentLink, @unchecked Sendable {
 /// An agent's link to the coordinator with its clock `clock.clockSkew` ahead: its own stamps of
 /// each heartbeat are shifted so. `stampless`: the coordinator's stamps are dropped from the
 /// answers, as a coordinator from before heartbeat clocks gives none.
+/// In virtual time (`time`), each call is work in flight.
 struct SkewedCoordinatorLink: CoordinatorLink {
     let inner: LocalCoordinatorLink
     let clock: FaultyLink
     let stampless: Bool
-    init(_ inner: LocalCoordinatorLink, clock: FaultyLink, stampless: Bool) { self.inner = inner; self.clock = clock; self.stampless = stampless }
+    let time: VirtualTime?
+    init(_ inner: LocalCoordinatorLink, clock: FaultyLink, stampless: Bool, time: VirtualTime? = nil) {
+        self.inner = inner; self.clock = clock; self.stampless = stampless; self.time = time
+    }
     var address: String { inner.address }
-    func register(_ info: LabWire.AgentInfo) async throws(LinkError) { try await inner.register(info) }
+    func register(_ info: LabWire.AgentInfo) async throws(LinkError) {
+        time?.begin()
+        defer { time?.end() }
+        try await inner.register(info)
+    }
     func heartbeat(agent name: String, _ status: LabWire.AgentStatus) async throws(LinkError) -> HeartbeatAnswer {
+        time?.begin()
+        defer { time?.end() }
         let answer = try await inner.heartbeat(agent: name, clock.twisted(status))
         let skew = clock.clockSkew
         return HeartbeatAnswer(sent: answer.sent + skew, answered: answer.answered + skew, reply: stampless ? nil : answer.reply)

@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import XCTest
 import HeraldCore
 import LabHTTP
@@ -23,11 +24,11 @@ final class HTTPOverLabNetTests: XCTestCase {
     /// An HTTPService answering clock probes as the agent does, and a file.
     func start(on host: String, token: String? = nil, file: Data = Data()) async throws -> (HTTPService, UInt16) {
         let service = HTTPService(name: "test", token: token, logger: LogCapture.quiet())
-        service.route("POST", "/v1/clock") { _ in
+        service.routes().post("/v1/clock") { _, _ in
             let t = Date().timeIntervalSince1970
-            return .json(["received": t, "sent": t])
+            return Response.json(["received": t, "sent": t])
         }
-        service.route("GET", "/file") { _ in HTTPResponse(.ok, headers: ["Content-Type": "application/octet-stream"], body: file) }
+        service.routes().get("/file") { _, _ in Response(.ok, headers: ["Content-Type": "application/octet-stream"], body: file) }
         let port = try await service.start(host: host, port: 0)
         services.append(service)
         return (service, port)

@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import XCTest
 import LabHTTP
 import LabNet
@@ -49,7 +50,7 @@ final class LabClientTests: XCTestCase {
     func testServiceStartsAgainAfterAnotherStopped() async throws {
         for round in 0..<3 {
             let service = HTTPService(name: "round\(round)", token: "0123456789abcdef", logger: LogCapture.quiet())
-            service.route("POST", "/echo") { req in .json(["got": String(decoding: req.body, as: UTF8.self), "q": req.query["q"] ?? ""]) }
+            service.routes().post("/echo") { request, context in Response.json(["got": String(decoding: try await request.collectData(upTo: 1 << 20), as: UTF8.self), "q": context.query["q"] ?? ""]) }
             let port = try await service.start(host: "localhost", port: 0)
             let client = LabClient(base: URL(string: "http://localhost:\(port)")!, token: "0123456789abcdef", timeout: 5)
             let health: [String: String] = try await client.call("GET", "/health")
@@ -67,13 +68,13 @@ final class LabClientTests: XCTestCase {
     func testARedirectIsNotFollowedAndTheCredentialStaysHome() async throws {
         let elsewhere = HTTPService(name: "elsewhere", token: nil, logger: LogCapture.quiet())
         let reached = LockedCount()
-        elsewhere.route("GET", "/take") { _ in
+        elsewhere.routes().get("/take") { _, _ in
             reached.add()
-            return .json(Empty())
+            return Response.json(Empty())
         }
         let otherPort = try await elsewhere.start(host: "127.0.0.1", port: 0)
         let home = HTTPService(name: "home", token: "0123456789abcdef", logger: LogCapture.quiet())
-        home.route("GET", "/go") { _ in HTTPResponse(HTTPStatusCode(302, phrase: "Found"), headers: ["Location": "http://127.0.0.1:\(otherPort)/take"]) }
+        home.routes().get("/go") { _, _ in Response(.found, headers: ["Location": "http://127.0.0.1:\(otherPort)/take"]) }
         let port = try await home.start(host: "127.0.0.1", port: 0)
         let client = LabClient(base: URL(string: "http://127.0.0.1:\(port)")!, token: "0123456789abcdef", timeout: 5)
         let (status, _, headers) = try await client.request("GET", "/go")

@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import HeraldCore
 import HeraldAnalysis
 import LabHistory
@@ -207,22 +208,21 @@ final class SharedHistoryReadingTests: XCTestCase {
         config.historyReader = store
         let c = try Coordinator(config: config, logger: Logger(label: "test.trends", factory: { _ in SwiftLogNoOpLogHandler() }))
         let session = DashboardSession(id: "s", csrf: "c", expires: .infinity)
-        func html(_ r: HTTPResponse) -> String {
-            guard case .data(let d) = r.body else { return "" }
-            return String(decoding: d, as: UTF8.self)
+        func html(_ r: Response) async -> String {
+            String(decoding: await r.data ?? Data(), as: UTF8.self)
         }
-        let every = html(await c.trendsPage(session))
+        let every = await html(await c.trendsPage(session))
         XCTAssertTrue(every.contains("<span class=\"lab\">lab north</span>") && every.contains("<span class=\"lab\">lab south</span>"), every)
         XCTAssertTrue(every.contains("north/"), "infra rates per lab/testbed: \(every)")
         let lab = try c.labParameter(["lab": "north"])
-        let north = html(await c.trendsPage(session, lab: lab))
+        let north = await html(await c.trendsPage(session, lab: lab))
         XCTAssertTrue(north.contains("<span class=\"lab\">lab north</span>"))
         XCTAssertFalse(north.contains("s-0") || north.contains("<span class=\"lab\">lab south</span>"), "south on north's page")
         XCTAssertThrowsError(try c.labParameter(["lab": "north'; DROP TABLE lab_run; --"])) { e in
             XCTAssertEqual((e as? LabRefusal)?.kind, .invalid)
             XCTAssertTrue("\(e)".contains("lab:"), "\(e)")
         }
-        let cross = html(try await c.crossLabPage(session, plan: "smoke"))
+        let cross = await html(try await c.crossLabPage(session, plan: "smoke"))
         XCTAssertEqual(cross.components(separatedBy: "<tr class=\"lab\">").count - 1, 2, cross)
         XCTAssertEqual(cross.components(separatedBy: "<h2 class=\"labsection\">").count - 1, 2)
         let rows = try await store.count()

@@ -14,12 +14,138 @@ import Synchronization
 import Glibc
 #endif
 
-/// A run's life on the agent, on the scheduler's queue: armed, started at its instant, stopped
-/// at its end (or aborted), its files checksummed, released once gathered.
-extension Agent {
+/// The agent's runs, as a service of their own (issue 39 item 3): armed, started at their instant
+/// in the agent's clock, stopped at their end (or aborted), their files checksummed, kept on disk
+/// (RunLifecycle+Persistence) and resumed after a restart, released once gathered. Its rules are
+/// functions of this type, testable without HTTP: an in-memory agent (`LocalAgentLink`) or a
+/// test calls them on the executor (`scheduler.sync`).
+///
+/// Concurrency: the runs are the executor's (`scheduler`, the node's `SerialScheduler`: the
+/// node, its radio and its loggers run there too); `runs` checks that on every access.
+final class RunLifecycle: Sendable {
+    let config: Agent.Config
+    let scheduler: any SerialScheduler
+    let logger: Logger
+    /// The dongle: a check in progress refuses arming; arming reads bluetoothd's version into it.
+    let dongle: DongleService
+
+    init(config: Agent.Config, scheduler: any SerialScheduler, logger: Logger, dongle: DongleService) {
+        self.config = config
+        self.scheduler = scheduler
+        self.logger = logger
+        self.dongle = dongle
+    }
+
+    /// What only the executor touches.
+    final class OnExecutor {
+        var runs: [String: ActiveRun] = [:]
+    }
+    /// Invariant: only used on the scheduler's executor; `runs` checks that (`assertOnExecutor`)
+    /// on every access, so this box (HeraldRadio's carrier for the seam) is never read elsewhere.
+    private let confined = UncheckedBox(OnExecutor())
+    /// Runs, confined to the executor: at most one armed or running (`active`), any number
+    /// finished and waiting to be gathered.
+    var runs: [String: ActiveRun] {
+        get { scheduler.assertOnExecutor(); return confined.value.runs }
+        set { scheduler.assertOnExecutor(); confined.value.runs = newValue }
+    }
+    var active: ActiveRun? { runs.values.first { $0.state == .armed || $0.state == .running } }
+
+    final class ActiveRun {
+        let assignment: NodeAssignment
+        let directory: URL
+        var air: LabWire.AirAddress?
+        var state: LabWire.AgentState = .armed
+        var startAt: Double?
+        var startedAt: Double?
+        var resumed = false
+        var aborted = false
+        var gaps: [LabWire.Gap] = []
+        /// Last time the agent was known to be alive during the run (persisted every few seconds).
+        var aliveAt: Double?
+        var runner: NodeRunner?
+        /// Closes the run's radio (the air connection or the BlueZ client).
+        var closeRadio: (() -> Void)?
+        var tasks: [ScheduledTask] = []
+        var files: [LabWire.FileInfo] = []
+        var message: String?
+        var writeError: String?
+        var lastStatus: NodeStatus?
+        /// The BlueZ radio of the running node, and what it did to recover its dongle.
+        var bluez: BlueZTransport?
+        var recoveries: [LabWire.Recovery] = []
+        init(assignment: NodeAssignment, directory: URL) { self.assignment = assignment; self.directory = directory }
+        var id: String { assignment.runId }
+        var nodeDirectory: URL { directory.appendingPathComponent("node") }
+        var endsAt: Double? { startAt.map { $0 + assignment.duration } }
+        var lateBy: Double? { guard let s = startAt, let a = startedAt, !resumed else { return nil }; return a - s }
+    }
+
+
+    var now: Double { config.clock.now() }
+    var runsDirectory: URL { config.dataDirectory.appendingPathComponent("runs") }
+
+    /// A run's ids as log metadata.
+    func metadata(_ r: ActiveRun) -> Logger.Metadata {
+        ["run": .string(r.id), "node": .string(r.assignment.node.name)]
+    }
+
+    /// The node's scheduler as the BlueZ and air radios take it: a dispatch queue.
+    func dispatchScheduler() throws -> DispatchScheduler {
+        guard let d = scheduler as? DispatchScheduler else {
+            throw LabRefusal(.unprocessable, "agent \(config.name): radio \(config.radio.rawValue) runs on a dispatch queue, not on the scheduler the agent was given")
+        }
+        return d
+    }
+
+    /// The agent is going down: running nodes stop, to resume when it starts again.
+    func interrupt() {
+        for r in runs.values {
+            for t in r.tasks { t.cancel() }
+            if r.state == .running { finish(r, interrupted: true) }
+        }
+    }
+
+    /// On the executor: the status of the active run if there is one, else of the newest run held
+    /// on disk, over `s` (the agent's own part).
+    func status(over base: LabWire.AgentStatus) -> LabWire.AgentStatus {
+        let current = active ?? runs.values.max { ($0.startAt ?? 0, $0.id) < ($1.startAt ?? 0, $1.id) }
+        var s = base
+        s.state = current?.state ?? .idle
+        s.held = runs.keys.sorted()
+        guard let r = current else { return s }
+        s.recoveries = r.recoveries.isEmpty ? nil : r.recoveries
+        s.runId = r.id
+        s.node = r.assignment.node.name
+        s.startAt = r.startAt
+        s.startedAt = r.startedAt
+        s.endsAt = r.endsAt
+        s.resumed = r.resumed
+        s.message = r.message
+        s.gaps = r.gaps.isEmpty ? nil : r.gaps
+        s.lateBy = r.lateBy
+        s.writeError = r.runner?.writeError ?? r.writeError
+        if let st = r.runner?.status ?? r.lastStatus {
+            s.peersDetected = st.peersDetected
+            s.payloadsRead = st.payloadsRead
+            s.rssiLastMinute = st.rssiLastMinute
+            s.rssiTotal = st.rssiTotal
+            s.radio = st.radio
+            // The peer lists feed the dashboard's matrix, drawn for runs of up to 64 nodes: a
+            // crowd's heartbeats do not carry them.
+            if st.peers.count <= 128 {
+                s.peers = st.peers
+                s.recentPeers = st.recentPeers
+            }
+        }
+        return s
+    }
+
     /// Checks, before accepting an assignment, that the node's radio can be reached: a run whose
     /// radio cannot start fails at arming, with the reason, rather than after its whole duration.
     func preflight(_ request: LabWire.ArmRequest) async throws {
+        // A radio the agent was given a maker for needs no air.
+        if config.makeRadio != nil { return }
         if config.radio == .bluez {
             // What the node will run on, for the manifest: the bluetoothd that answers now.
             let version: String
@@ -27,7 +153,7 @@ extension Agent {
             case .success(let v): version = v
             case .failure(let e): version = "unknown: \(e)"
             }
-            stack.withLock { $0.bluezVersion = version }
+            dongle.stack.withLock { $0.bluezVersion = version }
             return
         }
         guard let air = request.air ?? config.air else {
@@ -55,7 +181,7 @@ extension Agent {
             return
         }
         if let r = active { throw LabRefusal(.conflict, "agent \(config.name) is busy with run \(r.id)") }
-        if let c = check, c.final == nil { throw LabRefusal(.conflict, "agent \(config.name) is checking its dongle (\(c.request.id))") }
+        if let c = dongle.checkInProgress { throw LabRefusal(.conflict, "agent \(config.name) is checking its dongle (\(c.request.id))") }
         let dir = runsDirectory.appendingPathComponent(a.runId)
         try FileManager.default.createDirectory(at: dir.appendingPathComponent("node"), withIntermediateDirectories: true)
         try Durable.write(LabJSON.encoder.encode(a), to: dir.appendingPathComponent("assignment.json"))
@@ -97,11 +223,15 @@ extension Agent {
         do {
             let transport: any BLETransport
             var air: AirTransport?
-            if config.radio == .bluez {
+            if let makeRadio = config.makeRadio {
+                let radio = try makeRadio(r.assignment)
+                transport = radio.transport
+                r.closeRadio = radio.close
+            } else if config.radio == .bluez {
                 var options = BlueZTransport.Options(adapter: config.adapter ?? "hci0")
                 options.sysfsRoot = config.sysfsRoot
                 options.usbReset = config.usbReset
-                let bluez = BlueZTransport(options: options, scheduler: scheduler)
+                let bluez = BlueZTransport(options: options, scheduler: try dispatchScheduler())
                 transport = bluez
                 r.bluez = bluez
                 r.closeRadio = { bluez.close() }
@@ -110,7 +240,7 @@ extension Agent {
                 let spec = r.assignment.node
                 let onAir = try AirTransport(host: address.host, port: address.port, node: spec.name, x: spec.position.x, y: spec.position.y,
                                              parameters: Simulation.parameters(r.assignment.radio), token: config.token, ticket: address.ticket,
-                                             tls: LabTrust.client, scheduler: scheduler)
+                                             tls: LabTrust.client, scheduler: try dispatchScheduler())
                 transport = onAir
                 air = onAir
                 r.closeRadio = { onAir.close() }
@@ -140,7 +270,24 @@ extension Agent {
                 air.onGap = recordGap
             }
             r.runner = runner
+            // On the wall clock the instant is waited for here, precisely (sleep, then spin); a
+            // clock that moves only when it is driven (an in-memory lab's) is waited for by the
+            // scheduler, which runs on that clock.
+            if let startAt = r.startAt, !(config.clock is WallClock), startAt > now {
+                r.tasks.append(scheduler.schedule(after: startAt - now) { [weak self] in self?.go(r, runner) })
+                return
+            }
             if let startAt = r.startAt { Self.wait(until: startAt) }
+            go(r, runner)
+        } catch {
+            failedToStart(r, error)
+        }
+    }
+
+    /// Starts the node whose radio `begin` attached, at its instant.
+    func go(_ r: ActiveRun, _ runner: NodeRunner) {
+        guard runs[r.id] === r, r.runner === runner else { return }
+        do {
             let actual = now
             runner.start()
             if r.startedAt == nil { r.startedAt = actual }
@@ -157,11 +304,15 @@ extension Agent {
             logger.notice("run \(r.id) started\(r.resumed ? " (resumed after a restart)" : "") at \(String(format: "%.3f", actual)), planned \(String(format: "%.3f", r.startAt ?? 0))",
                           metadata: metadata(r))
         } catch {
-            r.state = .failed
-            r.message = "cannot start the radio: \(error)"
-            persistOrReport(r)
-            logger.error("run \(r.id) failed to start: \(error)", metadata: metadata(r))
+            failedToStart(r, error)
         }
+    }
+
+    func failedToStart(_ r: ActiveRun, _ error: any Error) {
+        r.state = .failed
+        r.message = "cannot start the radio: \(error)"
+        persistOrReport(r)
+        logger.error("run \(r.id) failed to start: \(error)", metadata: metadata(r))
     }
 
     /// Stops the node: at its planned end, on abort, or (interrupted) because the agent is going down.
@@ -203,7 +354,7 @@ extension Agent {
             logger.notice("run \(id) aborted before its start; nothing was logged", metadata: metadata(r))
         case .armed, .running:
             r.aborted = true
-            r.message = "aborted by the coordinator at \(HeraldTimestamp.utcSeconds(Date()))"
+            r.message = "aborted by the coordinator at \(HeraldTimestamp.utcSeconds(Date(timeIntervalSince1970: now)))"
             r.runner?.radioLog("node stopped early: the run was aborted")
             finish(r, interrupted: false)
         case .finished, .failed, .idle:
@@ -317,44 +468,30 @@ extension Agent {
     static func pause(_ left: Double) -> useconds_t {
         useconds_t(clamping: max(0, Saturating.int64((left - 0.0015) * 1e6)))
     }
-}
 
-/// Notices when the whole process did not run for a while: a thread that wakes every quarter
-/// second and compares the monotonic clock with its last wake. Under SIGSTOP every thread stops,
-/// so the first wake after SIGCONT sees the pause.
-///
-/// A Dispatch timer on a queue of its own (no thread is kept for it): it wakes every quarter
-/// second, and its handler alone reads and writes the last wake (`last`). The timer cancels
-/// itself at its first wake after `stop` (or once the watchdog is gone).
-final class StallWatchdog: Sendable {
-    private let last: Mutex<(monotonic: Double, wall: Double)>
-    private let stopped = Mutex(false)
+    // MARK: The dongle during a run
 
-    init(threshold: TimeInterval, onStall: @escaping @Sendable (_ from: Double, _ to: Double) -> Void) {
-        last = Mutex((Self.monotonic(), Date().timeIntervalSince1970))
-        let source = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "heraldlab.agent.stall"))
-        source.schedule(deadline: .now() + .milliseconds(250), repeating: .milliseconds(250), leeway: .milliseconds(10))
-        source.setEventHandler { [weak self] in
-            guard let self, !self.stopped.withLock({ $0 }) else { source.cancel(); return }
-            self.woke(threshold: threshold, onStall)
-        }
-        source.resume()
+    /// The node's radio recovered its dongle, or tried: kept with the run, reported to the
+    /// coordinator (status, file list), already in log.txt.
+    func recovered(_ r: ActiveRun, _ recovery: DongleRecovery) {
+        r.recoveries.append(LabWire.Recovery(at: recovery.at, action: recovery.action, ok: recovery.ok, reason: recovery.reason, detail: recovery.detail))
+        persistOrReport(r)
+        let line: Logger.Message = "run \(r.id): dongle \(recovery.action) \(recovery.ok ? "worked" : "failed"): \(recovery.detail) (because \(recovery.reason))"
+        logger.log(level: recovery.ok ? .warning : .error, line, metadata: metadata(r))
     }
 
-    private func woke(threshold: TimeInterval, _ onStall: @Sendable (_ from: Double, _ to: Double) -> Void) {
-        let m = Self.monotonic(), wall = Date().timeIntervalSince1970
-        let previous = last.withLock { l in
-            defer { l = (m, wall) }
-            return l
+    /// At the end of a run: a radio that is not working now, or never worked, leaves a gap to
+    /// the end, so that a node without a working dongle is never `complete`.
+    func radioAtTheEnd(_ r: ActiveRun, _ bluez: BlueZTransport) {
+        guard let outage = bluez.outage else { return }
+        let start = r.startedAt ?? outage.since
+        let from = bluez.everReady ? max(outage.since, start) : start, to = now
+        if bluez.everReady {
+            addGap(r, from: from, to: to, reason: "radio lost: \(outage.reason); not back by the end of the run")
+        } else {
+            addGap(r, from: from, to: to, reason: "no working dongle: \(outage.reason)")
+            r.message = "the node's dongle never worked during the run: \(outage.reason)"
+            r.runner?.radioLog("node had no working dongle for the whole run: \(outage.reason)")
         }
-        if m - previous.monotonic > threshold { onStall(previous.wall, wall) }
-    }
-
-    func stop() { stopped.withLock { $0 = true } }
-
-    static func monotonic() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 }

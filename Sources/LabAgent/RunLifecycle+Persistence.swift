@@ -8,7 +8,7 @@ import Logging
 /// What the agent keeps on disk, per run: `assignment.json` (written once when armed) and
 /// `state.json` (every change), both written durably, so that a restarted agent knows each run
 /// it holds and resumes the one that was running.
-extension Agent {
+extension RunLifecycle {
     struct PersistedState: Codable {
         var state: LabWire.AgentState
         var startAt: Double?

@@ -5,6 +5,7 @@ import LabHTTP
 import LabPlan
 import BlueZRadio
 import Logging
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -20,10 +21,58 @@ final class DongleCheckSession {
     init(request: LabWire.PreflightRequest, check: DongleCheck) { self.request = request; self.check = check }
 }
 
-/// The agent's dongle (radio bluez): who it is (sysfs, the kernel, bluetoothd, HCI), its
-/// pre-flight check for the coordinator (POST /v1/preflight, GET, POST /v1/preflight/stop), and
-/// what a running node's radio did to keep it working (recoveries, outages as gaps).
-extension Agent {
+/// The agent's dongle (radio bluez), as a service of its own (issue 39 item 3): who it is (sysfs,
+/// the kernel, bluetoothd, HCI) as last looked at, and its pre-flight check for the coordinator
+/// (POST /v1/preflight, GET, POST /v1/preflight/stop). What a running node's radio does to keep
+/// it working is the run's (RunLifecycle).
+///
+/// Concurrency: the dongle as last looked at is in a `Mutex` (`stack`); the check is the
+/// executor's (`scheduler`: `DongleCheck` runs there), checked on every access; looking at the
+/// dongle again after a check is asked of `refreshes()`, the agent's background child task.
+final class DongleService: Sendable {
+    let config: Agent.Config
+    let scheduler: any SerialScheduler
+    let logger: Logger
+    /// The Bluetooth controller's identity (BlueZ radio), read once at start.
+    let controllerIdentity: ControllerIdentity?
+    /// The bluetoothd version read at the last arming, and the dongle as last looked at.
+    struct Stack {
+        var bluezVersion: String?
+        var dongleInfo: LabWire.DongleInfo?
+    }
+    let stack = Mutex(Stack())
+    private let refresh: AsyncStream<Void>
+    private let refreshRequests: AsyncStream<Void>.Continuation
+
+    init(config: Agent.Config, scheduler: any SerialScheduler, logger: Logger, controllerIdentity: ControllerIdentity?) {
+        self.config = config
+        self.scheduler = scheduler
+        self.logger = logger
+        self.controllerIdentity = controllerIdentity
+        (refresh, refreshRequests) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    final class OnExecutor {
+        var check: DongleCheckSession?
+    }
+    /// Invariant: only used on the scheduler's executor; `check` checks that on every access.
+    private let confined = UncheckedBox(OnExecutor())
+    /// A pre-flight check of the dongle, on the executor.
+    var check: DongleCheckSession? {
+        get { scheduler.assertOnExecutor(); return confined.value.check }
+        set { scheduler.assertOnExecutor(); confined.value.check = newValue }
+    }
+    /// On the executor: a check that has not ended (arming is refused meanwhile).
+    var checkInProgress: DongleCheckSession? { check.flatMap { $0.final == nil ? $0 : nil } }
+
+    /// Looks at the dongle again each time a check ends (`refreshRequests`), until cancelled.
+    func refreshes() async {
+        for await _ in refresh { await refreshDongle() }
+    }
+
+    /// Ends `refreshes()`.
+    func finish() { refreshRequests.finish() }
+
     /// This machine's name, when it is a plain host name.
     static func hostName() -> String? {
         var buf = [CChar](repeating: 0, count: 256)
@@ -88,19 +137,23 @@ extension Agent {
 
     /// Starts a check (or answers for the one with this id): returns once the dongle is
     /// scanning, or failed a stage.
-    func startPreflight(_ request: LabWire.PreflightRequest) async throws -> LabWire.PreflightReport {
+    /// `busyWith`, on the executor: the run the agent is busy with, if any (a check is refused then).
+    func startPreflight(_ request: LabWire.PreflightRequest, busyWith: () -> String?) async throws -> LabWire.PreflightReport {
         guard SafeName.isValid(request.id) else { throw LabRefusal(.invalid, "check id \(SafeName.problem(with: request.id) ?? "is invalid")") }
         guard request.bound.isFinite, request.bound >= 1, request.bound <= 600 else { throw LabRefusal(.invalid, "bound must be 1 to 600 seconds") }
         guard request.peers.count <= 1000 else { throw LabRefusal(.invalid, "at most 1000 peers") }
         guard config.radio == .bluez else { throw LabRefusal(.unprocessable, "agent \(config.name) has no dongle (radio \(config.radio.rawValue))") }
         await refreshDongle()
+        guard let dispatch = scheduler as? DispatchScheduler else {
+            throw LabRefusal(.unprocessable, "agent \(config.name): its dongle check runs on a dispatch queue, not on the scheduler the agent was given")
+        }
         let box: UncheckedBox<DongleCheckSession> = try scheduler.sync {
-            if let r = active { throw LabRefusal(.conflict, "agent \(config.name) is busy with run \(r.id)") }
+            if let r = busyWith() { throw LabRefusal(.conflict, "agent \(config.name) is busy with run \(r)") }
             if let c = check, c.request.id == request.id { return UncheckedBox(c) }
             if let c = check, c.final == nil { throw LabRefusal(.conflict, "agent \(config.name) is checking its dongle for \(c.request.id)") }
             // bluetoothd answers slowly while it sets up several adapters of one host at once.
             let dc = DongleCheck(adapter: config.adapter ?? "hci0", busAddress: nil, company: LabWire.preflightCompany,
-                                 beacon: LabWire.preflightData(request.beacon), scheduler: scheduler, callTimeout: min(30, max(10, request.bound / 2)))
+                                 beacon: LabWire.preflightData(request.beacon), scheduler: dispatch, callTimeout: min(30, max(10, request.bound / 2)))
             dc.expected = Set(request.peers.map(LabWire.preflightData))
             // What the check sees, in the agent's log with the check's id (the agent's logger
             // carries dongle): each peer heard at debug level, anything else (a dongle it could
@@ -171,7 +224,7 @@ extension Agent {
             self.logger.info("check \(s.request.id) done: heard \(r.seen.count) of \(s.request.peers.count) other dongles in \(String(format: "%.1f", r.elapsed)) s",
                              metadata: ["check": .string(s.request.id)])
             done(r)
-            Task { await self.refreshDongle() } // powered, hciN: as the check left it
+            self.refreshRequests.yield() // powered, hciN: as the check left it
         }
     }
 
@@ -196,31 +249,5 @@ extension Agent {
             return LabWire.PreflightReport.Sighting(beacon: b, after: seen.after, rssi: seen.rssi)
         }.sorted { $0.beacon < $1.beacon }
         return r
-    }
-
-    // MARK: During a run
-
-    /// The node's radio recovered its dongle, or tried: kept with the run, reported to the
-    /// coordinator (status, file list), already in log.txt.
-    func recovered(_ r: ActiveRun, _ recovery: DongleRecovery) {
-        r.recoveries.append(LabWire.Recovery(at: recovery.at, action: recovery.action, ok: recovery.ok, reason: recovery.reason, detail: recovery.detail))
-        persistOrReport(r)
-        let line: Logger.Message = "run \(r.id): dongle \(recovery.action) \(recovery.ok ? "worked" : "failed"): \(recovery.detail) (because \(recovery.reason))"
-        logger.log(level: recovery.ok ? .warning : .error, line, metadata: metadata(r))
-    }
-
-    /// At the end of a run: a radio that is not working now, or never worked, leaves a gap to
-    /// the end, so that a node without a working dongle is never `complete`.
-    func radioAtTheEnd(_ r: ActiveRun, _ bluez: BlueZTransport) {
-        guard let outage = bluez.outage else { return }
-        let start = r.startedAt ?? outage.since
-        let from = bluez.everReady ? max(outage.since, start) : start, to = now
-        if bluez.everReady {
-            addGap(r, from: from, to: to, reason: "radio lost: \(outage.reason); not back by the end of the run")
-        } else {
-            addGap(r, from: from, to: to, reason: "no working dongle: \(outage.reason)")
-            r.message = "the node's dongle never worked during the run: \(outage.reason)"
-            r.runner?.radioLog("node had no working dongle for the whole run: \(outage.reason)")
-        }
     }
 }

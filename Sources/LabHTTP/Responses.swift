@@ -1,0 +1,184 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import Synchronization
+
+/// The answers HeraldLab's routes give, as Hummingbird's `Response`: JSON (errors as
+/// `{"error": message}`), bytes, a file streamed from disk with ranges, server-sent events.
+extension Response {
+    /// `body` with `headers` (names as they are to be sent).
+    public init(_ status: HTTPResponse.Status = .ok, headers: [String: String] = [:], body: Data = Data()) {
+        var fields = HTTPFields()
+        for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
+            if let n = HTTPField.Name(name) { fields.append(HTTPField(name: n, value: value)) }
+        }
+        self.init(status: status, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
+    }
+
+    /// A header field by its name as sent (`r["Set-Cookie"] = ...`).
+    public subscript(field: String) -> String? {
+        get { HTTPField.Name(field).flatMap { headers[$0] } }
+        set { if let n = HTTPField.Name(field) { headers[n] = newValue } }
+    }
+
+    /// A JSON body (LabJSON: keys sorted).
+    public static func json<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok) -> Response {
+        do {
+            return Response(status, headers: ["Content-Type": "application/json"], body: try LabJSON.encoder.encode(value))
+        } catch {
+            // Never an empty object in place of the answer: the client is told it has none.
+            return .error(.internalServerError, "cannot encode the answer: \(error)")
+        }
+    }
+
+    /// `{"error": message}` with a status.
+    public static func error(_ status: HTTPResponse.Status, _ message: String) -> Response {
+        json(["error": message], status: status)
+    }
+
+    /// The body's bytes, written out (tests of pages and small answers); nil for a stream.
+    public var data: Data? {
+        get async {
+            guard body.contentLength != nil else { return nil }
+            let collector = Collector()
+            do { try await body.write(collector) } catch { return nil }
+            return collector.bytes.withLock { $0 }
+        }
+    }
+
+    /// A file streamed from disk, never held in memory (256 KiB at a time through Hummingbird's body writer).
+    /// With a `Range: bytes=…` header (`range`), answers 206 with that part and `Content-Range`,
+    /// so an interrupted download can resume; a range that cannot be satisfied or is not a
+    /// valid byte range is 416 with `Content-Range: bytes */LEN` (RFC 9110 15.5.17), never a
+    /// 206 with an impossible range. Throws 404 with `missing` when the file is not there or is
+    /// not a regular file.
+    public static func file(_ url: URL, contentType: String = "application/octet-stream", range: String? = nil, missing: String) throws -> Response {
+        guard let file = OpenFile(path: url.path) else { throw HTTPError(.notFound, message: missing) }
+        let size = file.size
+        switch range.map({ ByteRange.parse($0, size: size) }) ?? .whole {
+        case .part(let r):
+            return .file(file, r, status: .partialContent, headers: ["Content-Type": contentType, "Accept-Ranges": "bytes",
+                                                                     "Content-Range": "bytes \(r.lowerBound)-\(r.upperBound - 1)/\(size)"])
+        case .unsatisfiable(let why):
+            var r = Response.error(.rangeNotSatisfiable, "Range \(HTTPService.escaped(range ?? "")): \(why) (the file has \(size) bytes)")
+            r["Content-Range"] = "bytes */\(size)"
+            r["Accept-Ranges"] = "bytes"
+            return r
+        case .whole:
+            return .file(file, 0..<size, status: .ok, headers: ["Content-Type": contentType, "Accept-Ranges": "bytes"])
+        }
+    }
+
+    /// `range` of an open regular file, read 256 KiB at a time when the answer is written.
+    static func file(_ file: OpenFile, _ range: Range<Int>, status: HTTPResponse.Status, headers: [String: String]) -> Response {
+        var r = Response(status, headers: headers)
+        r.body = ResponseBody(contentLength: range.count) { writer in
+            var offset = range.lowerBound
+            var buffer = ByteBufferAllocator().buffer(capacity: 256 * 1024)
+            while offset < range.upperBound {
+                buffer.clear()
+                let want = min(256 * 1024, range.upperBound - offset)
+                let n = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: want) { raw in
+                    max(0, file.read(into: raw, count: want, at: offset))
+                }
+                guard n > 0 else { throw HTTPError(.internalServerError, message: "the file ended at \(offset) of \(range.upperBound) bytes") }
+                offset += n
+                try await writer.write(buffer)
+            }
+            try await writer.finish(nil)
+        }
+        return r
+    }
+
+    /// A body written over time (server-sent events): `produce` writes chunks with `write` until
+    /// it returns; `write` throws once the peer has gone or the stream's time is up. Sent
+    /// chunked, never buffered whole, and the connection ends with it; at most `maxStreams` at
+    /// once (503 beyond), each at most `streamSeconds`.
+    public static func stream(headers: [String: String], _ produce: @escaping @Sendable (_ write: (Data) async throws -> Void) async throws -> Void) throws -> Response {
+        guard let slot = StreamSlot() else {
+            throw HTTPError(.serviceUnavailable, headers: [.connection: "close"], message: "too many event streams open; try again later")
+        }
+        var r = Response(.ok, headers: headers)
+        r.headers[.connection] = "close"
+        r.body = ResponseBody { writer in
+            let deadline = monotonicNow() + streamSeconds
+            do {
+                try await produce { data in
+                    guard !data.isEmpty else { return }
+                    guard monotonicNow() < deadline else { throw HTTPError(.requestTimeout, message: "the stream's time is up") }
+                    try await writer.write(ByteBuffer(bytes: data))
+                }
+            } catch {
+                // The peer has gone or the time is up: the stream ends here.
+            }
+            withExtendedLifetime(slot) {}
+            do { try await writer.finish(nil) } catch {
+                // The peer has gone: nothing is left to end.
+            }
+        }
+        return r
+    }
+
+    static let maxStreams = 32
+    static let streamSeconds = 300.0
+}
+
+/// One of the `maxStreams` places of the event streams, taken while its answer lives (given
+/// back when the body has been written, or dropped unwritten, as for HEAD).
+final class StreamSlot: Sendable {
+    static let open = Mutex(0)
+    init?() {
+        guard Self.open.withLock({ open in guard open < Response.maxStreams else { return false }; open += 1; return true }) else { return nil }
+    }
+    deinit { Self.open.withLock { $0 -= 1 } }
+}
+
+/// A body writer that keeps what is written (`Response.data`).
+final class Collector: ResponseBodyWriter, Sendable {
+    let bytes = Mutex(Data())
+    func write(_ buffer: ByteBuffer) async throws { bytes.withLock { $0.append(contentsOf: buffer.readableBytesView) } }
+    func finish(_ trailingHeaders: HTTPFields?) async throws {}
+}
+
+/// What a `Range` header asks of a representation of `size` bytes (RFC 9110 14.1.2, 14.2).
+enum ByteRange: Equatable {
+    /// Answer it whole (200): no range, another unit, or several ranges (not served as
+    /// multipart; RFC 9110 lets a server ignore Range).
+    case whole
+    /// One satisfiable range, clamped to the file (206).
+    case part(Range<Int>)
+    /// A byte range that is invalid (`5-2`, signs, garbage) or starts at or past the end, or a
+    /// zero suffix (416).
+    case unsatisfiable(String)
+
+    static func parse(_ header: String, size: Int) -> ByteRange {
+        let text = header.trimmingCharacters(in: .whitespaces)
+        guard let eq = text.firstIndex(of: "="), text[..<eq].trimmingCharacters(in: .whitespaces).lowercased() == "bytes" else { return .whole }
+        let set = text[text.index(after: eq)...]
+        if set.contains(",") { return .whole }
+        let spec = set.trimmingCharacters(in: .whitespaces)
+        let parts = spec.split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return .unsatisfiable("not a byte range") }
+        /// Plain digits only (no sign, no spaces), at most 18 of them (no overflow).
+        func number(_ s: Substring) -> Int? {
+            guard !s.isEmpty, s.count <= 18, s.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+            return Int(s)
+        }
+        if parts[0].isEmpty {
+            // -N: the last N bytes.
+            guard let suffix = number(parts[1]) else { return .unsatisfiable("not a byte range") }
+            guard suffix > 0, size > 0 else { return .unsatisfiable("an empty suffix") }
+            return .part(max(0, size - suffix)..<size)
+        }
+        guard let first = number(parts[0]) else { return .unsatisfiable("not a byte range") }
+        var last = size - 1
+        if !parts[1].isEmpty {
+            guard let l = number(parts[1]) else { return .unsatisfiable("not a byte range") }
+            guard l >= first else { return .unsatisfiable("its end comes before its start") }
+            last = min(l, size - 1)
+        }
+        guard first < size else { return .unsatisfiable("it starts at or past the end") }
+        return .part(first..<(last + 1))
+    }
+}
