@@ -71,18 +71,6 @@ final class CoordinatorMetrics: Sendable {
     func firstTime(_ id: String) -> Bool { seen.withLock { $0.observed.insert(id).inserted } }
 }
 
-extension Coordinator {
-    func metricsRoute() {
-        http.routes(allow: [.operator, .scraper]).on(CoordinatorAPI.metrics) { [unowned self] _, _, _ -> Response in
-            self.collectMetrics()
-            return Response(.ok, headers: ["Content-Type": LabMetrics.contentType], body: Data(self.metrics.metrics.exposition()))
-        }
-    }
-
-    /// Brings every family up to date (`CoordinatorMetrics.collect`).
-    func collectMetrics() { metrics.collect() }
-}
-
 extension CoordinatorMetrics {
     /// Runs per testbed the infra rate counts (metrics and Trends).
     static let infraWindow = 30

@@ -138,9 +138,9 @@ public final class Coordinator: Sendable {
         runs = try RunController(config: config, store: store, registry: registry, dongles: dongles, identities: identities, logger: log)
         pages = Dashboard(config: config, state: dashboard, runs: runs, registry: registry, logger: log)
         metrics = CoordinatorMetrics(runs: runs, registry: registry, dongles: dongles, results: config.results, clock: config.clock, logger: log)
-        routes()
-        metricsRoute()
-        dashboardRoutes()
+        CoordinatorRoutes.register(on: self)
+        CoordinatorRoutes.registerMetrics(on: self)
+        DashboardRoutes(coordinator: self).register()
         runs.onEnded { [weak self] r in self?.recordStudyIfFinished(r) }
     }
 
@@ -274,20 +274,27 @@ public final class Coordinator: Sendable {
     func applyRetention() { runs.applyRetention() }
     static func stamp(_ t: Double) -> String { RunController.stamp(t) }
 
-    // MARK: The dashboard's, for its routes (Dashboard.swift)
+    /// Stops a run: one not yet started is cancelled; a running one stops its nodes and what
+    /// exists is gathered (POST /v1/runs/:id/abort, the dashboard's abort button).
+    func abort(_ id: String) async throws -> RunRecord {
+        guard var r = run(id) else { throw LabRefusal(.notFound, "no run \(id)") }
+        switch r.state {
+        case .arming where r.startAt == nil:
+            withLock { s in s.tasks[id]?.cancel() }
+            return await endBeforeStart(r, state: .cancelled, message: "aborted before the start")
+        case .arming, .running:
+            r.abortRequested = true
+            try save(r)
+            logger.notice("run \(id): abort requested; nodes stop, what exists is gathered", metadata: ["run": .string(id)])
+            return r
+        default:
+            throw LabRefusal(.conflict, "run \(id) is \(r.state.rawValue): nothing to abort")
+        }
+    }
 
-    static func h(_ s: String) -> String { Dashboard.h(s) }
-    static func segment(_ s: String) -> String { Dashboard.segment(s) }
-    static func planParameter(_ query: [String: String]) throws -> String { try Dashboard.planParameter(query) }
-    func signInPage(message: String?, status: HTTPResponse.Status) -> Response { pages.signInPage(message: message, status: status) }
-    func staticFile(_ name: String) throws -> Response { try pages.staticFile(name) }
-    func labPage(_ s: DashboardSession, notice: String? = nil) -> Response { pages.labPage(s, notice: notice) }
-    func runsPage(_ s: DashboardSession, query: [String: String] = [:]) -> Response { pages.runsPage(s, query: query) }
-    func labEvents(_ s: DashboardSession) throws -> Response { try pages.labEvents(s) }
-    func labParameter(_ query: [String: String]) throws -> String? { try pages.labParameter(query) }
-    func trendsPage(_ s: DashboardSession, lab: String? = nil) async -> Response { await pages.trendsPage(s, lab: lab) }
-    func crossLabPage(_ s: DashboardSession, plan: String) async throws -> Response { try await pages.crossLabPage(s, plan: plan) }
-    func studyPage(_ s: DashboardSession, name: String) throws -> Response { try pages.studyPage(s, name: name) }
-    func livePage(_ s: DashboardSession, id: String) throws -> Response { try pages.livePage(s, id: id) }
-    func events(_ s: DashboardSession, id: String) throws -> Response { try pages.events(s, id: id) }
+    /// Brings every metrics family up to date (`CoordinatorMetrics.collect`).
+    func collectMetrics() { metrics.collect() }
+
+    /// Where the dashboard shows a run (printed by `herald-lab run`).
+    public static func dashboardPath(run id: String) -> String { "/runs/\(id)" }
 }

@@ -158,7 +158,7 @@ struct LiveSnapshot: Codable {
     var infra: [String]?
     /// Where the run is, from its state and its nodes' (`RunProgress`).
     var progress: RunProgress?
-    /// The run's files the dashboard serves (`Coordinator.runFileNames`), once it has them.
+    /// The run's files the dashboard serves (`DashboardRoutes.runFileNames`), once it has them.
     var files: [String]?
     /// Counts over run time (s from the start): pairs detected (payload read) and reads over all
     /// nodes, RSSI rows in the last minute per node (in `nodes` order).

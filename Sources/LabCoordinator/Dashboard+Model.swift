@@ -41,7 +41,7 @@ final class Dashboard: Sendable {
 
     static func dashboardPath(run id: String) -> String { Coordinator.dashboardPath(run: id) }
 
-    /// The files of `Coordinator.runFileNames` this run has now, in that order.
+    /// The files of `DashboardRoutes.runFileNames` this run has now, in that order.
     func runFiles(_ r: RunRecord) -> [String] {
         let report = config.results.appendingPathComponent(r.id).appendingPathComponent("report")
         return Self.runFileNames.map(\.name).filter { name in
@@ -50,7 +50,7 @@ final class Dashboard: Sendable {
         }
     }
 
-    static var runFileNames: [(name: String, type: String, label: String)] { Coordinator.runFileNames }
+    static var runFileNames: [(name: String, type: String, label: String)] { DashboardRoutes.runFileNames }
     static var runStates: [RunRecord.State] { CoordinatorMetrics.runStates }
     static var infraWindow: Int { CoordinatorMetrics.infraWindow }
 }

@@ -29,9 +29,23 @@ final class DashboardState: Sendable {
 /// sign-in page from a page and 401 from a data, event or download route, never lab data. Forms
 /// that change state carry the session's CSRF token (403 without it) and are refused from
 /// another origin.
-extension Coordinator {
+///
+/// The dashboard's HTTP edge, given the coordinator (unowned: the coordinator owns its HTTP
+/// service, whose router holds these handlers); its pages are the `Dashboard` read-model's.
+struct DashboardRoutes: Sendable {
+    unowned let coordinator: Coordinator
+
+    var config: Coordinator.Config { coordinator.config }
+    var http: HTTPService { coordinator.http }
+    var dashboard: DashboardState { coordinator.dashboard }
+    var pages: Dashboard { coordinator.pages }
+    var logger: Logger { coordinator.logger }
+    var identities: IdentityService { coordinator.identities }
+    var now: Double { coordinator.now }
+    func run(_ id: String) -> RunRecord? { coordinator.run(id) }
+
     /// The dashboard's routes as (method, pattern), for tests that try each one as a stranger.
-    public static let dashboardRouteList: [(String, String)] = [
+    static let dashboardRouteList: [(String, String)] = [
         ("GET", "/"), ("POST", "/signin"), ("POST", "/signout"), ("GET", "/lab"), ("GET", "/runs"), ("GET", "/trends"),
         ("GET", "/trends/labs"), ("GET", "/studies/:name"),
         ("GET", "/runs/:id"), ("GET", "/runs/:id/events"), ("GET", "/runs/:id/files/:name"),
@@ -39,21 +53,18 @@ extension Coordinator {
         ("GET", "/static/:name"),
     ]
 
-    /// Where the dashboard shows a run (printed by `herald-lab run`).
-    public static func dashboardPath(run id: String) -> String { "/runs/\(id)" }
-
     var sessionSecure: Bool { config.tls != nil }
 
     /// On the router itself, not behind its bearer authentication (a browser sends none): each
     /// page checks the session cookie.
-    func dashboardRoutes() {
+    func register() {
         let formLimit = 16 * 1024
         let pages = http.router
-        pages.get("/") { [unowned self] request, _ in
+        pages.get("/") { request, _ in
             if self.session(request) != nil { return Self.redirect("/lab") }
             return self.signInPage(message: nil, status: .ok)
         }
-        pages.post("/signin") { [unowned self] request, context in
+        pages.post("/signin") { request, context in
             let body = try await request.collectData(upTo: formLimit)
             try self.sameOrigin(request)
             let peer = context.peerHost ?? context.remote
@@ -80,7 +91,7 @@ extension Coordinator {
             self.logger.notice("dashboard sign-in from \(context.remote)", metadata: ["peer": .string(context.remote)])
             return r
         }
-        pages.post("/signout") { [unowned self] request, context in
+        pages.post("/signout") { request, context in
             let s = try self.changing(request, context, form: DashboardSessions.form(try await request.collectData(upTo: formLimit)))
             self.dashboard.sessions.end(s.id)
             var r = Self.redirect("/")
@@ -90,60 +101,60 @@ extension Coordinator {
         // Browsers ask for it on every page (the pages name an empty icon; error pages do not).
         pages.get("/favicon.ico") { _, _ in Response(.noContent, headers: ["Cache-Control": "max-age=86400"]) }
         // The style sheet and the scripts: fixed names, nothing of the lab (the sign-in page uses the style sheet).
-        pages.get("/static/:name") { [unowned self] _, context in try self.staticFile(context.parameter("name")) }
-        pages.get("/lab") { [unowned self] request, context in
+        pages.get("/static/:name") { _, context in try self.staticFile(context.parameter("name")) }
+        pages.get("/lab") { request, context in
             guard let s = self.session(request) else { return Self.redirect("/") }
             return self.labPage(s, notice: context.query["notice"] == "session-cap"
                 ? "Signing in ended the oldest dashboard session: \(self.dashboard.sessions.capacity) are kept at once." : nil)
         }
-        pages.get("/runs") { [unowned self] request, context in
+        pages.get("/runs") { request, context in
             guard let s = self.session(request) else { return Self.redirect("/") }
             return self.runsPage(s, query: context.query)
         }
-        pages.get("/events/lab") { [unowned self] request, _ in
+        pages.get("/events/lab") { request, _ in
             guard let s = self.session(request) else { throw Self.signInRequired }
             return try self.labEvents(s)
         }
-        pages.get("/trends") { [unowned self] request, context in
+        pages.get("/trends") { request, context in
             guard let s = self.session(request) else { return Self.redirect("/") }
             return try await self.trendsPage(s, lab: try self.labParameter(context.query))
         }
-        pages.get("/trends/labs") { [unowned self] request, context in
+        pages.get("/trends/labs") { request, context in
             guard let s = self.session(request) else { return Self.redirect("/") }
-            return try await self.crossLabPage(s, plan: try Self.planParameter(context.query))
+            return try await self.crossLabPage(s, plan: try Dashboard.planParameter(context.query))
         }
-        pages.get("/studies/:name") { [unowned self] request, context in
+        pages.get("/studies/:name") { request, context in
             guard let s = self.session(request) else { return Self.redirect("/") }
             let name = context.parameter("name")
             guard SafeName.isValid(name) else { throw LabRefusal(.invalid, "study name \(SafeName.problem(with: name) ?? "is invalid")") }
             return try self.studyPage(s, name: name)
         }
-        pages.get("/runs/:id") { [unowned self] request, context in
+        pages.get("/runs/:id") { request, context in
             guard let s = self.session(request) else { return Self.redirect("/") }
-            return try self.livePage(s, id: try Self.runId(context))
+            return try self.livePage(s, id: try CoordinatorRoutes.runId(context))
         }
-        pages.get("/runs/:id/events") { [unowned self] request, context in
+        pages.get("/runs/:id/events") { request, context in
             guard let s = self.session(request) else { throw Self.signInRequired }
-            return try self.events(s, id: try Self.runId(context))
+            return try self.events(s, id: try CoordinatorRoutes.runId(context))
         }
-        pages.get("/runs/:id/files/:name") { [unowned self] request, context in
+        pages.get("/runs/:id/files/:name") { request, context in
             guard self.session(request) != nil else { throw Self.signInRequired }
-            return try self.runFile(try Self.runId(context), context.parameter("name"), range: request.headers[.range])
+            return try self.runFile(try CoordinatorRoutes.runId(context), context.parameter("name"), range: request.headers[.range])
         }
-        pages.post("/runs/:id/abort") { [unowned self] request, context in
+        pages.post("/runs/:id/abort") { request, context in
             _ = try self.changing(request, context, form: DashboardSessions.form(try await request.collectData(upTo: formLimit)))
-            let id = try Self.runId(context)
-            _ = try await self.abort(id)
-            return Self.redirect(Self.dashboardPath(run: id))
+            let id = try CoordinatorRoutes.runId(context)
+            _ = try await coordinator.abort(id)
+            return Self.redirect(Coordinator.dashboardPath(run: id))
         }
-        pages.post("/dongles/:dongle/health") { [unowned self] request, context in
+        pages.post("/dongles/:dongle/health") { request, context in
             let fields = DashboardSessions.form(try await request.collectData(upTo: formLimit))
             _ = try self.changing(request, context, form: fields)
             guard let h = fields["health"], let health = LabWire.DongleHealth(rawValue: h), [.bad, .unknown, .maintenance].contains(health) else {
                 throw LabRefusal(.invalid, "health: expected bad (quarantine), unknown (release) or maintenance")
             }
             let reason = fields["reason"].flatMap { $0.trimmingCharacters(in: .whitespaces).isEmpty ? nil : $0 }
-            _ = try self.setHealth(context.parameter("dongle"), LabWire.HealthRequest(health: health, reason: reason ?? "from the dashboard"))
+            _ = try coordinator.setHealth(context.parameter("dongle"), LabWire.HealthRequest(health: health, reason: reason ?? "from the dashboard"))
             return Self.redirect("/lab")
         }
     }
@@ -159,7 +170,7 @@ extension Coordinator {
     /// (the same check as a bearer token, `authenticator`, and then the role).
     func isOperator(_ given: String) -> Bool {
         guard !given.isEmpty, let token = config.token else { return false }
-        let authenticate = HTTPService.withScraper(config.scrapeToken, Self.authenticator(operatorToken: token, identities: identities))
+        let authenticate = HTTPService.withScraper(config.scrapeToken, Coordinator.authenticator(operatorToken: token, identities: identities))
         return authenticate!(given)?.role == .operator
     }
 
@@ -249,9 +260,9 @@ extension Coordinator {
               let body = data.range(of: Data("<body".utf8)), let close = data[body.upperBound...].firstIndex(of: UInt8(ascii: ">")) else {
             return try .file(url, contentType: "text/html; charset=utf-8", range: range, missing: "run \(r.id) has no report")
         }
-        let run = Self.dashboardPath(run: Self.segment(r.id))
+        let run = Coordinator.dashboardPath(run: Dashboard.segment(r.id))
         let banner = "<nav id=\"dashboard\" style=\"font:13px system-ui,sans-serif;background:#23395d;color:#fff;padding:6px 12px\">"
-            + "<a style=\"color:#fff\" href=\"\(run)\">← run \(Self.h(r.id))</a> · <a style=\"color:#fff\" href=\"/runs\">all runs</a>"
+            + "<a style=\"color:#fff\" href=\"\(run)\">← run \(Dashboard.h(r.id))</a> · <a style=\"color:#fff\" href=\"/runs\">all runs</a>"
             + " <span style=\"opacity:.8\">· served by the dashboard without its script: the pairs table's filters and paging and the heatmap's hover are off here (pairs.csv has every pair; the bundle's own report.html has them)</span></nav>"
         var out = Data(data[..<data.index(after: close)])
         out.append(Data(banner.utf8))
@@ -274,4 +285,17 @@ extension Coordinator {
         out.append(rest)
         return out
     }
+
+    // The Dashboard read-model's pages, for the routes above.
+    func signInPage(message: String?, status: HTTPResponse.Status) -> Response { pages.signInPage(message: message, status: status) }
+    func staticFile(_ name: String) throws -> Response { try pages.staticFile(name) }
+    func labPage(_ s: DashboardSession, notice: String? = nil) -> Response { pages.labPage(s, notice: notice) }
+    func runsPage(_ s: DashboardSession, query: [String: String] = [:]) -> Response { pages.runsPage(s, query: query) }
+    func labEvents(_ s: DashboardSession) throws -> Response { try pages.labEvents(s) }
+    func labParameter(_ query: [String: String]) throws -> String? { try pages.labParameter(query) }
+    func trendsPage(_ s: DashboardSession, lab: String? = nil) async -> Response { await pages.trendsPage(s, lab: lab) }
+    func crossLabPage(_ s: DashboardSession, plan: String) async throws -> Response { try await pages.crossLabPage(s, plan: plan) }
+    func studyPage(_ s: DashboardSession, name: String) throws -> Response { try pages.studyPage(s, name: name) }
+    func livePage(_ s: DashboardSession, id: String) throws -> Response { try pages.livePage(s, id: id) }
+    func events(_ s: DashboardSession, id: String) throws -> Response { try pages.events(s, id: id) }
 }

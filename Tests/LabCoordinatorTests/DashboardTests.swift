@@ -188,8 +188,8 @@ final class DashboardTests: XCTestCase {
         // credentials (the dashboard takes its cookie only).
         let strangers: [[String: String]] = [[:], ["Cookie": "heraldlab_session=" + String(repeating: "ab", count: 32)],
                                              ["Authorization": "Bearer \(operatorToken)"], ["Authorization": "Bearer \(scrapeToken)"]]
-        XCTAssertGreaterThanOrEqual(Coordinator.dashboardRouteList.count, 12)
-        for (method, pattern) in Coordinator.dashboardRouteList {
+        XCTAssertGreaterThanOrEqual(DashboardRoutes.dashboardRouteList.count, 12)
+        for (method, pattern) in DashboardRoutes.dashboardRouteList {
             let path = pattern.replacingOccurrences(of: "/studies/:name", with: "/studies/secretstudy").replacingOccurrences(of: ":id", with: runId).replacingOccurrences(of: ":name", with: "report.html")
                 .replacingOccurrences(of: ":dongle", with: "F0:00:00:00:00:01")
             for headers in strangers {
@@ -766,7 +766,7 @@ final class DashboardTests: XCTestCase {
         XCTAssertEqual(status, 200)
         let page = String(decoding: body, as: UTF8.self)
         let files = hrefs(page).filter { $0.hasPrefix("/runs/\(id)/files/") }
-        XCTAssertEqual(files.map { String($0.dropFirst("/runs/\(id)/files/".count)) }, Coordinator.runFileNames.map(\.name), page)
+        XCTAssertEqual(files.map { String($0.dropFirst("/runs/\(id)/files/".count)) }, DashboardRoutes.runFileNames.map(\.name), page)
         XCTAssertTrue(page.contains("The plan&#39;s thresholds: detection ≥ 95 % · continuity ≥ 85 % · each pair&#39;s continuity ≥ 80 %"), page)
         XCTAssertTrue(page.contains("<span class=\"pass\">PASS</span>"), "the verdict")
         XCTAssertTrue(page.contains("id=\"state\" class=\"complete\">complete<"), page)
@@ -789,7 +789,7 @@ final class DashboardTests: XCTestCase {
         XCTAssertTrue(report.contains("<a style=\"color:#fff\" href=\"/runs/\(id)\">← run \(id)</a>"), "a link back to the run")
         XCTAssertFalse(report.contains("<script"), "no script is served where none would run")
         XCTAssertTrue(report.contains("<table id=\"pt\">"), "the report's first page of pairs is static")
-        XCTAssertEqual(String(decoding: Coordinator.withoutScripts(Data("a<script>x</script>b<script src=y></script>c".utf8)), as: UTF8.self), "abc")
+        XCTAssertEqual(String(decoding: DashboardRoutes.withoutScripts(Data("a<script>x</script>b<script src=y></script>c".utf8)), as: UTF8.self), "abc")
         let links = hrefs(report).filter { !$0.hasPrefix("#") }
         for name in ["summary.json", "pairs.csv", "junit.xml", "formal-summary.csv", "formal-continuity.csv", "summary-discovery-pairs.csv", "/runs/\(id)", "/runs"] {
             XCTAssertTrue(links.contains(name), "report.html links \(name): \(links)")

@@ -44,7 +44,7 @@ final class HostileNumberTests: XCTestCase {
             var r = RunRecord(id: "hostile-run", plan: "p", planText: "name: p", state: .running, created: 1_767_225_600, duration: d, warmup: .nan, air: nil, nodes: [])
             r.startAt = 1_767_225_600
             c.withLock { s in s.runs[r.id] = r }
-            let bytes = await (try c.livePage(session, id: r.id)).data
+            let bytes = await (try c.pages.livePage(session, id: r.id)).data
             let page = String(decoding: try XCTUnwrap(bytes), as: UTF8.self)
             XCTAssertTrue(page.contains("0 nodes for \(words) s."), "\(d)")
         }

@@ -62,8 +62,8 @@ final class HostileAgentTests: XCTestCase {
         XCTAssertTrue(metrics.contains("heraldlab_runs{"), "\(where_): metrics render")
         XCTAssertFalse(metrics.contains("<script>") || metrics.contains("\u{1B}"), "\(where_): nothing raw in the metrics")
         let session = DashboardSession(id: "s", csrf: "c", expires: .infinity)
-        let trends = await c.trendsPage(session)
-        let pages = [c.labPage(session), c.runsPage(session), trends, try c.livePage(session, id: id)]
+        let trends = await c.pages.trendsPage(session)
+        let pages = [c.pages.labPage(session), c.pages.runsPage(session), trends, try c.pages.livePage(session, id: id)]
         for page in pages {
             guard let body = await page.data else { XCTFail("\(where_): a page without a body"); continue }
             let html = String(decoding: body, as: UTF8.self)

@@ -211,18 +211,18 @@ final class SharedHistoryReadingTests: XCTestCase {
         func html(_ r: Response) async -> String {
             String(decoding: await r.data ?? Data(), as: UTF8.self)
         }
-        let every = await html(await c.trendsPage(session))
+        let every = await html(await c.pages.trendsPage(session))
         XCTAssertTrue(every.contains("<span class=\"lab\">lab north</span>") && every.contains("<span class=\"lab\">lab south</span>"), every)
         XCTAssertTrue(every.contains("north/"), "infra rates per lab/testbed: \(every)")
-        let lab = try c.labParameter(["lab": "north"])
-        let north = await html(await c.trendsPage(session, lab: lab))
+        let lab = try c.pages.labParameter(["lab": "north"])
+        let north = await html(await c.pages.trendsPage(session, lab: lab))
         XCTAssertTrue(north.contains("<span class=\"lab\">lab north</span>"))
         XCTAssertFalse(north.contains("s-0") || north.contains("<span class=\"lab\">lab south</span>"), "south on north's page")
-        XCTAssertThrowsError(try c.labParameter(["lab": "north'; DROP TABLE lab_run; --"])) { e in
+        XCTAssertThrowsError(try c.pages.labParameter(["lab": "north'; DROP TABLE lab_run; --"])) { e in
             XCTAssertEqual((e as? LabRefusal)?.kind, .invalid)
             XCTAssertTrue("\(e)".contains("lab:"), "\(e)")
         }
-        let cross = await html(try await c.crossLabPage(session, plan: "smoke"))
+        let cross = await html(try await c.pages.crossLabPage(session, plan: "smoke"))
         XCTAssertEqual(cross.components(separatedBy: "<tr class=\"lab\">").count - 1, 2, cross)
         XCTAssertEqual(cross.components(separatedBy: "<h2 class=\"labsection\">").count - 1, 2)
         let rows = try await store.count()
