@@ -8,13 +8,6 @@ import LabPlan
 /// token, or the scrape credential (which opens this route only). Brought up to date from the
 /// node's status at each scrape; counters run over the agent's life, across runs.
 extension Agent {
-    func metricsRoute() {
-        http.routes(allow: [.coordinator, .operator, .scraper]).on(AgentAPI.metrics) { [unowned self] _, _, _ -> Response in
-            self.collectMetrics()
-            return Response(.ok, headers: ["Content-Type": LabMetrics.contentType], body: Data(self.metrics.exposition()))
-        }
-    }
-
     func collectMetrics() {
         let s = status
         let m = metrics

@@ -20,8 +20,8 @@ import Synchronization
 /// The agent composes services that each own their state (issue 39 item 3): the runs
 /// (`RunLifecycle`, with RunLifecycle+Persistence), the dongle and its pre-flight check
 /// (`DongleService`), the coordinator link's heartbeats (`CoordinatorHeartbeats`) and the stall
-/// watchdog (`StallWatchdog`); its HTTP API (Agent+Routes, Agent+Metrics) and `LocalAgentLink`
-/// call the API methods of Agent+Routes, which forward to them. Time is `config.clock`.
+/// watchdog (`StallWatchdog`); its HTTP API (AgentRoutes) and `LocalAgentLink`
+/// call the API methods of Agent+API, which forward to them. Time is `config.clock`.
 ///
 /// Concurrency: runs and the dongle check are the node's executor's (`scheduler`); what `start`
 /// sets and the dongle as last looked at are in `Mutex`es; the long-lived work (heartbeats, the
@@ -131,8 +131,8 @@ public final class Agent: Sendable {
         controller = identity.map(Self.describe)
         dongle = DongleService(config: config, scheduler: scheduler, logger: logger, controllerIdentity: identity)
         lifecycle = RunLifecycle(config: config, scheduler: scheduler, logger: logger, dongle: dongle)
-        routes()
-        metricsRoute()
+        AgentRoutes.register(on: self)
+        AgentRoutes.registerMetrics(on: self)
     }
 
     /// Starts serving; recovers runs left on disk; starts heartbeats. Returns the bound port.

@@ -5,30 +5,10 @@ import LabHTTP
 import LabNode
 import LabPlan
 
-/// The agent's HTTP API (docs/API.md): each route maps a request to one of the agent's API
-/// methods below, which validate what they are given and hand the work to the service it is for
+/// The agent's API methods (docs/API.md; routed by `AgentRoutes`), which validate what they are given and hand the work to the service it is for
 /// (the runs' `RunLifecycle` on the executor, the `DongleService`). `LocalAgentLink` calls the
 /// same methods without HTTP.
 extension Agent {
-    func routes() {
-        let api = http.routes()
-        api.on(AgentAPI.status) { [unowned self] _, _, _ in self.status }
-        api.on(AgentAPI.clock) { [unowned self] _, _, _ in self.clockReply() }
-        api.on(AgentAPI.arm) { [unowned self] arm, _, _ in try await self.armRun(arm) }
-        api.on(AgentAPI.start) { [unowned self] start, _, _ in try self.startRun(start) }
-        api.on(AgentAPI.startPreflight) { [unowned self] request, _, _ in try await self.startPreflight(request) }
-        api.on(AgentAPI.preflightStatus) { [unowned self] _, _, _ in try self.preflightStatus() }
-        api.on(AgentAPI.stopPreflight) { [unowned self] _, _, _ in try await self.endPreflight() }
-        api.on(AgentAPI.heldRuns) { [unowned self] _, _, _ in self.scheduler.sync { self.heldRuns() } }
-        api.on(AgentAPI.files) { [unowned self] _, _, context in try self.files(of: context.parameter("run")) }
-        api.on(AgentAPI.file) { [unowned self] _, request, context -> Response in
-            let (url, id, file) = try self.fileURL(run: context.parameter("run"), name: context.parameter("file"))
-            return try .file(url, range: request.headers[.range], missing: "run \(id) has no \(file) here")
-        }
-        api.on(AgentAPI.stopRun) { [unowned self] _, _, context in try self.stopRun(context.parameter("run")) }
-        api.on(AgentAPI.release) { [unowned self] _, _, context in ["released": try self.releaseRun(context.parameter("run"))] }
-    }
-
     // MARK: The agent's API as methods (what its routes and LocalAgentLink call)
 
     /// A clock probe's answer: when the request arrived and when the answer leaves, in this agent's clock.
