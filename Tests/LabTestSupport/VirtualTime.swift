@@ -37,6 +37,9 @@ public final class VirtualTime: SerialScheduler, @unchecked Sendable {
     private var sleepers: [UInt64: (deadline: Double, task: Int?, wake: CheckedContinuation<Void, any Error>)] = [:]
     private var nextSleeper: UInt64 = 0
     private var touches: UInt64 = 0
+    /// `settle`'s wait for the next touch, ended by the touch or by its deadline (by its id).
+    private var touchWaiter: (id: UInt64, wake: CheckedContinuation<Bool, Never>)?
+    private var nextWaiter: UInt64 = 0
     private var inFlight = 0
     /// Tasks that may be working outside a call: woken by `step`, or back from a call, and not
     /// parked or in a call again since (by task identity).
@@ -64,7 +67,7 @@ public final class VirtualTime: SerialScheduler, @unchecked Sendable {
 
     /// Seconds since 1970 in this time.
     public var seconds: Double {
-        locked { touches &+= 1; return scheduler.now.timeIntervalSince1970 }
+        locked { touch(); return scheduler.now.timeIntervalSince1970 }
     }
 
     private func locked<T>(_ body: () throws -> T) rethrows -> T {
@@ -80,15 +83,15 @@ public final class VirtualTime: SerialScheduler, @unchecked Sendable {
 
     // MARK: SerialScheduler
 
-    public var now: Date { locked { touches &+= 1; return scheduler.now } }
+    public var now: Date { locked { touch(); return scheduler.now } }
 
     @discardableResult
     public func schedule(after delay: TimeInterval, _ action: @escaping () -> Void) -> ScheduledTask {
-        locked { touches &+= 1; return scheduler.schedule(after: delay, action) }
+        locked { touch(); return scheduler.schedule(after: delay, action) }
     }
 
     public func sync<T>(_ body: () throws -> T) rethrows -> T {
-        try locked { touches &+= 1; return try body() }
+        try locked { touch(); return try body() }
     }
 
     public func assertOnExecutor() {
@@ -110,7 +113,7 @@ public final class VirtualTime: SerialScheduler, @unchecked Sendable {
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
                 let now = locked { () -> Double? in
-                    touches &+= 1
+                    touch()
                     let t = scheduler.now.timeIntervalSince1970
                     if deadline <= t || Task.isCancelled { return t }
                     sleepers[id] = (deadline, task, c)
@@ -137,7 +140,7 @@ public final class VirtualTime: SerialScheduler, @unchecked Sendable {
     public func begin() {
         let task = Self.currentTask()
         locked {
-            touches &+= 1
+            touch()
             inFlight += 1
             if let task { running.remove(task) }
         }
@@ -145,9 +148,37 @@ public final class VirtualTime: SerialScheduler, @unchecked Sendable {
     public func end() {
         let task = Self.currentTask()
         locked {
-            touches &+= 1
+            touch()
             inFlight -= 1
             if let task { running.insert(task) }
+        }
+    }
+
+    /// Counts a touch (under `lock`) and ends `settle`'s wait for one.
+    private func touch() {
+        touches &+= 1
+        if let w = touchWaiter {
+            touchWaiter = nil
+            w.wake.resume(returning: true)
+        }
+    }
+
+    /// True as soon as anything touches this time; false when `seconds` of real time pass first.
+    private func touched(within seconds: Double) async -> Bool {
+        await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
+            let id = locked { () -> UInt64 in
+                nextWaiter &+= 1
+                touchWaiter = (nextWaiter, c)
+                return nextWaiter
+            }
+            DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [self] in
+                let wake = locked { () -> CheckedContinuation<Bool, Never>? in
+                    guard let w = touchWaiter, w.id == id else { return nil }
+                    touchWaiter = nil
+                    return w.wake
+                }
+                wake?.resume(returning: false)
+            }
         }
     }
 
@@ -157,12 +188,13 @@ public final class VirtualTime: SerialScheduler, @unchecked Sendable {
     public func settle() async {
         var seen = snapshot()
         var still = 0
-        while true {
+        while !Task.isCancelled {
             await Task.yield()
-            // Real time between checks: the other tasks of the lab run meanwhile.
-            do { try await Task.sleep(nanoseconds: UInt64(window * 1e9)) } catch { return }
+            // A check: the next touch, or `window` of real time without one (the other tasks of
+            // the lab run meanwhile); a touch starts the count of quiet checks again.
+            let changed = await touched(within: window)
             let s = snapshot()
-            guard s.touches == seen.touches, s.inFlight == 0 else { still = 0; seen = s; continue }
+            guard !changed, s.touches == seen.touches, s.inFlight == 0 else { still = 0; seen = s; continue }
             still += 1
             if s.running == 0, still >= rounds { return }
             if still >= presumeAfter { locked { running.removeAll() }; return }
@@ -181,7 +213,7 @@ public final class VirtualTime: SerialScheduler, @unchecked Sendable {
             if target > scheduler.now.timeIntervalSince1970 { scheduler.run(until: Date(timeIntervalSince1970: target)) }
             let t = scheduler.now.timeIntervalSince1970
             let ids = sleepers.filter { $0.value.deadline <= t }.sorted { ($0.value.deadline, $0.key) < ($1.value.deadline, $1.key) }.map(\.key)
-            touches &+= 1
+            touch()
             var wake = [CheckedContinuation<Void, any Error>]()
             for id in ids {
                 guard let s = sleepers.removeValue(forKey: id) else { continue }
