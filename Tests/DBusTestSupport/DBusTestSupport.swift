@@ -38,21 +38,39 @@ public func runProcess(_ executable: String, _ arguments: [String], timeout: Dou
     let err = Pipe()
     process.standardOutput = out
     process.standardError = err
-    let outBuffer = LockedData()
-    let errBuffer = LockedData()
-    out.fileHandleForReading.readabilityHandler = { h in outBuffer.append(h.availableData) }
-    err.fileHandleForReading.readabilityHandler = { h in errBuffer.append(h.availableData) }
+    // Each pipe is read to its end on a thread of its own, from before the start: a readability
+    // handler cleared after the exit could still hold bytes it had read but not yet appended, and
+    // the output came back empty (busctl's "n -5" echo, CI of 15cebbe).
+    let stdout = PipeReader(out.fileHandleForReading)
+    let stderr = PipeReader(err.fileHandleForReading)
     let status: Int32 = try await withTimeout(timeout, "\(executable) \(arguments)") {
         try await withCheckedThrowingContinuation { (cont: CheckedContinuation<Int32, Error>) in
             process.terminationHandler = { p in cont.resume(returning: p.terminationStatus) }
             do { try process.run() } catch { cont.resume(throwing: error) }
         }
     }
-    out.fileHandleForReading.readabilityHandler = nil
-    err.fileHandleForReading.readabilityHandler = nil
-    outBuffer.append(out.fileHandleForReading.readDataToEndOfFile())
-    errBuffer.append(err.fileHandleForReading.readDataToEndOfFile())
-    return ProcessResult(status: status, stdout: outBuffer.string, stderr: errBuffer.string)
+    return ProcessResult(status: status, stdout: await stdout.text(), stderr: await stderr.text())
+}
+
+/// Reads a pipe to its end on a GCD thread (not the cooperative pool, which a blocking read would
+/// hold); `text()` waits for the end.
+final class PipeReader: Sendable {
+    private let result = Locked<Data?>(nil)
+    private let done = DispatchGroup()
+    init(_ handle: FileHandle) {
+        done.enter()
+        DispatchQueue.global().async { [result, done] in
+            let data = handle.readDataToEndOfFile()
+            result.mutate { $0 = data }
+            done.leave()
+        }
+    }
+    func text() async -> String {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            done.notify(queue: .global()) { c.resume() }
+        }
+        return String(decoding: result.value ?? Data(), as: UTF8.self)
+    }
 }
 
 /// A value shared between a test and call-backs on other threads.
@@ -62,14 +80,6 @@ public final class Locked<T>: @unchecked Sendable {
     public init(_ value: T) { stored = value }
     public var value: T { lock.lock(); defer { lock.unlock() }; return stored }
     public func mutate(_ body: (inout T) -> Void) { lock.lock(); body(&stored); lock.unlock() }
-}
-
-public final class LockedData: @unchecked Sendable {
-    private let lock = NSLock()
-    private var data = Data()
-    public init() {}
-    public func append(_ d: Data) { lock.lock(); data.append(d); lock.unlock() }
-    public var string: String { lock.lock(); defer { lock.unlock() }; return String(decoding: data, as: UTF8.self) }
 }
 
 /// A private system-type dbus-daemon with a permissive policy on a unix socket in a temp dir.
