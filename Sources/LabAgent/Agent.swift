@@ -131,8 +131,10 @@ public final class Agent: Sendable {
         controller = identity.map(Self.describe)
         dongle = DongleService(config: config, scheduler: scheduler, logger: logger, controllerIdentity: identity)
         lifecycle = RunLifecycle(config: config, scheduler: scheduler, logger: logger, dongle: dongle)
-        AgentRoutes.register(on: self)
-        AgentRoutes.registerMetrics(on: self)
+        http.serve { routes in
+            AgentRoutes.register(on: self, routes)
+            AgentRoutes.registerMetrics(on: self, routes)
+        }
     }
 
     /// Starts serving; recovers runs left on disk; starts heartbeats. Returns the bound port.

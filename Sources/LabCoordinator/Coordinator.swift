@@ -138,9 +138,11 @@ public final class Coordinator: Sendable {
         runs = try RunController(config: config, store: store, registry: registry, dongles: dongles, identities: identities, logger: log)
         pages = Dashboard(config: config, state: dashboard, runs: runs, registry: registry, logger: log)
         metrics = CoordinatorMetrics(runs: runs, registry: registry, dongles: dongles, results: config.results, clock: config.clock, logger: log)
-        CoordinatorRoutes.register(on: self)
-        CoordinatorRoutes.registerMetrics(on: self)
-        DashboardRoutes(coordinator: self).register()
+        http.serve { routes in
+            CoordinatorRoutes.register(on: self, routes)
+            CoordinatorRoutes.registerMetrics(on: self, routes)
+            DashboardRoutes(coordinator: self).register(routes)
+        }
         runs.onEnded { [weak self] r in self?.recordStudyIfFinished(r) }
     }
 

@@ -184,20 +184,6 @@ extension HTTPService {
         return (a.protocol == .inet6 ? "[\(ip)]:\(port)" : "\(ip):\(port)", ip)
     }
 
-    /// The router's responder, built on the first call (by `start`, or a test of the routes in
-    /// Hummingbird's router mode).
-    public func responder() -> RouterResponder<LabRequestContext> {
-        built.withLock { built in
-            if let built { return built }
-            // Added last, it is in front of the not-found answer only: without a valid credential
-            // an unknown route is 401, never 404.
-            router.add(middleware: AuthenticationMiddleware(service: self, allow: Set(Role.allCases)))
-            let responder = router.buildResponder()
-            built = responder
-            return responder
-        }
-    }
-
     /// Runs Hummingbird's server with the router, each connection through `LabHTTPChannel`;
     /// returns once it listens.
     func serve(host: String, port: UInt16, tls: NIOSSLContext?, gate: ConnectionGate) async throws -> ((ServiceGroup, Task<Void, Never>, any Channel), UInt16) {
