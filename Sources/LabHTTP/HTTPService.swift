@@ -105,13 +105,13 @@ public final class HTTPService: Sendable {
     /// endpoint-table tests compare them with LabPlan's `AgentAPI` and `CoordinatorAPI`).
     private let built = Mutex<(responder: RouterResponder<LabRequestContext>, table: [(method: String, path: String)])?>(nil)
     public var routeTable: [(method: String, path: String)] { built.withLock { $0?.table } ?? [] }
-    /// The running server (its service group, the task running it, its gate and listener), and
-    /// whether it serves TLS, under one lock.
-    private struct Running {
-        var server: (group: ServiceGroup, task: Task<Void, Never>, gate: ConnectionGate, listener: any Channel)?
+    /// The server while it runs (its gate, its listening channel once it listens, and the task
+    /// running it when `start` runs it), and whether it serves TLS, under one lock.
+    struct Running {
+        var server: (gate: ConnectionGate, listener: (any Channel)?, task: Task<Void, Never>?)?
         var servingTLS = false
     }
-    private let running = Mutex(Running())
+    let running = Mutex(Running())
     /// Over TLS every answer says so for a year (HSTS): a browser that once reached the
     /// coordinator over https never falls back to plain http for it.
     var strictTransportSecurity: String? { running.withLock { $0.servingTLS ? "max-age=31536000" : nil } }
@@ -199,35 +199,47 @@ public final class HTTPService: Sendable {
         return (router.buildResponder(), table)
     }
 
-    /// Starts listening on `host:port` (a name, an IPv4 or IPv6 literal, or a wildcard; port 0:
-    /// any free port); returns the bound port. With `tls`, every connection is TLS (swift-nio-ssl,
-    /// the handshake within the first head's deadline).
+    /// Runs the server in a task of its own (tests, in-memory labs; a process puts `server(...)`
+    /// in its ServiceGroup instead) and returns the bound port once it listens.
     public func start(host: String = "127.0.0.1", port: UInt16, tls: TLSContext? = nil) async throws -> UInt16 {
-        let ssl = tls?.nio
-        let gate = ConnectionGate(total: limits.maxConnections, perAddress: limits.maxConnectionsPerAddress, reserved: limits.reservedForKnown)
-        let (server, bound) = try await serve(host: host, port: port, tls: ssl, gate: gate)
-        running.withLock { $0.server = (server.0, server.1, gate, server.2); $0.servingTLS = tls != nil }
-        return bound
+        let (ports, listening) = AsyncThrowingStream.makeStream(of: UInt16.self)
+        let server = try self.server(host: host, port: port, tls: tls) { listening.yield($0) }
+        let name = self.name
+        let task = Task {
+            do {
+                try await server.run()
+                listening.finish(throwing: ServiceError("\(name): the server ended before it listened"))
+            } catch {
+                listening.finish(throwing: error)
+            }
+        }
+        running.withLock { $0.server?.task = task }
+        for try await bound in ports { return bound }
+        throw ServiceError("\(name): the server ended before it listened")
     }
 
-    /// Stops listening, closes every connection (a handler still running finds its connection
-    /// gone when it answers), and returns once the server has ended, or after about a second.
+    /// Closes every connection (a handler still running finds its connection gone when it
+    /// answers). When `start` runs the server, it also stops listening and returns once the server
+    /// has ended, or after about a second; in a ServiceGroup the group's shutdown, which comes
+    /// after, stops the listener (closing it here would end the server before its turn, which
+    /// the group takes for a failure).
     public func stop() async {
-        guard let (group, task, gate, listener) = running.withLock({ r -> (ServiceGroup, Task<Void, Never>, ConnectionGate, any Channel)? in
+        guard let (gate, listener, task) = running.withLock({ r in
             defer { r.server = nil }
             return r.server
         }) else { return }
-        // The listening socket is closed here, not later by the service group's shutdown: when
-        // stop() returns, a connect is refused.
         gate.closeAll()
-        do { try await listener.close() } catch {
-            // Already closed by the group: the port is closed either way.
+        guard let task else { return }
+        // The listening socket is closed here: when stop() returns, a connect is refused.
+        if let listener {
+            do { try await listener.close() } catch {
+                // Already closed (the server ended): the port is closed either way.
+            }
         }
-        await group.triggerGracefulShutdown()
         gate.closeAll()
         let deadline = monotonicNow() + 1
         while monotonicNow() < deadline, gate.count() > 0 {
-            try? await Task.sleep(nanoseconds: 10_000_000)
+            do { try await Task.sleep(nanoseconds: 10_000_000) } catch { break }
         }
         task.cancel()
     }
