@@ -116,10 +116,16 @@ struct ServiceOptions: ParsableArguments {
         }
     }
 
-    func announce(_ port: UInt16, _ what: String) {
-        print("\(what) listening on \(HostPort(host: host, port: port))")
-        fflush(nil)
-        if let portFile { try? "\(port)\n".write(toFile: portFile, atomically: true, encoding: .utf8) }
+    func announce(_ port: UInt16, _ what: String) { announcer(what)(port) }
+
+    /// `announce` for `what`, as a closure a server calls once it listens.
+    func announcer(_ what: String) -> @Sendable (UInt16) -> Void {
+        let host = host, portFile = portFile
+        return { port in
+            print("\(what) listening on \(HostPort(host: host, port: port))")
+            fflush(nil)
+            if let portFile { try? "\(port)\n".write(toFile: portFile, atomically: true, encoding: .utf8) }
+        }
     }
 }
 
@@ -280,13 +286,15 @@ struct AgentCommand: AsyncParsableCommand {
         config.usbReset = !noUSBReset
         if let air { config.air = try parseAir(air) }
         let agent = Agent(config: config, logger: service.logger("herald-lab.agent"))
-        let port: UInt16
-        do { port = try await agent.start() } catch {
-            log("herald-lab agent: cannot listen on \(service.host):\(service.port): \(error)")
+        // Its HTTP server runs in the process's one ServiceGroup; the agent starts once it listens.
+        let announce = service.announcer("agent \(name)")
+        do {
+            let server = try agent.server { announce($0) }
+            try await runService("agent", server: server) { await agent.stop() }
+        } catch let e as ServiceError {
+            log("herald-lab agent: \(e)")
             throw ExitCode(2)
         }
-        service.announce(port, "agent \(name)")
-        try await runService("agent") { await agent.stop() }
     }
 }
 
@@ -364,12 +372,17 @@ struct CoordinatorCommand: AsyncParsableCommand {
             log("herald-lab coordinator: \(error)")
             throw ExitCode(2)
         }
-        // Its background services run in the process's one ServiceGroup, beside the HTTP server.
-        let port = try await coordinator.start(background: false)
-        service.announce(port, "coordinator")
+        // Its HTTP server and background services run in the process's one ServiceGroup.
         var background = coordinator.services.map { s in BackgroundService(name: s.name, work: s.run) }
         if let w = writer { background.append(BackgroundService(name: "shared history") { await w.run(retryEvery: 60) }) }
-        try await runService("coordinator", background: background) { await coordinator.stop() }
+        let announce = service.announcer("coordinator")
+        do {
+            let server = try coordinator.server { announce($0) }
+            try await runService("coordinator", server: server, background: background) { await coordinator.stop() }
+        } catch let e as ServiceError {
+            log("herald-lab coordinator: \(e)")
+            throw ExitCode(2)
+        }
         await writer?.store.close()
         await reader?.close()
     }

@@ -32,13 +32,18 @@ struct BackgroundService: Service {
     }
 }
 
-/// Runs one started service until SIGTERM or SIGINT, then stops it (`LabService`), with its
-/// `background` work in the same group: the group shuts services down in reverse order, so the
-/// background work ends before `stop` runs.
-func runService(_ name: String, logger: Logger = lifecycleLogger, background: [BackgroundService] = [],
+/// Runs one service until SIGTERM or SIGINT, then stops it (`LabService`), with its HTTP
+/// `server` and its `background` work in the same group: the group shuts services down in
+/// reverse order, so the background work ends before `stop` runs (which closes the server's
+/// connections), and the server last. A server that cannot listen shuts the group down and its
+/// error is thrown.
+func runService(_ name: String, logger: Logger = lifecycleLogger, server: (any Service)? = nil, background: [BackgroundService] = [],
                 stop: @escaping @Sendable () async -> Void) async throws {
+    let front: [ServiceGroupConfiguration.ServiceConfiguration] = server.map {
+        [.init(service: $0, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup)]
+    } ?? []
     let group = ServiceGroup(configuration: .init(
-        services: [.init(service: LabService(name: name, stop: stop),
+        services: front + [.init(service: LabService(name: name, stop: stop),
                          successTerminationBehavior: .gracefullyShutdownGroup,
                          failureTerminationBehavior: .gracefullyShutdownGroup)]
             + background.map { .init(service: $0, successTerminationBehavior: .ignore, failureTerminationBehavior: .gracefullyShutdownGroup) },

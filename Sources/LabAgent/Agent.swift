@@ -131,14 +131,32 @@ public final class Agent: Sendable {
         controller = identity.map(Self.describe)
         dongle = DongleService(config: config, scheduler: scheduler, logger: logger, controllerIdentity: identity)
         lifecycle = RunLifecycle(config: config, scheduler: scheduler, logger: logger, dongle: dongle)
-        AgentRoutes.register(on: self)
-        AgentRoutes.registerMetrics(on: self)
+        http.serve { routes in
+            AgentRoutes.register(on: self, routes)
+            AgentRoutes.registerMetrics(on: self, routes)
+        }
     }
 
     /// Starts serving; recovers runs left on disk; starts heartbeats. Returns the bound port.
     public func start() async throws -> UInt16 {
         try FileManager.default.createDirectory(at: runsDirectory, withIntermediateDirectories: true)
         let port = try await http.start(host: config.host, port: config.port, tls: config.tls)
+        await listening(on: port)
+        return port
+    }
+
+    /// The agent's HTTP server, for the process's ServiceGroup: once it listens the agent starts
+    /// as `start` does (runs recovered, heartbeats), then `onStarted` gets the bound port.
+    public func server(onStarted: @escaping @Sendable (UInt16) async -> Void) throws -> HTTPService.Server {
+        try FileManager.default.createDirectory(at: runsDirectory, withIntermediateDirectories: true)
+        return try http.server(host: config.host, port: config.port, tls: config.tls) { [weak self] port in
+            await self?.listening(on: port)
+            await onStarted(port)
+        }
+    }
+
+    /// What starting does once the server listens on `port`.
+    private func listening(on port: UInt16) async {
         let url = config.advertiseURL?.absoluteString ?? "\(config.tls == nil ? "http" : "https")://\(HostPort.urlHost(config.host)):\(port)"
         started.withLock { s in
             s.boundPort = port
@@ -146,7 +164,6 @@ public final class Agent: Sendable {
         }
         await startWork()
         logger.notice("listening on \(config.host):\(port), announced as \(url) (data \(config.dataDirectory.path))")
-        return port
     }
 
     /// Starts the agent without serving HTTP, for callers in this process (`LocalAgentLink`):

@@ -10,8 +10,8 @@ import LabPlan
 /// agent's API methods (Agent+API.swift), which `LocalAgentLink` calls without HTTP. The
 /// handlers hold the agent unowned (it owns the HTTP service whose router holds them).
 enum AgentRoutes {
-    static func register(on agent: Agent) {
-        let api = agent.http.routes()
+    static func register(on agent: Agent, _ http: HTTPService.Routes) {
+        let api = http.routes()
         api.on(AgentAPI.status) { [unowned agent] _, _, _ in agent.status }
         api.on(AgentAPI.clock) { [unowned agent] _, _, _ in agent.clockReply() }
         api.on(AgentAPI.arm) { [unowned agent] arm, _, _ in try await agent.armRun(arm) }
@@ -31,8 +31,8 @@ enum AgentRoutes {
 
     /// The agent's `GET /metrics` (`Agent.collectMetrics`): for the coordinator's credential, the
     /// lab token, or the scrape credential.
-    static func registerMetrics(on agent: Agent) {
-        agent.http.routes(allow: [.coordinator, .operator, .scraper]).on(AgentAPI.metrics) { [unowned agent] _, _, _ -> Response in
+    static func registerMetrics(on agent: Agent, _ http: HTTPService.Routes) {
+        http.routes(allow: [.coordinator, .operator, .scraper]).on(AgentAPI.metrics) { [unowned agent] _, _, _ -> Response in
             agent.collectMetrics()
             return Response(.ok, headers: ["Content-Type": LabMetrics.contentType], body: Data(agent.metrics.exposition()))
         }

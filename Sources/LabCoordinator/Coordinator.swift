@@ -138,9 +138,11 @@ public final class Coordinator: Sendable {
         runs = try RunController(config: config, store: store, registry: registry, dongles: dongles, identities: identities, logger: log)
         pages = Dashboard(config: config, state: dashboard, runs: runs, registry: registry, logger: log)
         metrics = CoordinatorMetrics(runs: runs, registry: registry, dongles: dongles, results: config.results, clock: config.clock, logger: log)
-        CoordinatorRoutes.register(on: self)
-        CoordinatorRoutes.registerMetrics(on: self)
-        DashboardRoutes(coordinator: self).register()
+        http.serve { routes in
+            CoordinatorRoutes.register(on: self, routes)
+            CoordinatorRoutes.registerMetrics(on: self, routes)
+            DashboardRoutes(coordinator: self).register(routes)
+        }
         runs.onEnded { [weak self] r in self?.recordStudyIfFinished(r) }
     }
 
@@ -151,11 +153,25 @@ public final class Coordinator: Sendable {
     /// `herald-lab coordinator` process passes false and runs them in its ServiceGroup.
     public func start(background runBackground: Bool = true) async throws -> UInt16 {
         let port = try await http.start(host: config.host, port: config.port, tls: config.tls)
+        listening(on: port, background: runBackground)
+        return port
+    }
+
+    /// The coordinator's HTTP server, for the process's ServiceGroup (which runs `services`
+    /// beside it): once it listens unfinished runs resume, then `onStarted` gets the bound port.
+    public func server(onStarted: @escaping @Sendable (UInt16) async -> Void) throws -> HTTPService.Server {
+        try http.server(host: config.host, port: config.port, tls: config.tls) { [weak self] port in
+            self?.listening(on: port, background: false)
+            await onStarted(port)
+        }
+    }
+
+    /// What starting does once the server listens on `port`.
+    private func listening(on port: UInt16, background runBackground: Bool) {
         let url = "\(config.tls == nil ? "http" : "https")://\(HostPort.urlHost(config.host)):\(port)"
         announced.withLock { $0 = url }
         logger.notice("listening on \(config.host):\(port) (results \(config.results.path))")
         startWork(runBackground)
-        return port
     }
 
     /// Starts the coordinator without serving HTTP, for agents in this process (`LocalCoordinatorLink`,

@@ -7,11 +7,10 @@ import LabPlan
 import Logging
 
 /// The coordinator's HTTP API (docs/API.md): its edge, registering the routes of `CoordinatorAPI`
-/// on the coordinator's HTTP service; each handler calls the coordinator's services. The handlers
+/// on the routes the coordinator hands its HTTP service; each handler calls the coordinator's services. The handlers
 /// hold the coordinator unowned (it owns the HTTP service whose router holds them).
 enum CoordinatorRoutes {
-    static func register(on coordinator: Coordinator) {
-        let http = coordinator.http
+    static func register(on coordinator: Coordinator, _ http: HTTPService.Routes) {
         // Agents call these two about themselves (their own credential, their own name only).
         let agents = http.routes(allow: [.agent, .operator])
         agents.on(CoordinatorAPI.register) { [unowned coordinator] info, _, context in
@@ -94,8 +93,8 @@ enum CoordinatorRoutes {
     }
 
     /// `GET /metrics` (`CoordinatorMetrics`), for the operator's credential or the scrape credential.
-    static func registerMetrics(on coordinator: Coordinator) {
-        coordinator.http.routes(allow: [.operator, .scraper]).on(CoordinatorAPI.metrics) { [unowned coordinator] _, _, _ -> Response in
+    static func registerMetrics(on coordinator: Coordinator, _ http: HTTPService.Routes) {
+        http.routes(allow: [.operator, .scraper]).on(CoordinatorAPI.metrics) { [unowned coordinator] _, _, _ -> Response in
             coordinator.collectMetrics()
             return Response(.ok, headers: ["Content-Type": LabMetrics.contentType], body: Data(coordinator.metrics.metrics.exposition()))
         }

@@ -57,9 +57,9 @@ struct DashboardRoutes: Sendable {
 
     /// On the router itself, not behind its bearer authentication (a browser sends none): each
     /// page checks the session cookie.
-    func register() {
+    func register(_ routes: HTTPService.Routes) {
         let formLimit = 16 * 1024
-        let pages = http.router
+        let pages = routes.router
         pages.get("/") { request, _ in
             if self.session(request) != nil { return Self.redirect("/lab") }
             return self.signInPage(message: nil, status: .ok)

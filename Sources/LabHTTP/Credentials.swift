@@ -175,3 +175,37 @@ public enum CredentialHash {
         SHA256.hash(Data(secret.utf8))
     }
 }
+
+/// The shared token: `HERALDLAB_TOKEN`, or the first line of a token file.
+public enum LabToken {
+    public static func load(file: String?) throws -> String? {
+        if let file {
+            let text: String
+            do { text = try String(contentsOfFile: file, encoding: .utf8) } catch {
+                throw ServiceError("cannot read the token file \(file): \(error.localizedDescription)")
+            }
+            let token = text.split(whereSeparator: \.isNewline).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
+            guard token.count >= minimumLength else {
+                throw ServiceError("the token in \(file) is shorter than \(minimumLength) characters (\(token.count)): too easy to guess; herald-lab ca init writes one of 64")
+            }
+            return token
+        }
+        if let env = ProcessInfo.processInfo.environment["HERALDLAB_TOKEN"], !env.isEmpty {
+            guard env.count >= minimumLength else {
+                throw ServiceError("HERALDLAB_TOKEN is shorter than \(minimumLength) characters (\(env.count)): too easy to guess; herald-lab ca init writes one of 64")
+            }
+            return env
+        }
+        return nil
+    }
+
+    /// The shortest credential a service or client takes (a 2-character HERALDLAB_TOKEN was
+    /// accepted once, issue 36).
+    public static let minimumLength = 32
+
+    /// A new random token (hex, 32 bytes).
+    public static func generate() -> String {
+        var g = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &g)) }.joined()
+    }
+}

@@ -184,30 +184,21 @@ extension HTTPService {
         return (a.protocol == .inet6 ? "[\(ip)]:\(port)" : "\(ip):\(port)", ip)
     }
 
-    /// The router's responder, built on the first call (by `start`, or a test of the routes in
-    /// Hummingbird's router mode).
-    public func responder() -> RouterResponder<LabRequestContext> {
-        built.withLock { built in
-            if let built { return built }
-            // Added last, it is in front of the not-found answer only: without a valid credential
-            // an unknown route is 401, never 404.
-            router.add(middleware: AuthenticationMiddleware(service: self, allow: Set(Role.allCases)))
-            let responder = router.buildResponder()
-            built = responder
-            return responder
-        }
-    }
-
-    /// Runs Hummingbird's server with the router, each connection through `LabHTTPChannel`;
-    /// returns once it listens.
-    func serve(host: String, port: UInt16, tls: NIOSSLContext?, gate: ConnectionGate) async throws -> ((ServiceGroup, Task<Void, Never>, any Channel), UInt16) {
-        let responder = self.responder()
+    /// Hummingbird's `Application` serving the routes on `host:port` (a name, an IPv4 or IPv6
+    /// literal, or a wildcard; port 0: any free port), each connection through `LabHTTPChannel`
+    /// (with `tls`, every connection is TLS, the handshake within the first head's deadline): a
+    /// `Service` for the process's ServiceGroup. `onListening` gets the bound port once it
+    /// listens, before the first connection is served.
+    public func server(host: String, port: UInt16, tls: TLSContext? = nil,
+                       onListening: @escaping @Sendable (UInt16) async -> Void = { _ in }) throws -> Server {
+        let ssl = tls?.nio
+        let gate = ConnectionGate(total: limits.maxConnections, perAddress: limits.maxConnectionsPerAddress, reserved: limits.reservedForKnown)
         var hbLogger = logger
         if hbLogger.logLevel < .warning { hbLogger.logLevel = .warning }
         let limits = self.limits
         let serviceLogger = logger
         let builder = HTTPServerBuilder { respond in
-            LabHTTPChannel(responder: respond, limits: limits, tls: tls, gate: gate, serviceLogger: serviceLogger)
+            LabHTTPChannel(responder: respond, limits: limits, tls: ssl, gate: gate, serviceLogger: serviceLogger)
         }
         // The address as every listener of the product reads it (a wildcard, a literal, a name's
         // first address), given to Hummingbird as a numeric host.
@@ -220,28 +211,27 @@ extension HTTPService {
         } catch let e as NetError {
             throw ServiceError("\(name): \(e.message)")
         }
-        let listening = Listening()
-        let app = Application(responder: responder, server: builder,
+        running.withLock { $0.server = (gate, nil, nil); $0.servingTLS = tls != nil }
+        let app = Application(responder: responder(), server: builder,
                               configuration: .init(address: .hostname(address, port: Int(port)), serverName: nil, backlog: 1024, reuseAddress: true),
-                              onServerRunning: { channel in listening.succeed(UInt16(channel.localAddress?.port ?? 0), channel) },
+                              onServerRunning: { [self] channel in
+                                  running.withLock { if $0.server?.gate === gate { $0.server?.listener = channel } }
+                                  await onListening(UInt16(channel.localAddress?.port ?? 0))
+                              },
                               logger: hbLogger)
-        let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [], logger: hbLogger))
-        let name = self.name
-        let named = HostPort(host: host, port: port)
-        let task = Task {
-            do {
-                try await group.run()
-                listening.fail(ServiceError("\(name): the server ended before it listened"))
-            } catch {
-                listening.fail(ServiceError("\(name): cannot listen on \(named): \(Self.describe(error))"))
+        return Server(app: app, failure: "\(name): cannot listen on \(HostPort(host: host, port: port))")
+    }
+
+    /// The HTTP server of a service, as a `Service`: Hummingbird's `Application`, its failure to
+    /// listen named (`<service>: cannot listen on host:port: <why>`).
+    public struct Server: Service {
+        let app: any Service
+        let failure: String
+
+        public func run() async throws {
+            do { try await app.run() } catch {
+                throw ServiceError("\(failure): \(HTTPService.describe(error))")
             }
-        }
-        do {
-            let (bound, channel) = try await listening.wait()
-            return ((group, task, channel), bound)
-        } catch {
-            task.cancel()
-            throw error
         }
     }
 
@@ -256,39 +246,4 @@ public struct ServiceError: Error, CustomStringConvertible, Sendable {
     public var message: String
     public init(_ message: String) { self.message = message }
     public var description: String { message }
-}
-
-/// The bound port and the listening channel once the server listens, or why it could not.
-final class Listening: Sendable {
-    typealias Bound = (UInt16, any Channel)
-    /// The outcome once known, and the waiter before it is, under one lock.
-    private struct State {
-        var result: Result<Bound, Error>?
-        var waiter: CheckedContinuation<Bound, Error>?
-    }
-    private let state = Mutex(State())
-
-    func succeed(_ port: UInt16, _ channel: any Channel) { settle(.success((port, channel))) }
-    func fail(_ error: Error) { settle(.failure(error)) }
-
-    private func settle(_ r: Result<Bound, Error>) {
-        let w: CheckedContinuation<Bound, Error>? = state.withLock { s in
-            guard s.result == nil else { return nil }
-            s.result = r
-            defer { s.waiter = nil }
-            return s.waiter
-        }
-        w?.resume(with: r)
-    }
-
-    func wait() async throws -> Bound {
-        try await withCheckedThrowingContinuation { c in
-            let r: Result<Bound, Error>? = state.withLock { s in
-                if let result = s.result { return result }
-                s.waiter = c
-                return nil
-            }
-            if let r { c.resume(with: r) }
-        }
-    }
 }

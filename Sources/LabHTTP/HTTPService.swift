@@ -11,8 +11,9 @@ import ServiceLifecycle
 import Glibc
 #endif
 
-/// A JSON HTTP/1.1 service on Hummingbird 2: routes on its `Router` (public ones directly, the
-/// rest on the groups of `routes(allow:)`, behind authentication and the role, 401 and 403),
+/// A JSON HTTP/1.1 service on Hummingbird 2: routes handed over once by its owner (`serve(_:)`:
+/// public ones on the router directly, the rest on the groups of `routes(allow:)`, behind
+/// authentication and the role, 401 and 403),
 /// errors answered as `{"error": message}`, and limits enforced before the work is done
 /// (`Limits`). Used by the agent and the coordinator. Its connections are served by the gate,
 /// limits and deadlines of `LabHTTPChannel` (see ARCHITECTURE.md, "HTTP on Hummingbird").
@@ -99,28 +100,18 @@ public final class HTTPService: Sendable {
     /// Wrong credentials slowed per peer address (bearer tokens here, the dashboard's sign-in
     /// through the same one).
     public let throttle: AuthThrottle
-    /// Hummingbird's router: public routes go on it directly (GET /health, the dashboard's
-    /// pages), the rest on the groups of `routes(allow:)`, behind authentication.
-    /// Invariant (why it is `nonisolated(unsafe)`): Hummingbird's `Router` is a builder, not
-    /// Sendable; routes are added while the owner sets up (its init), before `responder()`
-    /// builds the Sendable responder once, and it is not touched after that.
-    nonisolated(unsafe) public let router = Router(context: LabRequestContext.self, options: .autoGenerateHeadEndpoints)
-    /// The responder built from the router, once.
-    let built = Mutex<RouterResponder<LabRequestContext>?>(nil)
-    /// Every route's method and path template (`:name` parameters), as Hummingbird routes them
-    /// (the endpoint-table tests compare them with LabPlan's `AgentAPI` and `CoordinatorAPI`).
-    public var routeTable: [(method: String, path: String)] {
-        router.routes.map { r in
-            (r.method.rawValue, "/" + r.path.components.map { c in "\(c)".hasPrefix("{") ? ":" + "\(c)".dropFirst().dropLast() : "\(c)" }.joined(separator: "/"))
-        }
-    }
-    /// The running server (its service group, the task running it, its gate and listener), and
-    /// whether it serves TLS, under one lock.
-    private struct Running {
-        var server: (group: ServiceGroup, task: Task<Void, Never>, gate: ConnectionGate, listener: any Channel)?
+    /// What `serve(_:)` built once from the owner's routes: the responder, and every route's
+    /// method and path template (`:name` parameters), as Hummingbird routes them (the
+    /// endpoint-table tests compare them with LabPlan's `AgentAPI` and `CoordinatorAPI`).
+    private let built = Mutex<(responder: RouterResponder<LabRequestContext>, table: [(method: String, path: String)])?>(nil)
+    public var routeTable: [(method: String, path: String)] { built.withLock { $0?.table } ?? [] }
+    /// The server while it runs (its gate, its listening channel once it listens, and the task
+    /// running it when `start` runs it), and whether it serves TLS, under one lock.
+    struct Running {
+        var server: (gate: ConnectionGate, listener: (any Channel)?, task: Task<Void, Never>?)?
         var servingTLS = false
     }
-    private let running = Mutex(Running())
+    let running = Mutex(Running())
     /// Over TLS every answer says so for a year (HSTS): a browser that once reached the
     /// coordinator over https never falls back to plain http for it.
     var strictTransportSecurity: String? { running.withLock { $0.servingTLS ? "max-age=31536000" : nil } }
@@ -137,8 +128,6 @@ public final class HTTPService: Sendable {
         logger[metadataKey: "service"] = .string(name)
         self.logger = logger
         self.throttle = AuthThrottle(rules: throttle, logger: logger, now: now)
-        router.add(middleware: EdgeMiddleware(service: self))
-        router.get("/health") { _, _ in Response.json(["status": "ok", "service": name]) }
     }
 
     /// The logger of a service's HTTP when its owner hands none in: label herald-lab.http, at
@@ -159,41 +148,98 @@ public final class HTTPService: Sendable {
         self.init(name: name, authenticate: authenticate, limits: limits, logger: logger)
     }
 
-    /// Routes behind authentication: a caller without a valid credential gets 401, one whose
-    /// role is not in `allow` 403 (`allow` nil: any role but the scraper's).
-    public func routes(allow: Set<Role>? = nil) -> RouterGroup<LabRequestContext> {
-        router.group().add(middleware: AuthenticationMiddleware(service: self, allow: allow))
+    /// The routes being built, lent to the owner by `serve(_:)` and not kept after it (Hummingbird's
+    /// `Router` is a builder, not Sendable): public routes on `router` directly (GET /health is
+    /// there already), the rest on the groups of `routes(allow:)`, behind authentication.
+    public struct Routes {
+        public let router: Router<LabRequestContext>
+        let service: HTTPService
+
+        /// Routes behind authentication: a caller without a valid credential gets 401, one whose
+        /// role is not in `allow` 403 (`allow` nil: any role but the scraper's).
+        public func routes(allow: Set<Role>? = nil) -> RouterGroup<LabRequestContext> {
+            router.group().add(middleware: AuthenticationMiddleware(service: service, allow: allow))
+        }
     }
 
-    /// Starts listening on `host:port` (a name, an IPv4 or IPv6 literal, or a wildcard; port 0:
-    /// any free port); returns the bound port. With `tls`, every connection is TLS (swift-nio-ssl,
-    /// the handshake within the first head's deadline).
+    /// Hands the service its routes, once, before it starts: `build` adds them on a fresh router,
+    /// from which the responder is built and kept (immutable after). A second call is a
+    /// programming error.
+    public func serve(_ build: (Routes) throws -> Void) rethrows {
+        let made = try makeResponder(build)
+        built.withLock { built in
+            precondition(built == nil, "\(name): routes handed over twice, or after the service started")
+            built = made
+        }
+    }
+
+    /// The responder (`serve(_:)`'s; with no routes handed over, one with GET /health only), for
+    /// `start` or a test of the routes in Hummingbird's router mode.
+    public func responder() -> RouterResponder<LabRequestContext> {
+        built.withLock { built in
+            if let built { return built.responder }
+            let made = makeResponder { _ in }
+            built = made
+            return made.responder
+        }
+    }
+
+    private func makeResponder(_ build: (Routes) throws -> Void) rethrows -> (responder: RouterResponder<LabRequestContext>, table: [(method: String, path: String)]) {
+        let router = Router(context: LabRequestContext.self, options: .autoGenerateHeadEndpoints)
+        router.add(middleware: EdgeMiddleware(service: self))
+        let name = self.name
+        router.get("/health") { _, _ in Response.json(["status": "ok", "service": name]) }
+        try build(Routes(router: router, service: self))
+        // Added last, it is in front of the not-found answer only: without a valid credential an
+        // unknown route is 401, never 404.
+        router.add(middleware: AuthenticationMiddleware(service: self, allow: Set(Role.allCases)))
+        let table = router.routes.map { r in
+            (r.method.rawValue, "/" + r.path.components.map { c in "\(c)".hasPrefix("{") ? ":" + "\(c)".dropFirst().dropLast() : "\(c)" }.joined(separator: "/"))
+        }
+        return (router.buildResponder(), table)
+    }
+
+    /// Runs the server in a task of its own (tests, in-memory labs; a process puts `server(...)`
+    /// in its ServiceGroup instead) and returns the bound port once it listens.
     public func start(host: String = "127.0.0.1", port: UInt16, tls: TLSContext? = nil) async throws -> UInt16 {
-        let ssl = tls?.nio
-        let gate = ConnectionGate(total: limits.maxConnections, perAddress: limits.maxConnectionsPerAddress, reserved: limits.reservedForKnown)
-        let (server, bound) = try await serve(host: host, port: port, tls: ssl, gate: gate)
-        running.withLock { $0.server = (server.0, server.1, gate, server.2); $0.servingTLS = tls != nil }
-        return bound
+        let (ports, listening) = AsyncThrowingStream.makeStream(of: UInt16.self)
+        let server = try self.server(host: host, port: port, tls: tls) { listening.yield($0) }
+        let name = self.name
+        let task = Task {
+            do {
+                try await server.run()
+                listening.finish(throwing: ServiceError("\(name): the server ended before it listened"))
+            } catch {
+                listening.finish(throwing: error)
+            }
+        }
+        running.withLock { $0.server?.task = task }
+        for try await bound in ports { return bound }
+        throw ServiceError("\(name): the server ended before it listened")
     }
 
-    /// Stops listening, closes every connection (a handler still running finds its connection
-    /// gone when it answers), and returns once the server has ended, or after about a second.
+    /// Closes every connection (a handler still running finds its connection gone when it
+    /// answers). When `start` runs the server, it also stops listening and returns once the server
+    /// has ended, or after about a second; in a ServiceGroup the group's shutdown, which comes
+    /// after, stops the listener (closing it here would end the server before its turn, which
+    /// the group takes for a failure).
     public func stop() async {
-        guard let (group, task, gate, listener) = running.withLock({ r -> (ServiceGroup, Task<Void, Never>, ConnectionGate, any Channel)? in
+        guard let (gate, listener, task) = running.withLock({ r in
             defer { r.server = nil }
             return r.server
         }) else { return }
-        // The listening socket is closed here, not later by the service group's shutdown: when
-        // stop() returns, a connect is refused.
         gate.closeAll()
-        do { try await listener.close() } catch {
-            // Already closed by the group: the port is closed either way.
+        guard let task else { return }
+        // The listening socket is closed here: when stop() returns, a connect is refused.
+        if let listener {
+            do { try await listener.close() } catch {
+                // Already closed (the server ended): the port is closed either way.
+            }
         }
-        await group.triggerGracefulShutdown()
         gate.closeAll()
         let deadline = monotonicNow() + 1
         while monotonicNow() < deadline, gate.count() > 0 {
-            try? await Task.sleep(nanoseconds: 10_000_000)
+            do { try await Task.sleep(nanoseconds: 10_000_000) } catch { break }
         }
         task.cancel()
     }

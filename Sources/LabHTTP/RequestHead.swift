@@ -15,33 +15,20 @@ struct Refusal: Error {
     }
 }
 
-/// A request's head (request line and header fields), parsed strictly (RFC 9112): CRLF line
-/// ends only, no folded lines, no space before a field's colon, no control characters, UTF-8
-/// only, exactly one way to find the body's end. Anything else is a `Refusal`.
+/// A request's head (request line and header fields), judged strictly (RFC 9112) on the parts
+/// NIO's decoder parsed: no control characters, UTF-8 only, exactly one way to find the body's
+/// end, a path that decodes. Anything else is a `Refusal`. What the connection needs of it
+/// (`HeadRules`) is kept.
 struct RequestHead {
     static let methods: Set<String> = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"]
     /// Fields that must not appear twice (a second one is refused, not joined).
     static let singletons: Set<String> = ["host", "authorization", "content-length", "transfer-encoding", "content-type", "expect", "range"]
 
-    var method: String
-    /// The request target as sent (still percent-encoded).
-    var target: String
     var http10: Bool
-    /// Field names in lower case; repeated fields joined with ", ".
-    var headers: [String: String]
-    /// The path's segments, each percent-decoded once (empty segments dropped).
-    var segments: [String]
-    var query: [String: String]
-    var contentLength: Int?
-    var chunked: Bool
     var keepAlive: Bool
-    var expectContinue: Bool
-
-    /// The decoded path ("/" and the segments joined by "/"; no segment holds a "/").
-    var path: String { "/" + segments.joined(separator: "/") }
-
     /// Whether a body follows the head.
-    var hasBody: Bool { chunked || (contentLength ?? 0) > 0 }
+    var hasBody: Bool
+    var expectContinue: Bool
 
     /// Judges a head as NIO's decoder gave it (method, target, version and fields in the order
     /// they came) on its parsed parts, by the rules of one read off the wire.
@@ -85,20 +72,19 @@ struct RequestHead {
         }
 
         // The body's framing: one way only.
-        var contentLength: Int?
-        var chunked = false
+        var hasBody = false
         if let te = headers["transfer-encoding"] {
             guard !http10 else { throw Refusal(.badRequest, "Transfer-Encoding in an HTTP/1.0 request") }
             guard headers["content-length"] == nil else { throw Refusal(.badRequest, "both Content-Length and Transfer-Encoding") }
             guard te.lowercased() == "chunked" else { throw Refusal(.notImplemented, "only Transfer-Encoding: chunked is supported") }
-            chunked = true
+            hasBody = true
         }
         if let cl = headers["content-length"] {
             let digits = Array(cl.utf8)
-            guard !digits.isEmpty, digits.count <= 18, digits.allSatisfy(isDigit), let n = Int(cl) else {
+            guard !digits.isEmpty, digits.count <= 18, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let n = Int(cl) else {
                 throw Refusal(.badRequest, "invalid Content-Length")
             }
-            contentLength = n
+            hasBody = hasBody || n > 0
         }
         if !http10 && headers["host"] == nil { throw Refusal(.badRequest, "no Host header (required in HTTP/1.1)") }
         var expectContinue = false
@@ -109,9 +95,9 @@ struct RequestHead {
         let connection = Set((headers["connection"] ?? "").lowercased().split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
         let keepAlive = http10 ? connection.contains("keep-alive") && !connection.contains("close") : !connection.contains("close")
 
-        let (segments, query) = try decodeTarget(target, method: method)
-        return RequestHead(method: method, target: target, http10: http10, headers: headers, segments: segments, query: query,
-                           contentLength: contentLength, chunked: chunked, keepAlive: keepAlive, expectContinue: expectContinue)
+        // The path must decode (refused here, the connection closed); EdgeMiddleware decodes it for the route.
+        _ = try decodeTarget(target, method: method)
+        return RequestHead(http10: http10, keepAlive: keepAlive, hasBody: hasBody, expectContinue: expectContinue)
     }
 
     /// The target's path segments and query, each part percent-decoded exactly once.
@@ -181,8 +167,6 @@ struct RequestHead {
         default: return nil
         }
     }
-
-    static func isDigit(_ b: UInt8) -> Bool { b >= 0x30 && b <= 0x39 }
 
     /// RFC 9110 tchar.
     static func isTokenByte(_ b: UInt8) -> Bool {

@@ -1,8 +1,13 @@
 import Foundation
+import HeraldCore
 import HTTPTypes
 import Hummingbird
+import LabPlan
 import NIOCore
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The answers HeraldLab's routes give, as Hummingbird's `Response`: JSON (errors as
 /// `{"error": message}`), bytes, a file streamed from disk with ranges, server-sent events.
@@ -180,5 +185,63 @@ enum ByteRange: Equatable {
         }
         guard first < size else { return .unsatisfiable("it starts at or past the end") }
         return .part(first..<(last + 1))
+    }
+}
+
+/// JSON as every HeraldLab endpoint speaks it (times are numbers: seconds since 1970).
+public enum LabJSON {
+    public static let encoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys]
+        return e
+    }()
+    public static let decoder = JSONDecoder()
+
+    /// A request body as `T`: the bytes as they are for `Data`, nothing for `NoBody`, JSON
+    /// otherwise (400 "request body is not a valid T: ..." when it is not one).
+    public static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
+        if let raw = data as? T { return raw }
+        if let none = NoBody() as? T { return none }
+        do { return try decoder.decode(T.self, from: data) } catch {
+            throw HTTPError(.badRequest, message: "request body is not a valid \(T.self): \(describe(error))")
+        }
+    }
+
+    static func describe(_ error: Error) -> String {
+        switch error {
+        case DecodingError.keyNotFound(let key, let ctx): return "missing field \((ctx.codingPath + [key]).map(\.stringValue).joined(separator: "."))"
+        case DecodingError.typeMismatch(_, let ctx), DecodingError.valueNotFound(_, let ctx), DecodingError.dataCorrupted(let ctx):
+            return "\(ctx.codingPath.map(\.stringValue).joined(separator: ".")): \(ctx.debugDescription)"
+        default: return "\(error)"
+        }
+    }
+}
+
+/// A regular file opened for reading, closed when the last reference goes. Opened when the
+/// answer is made (its size is then fixed for the answer), read when the answer is written.
+public final class OpenFile: Sendable {
+    public let fd: Int32
+    public let size: Int
+
+    /// Opens `path` if it is a regular file (a FIFO, device or directory is refused without
+    /// blocking on it); nil otherwise.
+    public init?(path: String) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+        guard fd >= 0 else { return nil }
+        var st = stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { Glibc.close(fd); return nil }
+        self.fd = fd
+        self.size = Int(st.st_size)
+    }
+
+    deinit { Glibc.close(fd) }
+
+    /// Reads at most `count` bytes at `offset` into `buffer`; 0 at the end of the file.
+    func read(into buffer: UnsafeMutableRawBufferPointer, count: Int, at offset: Int) -> Int {
+        while true {
+            let n = pread(fd, buffer.baseAddress!, min(count, buffer.count), off_t(offset))
+            if n < 0 && errno == EINTR { continue }
+            return n
+        }
     }
 }

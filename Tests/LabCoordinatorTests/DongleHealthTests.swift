@@ -456,10 +456,12 @@ final class StubAgent: @unchecked Sendable {
     private init(name: String, world: StubWorld) {
         http = HTTPService(name: name, authenticate: nil, logger: LogCapture.quiet())
         let dongle = StubDongle(name: name, world: world)
-        let api = http.routes()
-        api.on(AgentAPI.startPreflight) { request, _, _ in dongle.start(request) }
-        api.on(AgentAPI.preflightStatus) { _, _, _ in dongle.poll() }
-        api.on(AgentAPI.stopPreflight) { _, _, _ in dongle.stop() }
+        http.serve { r in
+            let api = r.routes()
+            api.on(AgentAPI.startPreflight) { request, _, _ in dongle.start(request) }
+            api.on(AgentAPI.preflightStatus) { _, _, _ in dongle.poll() }
+            api.on(AgentAPI.stopPreflight) { _, _, _ in dongle.stop() }
+        }
     }
 
     static func start(name: String, world: StubWorld) async throws -> StubAgent {

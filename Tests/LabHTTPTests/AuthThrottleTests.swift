@@ -82,7 +82,9 @@ final class AuthThrottleTests: XCTestCase {
             let service = HTTPService(name: "t", authenticate: { HTTPService.constantTimeEqual($0, key) ? HTTPService.Principal(role: .operator, name: "token") : nil },
                                       logger: LogCapture.quiet(),
                                       throttle: rules, now: { clock.now })
-            service.routes().get("/v1/x") { _, _ in Response.json(["ok": "yes"]) }
+            service.serve { r in
+                r.routes().get("/v1/x") { _, _ in Response.json(["ok": "yes"]) }
+            }
             let port = try await service.start(host: "127.0.0.1", port: 0)
             defer { Task { await service.stop() } }
             let c = try RawClient(port: port)

@@ -35,9 +35,11 @@ final class ClockProbeTests: XCTestCase {
         let (server, _) = try makeTestTLS(in: ours)
         _ = try makeTestTLS(in: other)
         let service = HTTPService(name: "agent", token: nil, logger: LogCapture.quiet())
-        service.routes().post("/v1/clock") { _, _ in
-            let t = Date().timeIntervalSince1970
-            return Response.json(["received": t, "sent": t])
+        service.serve { r in
+            r.routes().post("/v1/clock") { _, _ in
+                let t = Date().timeIntervalSince1970
+                return Response.json(["received": t, "sent": t])
+            }
         }
         let port = try await service.start(host: "127.0.0.1", port: 0, tls: server)
         services.append(service)

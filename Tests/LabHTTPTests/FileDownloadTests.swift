@@ -47,8 +47,10 @@ final class FileDownloadTests: XCTestCase {
     func startServer() async throws -> UInt16 {
         let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         let root = served
-        service.routes().get("/files/:name") { request, context in
-            try Response.file(root.appendingPathComponent(context.parameter("name")), range: request.headers[.range], missing: "no such file")
+        service.serve { r in
+            r.routes().get("/files/:name") { request, context in
+                try Response.file(root.appendingPathComponent(context.parameter("name")), range: request.headers[.range], missing: "no such file")
+            }
         }
         let port = try await service.start(host: "127.0.0.1", port: 0)
         services.append(service)

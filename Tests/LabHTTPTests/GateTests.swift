@@ -48,7 +48,9 @@ final class GateTests: XCTestCase {
 
     func start(_ limits: HTTPService.Limits) async throws -> (HTTPService, UInt16) {
         let service = HTTPService(name: "t", token: token, limits: limits, logger: LogCapture.quiet())
-        service.routes().get("/v1/agents") { _, _ in Response.json(["agents": "a1,a2"]) }
+        service.serve { r in
+            r.routes().get("/v1/agents") { _, _ in Response.json(["agents": "a1,a2"]) }
+        }
         let port = try await service.start(host: "127.0.0.1", port: 0)
         services.append(service)
         return (service, port)

@@ -26,10 +26,12 @@ final class HTTPServiceTests: XCTestCase {
 
     func testRoutesParametersQueryAndBody() async throws {
         let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
-        service.routes().post("/v1/things/:id/echo") { request, context in
-            let body = try await request.collectData(upTo: 100)
-            return Response.json(["id": context.parameter("id"), "q": context.query["q"] ?? "", "body": String(decoding: body, as: UTF8.self),
-                                  "path": context.path, "remote": context.remote, "peer": context.peerHost ?? ""])
+        service.serve { r in
+            r.routes().post("/v1/things/:id/echo") { request, context in
+                let body = try await request.collectData(upTo: 100)
+                return Response.json(["id": context.parameter("id"), "q": context.query["q"] ?? "", "body": String(decoding: body, as: UTF8.self),
+                                      "path": context.path, "remote": context.remote, "peer": context.peerHost ?? ""])
+            }
         }
         let port = try await start(service)
         let c = try RawClient(port: port)
@@ -62,7 +64,9 @@ final class HTTPServiceTests: XCTestCase {
         let log = LogCapture()
         let token = "0123456789abcdef0123"
         let service = HTTPService(name: "t", token: token, logger: log.logger("herald-lab.http"))
-        service.routes().get("/v1/secret") { _, _ in Response.json(["secret": "yes"]) }
+        service.serve { r in
+            r.routes().get("/v1/secret") { _, _ in Response.json(["secret": "yes"]) }
+        }
         let port = try await start(service)
         let c = try RawClient(port: port)
         c.send(get("/v1/secret"))
@@ -105,9 +109,11 @@ final class HTTPServiceTests: XCTestCase {
             default: return nil
             }
         }, logger: LogCapture.quiet())
-        service.routes(allow: [.operator]).post("/v1/runs") { _, context in Response.json(["by": context.principal?.name ?? ""]) }
-        service.routes(allow: [.agent]).post("/v1/agents/:name/heartbeat") { _, context in Response.json(["by": context.principal?.name ?? ""]) }
-        service.routes().get("/v1/anyone") { _, context in Response.json(["role": context.principal?.role.rawValue ?? ""]) }
+        service.serve { r in
+            r.routes(allow: [.operator]).post("/v1/runs") { _, context in Response.json(["by": context.principal?.name ?? ""]) }
+            r.routes(allow: [.agent]).post("/v1/agents/:name/heartbeat") { _, context in Response.json(["by": context.principal?.name ?? ""]) }
+            r.routes().get("/v1/anyone") { _, context in Response.json(["role": context.principal?.role.rawValue ?? ""]) }
+        }
         let port = try await start(service)
         // A refusal before the body is read closes the connection: one connection per request.
         func post(_ path: String, _ token: String?) -> RawClient.Answer? {
@@ -129,7 +135,9 @@ final class HTTPServiceTests: XCTestCase {
     /// stays literal; an encoded "..", "/" or NUL is refused.
     func testPathIsDecodedOnce() async throws {
         let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
-        service.routes().get("/v1/runs/:id") { _, context in Response.json(["id": context.parameter("id")]) }
+        service.serve { r in
+            r.routes().get("/v1/runs/:id") { _, context in Response.json(["id": context.parameter("id")]) }
+        }
         let port = try await start(service)
         func status(_ path: String) throws -> (Int, String) {
             let c = try RawClient(port: port)
@@ -207,8 +215,10 @@ final class HTTPServiceTests: XCTestCase {
         let content = Data((0..<(700 * 1024)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) })
         try content.write(to: file)
         let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
-        service.routes().get("/files/:name") { request, context in
-            try Response.file(dir.appendingPathComponent(context.parameter("name")), contentType: "text/csv", range: request.headers[.range], missing: "no such file")
+        service.serve { r in
+            r.routes().get("/files/:name") { request, context in
+                try Response.file(dir.appendingPathComponent(context.parameter("name")), contentType: "text/csv", range: request.headers[.range], missing: "no such file")
+            }
         }
         let port = try await start(service)
         let c = try RawClient(port: port)
@@ -241,9 +251,11 @@ final class HTTPServiceTests: XCTestCase {
     func testSlowHandlerDoesNotHoldOthers() async throws {
         let gate = Gate()
         let service = HTTPService(name: "t", token: nil, limits: .init(maxConnectionsPerAddress: 100), logger: LogCapture.quiet())
-        service.routes().get("/slow") { _, _ in
-            await gate.wait()
-            return Response.json(["slow": "done"])
+        service.serve { r in
+            r.routes().get("/slow") { _, _ in
+                await gate.wait()
+                return Response.json(["slow": "done"])
+            }
         }
         let port = try await start(service)
         var slow = [RawClient]()

@@ -21,7 +21,9 @@ final class LimitTests: XCTestCase {
 
     func start(_ limits: HTTPService.Limits = .init(), bodyLimit: Int = HTTPService.defaultBodyLimit) async throws -> UInt16 {
         let service = HTTPService(name: "t", token: nil, limits: limits, logger: LogCapture.quiet())
-        service.routes().post("/upload") { request, _ in Response.json(["bytes": try await request.collectData(upTo: bodyLimit).count]) }
+        service.serve { r in
+            r.routes().post("/upload") { request, _ in Response.json(["bytes": try await request.collectData(upTo: bodyLimit).count]) }
+        }
         let port = try await service.start(host: "127.0.0.1", port: 0)
         services.append(service)
         return port
@@ -248,7 +250,9 @@ extension LimitTests {
         let log = LogCapture()
         let service = HTTPService(name: "t", token: nil, limits: .init(idleTimeout: 60, writeTimeout: 1), logger: log.logger("herald-lab.http"))
         let big = Data(repeating: 0x61, count: 256 * 1024)
-        service.routes().get("/big") { _, _ in Response(.ok, headers: ["Content-Type": "text/plain"], body: big) }
+        service.serve { r in
+            r.routes().get("/big") { _, _ in Response(.ok, headers: ["Content-Type": "text/plain"], body: big) }
+        }
         let port = try await service.start(host: "127.0.0.1", port: 0)
         services.append(service)
         // 200 answers of 256 KiB: 50 MB, where the kernels hold a few.

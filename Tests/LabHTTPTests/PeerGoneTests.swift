@@ -54,9 +54,11 @@ final class PeerGoneTests: XCTestCase {
 
     func start(tls: TLSContext?, gate: Gate) async throws -> (HTTPService, UInt16) {
         let service = HTTPService(name: tls == nil ? "plain" : "tls", token: nil, limits: .init(idleTimeout: 60), logger: LogCapture.quiet())
-        service.routes().get("/gate") { _, _ in
-            await gate.wait()
-            return Response.json(["status": "passed"])
+        service.serve { r in
+            r.routes().get("/gate") { _, _ in
+                await gate.wait()
+                return Response.json(["status": "passed"])
+            }
         }
         let port = try await service.start(host: "127.0.0.1", port: 0, tls: tls)
         services.append(service)

@@ -37,8 +37,10 @@ final class RangeTests: XCTestCase {
         let content = Data((0..<1000).map { UInt8(truncatingIfNeeded: $0) })
         try content.write(to: dir.appendingPathComponent("f.csv"))
         let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
-        service.routes().get("/files/:name") { request, context in
-            try Response.file(dir.appendingPathComponent(context.parameter("name")), range: request.headers[.range], missing: "no such file")
+        service.serve { r in
+            r.routes().get("/files/:name") { request, context in
+                try Response.file(dir.appendingPathComponent(context.parameter("name")), range: request.headers[.range], missing: "no such file")
+            }
         }
         let port = try await service.start(host: "127.0.0.1", port: 0)
         defer { Task { await service.stop() } }

@@ -28,12 +28,14 @@ final class RouterModeTests: XCTestCase {
             return nil
         }
         let service = HTTPService(name: "t", authenticate: HTTPService.withScraper(Self.scrapeToken, base), logger: log?.logger("herald-lab.http") ?? LogCapture.quiet())
-        service.router.get("/page") { _, _ in Response(.ok, headers: ["Content-Type": "text/html"], body: Data("<p>public</p>".utf8)) }
-        let any = service.routes()
-        any.on(Self.echo, bodyLimit: 64) { echo, _, context in Echo(text: "\(context.parameter("name")): \(echo.text)", count: echo.count + 1) }
-        any.get("/v1/refused") { _, _ -> Response in throw LabRefusal(.conflict, "run r1 is running") }
-        service.routes(allow: [.operator]).post("/v1/operator") { _, context in Response.json(["by": context.principal?.name ?? ""]) }
-        service.routes(allow: [.operator, .scraper]).get("/metrics") { _, _ in Response(.ok, headers: ["Content-Type": "text/plain"], body: Data("m 1\n".utf8)) }
+        service.serve { r in
+            r.router.get("/page") { _, _ in Response(.ok, headers: ["Content-Type": "text/html"], body: Data("<p>public</p>".utf8)) }
+            let any = r.routes()
+            any.on(Self.echo, bodyLimit: 64) { echo, _, context in Echo(text: "\(context.parameter("name")): \(echo.text)", count: echo.count + 1) }
+            any.get("/v1/refused") { _, _ -> Response in throw LabRefusal(.conflict, "run r1 is running") }
+            r.routes(allow: [.operator]).post("/v1/operator") { _, context in Response.json(["by": context.principal?.name ?? ""]) }
+            r.routes(allow: [.operator, .scraper]).get("/metrics") { _, _ in Response(.ok, headers: ["Content-Type": "text/plain"], body: Data("m 1\n".utf8)) }
+        }
         return service
     }
 

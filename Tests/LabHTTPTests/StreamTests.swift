@@ -27,9 +27,11 @@ final class StreamTests: XCTestCase {
 
     func testAStreamIsSentChunkedAndEnds() async throws {
         let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
-        service.routes().get("/events") { _, _ in
-            try Response.stream(headers: ["Content-Type": "text/event-stream"]) { write in
-                for piece in ["data: a\n\n", "", "data: bb\n\n", "data: ccc\n\n"] { try await write(Data(piece.utf8)) }
+        service.serve { r in
+            r.routes().get("/events") { _, _ in
+                try Response.stream(headers: ["Content-Type": "text/event-stream"]) { write in
+                    for piece in ["data: a\n\n", "", "data: bb\n\n", "data: ccc\n\n"] { try await write(Data(piece.utf8)) }
+                }
             }
         }
         let port = try await service.start(host: "127.0.0.1", port: 0)
@@ -46,13 +48,15 @@ final class StreamTests: XCTestCase {
     func testAStreamLearnsThatThePeerHasGone() async throws {
         let service = HTTPService(name: "t", token: nil, logger: LogCapture.quiet())
         let ended = Flag()
-        service.routes().get("/forever") { _, _ in
-            try Response.stream(headers: ["Content-Type": "text/event-stream"]) { write in
-                defer { ended.set() }
-                while true {
-                    try await write(Data("data: tick\n\n".utf8))
-                    ended.wrote()
-                    try await Task.sleep(nanoseconds: 10_000_000)
+        service.serve { r in
+            r.routes().get("/forever") { _, _ in
+                try Response.stream(headers: ["Content-Type": "text/event-stream"]) { write in
+                    defer { ended.set() }
+                    while true {
+                        try await write(Data("data: tick\n\n".utf8))
+                        ended.wrote()
+                        try await Task.sleep(nanoseconds: 10_000_000)
+                    }
                 }
             }
         }

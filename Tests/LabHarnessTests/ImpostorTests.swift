@@ -41,36 +41,38 @@ final class ImpostorTests: XCTestCase {
         init(token: String, fileNames: [String]) {
             self.fileNames = fileNames
             http = HTTPService(name: "impostor", token: token, logger: LogCapture.quiet())
-            http.routes().on(AgentAPI.clock) { _, _, _ in (LabWire.ClockReply(received: Date().timeIntervalSince1970, sent: Date().timeIntervalSince1970)) }
-            http.routes().on(AgentAPI.arm) { [unowned self] arm, _, _ in
-                let a = arm.assignment
-                lock.withLock { runId = a.runId; node = a.node.name; duration = a.duration }
-                return status
-            }
-            http.routes().on(AgentAPI.start) { [unowned self] s, _, _ in
-                lock.withLock { startAt = s.startAt }
-                return status
-            }
-            http.routes().on(AgentAPI.status) { [unowned self] _, _, _ in status }
-            http.routes().on(AgentAPI.files) { [unowned self] _, _, _ in
-                let (id, node, start) = lock.withLock { (runId ?? "", self.node ?? "", startAt) }
-                let sha = SHA256.hash(body)
-                var list = LabWire.FileList(runId: id, node: node, resumed: false, startedAt: start,
-                                            files: fileNames.map { LabWire.FileInfo(name: $0, bytes: 3, sha256: sha) })
-                list.startAt = start
-                if let h = hostile, let start {
-                    list.gaps = [LabWire.Gap(from: start + 0.5, to: start + 1, reason: h)]
-                    list.writeError = h
+            http.serve { r in
+                r.routes().on(AgentAPI.clock) { _, _, _ in (LabWire.ClockReply(received: Date().timeIntervalSince1970, sent: Date().timeIntervalSince1970)) }
+                r.routes().on(AgentAPI.arm) { [unowned self] arm, _, _ in
+                    let a = arm.assignment
+                    lock.withLock { runId = a.runId; node = a.node.name; duration = a.duration }
+                    return status
                 }
-                return list
+                r.routes().on(AgentAPI.start) { [unowned self] s, _, _ in
+                    lock.withLock { startAt = s.startAt }
+                    return status
+                }
+                r.routes().on(AgentAPI.status) { [unowned self] _, _, _ in status }
+                r.routes().on(AgentAPI.files) { [unowned self] _, _, _ in
+                    let (id, node, start) = lock.withLock { (runId ?? "", self.node ?? "", startAt) }
+                    let sha = SHA256.hash(body)
+                    var list = LabWire.FileList(runId: id, node: node, resumed: false, startedAt: start,
+                                                files: fileNames.map { LabWire.FileInfo(name: $0, bytes: 3, sha256: sha) })
+                    list.startAt = start
+                    if let h = hostile, let start {
+                        list.gaps = [LabWire.Gap(from: start + 0.5, to: start + 1, reason: h)]
+                        list.writeError = h
+                    }
+                    return list
+                }
+                // Never reached with a lying list: the coordinator refuses it before fetching anything.
+                r.routes().on(AgentAPI.file) { [unowned self] _, request, _ -> Response in
+                    guard let served else { return .json(["never": "fetched"]) }
+                    return try .file(served, range: request.headers[.range], missing: "gone")
+                }
+                r.routes().on(AgentAPI.release) { _, _, _ in Empty() }
+                r.routes().on(AgentAPI.stopRun) { [unowned self] _, _, _ in status }
             }
-            // Never reached with a lying list: the coordinator refuses it before fetching anything.
-            http.routes().on(AgentAPI.file) { [unowned self] _, request, _ -> Response in
-                guard let served else { return .json(["never": "fetched"]) }
-                return try .file(served, range: request.headers[.range], missing: "gone")
-            }
-            http.routes().on(AgentAPI.release) { _, _, _ in Empty() }
-            http.routes().on(AgentAPI.stopRun) { [unowned self] _, _, _ in status }
         }
 
         /// Starts serving, registers with the lab's coordinator and heartbeats every 0.3 s (with

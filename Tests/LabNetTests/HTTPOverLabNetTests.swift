@@ -24,11 +24,13 @@ final class HTTPOverLabNetTests: XCTestCase {
     /// An HTTPService answering clock probes as the agent does, and a file.
     func start(on host: String, token: String? = nil, file: Data = Data()) async throws -> (HTTPService, UInt16) {
         let service = HTTPService(name: "test", token: token, logger: LogCapture.quiet())
-        service.routes().post("/v1/clock") { _, _ in
-            let t = Date().timeIntervalSince1970
-            return Response.json(["received": t, "sent": t])
+        service.serve { r in
+            r.routes().post("/v1/clock") { _, _ in
+                let t = Date().timeIntervalSince1970
+                return Response.json(["received": t, "sent": t])
+            }
+            r.routes().get("/file") { _, _ in Response(.ok, headers: ["Content-Type": "application/octet-stream"], body: file) }
         }
-        service.routes().get("/file") { _, _ in Response(.ok, headers: ["Content-Type": "application/octet-stream"], body: file) }
         let port = try await service.start(host: host, port: 0)
         services.append(service)
         return (service, port)

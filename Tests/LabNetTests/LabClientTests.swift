@@ -50,7 +50,9 @@ final class LabClientTests: XCTestCase {
     func testServiceStartsAgainAfterAnotherStopped() async throws {
         for round in 0..<3 {
             let service = HTTPService(name: "round\(round)", token: "0123456789abcdef", logger: LogCapture.quiet())
-            service.routes().post("/echo") { request, context in Response.json(["got": String(decoding: try await request.collectData(upTo: 1 << 20), as: UTF8.self), "q": context.query["q"] ?? ""]) }
+            service.serve { r in
+                r.routes().post("/echo") { request, context in Response.json(["got": String(decoding: try await request.collectData(upTo: 1 << 20), as: UTF8.self), "q": context.query["q"] ?? ""]) }
+            }
             let port = try await service.start(host: "localhost", port: 0)
             let client = LabClient(base: URL(string: "http://localhost:\(port)")!, token: "0123456789abcdef", timeout: 5)
             let health: [String: String] = try await client.call("GET", "/health")
@@ -68,13 +70,17 @@ final class LabClientTests: XCTestCase {
     func testARedirectIsNotFollowedAndTheCredentialStaysHome() async throws {
         let elsewhere = HTTPService(name: "elsewhere", token: nil, logger: LogCapture.quiet())
         let reached = LockedCount()
-        elsewhere.routes().get("/take") { _, _ in
-            reached.add()
-            return Response.json(Empty())
+        elsewhere.serve { r in
+            r.routes().get("/take") { _, _ in
+                reached.add()
+                return Response.json(Empty())
+            }
         }
         let otherPort = try await elsewhere.start(host: "127.0.0.1", port: 0)
         let home = HTTPService(name: "home", token: "0123456789abcdef", logger: LogCapture.quiet())
-        home.routes().get("/go") { _, _ in Response(.found, headers: ["Location": "http://127.0.0.1:\(otherPort)/take"]) }
+        home.serve { r in
+            r.routes().get("/go") { _, _ in Response(.found, headers: ["Location": "http://127.0.0.1:\(otherPort)/take"]) }
+        }
         let port = try await home.start(host: "127.0.0.1", port: 0)
         let client = LabClient(base: URL(string: "http://127.0.0.1:\(port)")!, token: "0123456789abcdef", timeout: 5)
         let (status, _, headers) = try await client.request("GET", "/go")
