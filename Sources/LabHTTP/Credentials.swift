@@ -209,3 +209,40 @@ public enum LabToken {
         return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &g)) }.joined()
     }
 }
+
+/// Who calls a service, as its bearer credential says (`AuthenticationMiddleware` asks).
+extension HTTPService {
+    /// Who may call: what a bearer credential authenticates as.
+    public enum Role: String, Sendable, Hashable, CaseIterable {
+        /// `scraper` holds the scrape credential: it reads `GET /metrics` and nothing else, so a
+        /// Prometheus server's credential opens no other route, not even those any principal may call.
+        case `operator`, coordinator, agent, scraper
+    }
+
+    /// Adds a scrape credential (`scraper`, for `GET /metrics` only) to an authenticator.
+    public static func withScraper(_ token: String?, _ base: Authenticate?) -> Authenticate? {
+        guard let token, let base else { return base }
+        return { given in constantTimeEqual(given, token) ? Principal(role: .scraper, name: "scraper") : base(given) }
+    }
+
+    /// An authenticated caller.
+    public struct Principal: Sendable, Equatable, Hashable {
+        public var role: Role
+        public var name: String
+        public init(role: Role, name: String) { self.role = role; self.name = name }
+        /// Who this is, for AuthThrottle's memory of credentials that succeeded from an address.
+        public var throttleKey: String { "\(role.rawValue) \(name)" }
+    }
+
+    /// Maps a bearer credential to its principal, or nil when it is not valid.
+    public typealias Authenticate = @Sendable (_ bearer: String) -> Principal?
+
+    /// Compares two secrets in time that depends on their length only.
+    public static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8), y = Array(b.utf8)
+        guard x.count == y.count else { return false }
+        var diff: UInt8 = 0
+        for i in 0..<x.count { diff |= x[i] ^ y[i] }
+        return diff == 0
+    }
+}

@@ -18,78 +18,6 @@ import Glibc
 /// (`Limits`). Used by the agent and the coordinator. Its connections are served by the gate,
 /// limits and deadlines of `LabHTTPChannel` (see ARCHITECTURE.md, "HTTP on Hummingbird").
 public final class HTTPService: Sendable {
-    /// Who may call: what a bearer credential authenticates as.
-    public enum Role: String, Sendable, Hashable, CaseIterable {
-        /// `scraper` holds the scrape credential: it reads `GET /metrics` and nothing else, so a
-        /// Prometheus server's credential opens no other route, not even those any principal may call.
-        case `operator`, coordinator, agent, scraper
-    }
-
-    /// Adds a scrape credential (`scraper`, for `GET /metrics` only) to an authenticator.
-    public static func withScraper(_ token: String?, _ base: Authenticate?) -> Authenticate? {
-        guard let token, let base else { return base }
-        return { given in constantTimeEqual(given, token) ? Principal(role: .scraper, name: "scraper") : base(given) }
-    }
-
-    /// An authenticated caller.
-    public struct Principal: Sendable, Equatable, Hashable {
-        public var role: Role
-        public var name: String
-        public init(role: Role, name: String) { self.role = role; self.name = name }
-        /// Who this is, for AuthThrottle's memory of credentials that succeeded from an address.
-        public var throttleKey: String { "\(role.rawValue) \(name)" }
-    }
-
-    /// Maps a bearer credential to its principal, or nil when it is not valid.
-    public typealias Authenticate = @Sendable (_ bearer: String) -> Principal?
-
-    /// What one connection may cost before it is refused: each limit is checked before the work
-    /// it bounds (a header block is not buffered past its limit, a body over its route's limit
-    /// is not read).
-    public struct Limits: Sendable, Equatable {
-        /// From a request's first byte to the end of its head (408 after).
-        public var headerTimeout: Double = 10
-        /// A connection without a new request for this long is closed without an answer.
-        public var idleTimeout: Double = 10
-        /// From the end of the head to the end of the body (408 after).
-        public var bodyTimeout: Double = 30
-        /// A write of the answer that makes no progress for this long ends the connection (a
-        /// client must keep reading a large file).
-        public var writeTimeout: Double = 30
-        /// The whole head, request line included (431 beyond).
-        public var maxHeaderBytes = 16 * 1024
-        /// The request line (414 beyond).
-        public var maxRequestLine = 8 * 1024
-        /// Header fields in one request (431 beyond).
-        public var maxHeaderCount = 100
-        /// A request body, whatever its route: bytes past it are refused (413) at the connection
-        /// as they arrive. Each route collects its body within its own, smaller limit.
-        public var maxBodyBytes = HTTPService.defaultBodyLimit
-        /// Connections open at once, idle ones included; one more is answered 503 (a TLS alert on
-        /// a TLS port) and closed at accept.
-        public var maxConnections = 1024
-        /// Connections one address that has not authenticated lately may hold.
-        public var maxConnectionsPerAddress = 32
-        /// Places of `maxConnections` only addresses that authenticated lately may take.
-        public var reservedForKnown = 128
-
-        public init(headerTimeout: Double = 10, idleTimeout: Double = 10, bodyTimeout: Double = 30, writeTimeout: Double = 30,
-                    maxHeaderBytes: Int = 16 * 1024, maxRequestLine: Int = 8 * 1024, maxHeaderCount: Int = 100, maxBodyBytes: Int = HTTPService.defaultBodyLimit,
-                    maxConnections: Int = 1024, maxConnectionsPerAddress: Int = 32, reservedForKnown: Int = 128) {
-            self.headerTimeout = headerTimeout
-            self.idleTimeout = idleTimeout
-            self.bodyTimeout = bodyTimeout
-            self.writeTimeout = writeTimeout
-            self.maxHeaderBytes = maxHeaderBytes
-            self.maxRequestLine = maxRequestLine
-            self.maxHeaderCount = maxHeaderCount
-            self.maxBodyBytes = maxBodyBytes
-            self.maxConnections = maxConnections
-            self.maxConnectionsPerAddress = maxConnectionsPerAddress
-            self.reservedForKnown = reservedForKnown
-        }
-    }
-
     public let name: String
     public let limits: Limits
     /// The service's log (label herald-lab.http), with metadata `service` (its name).
@@ -259,13 +187,5 @@ public final class HTTPService: Sendable {
     /// quotes and backslashes escaped (no forged lines), at most 200 characters (`OutsideText`).
     public static func escaped(_ text: String) -> String {
         OutsideText.escaped(text, limit: 200, quotes: true)
-    }
-
-    public static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
-        let x = Array(a.utf8), y = Array(b.utf8)
-        guard x.count == y.count else { return false }
-        var diff: UInt8 = 0
-        for i in 0..<x.count { diff |= x[i] ^ y[i] }
-        return diff == 0
     }
 }

@@ -20,6 +20,55 @@ func monotonicNow() -> Double {
     return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
 }
 
+extension HTTPService {
+    /// What one connection may cost before it is refused: each limit is checked before the work
+    /// it bounds (a header block is not buffered past its limit, a body over its route's limit
+    /// is not read).
+    public struct Limits: Sendable, Equatable {
+        /// From a request's first byte to the end of its head (408 after).
+        public var headerTimeout: Double = 10
+        /// A connection without a new request for this long is closed without an answer.
+        public var idleTimeout: Double = 10
+        /// From the end of the head to the end of the body (408 after).
+        public var bodyTimeout: Double = 30
+        /// A write of the answer that makes no progress for this long ends the connection (a
+        /// client must keep reading a large file).
+        public var writeTimeout: Double = 30
+        /// The whole head, request line included (431 beyond).
+        public var maxHeaderBytes = 16 * 1024
+        /// The request line (414 beyond).
+        public var maxRequestLine = 8 * 1024
+        /// Header fields in one request (431 beyond).
+        public var maxHeaderCount = 100
+        /// A request body, whatever its route: bytes past it are refused (413) at the connection
+        /// as they arrive. Each route collects its body within its own, smaller limit.
+        public var maxBodyBytes = HTTPService.defaultBodyLimit
+        /// Connections open at once, idle ones included; one more is answered 503 (a TLS alert on
+        /// a TLS port) and closed at accept.
+        public var maxConnections = 1024
+        /// Connections one address that has not authenticated lately may hold.
+        public var maxConnectionsPerAddress = 32
+        /// Places of `maxConnections` only addresses that authenticated lately may take.
+        public var reservedForKnown = 128
+
+        public init(headerTimeout: Double = 10, idleTimeout: Double = 10, bodyTimeout: Double = 30, writeTimeout: Double = 30,
+                    maxHeaderBytes: Int = 16 * 1024, maxRequestLine: Int = 8 * 1024, maxHeaderCount: Int = 100, maxBodyBytes: Int = HTTPService.defaultBodyLimit,
+                    maxConnections: Int = 1024, maxConnectionsPerAddress: Int = 32, reservedForKnown: Int = 128) {
+            self.headerTimeout = headerTimeout
+            self.idleTimeout = idleTimeout
+            self.bodyTimeout = bodyTimeout
+            self.writeTimeout = writeTimeout
+            self.maxHeaderBytes = maxHeaderBytes
+            self.maxRequestLine = maxRequestLine
+            self.maxHeaderCount = maxHeaderCount
+            self.maxBodyBytes = maxBodyBytes
+            self.maxConnections = maxConnections
+            self.maxConnectionsPerAddress = maxConnectionsPerAddress
+            self.reservedForKnown = reservedForKnown
+        }
+    }
+}
+
 /// A HeraldLab service's connection on Hummingbird's server: the gate decides at accept
 /// (`ConnectionGate`), then TLS (swift-nio-ssl) when the service has it, `HeadGuard` on the
 /// bytes, NIO's HTTP/1.1 codec with the head limits, `HeadRules` on the parsed parts (the strict
