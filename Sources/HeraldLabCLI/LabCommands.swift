@@ -286,11 +286,13 @@ struct AgentCommand: AsyncParsableCommand {
         config.usbReset = !noUSBReset
         if let air { config.air = try parseAir(air) }
         let agent = Agent(config: config, logger: service.logger("herald-lab.agent"))
-        // Its HTTP server runs in the process's one ServiceGroup; the agent starts once it listens.
+        // Its HTTP server and background services run in the process's one ServiceGroup; the
+        // agent starts once it listens, and its heartbeats then.
         let announce = service.announcer("agent \(name)")
+        let background = agent.services.map { s in BackgroundService(name: s.name, work: s.run) }
         do {
             let server = try agent.server { announce($0) }
-            try await runService("agent", server: server) { await agent.stop() }
+            try await runService("agent", server: server, background: background) { await agent.stop() }
         } catch let e as ServiceError {
             log("herald-lab agent: \(e)")
             throw ExitCode(2)

@@ -24,8 +24,9 @@ import Synchronization
 /// call the API methods of Agent+API, which forward to them. Time is `config.clock`.
 ///
 /// Concurrency: runs and the dongle check are the node's executor's (`scheduler`); what `start`
-/// sets and the dongle as last looked at are in `Mutex`es; the long-lived work (heartbeats, the
-/// dongle's refreshes) runs as child tasks of one task the agent owns from `start` to `stop`.
+/// sets and the dongle as last looked at are in `Mutex`es; the long-lived work (`services`:
+/// heartbeats, the dongle's refreshes) runs in the process's ServiceGroup (`herald-lab agent`),
+/// or as child tasks of one task the agent owns from `start` to `stop`.
 public final class Agent: Sendable {
     public struct Config: Sendable {
         public var name: String
@@ -101,6 +102,8 @@ public final class Agent: Sendable {
         var watchdog: StallWatchdog?
     }
     let started = Mutex(Started())
+    /// Opened once the agent has started (`startWork`): the heartbeats wait for it.
+    let ready = Latch()
     public var url: String { started.withLock { $0.url } }
     var boundPort: UInt16 { started.withLock { $0.boundPort } }
     /// This process's boot id, in every registration and heartbeat (freshness).
@@ -145,24 +148,25 @@ public final class Agent: Sendable {
         return port
     }
 
-    /// The agent's HTTP server, for the process's ServiceGroup: once it listens the agent starts
-    /// as `start` does (runs recovered, heartbeats), then `onStarted` gets the bound port.
+    /// The agent's HTTP server, for the process's ServiceGroup (which runs `services` beside it):
+    /// once it listens the agent starts as `start` does (runs recovered), then `onStarted` gets
+    /// the bound port.
     public func server(onStarted: @escaping @Sendable (UInt16) async -> Void) throws -> HTTPService.Server {
         try FileManager.default.createDirectory(at: runsDirectory, withIntermediateDirectories: true)
         return try http.server(host: config.host, port: config.port, tls: config.tls) { [weak self] port in
-            await self?.listening(on: port)
+            await self?.listening(on: port, background: false)
             await onStarted(port)
         }
     }
 
     /// What starting does once the server listens on `port`.
-    private func listening(on port: UInt16) async {
+    private func listening(on port: UInt16, background: Bool = true) async {
         let url = config.advertiseURL?.absoluteString ?? "\(config.tls == nil ? "http" : "https")://\(HostPort.urlHost(config.host)):\(port)"
         started.withLock { s in
             s.boundPort = port
             s.url = url
         }
-        await startWork()
+        await startWork(background: background)
         logger.notice("listening on \(config.host):\(port), announced as \(url) (data \(config.dataDirectory.path))")
     }
 
@@ -171,13 +175,15 @@ public final class Agent: Sendable {
     public func startUnserved(url: String) async throws {
         try FileManager.default.createDirectory(at: runsDirectory, withIntermediateDirectories: true)
         started.withLock { $0.url = url }
-        await startWork()
+        await startWork(background: true)
         logger.notice("started without serving, announced as \(url) (data \(config.dataDirectory.path))")
     }
 
     /// What `start` does besides serving: runs recovered, the dongle read, the stall watchdog,
-    /// the keep-alive stamps, and the background work (heartbeats, dongle refreshes).
-    private func startWork() async {
+    /// the keep-alive stamps; then the heartbeats may begin (`services`), which run in one task
+    /// of the agent's own with `background` (`start`, `startUnserved`), or in the process's
+    /// ServiceGroup (`herald-lab agent`).
+    private func startWork(background runBackground: Bool = true) async {
         let lifecycle = self.lifecycle
         scheduler.sync { lifecycle.recover() }
         if config.radio == .bluez {
@@ -191,26 +197,41 @@ public final class Agent: Sendable {
         }
         // Every 5 s for the agent's life (it holds the lifecycle; the task ends once both are gone).
         scheduler.scheduleRepeating(every: 5) { [weak lifecycle] in lifecycle?.keepAlive() }
-        // An agent dropped without `stop` ends its heartbeats (they hold it weakly).
-        let heartbeats = coordinatorLink.map { link in
-            CoordinatorHeartbeats(link: link, agent: config.name, boot: boot, clock: config.clock, interval: config.heartbeatInterval, maxBackoff: config.maxBackoff,
-                                  logger: logger, info: { [weak self] in self?.info }, status: { [weak self] in self?.status }, url: { [weak self] in self?.url ?? "" })
-        }
-        let dongle = self.dongle
-        // The agent's one owner of long-lived work: its services run as child tasks of it, and
-        // `stop` cancels it and waits for them (each ends on cancellation).
+        started.withLock { s in s.watchdog = watchdog }
+        ready.open()
+        guard runBackground else { return }
+        let services = self.services
+        // The one task that holds the background services (a task group): `stop` cancels it and
+        // waits for them (each ends on cancellation).
         let background = Task {
             await withDiscardingTaskGroup { group in
-                if let heartbeats { group.addTask { await heartbeats.run() } }
-                group.addTask {
-                    await withTaskCancellationHandler { await dongle.refreshes() } onCancel: { dongle.finish() }
-                }
+                for service in services { group.addTask { await service.run() } }
             }
         }
-        started.withLock { s in
-            s.watchdog = watchdog
-            s.background = background
+        started.withLock { s in s.background = background }
+    }
+
+    /// The agent's long-lived work besides answering HTTP, each running until cancelled: the
+    /// heartbeats to its coordinator (from the moment the agent has started: its URL known, its
+    /// runs recovered) and the dongle's refreshes after a check.
+    public var services: [AgentService] {
+        let config = self.config, logger = self.logger, boot = self.boot, dongle = self.dongle, ready = self.ready
+        var out = [AgentService]()
+        // An agent dropped without `stop` ends its heartbeats (they hold it weakly).
+        if let link = coordinatorLink {
+            let heartbeats = CoordinatorHeartbeats(link: link, agent: config.name, boot: boot, clock: config.clock, interval: config.heartbeatInterval,
+                                                   maxBackoff: config.maxBackoff, logger: logger, info: { [weak self] in self?.info },
+                                                   status: { [weak self] in self?.status }, url: { [weak self] in self?.url ?? "" })
+            out.append(AgentService(name: "heartbeats") {
+                // Cancelled before the agent started: the wait ends without a beat.
+                guard await ready.wait() else { return }
+                await heartbeats.run()
+            })
         }
+        out.append(AgentService(name: "dongle refreshes") {
+            await withTaskCancellationHandler { await dongle.refreshes() } onCancel: { dongle.finish() }
+        })
+        return out
     }
 
     public func stop() async {
@@ -287,4 +308,53 @@ public struct NodeRadio {
     public var transport: any BLETransport
     public var close: () -> Void
     public init(transport: any BLETransport, close: @escaping () -> Void) { self.transport = transport; self.close = close }
+}
+
+/// A long-lived piece of the agent's work besides answering HTTP: it runs until its task is
+/// cancelled, then returns (`Agent.services`).
+public struct AgentService: Sendable {
+    public let name: String
+    public let run: @Sendable () async -> Void
+
+    public init(name: String, run: @escaping @Sendable () async -> Void) {
+        self.name = name
+        self.run = run
+    }
+}
+
+/// Opened once; `wait()` returns when it is open (true), or at once when its task is cancelled
+/// (false), however many wait.
+final class Latch: Sendable {
+    private struct State {
+        var isOpen = false
+        var waiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
+        var next: UInt64 = 0
+    }
+    private let state = Mutex(State())
+
+    func open() {
+        let waiters = state.withLock { s in
+            s.isOpen = true
+            defer { s.waiters = [:] }
+            return s.waiters.values
+        }
+        for w in waiters { w.resume(returning: true) }
+    }
+
+    func wait() async -> Bool {
+        let id = state.withLock { s in s.next += 1; return s.next }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
+                let now: Bool? = state.withLock { s in
+                    if s.isOpen { return true }
+                    if Task.isCancelled { return false }
+                    s.waiters[id] = c
+                    return nil
+                }
+                if let now { c.resume(returning: now) }
+            }
+        } onCancel: {
+            state.withLock { s in s.waiters.removeValue(forKey: id) }?.resume(returning: false)
+        }
+    }
 }
