@@ -105,7 +105,7 @@ public final class Coordinator: Sendable {
     /// itself (`start`, `startUnserved`): one task holding them in a task group, cancelled and
     /// awaited by `stop`.
     private let background = Mutex<Task<Void, Never>?>(nil)
-    /// GET /metrics: a read-model over the services (Coordinator+Metrics).
+    /// GET /metrics: a read-model over the services (CoordinatorMetrics.swift).
     let metrics: CoordinatorMetrics
     /// The dashboard's sessions and live strips (Dashboard*.swift).
     let dashboard: DashboardState
