@@ -374,7 +374,7 @@ struct CoordinatorCommand: AsyncParsableCommand {
             log("herald-lab coordinator: \(error)")
             throw ExitCode(2)
         }
-        // Its HTTP server and background services run in the process's one ServiceGroup.
+        // Its HTTP server and background services (the run driver first) run in the process's one ServiceGroup.
         var background = coordinator.services.map { s in BackgroundService(name: s.name, work: s.run) }
         if let w = writer { background.append(BackgroundService(name: "shared history") { await w.run(retryEvery: 60) }) }
         let announce = service.announcer("coordinator")

@@ -21,7 +21,7 @@ struct LabService: Service {
     }
 }
 
-/// A service's background work (the coordinator's heartbeat times, health checks, housekeeping;
+/// A service's background work (the coordinator's run driver, heartbeat times, health checks, housekeeping;
 /// the shared history's outbox): it runs until the group shuts down gracefully, which cancels it.
 struct BackgroundService: Service {
     let name: String

@@ -33,7 +33,7 @@ extension Coordinator {
         try registry.forget(name)
         logger.notice("agent \(name) revoked; its credential is refused from now on", metadata: ["agent": .string(name)])
         let at = now
-        // A short notice, not long-lived work: it ends with its one connection (tellAir logs a failure).
-        Task { await runs.tellAir(.revoked(agent: name, at: at)) }
+        // Sent by the run driver in a child task of its own (tellAir logs a failure).
+        runs.notify(.revoked(agent: name, at: at))
     }
 }

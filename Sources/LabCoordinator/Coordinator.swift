@@ -18,7 +18,8 @@ import Synchronization
 /// It composes services that each own their state (a `Mutex`) and take the clock, store and
 /// logger at `init`: `IdentityService`, `AgentRegistry`, `DongleService`, `RunController`, and
 /// the read-models `CoordinatorMetrics` and `Dashboard`. Its HTTP edge is Coordinator+Routes and
-/// Dashboard.swift, which call the one-line forwards below; its background work is `services`.
+/// Dashboard.swift, which call the one-line forwards below; its long-lived work is `services`
+/// (the run driver among them, which always runs).
 public final class Coordinator: Sendable {
     public struct Config: Sendable {
         public var host = "127.0.0.1"
@@ -100,10 +101,11 @@ public final class Coordinator: Sendable {
     let runs: RunController
     /// The dashboard's pages and live views over the services (Dashboard+Model).
     let pages: Dashboard
-    /// The background services (`services`) when this coordinator runs them itself (`start`,
-    /// `startUnserved`): one task holding them in a task group, cancelled by `stop`.
+    /// The run driver and (with `background`) the other services when this coordinator runs them
+    /// itself (`start`, `startUnserved`): one task holding them in a task group, cancelled and
+    /// awaited by `stop`.
     private let background = Mutex<Task<Void, Never>?>(nil)
-    /// GET /metrics: a read-model over the services (Coordinator+Metrics).
+    /// GET /metrics: a read-model over the services (CoordinatorMetrics.swift).
     let metrics: CoordinatorMetrics
     /// The dashboard's sessions and live strips (Dashboard*.swift).
     let dashboard: DashboardState
@@ -149,46 +151,56 @@ public final class Coordinator: Sendable {
     /// The coordinator's time: `Config.clock`'s.
     var now: Double { config.clock.now() }
 
-    /// Serves HTTP, resumes unfinished runs and (with `background`) runs `services` itself; the
-    /// `herald-lab coordinator` process passes false and runs them in its ServiceGroup.
+    /// Serves HTTP, resumes unfinished runs and runs the run driver and (with `background`) the
+    /// other `services` itself, in one task that `stop` cancels and awaits.
     public func start(background runBackground: Bool = true) async throws -> UInt16 {
         let port = try await http.start(host: config.host, port: config.port, tls: config.tls)
-        listening(on: port, background: runBackground)
+        listening(on: port, work: runBackground ? .all : .runs)
         return port
     }
 
-    /// The coordinator's HTTP server, for the process's ServiceGroup (which runs `services`
-    /// beside it): once it listens unfinished runs resume, then `onStarted` gets the bound port.
+    /// The coordinator's HTTP server, for the process's ServiceGroup (which runs `services`, the
+    /// run driver among them, beside it): once it listens unfinished runs resume, then
+    /// `onStarted` gets the bound port.
     public func server(onStarted: @escaping @Sendable (UInt16) async -> Void) throws -> HTTPService.Server {
         try http.server(host: config.host, port: config.port, tls: config.tls) { [weak self] port in
-            self?.listening(on: port, background: false)
+            self?.listening(on: port, work: .none)
             await onStarted(port)
         }
     }
 
+    /// Which of `services` this coordinator runs itself: none (the process's ServiceGroup runs
+    /// them all), the run driver alone, or all of them.
+    private enum OwnWork { case none, runs, all }
+
     /// What starting does once the server listens on `port`.
-    private func listening(on port: UInt16, background runBackground: Bool) {
+    private func listening(on port: UInt16, work: OwnWork) {
         let url = "\(config.tls == nil ? "http" : "https")://\(HostPort.urlHost(config.host)):\(port)"
         announced.withLock { $0 = url }
         logger.notice("listening on \(config.host):\(port) (results \(config.results.path))")
-        startWork(runBackground)
+        startWork(work)
     }
 
     /// Starts the coordinator without serving HTTP, for agents in this process (`LocalCoordinatorLink`,
-    /// with `Config.agentLinks` reaching them): unfinished runs resume, and (with `background`)
-    /// the background services run.
+    /// with `Config.agentLinks` reaching them): unfinished runs resume, the run driver runs, and
+    /// (with `background`) the other background services.
     public func startUnserved(background runBackground: Bool = true) {
         logger.notice("started without serving (results \(config.results.path))")
-        startWork(runBackground)
+        startWork(runBackground ? .all : .runs)
     }
 
     /// What `start` does besides serving.
-    private func startWork(_ runBackground: Bool) {
-        // Pick up runs a previous coordinator left unfinished.
+    private func startWork(_ work: OwnWork) {
+        // Pick up runs a previous coordinator left unfinished (queued until the driver takes them).
         runs.resumeUnfinished()
-        guard runBackground else { return }
-        let services = self.services
-        // The one task that holds the background services (a task group): cancelled by `stop`.
+        let services: [CoordinatorService]
+        switch work {
+        case .none: return
+        case .runs: services = [runDriver]
+        case .all: services = self.services
+        }
+        // The one task that holds the run driver and the background services (a task group):
+        // cancelled and awaited by `stop`.
         let task = Task {
             await withTaskGroup(of: Void.self) { group in
                 for service in services { group.addTask { await service.run() } }
@@ -197,11 +209,17 @@ public final class Coordinator: Sendable {
         background.withLock { $0 = task }
     }
 
-    /// The coordinator's long-lived work besides HTTP, each running until cancelled: heartbeat
-    /// times to SQLite, the scheduled health checks (`healthCheckEvery`), the retention's
-    /// housekeeping (`retainDays`).
+    /// Each run's course and each notice to the air, as child tasks (`RunController.driveRuns`):
+    /// the service that runs whenever the coordinator does, even without the background ones.
+    var runDriver: CoordinatorService {
+        CoordinatorService(name: "runs") { [runs] in await runs.driveRuns() }
+    }
+
+    /// The coordinator's long-lived work besides HTTP, each running until cancelled: the run
+    /// driver (`runDriver`), heartbeat times to SQLite, the scheduled health checks
+    /// (`healthCheckEvery`), the retention's housekeeping (`retainDays`).
     public var services: [CoordinatorService] {
-        var out = [SeenFlusher.service(registry, clock: config.clock)]
+        var out = [runDriver, SeenFlusher.service(registry, clock: config.clock)]
         if let every = config.healthCheckEvery {
             out.append(CoordinatorService(name: "health checks") { [weak self] in await self?.healthChecks(every: every) })
         }
@@ -232,6 +250,8 @@ public final class Coordinator: Sendable {
         }
     }
 
+    /// Stops every run's work and waits for it, and for the background services this coordinator
+    /// runs itself (the runs resume from their records at the next start); then closes HTTP.
     public func stop() async {
         runs.cancelAll()
         if let task = background.withLock({ $0 }) {
@@ -296,7 +316,7 @@ public final class Coordinator: Sendable {
         guard var r = run(id) else { throw LabRefusal(.notFound, "no run \(id)") }
         switch r.state {
         case .arming where r.startAt == nil:
-            withLock { s in s.tasks[id]?.cancel() }
+            runs.stopWork(id)
             return await endBeforeStart(r, state: .cancelled, message: "aborted before the start")
         case .arming, .running:
             r.abortRequested = true

@@ -62,7 +62,7 @@ enum CoordinatorRoutes {
             guard r.state == .arming, r.startAt == nil else {
                 throw LabRefusal(.conflict, "run \(id) is \(r.state.rawValue): only a run that has not started can be cancelled (abort stops a running one)")
             }
-            coordinator.withLock { s in s.tasks[id]?.cancel() }
+            coordinator.runs.stopWork(id)
             return await coordinator.endBeforeStart(r, state: .cancelled, message: "cancelled before the start")
         }
         op.on(CoordinatorAPI.abort) { [unowned coordinator] _, _, context in try await coordinator.abort(try runId(context)) }

@@ -14,15 +14,14 @@ import Logging
 /// gather their logs into one bundle, judge the dongles, keep or delete old bundles. Every step
 /// can be resumed after a coordinator restart from the run's record (SQLite).
 ///
-/// Owns the runs and their tasks (`Mutex<State>`, never held across an await); asks the agent
+/// Owns the runs (`Mutex<State>`, never held across an await) and their work (`RunDriver`: each
+/// run's course a child task of `driveRuns`, stopped by id with `stopWork`); asks the agent
 /// registry (who is alive, their status and clocks), the dongle service, the identity service
 /// (whom to call with what); the clock is injected. The course is in RunController+Course, the
 /// gathering in RunController+Gather, the dongle checks in RunController+Checks.
 final class RunController: Sendable {
     struct State {
         var runs: [String: RunRecord] = [:]
-        /// Each run's task (`launch`).
-        var tasks: [String: Task<Void, Never>] = [:]
     }
 
     let config: Coordinator.Config
@@ -32,6 +31,8 @@ final class RunController: Sendable {
     let dongles: DongleService
     let identities: IdentityService
     private let state: Mutex<State>
+    /// Each run's work and each notice to the air, as child tasks of `driveRuns`.
+    let driver: RunDriver
     /// Held from selecting a run's agents until the run is recorded: two submissions never
     /// both take one agent.
     private let submitting = Mutex(())
@@ -45,6 +46,7 @@ final class RunController: Sendable {
         self.dongles = dongles
         self.identities = identities
         self.logger = logger
+        driver = RunDriver(logger: logger)
         var initial = State()
         for r in try store.runs() { initial.runs[r.id] = r }
         state = Mutex(initial)
@@ -72,17 +74,33 @@ final class RunController: Sendable {
     /// Why `agent` is not called for a run that chose it at `chosenAt` (nil: it is).
     func notCalled(_ agent: String, chosenAt: Double) -> String? { identities.notCalled(agent, chosenAt: chosenAt) }
 
-    /// Resumes every run a previous coordinator left unfinished.
+    /// Resumes every run a previous coordinator left unfinished (not one already launched in this
+    /// one: submitted before the start, its work is queued already).
     func resumeUnfinished() {
-        let unfinished = withLock { s in s.runs.values.filter { !$0.state.isFinal } }
+        let launched = Set(driver.live)
+        let unfinished = withLock { s in s.runs.values.filter { !$0.state.isFinal && !launched.contains($0.id) } }
         for r in unfinished {
             logger.notice("resuming run \(r.id) (\(r.state.rawValue))", metadata: ["run": .string(r.id)])
             launch(r.id)
         }
     }
 
-    /// Cancels every run's task (the coordinator stops; the runs resume at its next start).
-    func cancelAll() { withLock { s in for t in s.tasks.values { t.cancel() } } }
+    /// Stops every run's work (the coordinator stops; the runs resume at its next start).
+    func cancelAll() { driver.stopAll() }
+
+    /// Stops the work of run `id` (abort or cancel before its start): the other runs go on.
+    func stopWork(_ id: String) { driver.stop(id) }
+
+    /// Runs every launched run's course and every notice to the air as child tasks until
+    /// cancelled, then waits for them to end (`RunDriver.run`): the coordinator's one service that
+    /// always runs (`Coordinator.services`).
+    func driveRuns() async {
+        await driver.run(drive: { [weak self] id in await self?.drive(id) },
+                         tell: { [weak self] notice in await self?.tellAir(notice) })
+    }
+
+    /// Sends `notice` to the air in a child task of `driveRuns` (`tellAir`).
+    func notify(_ notice: NodeTicket.Notice) { driver.notify(notice) }
 }
 
 extension RunController {
@@ -214,13 +232,8 @@ extension RunController {
         return Selection(chosen: Array(fit.prefix(need)), spares: Array(fit[need..<(need + spares)]))
     }
 
-    func launch(_ id: String) {
-        let task = Task { [weak self] in
-            guard let self else { return }
-            await self.drive(id)
-        }
-        withLock { s in s.tasks[id] = task }
-    }
+    /// Queues run `id`'s course (`drive`) for `driveRuns`.
+    func launch(_ id: String) { driver.launch(id) }
 
     func run(_ id: String) -> RunRecord? { withLock { s in s.runs[id] } }
 

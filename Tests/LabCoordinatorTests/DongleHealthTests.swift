@@ -360,6 +360,8 @@ final class DongleHealthTests: XCTestCase {
         let links = Dictionary(uniqueKeysWithValues: (1...3).map { ("http://a\($0).in-memory:1", StubDongleLink(dongle: StubDongle(name: "a\($0)", world: world))) })
         let c = try coordinator(quarantineAfter: 1, agentLinks: { links[$0.url.absoluteString]! })
         for n in 1...3 { register(c, n, url: "http://a\(n).in-memory:1") }
+        // The run driver runs the run submitted (RunDriver); no HTTP, no other background work.
+        c.startUnserved(background: false)
         let plan = "name: p\nduration: 1m\nnodes: [n1, n2]\nradio: {kind: bluez}\nagents: {spares: 1, preflight: 3s}\n"
         let id = try c.submit(planText: plan, source: "p").id
         let deadline = Date().addingTimeInterval(30)

@@ -49,6 +49,8 @@ final class HostileClockTests: XCTestCase {
             let info = LabWire.AgentInfo(name: name, url: "http://\(name).in-memory:1", tags: [], radio: .sim, adapter: nil, controller: nil)
             c.registry.withRecords { s in s[name] = AgentRegistry.AgentRecord(info: info, lastSeen: c.now, persistedSeen: c.now, status: nil) }
         }
+        // The run driver runs the runs submitted (RunDriver); no HTTP, no other background work.
+        c.startUnserved(background: false)
         return c
     }
 
