@@ -68,7 +68,7 @@ let package = Package(
                                                    .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                                                    .product(name: "NIOSSL", package: "swift-nio-ssl"), .product(name: "Logging", package: "swift-log")]),
         // MARK: Addresses (names, IPv4, IPv6) and TLS: TLSContext on swift-nio-ssl, the lab CA on swift-certificates (X509, swift-crypto's keys); key files written with HeraldCore's Durable.
-        .target(name: "LabNet", dependencies: ["HeraldCore", .product(name: "NIOSSL", package: "swift-nio-ssl"),
+        .target(name: "LabNet", dependencies: ["HeraldCore", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
                                                .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
                                                .product(name: "Crypto", package: "swift-crypto")]),
         // MARK: HTTP plumbing shared by agent and coordinator (HTTPService on Hummingbird 2; LabClient on AsyncHTTPClient; auth).

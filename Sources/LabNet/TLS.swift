@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import NIOSSL
 import Synchronization
 #if canImport(Glibc)
@@ -24,6 +25,9 @@ public final class TLSContext: Sendable {
         case client(trusting: String)
     }
 
+    /// How long a server's closing connection waits for the peer's close_notify.
+    public static let closeNotifyWait = TimeAmount.milliseconds(500)
+
     /// A server presenting `certificate` (PEM, chain) with `key`.
     public init(certificate: String, key: String) throws {
         let chain = try Self.certificates(certificate, "certificate chain")
@@ -31,7 +35,11 @@ public final class TLSContext: Sendable {
         do { privateKey = try NIOSSLPrivateKey(file: key, format: .pem) } catch {
             throw NetError(.tls, "\(key): cannot load the private key: \(Self.reason(error, file: key))")
         }
-        let configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(privateKey))
+        var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(privateKey))
+        // A connection being closed waits this long for the peer's close_notify (swift-nio-ssl's
+        // default is 5 s). A server shutting down waits for its connections to close, so a
+        // stranger that never answers (a handshake held half-done) would hold the exit for 5 s.
+        configuration.shutdownTimeout = Self.closeNotifyWait
         do { nio = try NIOSSLContext(configuration: configuration) } catch NIOSSLError.failedToLoadCertificate {
             // BoringSSL takes an EC certificate for a server only with digitalSignature in its key
             // usage: a CA's certificate (keyCertSign only) is refused here, not at a handshake.
