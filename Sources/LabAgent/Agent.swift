@@ -310,17 +310,8 @@ public struct NodeRadio {
     public init(transport: any BLETransport, close: @escaping () -> Void) { self.transport = transport; self.close = close }
 }
 
-/// A long-lived piece of the agent's work besides answering HTTP: it runs until its task is
-/// cancelled, then returns (`Agent.services`).
-public struct AgentService: Sendable {
-    public let name: String
-    public let run: @Sendable () async -> Void
-
-    public init(name: String, run: @escaping @Sendable () async -> Void) {
-        self.name = name
-        self.run = run
-    }
-}
+/// The agent's background work (`Agent.services`).
+public typealias AgentService = BackgroundWork
 
 /// Opened once; `wait()` returns when it is open (true), or at once when its task is cancelled
 /// (false), however many wait.

@@ -3,19 +3,9 @@ import HeraldCore
 import LabPlan
 import Logging
 
-/// A long-lived piece of the coordinator's work besides answering HTTP: it runs until its task
-/// is cancelled, then returns. The `herald-lab coordinator` process runs each in its
-/// `ServiceGroup` beside the HTTP server (ServiceRunner.swift); `Coordinator.start` and
-/// `startUnserved` run them in one task group of their own when asked to (tests, in-memory labs).
-public struct CoordinatorService: Sendable {
-    public let name: String
-    public let run: @Sendable () async -> Void
-
-    public init(name: String, run: @escaping @Sendable () async -> Void) {
-        self.name = name
-        self.run = run
-    }
-}
+/// The coordinator's background work (`Coordinator.services`): run in the `herald-lab coordinator`
+/// process's ServiceGroup (ServiceRunner.swift), or by `start`/`startUnserved` in one task group.
+public typealias CoordinatorService = BackgroundWork
 
 /// Writes heartbeat times to SQLite in batches (`AgentRegistry.persistSeen`): woken by the first
 /// time due, it waits a second of the coordinator's clock and writes all those then pending.
