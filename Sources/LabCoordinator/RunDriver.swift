@@ -19,18 +19,8 @@ import Synchronization
 ///
 /// It runs once: the coordinator's one background task, or the process's ServiceGroup, holds it.
 final class RunDriver: Sendable {
-    /// A run's stop signal: fired (finished) at most once, and seen by a waiter that comes after.
-    final class Stop: Sendable {
-        private let stream: AsyncStream<Never>
-        private let continuation: AsyncStream<Never>.Continuation
-
-        init() { (stream, continuation) = AsyncStream.makeStream(of: Never.self) }
-
-        func fire() { continuation.finish() }
-
-        /// Returns once fired, or once the waiting task is cancelled.
-        func fired() async { for await _ in stream {} }
-    }
+    /// A run's stop signal: opened at most once, and seen by a waiter that comes after.
+    typealias Stop = Latch
 
     enum Work: Sendable {
         case run(String, Stop)
@@ -70,10 +60,10 @@ final class RunDriver: Sendable {
     }
 
     /// Stops the work of run `id`, if any (abort, cancel): it is cancelled, the others go on.
-    func stop(_ id: String) { stops.withLock { $0[id] }?.fire() }
+    func stop(_ id: String) { stops.withLock { $0[id] }?.open() }
 
     /// Stops the work of every run (the coordinator stops; the runs resume at its next start).
-    func stopAll() { for s in stops.withLock({ Array($0.values) }) { s.fire() } }
+    func stopAll() { for s in stops.withLock({ Array($0.values) }) { s.open() } }
 
     /// The runs whose work is queued or running.
     var live: [String] { stops.withLock { $0.keys.sorted() } }
@@ -111,7 +101,7 @@ final class RunDriver: Sendable {
     private static func race(drive: @escaping @Sendable () async -> Void, against stop: Stop) async {
         await withTaskGroup(of: Void.self) { inner in
             inner.addTask { await drive() }
-            inner.addTask { await stop.fired() }
+            inner.addTask { _ = await stop.wait() }
             await inner.next()
             inner.cancelAll()
         }

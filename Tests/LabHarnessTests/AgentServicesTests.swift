@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import XCTest
+import HeraldCore
 import LabLink
 import LabPlan
 import LabTestSupport
